@@ -1,0 +1,97 @@
+package netio
+
+import (
+	"errors"
+	"fmt"
+)
+
+// EthernetHeaderLen is the length of an untagged Ethernet II header
+// (destination MAC, source MAC, Ethertype). Frames carry no FCS.
+const EthernetHeaderLen = 14
+
+// DefaultMTU is the interface MTU used when none is given: the largest
+// Ethernet payload, as Linux reports it for an ordinary NIC.
+const DefaultMTU = 1500
+
+// MaxFrameLen is the largest frame, in bytes, that an endpoint with the given
+// interface MTU carries: the MTU plus the Ethernet header.
+func MaxFrameLen(mtu int) int { return mtu + EthernetHeaderLen }
+
+// Endpoint moves link-layer (Ethernet II) frames in batches, in the shape of
+// wireguard-go's tun.Device. A frame starts with the destination MAC and has
+// no FCS.
+//
+// Implementations must be safe for one goroutine calling Read while another
+// calls Write; Close may be called from any goroutine at any time.
+type Endpoint interface {
+	// Read reads up to len(bufs) frames. Frame i is copied into
+	// bufs[i][offset:] and its length stored in sizes[i]; the bytes before
+	// offset are left alone, so the caller can keep headroom there. Read
+	// blocks until at least one frame is available and returns the number of
+	// frames read. It may return n > 0 together with an error: the caller must
+	// process bufs[:n] before looking at the error. A frame that does not fit
+	// in bufs[i][offset:] is dropped and reported with an error wrapping
+	// ErrShortBuffer. After Close, Read must return net.ErrClosed.
+	// len(sizes) must be at least len(bufs).
+	Read(bufs [][]byte, sizes []int, offset int) (n int, err error)
+
+	// Write writes each bufs[i][offset:] as one frame and returns how many
+	// frames it consumed. The implementation may use the headroom
+	// bufs[i][:offset] as scratch space but must not modify the frames
+	// themselves. Write never keeps a reference to
+	// bufs after it returns, so the caller may reuse them at once. Like a wire,
+	// an endpoint may lose frames it consumed (a full queue, simulated loss,
+	// a frame longer than the link carries): such losses are counted by the
+	// implementation, not returned as errors. An error means bufs[n:] were not
+	// written. After Close, Write must return net.ErrClosed.
+	Write(bufs [][]byte, offset int) (int, error)
+
+	// BatchSize returns the preferred (and largest useful) number of frames
+	// per Read or Write call.
+	BatchSize() int
+
+	// MTU returns the interface MTU: the largest Ethernet payload, excluding
+	// the EthernetHeaderLen-byte header, as with Linux interfaces.
+	MTU() int
+
+	// Close closes the endpoint. Blocked and later Reads and Writes return
+	// net.ErrClosed. Close is idempotent.
+	Close() error
+}
+
+// Poller is implemented by endpoints that can be read without blocking, so a
+// deterministic driver can step a device without goroutines.
+type Poller interface {
+	// TryRead is Read without blocking: it returns 0, nil when no frame is
+	// waiting. Otherwise it follows the Read contract of Endpoint.
+	TryRead(bufs [][]byte, sizes []int, offset int) (int, error)
+}
+
+// ErrShortBuffer reports a frame longer than the buffer offered to Read; the
+// frame has been dropped.
+var ErrShortBuffer = errors.New("netio: frame longer than read buffer")
+
+// ErrNotPollable reports TryRead on a wrapper whose underlying endpoint does
+// not implement Poller.
+var ErrNotPollable = errors.New("netio: endpoint does not implement Poller")
+
+// shortBufferError returns an error wrapping ErrShortBuffer for a frame of
+// frameLen bytes offered room bufLen.
+func shortBufferError(frameLen, bufLen int) error {
+	return fmt.Errorf("%w: frame length %d > buffer space %d", ErrShortBuffer, frameLen, bufLen)
+}
+
+// CopyFrame copies frame into buf[offset:] and returns the number of bytes
+// copied. If the frame does not fit, it copies nothing and returns an error
+// wrapping ErrShortBuffer. Endpoint implementations use it to honour the
+// Read contract.
+func CopyFrame(buf []byte, offset int, frame []byte) (int, error) {
+	room := len(buf) - offset
+	if offset < 0 || room < 0 {
+		room = 0
+	}
+	if len(frame) > room {
+		return 0, shortBufferError(len(frame), room)
+	}
+	return copy(buf[offset:], frame), nil
+}
