@@ -1,0 +1,672 @@
+package roce
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"strconv"
+
+	"github.com/softrdma/softrdma/ibtransport"
+)
+
+// Sentinel errors. Every error returned by this package's decoders matches exactly one
+// of them with errors.Is; most are a *HeaderError that says which field was wrong.
+var (
+	// ErrNotRoCE says a frame is not RoCE (another Ethertype, IP protocol or UDP
+	// port): callers that see all traffic skip such frames silently.
+	ErrNotRoCE = errors.New("roce: not a RoCE frame")
+	// ErrTruncated says the input ends before a header or a length field says it does.
+	ErrTruncated = errors.New("roce: truncated")
+	// ErrMalformed says a field holds a value that the format forbids, or two
+	// length fields disagree.
+	ErrMalformed = errors.New("roce: malformed")
+	// ErrUnsupported says the input is well formed but uses a feature this
+	// package does not handle (IP fragments, a GRH NxtHdr other than BTH, ...).
+	ErrUnsupported = errors.New("roce: unsupported")
+	// ErrBadICRC says the ICRC does not match the packet.
+	ErrBadICRC = errors.New("roce: bad ICRC")
+)
+
+// HeaderError describes a bad header field, e.g. "ipv4: total length 1500 > packet 1200".
+// Kind is one of the sentinel errors above and is what errors.Is matches.
+type HeaderError struct {
+	Kind      error  // ErrNotRoCE, ErrTruncated, ErrMalformed, ErrUnsupported or ErrBadICRC
+	Header    string // the header, e.g. "ipv4", "udp", "grh", "mad", "cm"
+	Field     string // the field, e.g. "total length"
+	Value     uint64 // the value found
+	Limit     uint64 // the value it was compared with
+	Reason    string // the relation that failed, as an operator: "<", ">", "!=" (or a phrase)
+	LimitName string // what Limit is, if not a plain number, e.g. "frame"
+	Hex       bool   // print Value and Limit in hexadecimal
+}
+
+// Error returns e.g. "ipv4: total length 1500 > packet 1200".
+func (e *HeaderError) Error() string {
+	num := func(v uint64) string {
+		if e.Hex {
+			return "0x" + strconv.FormatUint(v, 16)
+		}
+		return strconv.FormatUint(v, 10)
+	}
+	s := e.Header + ": " + e.Field
+	if e.Reason == "" {
+		return s
+	}
+	if !isOperator(e.Reason) {
+		// A phrase: "ipv4: flags 0x1 has more fragments set", "grh: gid missing".
+		if e.Value == 0 {
+			return s + " " + e.Reason
+		}
+		return s + " " + num(e.Value) + " " + e.Reason
+	}
+	s += " " + num(e.Value) + " " + e.Reason + " "
+	if e.LimitName != "" {
+		s += e.LimitName + " "
+	}
+	return s + num(e.Limit)
+}
+
+// Unwrap returns e.Kind, so that errors.Is(err, ErrTruncated) etc. work.
+func (e *HeaderError) Unwrap() error { return e.Kind }
+
+func isOperator(s string) bool {
+	switch s {
+	case "<", ">", "<=", ">=", "!=", "==":
+		return true
+	}
+	return false
+}
+
+func truncated(header, field string, value, limit uint64) error {
+	return &HeaderError{Kind: ErrTruncated, Header: header, Field: field, Value: value, Limit: limit, Reason: "<"}
+}
+
+func malformed(header, field string, value, limit uint64, reason string) error {
+	return &HeaderError{Kind: ErrMalformed, Header: header, Field: field, Value: value, Limit: limit, Reason: reason}
+}
+
+// Frames that are not RoCE are normal traffic on a shared link: these errors are
+// preallocated (and shared: do not modify them) so that skipping costs no allocation.
+var (
+	errNotRoCEEtherType = &HeaderError{Kind: ErrNotRoCE, Header: "ethernet", Field: "ethertype not IPv4, IPv6 or RoCEv1 (0x8915)"}
+	errNotRoCEProtocol  = &HeaderError{Kind: ErrNotRoCE, Header: "ip", Field: "protocol not UDP"}
+	errNotRoCEPort      = &HeaderError{Kind: ErrNotRoCE, Header: "udp", Field: "destination port not 4791"}
+	errNotRoCEFragment  = &HeaderError{Kind: ErrNotRoCE, Header: "ipv4", Field: "non-first fragment"}
+)
+
+// Version is the RoCE encapsulation of a frame.
+type Version uint8
+
+const (
+	// RoCEv1 is IB over Ethernet: Ethertype 0x8915, then a GRH (IBTA Vol. 1 Annex A16).
+	RoCEv1 Version = 1
+	// RoCEv2 is IB over UDP/IP: UDP destination port 4791 (IBTA Vol. 1 Annex A17).
+	RoCEv2 Version = 2
+)
+
+// String returns "RoCEv1" or "RoCEv2".
+func (v Version) String() string {
+	switch v {
+	case RoCEv1:
+		return "RoCEv1"
+	case RoCEv2:
+		return "RoCEv2"
+	}
+	return "Version(" + strconv.Itoa(int(v)) + ")"
+}
+
+// Wire constants.
+const (
+	EtherTypeIPv4   = 0x0800 // Ethertype of IPv4
+	EtherTypeIPv6   = 0x86DD // Ethertype of IPv6
+	EtherTypeVLAN   = 0x8100 // Ethertype of an IEEE 802.1Q tag
+	EtherTypeRoCEv1 = 0x8915 // Ethertype of RoCEv1 (IBTA Annex A16)
+	UDPPort         = 4791   // UDP destination port of RoCEv2 (IANA "roce")
+	IPProtocolUDP   = 17     // IP protocol number of UDP
+
+	EthernetLen = 14 // Ethernet II header without a VLAN tag
+	VLANTagLen  = 4  // one 802.1Q tag
+	IPv4Len     = 20 // IPv4 header without options (what this package writes)
+	IPv6Len     = 40 // IPv6 header
+	UDPLen      = 8  // UDP header
+	ICRCLen     = 4  // the invariant CRC at the end of every RoCE packet
+
+	// minIBLen is the shortest IB transport packet: a BTH (ibtransport.BTHLen).
+	minIBLen = ibtransport.BTHLen
+)
+
+// Frame is a decoded RoCE frame: sub-slices of the input (nothing is copied) and the
+// few values that are cheap to keep. Decode methods reset every field first, so one
+// Frame can be reused for every packet without allocating.
+type Frame struct {
+	Version Version // RoCEv1 or RoCEv2
+
+	// Ethernet (zero after DecodeIP).
+	Ethernet  []byte  // the Ethernet header including any VLAN tag
+	DstMAC    [6]byte // destination MAC address
+	SrcMAC    [6]byte // source MAC address
+	HasVLAN   bool    // one 802.1Q tag was present
+	VLANTCI   uint16  // the tag's PCP, DEI and VLAN ID, if HasVLAN
+	EtherType uint16  // the Ethertype after any VLAN tag
+
+	// RoCEv2.
+	IPv6    bool   // the IP header is IPv6 (else IPv4)
+	IP      []byte // the IPv4 header (with any options) or IPv6 header
+	UDP     []byte // the UDP header
+	SrcPort uint16 // UDP source port
+	DstPort uint16 // UDP destination port (UDPPort)
+
+	// RoCEv1.
+	GRH GRH // the GRH
+
+	// Both.
+	Src netip.Addr // IP source address (RoCEv2) or SGID as a 16-byte address (RoCEv1)
+	Dst netip.Addr // IP destination address (RoCEv2) or DGID (RoCEv1)
+
+	// IB is the IB transport packet: BTH, extension headers, payload and pad,
+	// without the ICRC (decode it with ibtransport.Packet).
+	IB []byte
+	// ICRC is the invariant CRC carried by the frame, as a number: rxe stores it
+	// little-endian (cpu_to_le32), so it is the byte-reverse of the 32-bit
+	// big-endian value tshark shows as infiniband.invariant.crc.
+	ICRC uint32
+	// Padding is whatever follows the ICRC in the input (Ethernet minimum-size
+	// padding), usually empty.
+	Padding []byte
+
+	icrc []byte // the four ICRC bytes inside the input, for SetICRC
+}
+
+// DecodeEthernet decodes an Ethernet frame (with at most one 802.1Q tag) carrying
+// RoCEv1 or RoCEv2. A frame that is not RoCE returns an error matching ErrNotRoCE
+// (and costs no allocation); a RoCE frame with bad lengths returns a *HeaderError
+// matching ErrTruncated, ErrMalformed or ErrUnsupported. The ICRC is not checked: see
+// VerifyICRC. f refers to b afterwards.
+func (f *Frame) DecodeEthernet(b []byte) error {
+	*f = Frame{}
+	if len(b) < EthernetLen {
+		return truncated("ethernet", "length", uint64(len(b)), EthernetLen)
+	}
+	copy(f.DstMAC[:], b[0:6])
+	copy(f.SrcMAC[:], b[6:12])
+	et := binary.BigEndian.Uint16(b[12:])
+	off := EthernetLen
+	if et == EtherTypeVLAN {
+		if len(b) < EthernetLen+VLANTagLen {
+			return truncated("vlan", "length", uint64(len(b)), EthernetLen+VLANTagLen)
+		}
+		f.HasVLAN = true
+		f.VLANTCI = binary.BigEndian.Uint16(b[14:])
+		et = binary.BigEndian.Uint16(b[16:])
+		off += VLANTagLen
+	}
+	f.EtherType = et
+	f.Ethernet = b[:off:off]
+	switch et {
+	case EtherTypeIPv4:
+		return f.decodeIPv4(b[off:])
+	case EtherTypeIPv6:
+		return f.decodeIPv6(b[off:])
+	case EtherTypeRoCEv1:
+		return f.decodeGRH(b[off:])
+	}
+	return errNotRoCEEtherType
+}
+
+// DecodeIP decodes a RoCEv2 packet starting at its IPv4 or IPv6 header (as a raw IP
+// socket or a TUN device delivers it); the Ethernet fields stay zero. Errors are as
+// for DecodeEthernet.
+func (f *Frame) DecodeIP(b []byte) error {
+	*f = Frame{}
+	if len(b) == 0 {
+		return truncated("ip", "length", 0, 1)
+	}
+	switch b[0] >> 4 {
+	case 4:
+		return f.decodeIPv4(b)
+	case 6:
+		return f.decodeIPv6(b)
+	}
+	return malformed("ip", "version", uint64(b[0]>>4), 0, "not 4 or 6")
+}
+
+// DecodeGRH decodes a RoCEv1 packet starting at its GRH; the Ethernet fields stay
+// zero. Errors are as for DecodeEthernet.
+func (f *Frame) DecodeGRH(b []byte) error {
+	*f = Frame{}
+	return f.decodeGRH(b)
+}
+
+func (f *Frame) decodeIPv4(b []byte) error {
+	if len(b) < IPv4Len {
+		return truncated("ipv4", "length", uint64(len(b)), IPv4Len)
+	}
+	if v := b[0] >> 4; v != 4 {
+		return malformed("ipv4", "version", uint64(v), 4, "!=")
+	}
+	if b[9] != IPProtocolUDP {
+		return errNotRoCEProtocol
+	}
+	ihl := int(b[0]&0x0F) * 4
+	if ihl < IPv4Len {
+		return malformed("ipv4", "header length", uint64(ihl), IPv4Len, "<")
+	}
+	if ihl > len(b) {
+		return &HeaderError{Kind: ErrTruncated, Header: "ipv4", Field: "header length", Value: uint64(ihl), Limit: uint64(len(b)), Reason: ">", LimitName: "packet"}
+	}
+	frag := binary.BigEndian.Uint16(b[6:])
+	if frag&0x1FFF != 0 {
+		// A later fragment has no UDP header: nothing says it is RoCE.
+		return errNotRoCEFragment
+	}
+	total := int(binary.BigEndian.Uint16(b[2:]))
+	if total < ihl+UDPLen {
+		return malformed("ipv4", "total length", uint64(total), uint64(ihl+UDPLen), "<")
+	}
+	if total > len(b) {
+		return &HeaderError{Kind: ErrTruncated, Header: "ipv4", Field: "total length", Value: uint64(total), Limit: uint64(len(b)), Reason: ">", LimitName: "packet"}
+	}
+	if binary.BigEndian.Uint16(b[ihl+2:]) != UDPPort {
+		return errNotRoCEPort
+	}
+	if frag&0x2000 != 0 {
+		return &HeaderError{Kind: ErrUnsupported, Header: "ipv4", Field: "flags", Value: uint64(frag >> 13), Reason: "has more fragments set", Hex: true}
+	}
+	f.Version = RoCEv2
+	f.IP = b[:ihl:ihl]
+	f.Src = netip.AddrFrom4([4]byte(b[12:16]))
+	f.Dst = netip.AddrFrom4([4]byte(b[16:20]))
+	f.Padding = b[total:]
+	return f.decodeUDP(b[ihl:total])
+}
+
+func (f *Frame) decodeIPv6(b []byte) error {
+	if len(b) < IPv6Len {
+		return truncated("ipv6", "length", uint64(len(b)), IPv6Len)
+	}
+	if v := b[0] >> 4; v != 6 {
+		return malformed("ipv6", "version", uint64(v), 6, "!=")
+	}
+	// Extension headers are not followed: rxe never sends them, and a RoCE packet
+	// behind one is reported as not RoCE.
+	if b[6] != IPProtocolUDP {
+		return errNotRoCEProtocol
+	}
+	plen := int(binary.BigEndian.Uint16(b[4:]))
+	if plen < UDPLen {
+		// This includes 0, a jumbogram, which RoCE does not use.
+		return malformed("ipv6", "payload length", uint64(plen), UDPLen, "<")
+	}
+	if IPv6Len+plen > len(b) {
+		return &HeaderError{Kind: ErrTruncated, Header: "ipv6", Field: "payload length", Value: uint64(plen), Limit: uint64(len(b) - IPv6Len), Reason: ">", LimitName: "packet"}
+	}
+	if binary.BigEndian.Uint16(b[IPv6Len+2:]) != UDPPort {
+		return errNotRoCEPort
+	}
+	f.Version = RoCEv2
+	f.IPv6 = true
+	f.IP = b[:IPv6Len:IPv6Len]
+	f.Src = netip.AddrFrom16([16]byte(b[8:24]))
+	f.Dst = netip.AddrFrom16([16]byte(b[24:40]))
+	f.Padding = b[IPv6Len+plen:]
+	return f.decodeUDP(b[IPv6Len : IPv6Len+plen])
+}
+
+// decodeUDP decodes b, exactly the IP payload, whose destination port was checked.
+func (f *Frame) decodeUDP(b []byte) error {
+	ulen := int(binary.BigEndian.Uint16(b[4:]))
+	if ulen != len(b) {
+		return &HeaderError{Kind: ErrMalformed, Header: "udp", Field: "length", Value: uint64(ulen), Limit: uint64(len(b)), Reason: "!=", LimitName: "ip payload"}
+	}
+	if ulen < UDPLen+minIBLen+ICRCLen {
+		return malformed("udp", "length", uint64(ulen), UDPLen+minIBLen+ICRCLen, "<")
+	}
+	f.UDP = b[:UDPLen:UDPLen]
+	f.SrcPort = binary.BigEndian.Uint16(b[0:])
+	f.DstPort = binary.BigEndian.Uint16(b[2:])
+	f.setIB(b[UDPLen:])
+	return nil
+}
+
+func (f *Frame) decodeGRH(b []byte) error {
+	g := GRH(b)
+	if err := g.Check(); err != nil {
+		return err
+	}
+	n := int(g.PayLen())
+	if GRHLen+n > len(b) {
+		return &HeaderError{Kind: ErrTruncated, Header: "grh", Field: "paylen", Value: uint64(n), Limit: uint64(len(b) - GRHLen), Reason: ">", LimitName: "packet"}
+	}
+	f.Version = RoCEv1
+	f.GRH = g[:GRHLen:GRHLen]
+	f.Src = netip.AddrFrom16([16]byte(b[grhSGID : grhSGID+16]))
+	f.Dst = netip.AddrFrom16([16]byte(b[grhDGID : grhDGID+16]))
+	f.Padding = b[GRHLen+n:]
+	f.setIB(b[GRHLen : GRHLen+n])
+	return nil
+}
+
+// setIB splits p, BTH through ICRC, already known to hold minIBLen+ICRCLen bytes.
+func (f *Frame) setIB(p []byte) {
+	n := len(p) - ICRCLen
+	f.IB = p[:n:n]
+	f.icrc = p[n:]
+	f.ICRC = binary.LittleEndian.Uint32(f.icrc)
+}
+
+// HeaderLen returns the number of bytes in front of f.IB: Ethernet (if decoded with
+// DecodeEthernet), IP and UDP, or GRH.
+func (f *Frame) HeaderLen() int {
+	return len(f.Ethernet) + len(f.IP) + len(f.UDP) + len(f.GRH)
+}
+
+// Headers returns the values that rebuild f's headers with FrameHeaders.Encode:
+// encoding them for len(f.IB) gives back the same header bytes whenever the frame
+// was built the way this package builds frames (IPv4 without options, UDP checksum 0).
+func (f *Frame) Headers() FrameHeaders {
+	h := FrameHeaders{
+		Version: f.Version,
+		DstMAC:  f.DstMAC,
+		SrcMAC:  f.SrcMAC,
+		VLAN:    f.HasVLAN,
+		VLANTCI: f.VLANTCI,
+		Src:     f.Src,
+		Dst:     f.Dst,
+		SrcPort: f.SrcPort,
+		DstPort: f.DstPort,
+	}
+	switch {
+	case f.Version == RoCEv1:
+		h.TrafficClass = f.GRH.TClass()
+		h.FlowLabel = f.GRH.FlowLabel()
+		h.HopLimit = f.GRH.HopLmt()
+	case f.IPv6:
+		w := binary.BigEndian.Uint32(f.IP)
+		h.TrafficClass = uint8(w >> 20)
+		h.FlowLabel = w & 0xFFFFF
+		h.HopLimit = f.IP[7]
+	case len(f.IP) >= IPv4Len:
+		h.TrafficClass = f.IP[1]
+		h.IPID = binary.BigEndian.Uint16(f.IP[4:])
+		h.AllowFragmentation = f.IP[6]&0x40 == 0
+		h.HopLimit = f.IP[8]
+	}
+	return h
+}
+
+// FrameHeaders holds what goes in front of an IB packet, for Encode: Ethernet, then
+// IPv4 or IPv6 and UDP (RoCEv2), or a GRH (RoCEv1). For RoCEv2 the IP version is
+// Src's: an IPv4 address gives IPv4, anything else IPv6, literally. A RoCEv2 GID of
+// the IPv4-mapped form (::ffff:10.77.0.21) stands for IPv4 (IBTA Annex A17), as
+// rxe sends it: Unmap it first.
+type FrameHeaders struct {
+	Version Version // RoCEv1 or RoCEv2; zero means RoCEv2
+
+	DstMAC  [6]byte // destination MAC address
+	SrcMAC  [6]byte // source MAC address
+	VLAN    bool    // insert one 802.1Q tag
+	VLANTCI uint16  // the tag's PCP, DEI and VLAN ID
+
+	Src netip.Addr // source IP address (RoCEv2) or SGID (RoCEv1, in 16-byte form)
+	Dst netip.Addr // destination IP address (RoCEv2) or DGID (RoCEv1)
+
+	TrafficClass uint8  // IPv4 TOS (DSCP and ECN), IPv6 traffic class or GRH TClass
+	FlowLabel    uint32 // IPv6 or GRH flow label (rxe sends 0 over IPv6)
+	HopLimit     uint8  // IPv4 TTL, IPv6 hop limit or GRH HopLmt, as is (rxe: DefaultHopLimit)
+
+	IPID               uint16 // IPv4 identification
+	AllowFragmentation bool   // leave the IPv4 DF bit clear (rxe sets DF)
+
+	SrcPort uint16 // UDP source port (see UDPSourcePort)
+	DstPort uint16 // UDP destination port; zero means UDPPort
+}
+
+func (h *FrameHeaders) version() Version {
+	if h.Version == 0 {
+		return RoCEv2
+	}
+	return h.Version
+}
+
+// ipv4 reports whether the RoCEv2 headers are IPv4.
+func (h *FrameHeaders) ipv4() bool { return h.Src.Is4() }
+
+// Len returns the number of header bytes Encode writes.
+func (h *FrameHeaders) Len() int {
+	n := EthernetLen
+	if h.VLAN {
+		n += VLANTagLen
+	}
+	switch {
+	case h.version() == RoCEv1:
+		n += GRHLen
+	case h.ipv4():
+		n += IPv4Len + UDPLen
+	default:
+		n += IPv6Len + UDPLen
+	}
+	return n
+}
+
+// Encode writes the headers for an IB packet of ibLen bytes (BTH through pad, without
+// the ICRC) into b[:h.Len()] and returns h.Len(). The lengths in the headers count
+// the ICRC that follows the packet. IPv4 gets no options and a correct header
+// checksum; UDP gets checksum 0, as rxe sends it over IPv4 and IPv6 alike (RFC 6936
+// allows a zero UDP checksum over IPv6 only for tunnels; IBTA Annex A17 relies on
+// the ICRC instead). Encode fails if b is short, ibLen does not fit the length
+// fields, or the addresses do not suit the version.
+func (h *FrameHeaders) Encode(b []byte, ibLen int) (int, error) {
+	n := h.Len()
+	if len(b) < n {
+		return 0, truncated("frame headers", "buffer length", uint64(len(b)), uint64(n))
+	}
+	if ibLen < minIBLen {
+		return 0, malformed("frame headers", "ib length", uint64(ibLen), minIBLen, "<")
+	}
+	off := EthernetLen
+	copy(b[0:6], h.DstMAC[:])
+	copy(b[6:12], h.SrcMAC[:])
+	if h.VLAN {
+		binary.BigEndian.PutUint16(b[12:], EtherTypeVLAN)
+		binary.BigEndian.PutUint16(b[14:], h.VLANTCI)
+		off += VLANTagLen
+	}
+	hop := h.HopLimit
+	payload := ibLen + ICRCLen
+	switch {
+	case h.version() == RoCEv1:
+		if !h.Src.IsValid() || !h.Dst.IsValid() {
+			return 0, malformed("grh", "gid", 0, 0, "missing")
+		}
+		if payload > 0xFFFF {
+			return 0, malformed("grh", "paylen", uint64(payload), 0xFFFF, ">")
+		}
+		binary.BigEndian.PutUint16(b[off-2:], EtherTypeRoCEv1)
+		GRH(b[off:]).Encode(&GRHFields{
+			TClass:    h.TrafficClass,
+			FlowLabel: h.FlowLabel,
+			PayLen:    uint16(payload),
+			NxtHdr:    NxtHdrBTH,
+			HopLmt:    hop,
+			SGID:      h.Src.As16(),
+			DGID:      h.Dst.As16(),
+		})
+		return n, nil
+	case h.version() != RoCEv2:
+		return 0, malformed("frame headers", "version", uint64(h.Version), 0, "unknown")
+	case h.ipv4():
+		if !h.Dst.Is4() {
+			return 0, malformed("ipv4", "destination address", 0, 0, "not IPv4")
+		}
+		total := IPv4Len + UDPLen + payload
+		if total > 0xFFFF {
+			return 0, malformed("ipv4", "total length", uint64(total), 0xFFFF, ">")
+		}
+		binary.BigEndian.PutUint16(b[off-2:], EtherTypeIPv4)
+		ip := b[off : off+IPv4Len]
+		ip[0] = 0x45
+		ip[1] = h.TrafficClass
+		binary.BigEndian.PutUint16(ip[2:], uint16(total))
+		binary.BigEndian.PutUint16(ip[4:], h.IPID)
+		if h.AllowFragmentation {
+			binary.BigEndian.PutUint16(ip[6:], 0)
+		} else {
+			binary.BigEndian.PutUint16(ip[6:], 0x4000)
+		}
+		ip[8] = hop
+		ip[9] = IPProtocolUDP
+		binary.BigEndian.PutUint16(ip[10:], 0)
+		src, dst := h.Src.As4(), h.Dst.As4()
+		copy(ip[12:16], src[:])
+		copy(ip[16:20], dst[:])
+		binary.BigEndian.PutUint16(ip[10:], IPv4Checksum(ip))
+		off += IPv4Len
+	default:
+		if !h.Src.Is6() || !h.Dst.Is6() {
+			return 0, malformed("ipv6", "address", 0, 0, "not IPv6 on both ends")
+		}
+		if UDPLen+payload > 0xFFFF {
+			return 0, malformed("ipv6", "payload length", uint64(UDPLen+payload), 0xFFFF, ">")
+		}
+		binary.BigEndian.PutUint16(b[off-2:], EtherTypeIPv6)
+		ip := b[off : off+IPv6Len]
+		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(h.TrafficClass)<<20|h.FlowLabel&0xFFFFF)
+		binary.BigEndian.PutUint16(ip[4:], uint16(UDPLen+payload))
+		ip[6] = IPProtocolUDP
+		ip[7] = hop
+		src, dst := h.Src.As16(), h.Dst.As16()
+		copy(ip[8:24], src[:])
+		copy(ip[24:40], dst[:])
+		off += IPv6Len
+	}
+	udp := b[off : off+UDPLen]
+	dport := h.DstPort
+	if dport == 0 {
+		dport = UDPPort
+	}
+	binary.BigEndian.PutUint16(udp[0:], h.SrcPort)
+	binary.BigEndian.PutUint16(udp[2:], dport)
+	binary.BigEndian.PutUint16(udp[4:], uint16(UDPLen+payload))
+	binary.BigEndian.PutUint16(udp[6:], 0)
+	return n, nil
+}
+
+// EncodeFrame completes a frame built in place: b[:h.Len()] is headroom for the
+// headers, b[h.Len():h.Len()+ibLen] already holds the IB packet (BTH through pad),
+// and the ICRC goes in the four bytes after it. It writes the headers and the ICRC
+// and returns the frame length, h.Len()+ibLen+ICRCLen.
+func (h *FrameHeaders) EncodeFrame(b []byte, ibLen int) (int, error) {
+	total := h.Len() + ibLen + ICRCLen
+	if len(b) < total {
+		return 0, truncated("frame", "buffer length", uint64(len(b)), uint64(total))
+	}
+	n, err := h.Encode(b, ibLen)
+	if err != nil {
+		return 0, err
+	}
+	PutICRC(b[n+ibLen:], h.ICRC(b[:n], b[n:n+ibLen]))
+	return total, nil
+}
+
+// ICRC returns the ICRC of a packet whose headers Encode wrote into hdr and whose IB
+// packet is the concatenation of ib (for a scatter-gather send: headers, payload
+// straight from the memory region, pad; nothing is copied).
+func (h *FrameHeaders) ICRC(hdr []byte, ib ...[]byte) uint32 {
+	off := EthernetLen
+	if h.VLAN {
+		off += VLANTagLen
+	}
+	switch {
+	case h.version() == RoCEv1:
+		return ComputeICRCv1(hdr[off:off+GRHLen], ib...)
+	case h.ipv4():
+		return ComputeICRC(hdr[off:off+IPv4Len], hdr[off+IPv4Len:off+IPv4Len+UDPLen], ib...)
+	default:
+		return ComputeICRC(hdr[off:off+IPv6Len], hdr[off+IPv6Len:off+IPv6Len+UDPLen], ib...)
+	}
+}
+
+// IPv4Checksum returns the Internet checksum (RFC 1071) of an IPv4 header, computed
+// with the checksum field taken as zero: store it as is.
+func IPv4Checksum(hdr []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if i == 10 {
+			continue
+		}
+		sum += uint32(hdr[i])<<8 | uint32(hdr[i+1])
+	}
+	if len(hdr)%2 == 1 {
+		sum += uint32(hdr[len(hdr)-1]) << 8
+	}
+	for sum > 0xFFFF {
+		sum = sum>>16 + sum&0xFFFF
+	}
+	return ^uint16(sum)
+}
+
+// UDP source ports. rxe (Linux 6.1, checked against every capture) picks the
+// RoCEv2 source port of a QP in two steps:
+//
+//  1. At create time (rxe_qp.c, rxe_qp_init_req) from the QP's OWN number, the
+//     only one known then: 0xC000 + (hash_32(qpn, 14) & 0x3fff), hash_32 being the
+//     kernel's multiplicative hash (x * 0x61C88647) >> (32 - bits). UD QPs and the
+//     GSI QP1 keep this port for good: the captures show 53368 for UD QP 0x13 and
+//     55410 for QP1 in both directions. That is UDPSourcePort.
+//  2. When the QP is modified with an address vector carrying a GRH (RC and UC on
+//     the way to RTR, rxe_verbs.c, rxe_modify_qp), from the flow label of that
+//     path: rdma_get_udp_sport (include/rdma/ib_verbs.h). If the flow label is 0
+//     it is first derived from both QP numbers (rdma_calc_flow_label, symmetric in
+//     the two, so both ends of a connection use one port). ibv_rc_pingpong and
+//     perftest without -R give flow label 0: QPN 0x11 on both ends gives 0xC121
+//     (49441), as captured. rdma_cm sets the path's flow label itself (cma.c,
+//     cma_get_roce_udp_flow_label) from its own source and destination ports, and
+//     the CM REQ carries it as the primary flow label: see CMFlowLabel. That is
+//     ConnectedUDPSourcePort.
+//
+// In every case the UDP source port of a packet is that of the SENDER's QP.
+
+// UDPSourcePort returns the UDP source port rxe gives a new QP numbered qpn (its own
+// number): 0xC000 + (hash_32(qpn, 14) & 0x3fff). UD and GSI QPs keep it.
+func UDPSourcePort(qpn uint32) uint16 {
+	const goldenRatio32 = 0x61C88647 // the kernel's GOLDEN_RATIO_32
+	return 0xC000 + uint16((qpn*goldenRatio32)>>(32-14))&0x3FFF
+}
+
+// QPFlowLabel returns the flow label derived from the local and remote QP numbers
+// when a path has none (the kernel's rdma_calc_flow_label): a 20-bit mix of their
+// product.
+func QPFlowLabel(localQPN, remoteQPN uint32) uint32 {
+	fl := uint64(localQPN) * uint64(remoteQPN)
+	fl ^= fl >> 20
+	fl ^= fl >> 40
+	return uint32(fl & 0xFFFFF)
+}
+
+// FlowLabelUDPSourcePort returns the UDP source port for a flow label (the kernel's
+// rdma_flow_label_to_udp_sport): its low 14 bits XOR its high 6 bits, in 0xC000-0xFFFF.
+func FlowLabelUDPSourcePort(flowLabel uint32) uint16 {
+	low := flowLabel & 0x3FFF
+	high := flowLabel & 0xFC000
+	low ^= high >> 14
+	return uint16(low) | 0xC000
+}
+
+// ConnectedUDPSourcePort returns the UDP source port rxe uses for a QP connected
+// over a path with flowLabel (0 if none) to remoteQPN: FlowLabelUDPSourcePort of the
+// flow label, or of QPFlowLabel(localQPN, remoteQPN) when it is 0.
+func ConnectedUDPSourcePort(flowLabel, localQPN, remoteQPN uint32) uint16 {
+	if flowLabel&0xFFFFF == 0 {
+		flowLabel = QPFlowLabel(localQPN, remoteQPN)
+	}
+	return FlowLabelUDPSourcePort(flowLabel)
+}
+
+// CMFlowLabel returns the flow label rdma_cm puts in the paths it resolves over
+// RoCEv2 when the application gave none (Linux cma.c, since 5.9): (srcPort*31 +
+// dstPort) & 0xFFFFF, from the active side's rdma_cm (TCP-like) port numbers, as
+// carried in the REQ's CMA header and service ID. Both QPs then send from
+// FlowLabelUDPSourcePort of it.
+func CMFlowLabel(srcPort, dstPort uint16) uint32 {
+	return (uint32(srcPort)*31 + uint32(dstPort)) & 0xFFFFF
+}
