@@ -19,6 +19,8 @@ func run(args []string) int {
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 		return 0
+	case "decode":
+		return runDecode(args[1:], os.Stdout, os.Stderr)
 	}
 	fmt.Fprintf(os.Stderr, "softrdma: unknown command %q\n%s\n", args[0], usage)
 	return 2

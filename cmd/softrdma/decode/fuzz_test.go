@@ -1,0 +1,62 @@
+package decode
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/google/gopacket/layers"
+)
+
+// FuzzDecode runs the whole decoder over capture files: never a panic, never an error
+// other than ErrNotCapture, a result consistent with itself, and JSON output that parses
+// line by line.
+func FuzzDecode(f *testing.F) {
+	for _, file := range captureFiles(f) {
+		b := readFile(f, file)
+		f.Add(b)
+		f.Add(b[:len(b)/2])
+		f.Add(b[:len(b)-5])
+	}
+	b := readFile(f, captureDir+"/siw-crc-rping.pcap")
+	f.Add(writeCapture(f, readFrames(f, b), layers.LinkTypeEthernet, true)[:3000])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, opts := range []Options{{Flows: true, Summary: true}, {JSON: true, Flows: true, Summary: true}} {
+			var out bytes.Buffer
+			res, err := Run(bytes.NewReader(data), &out, opts)
+			if err != nil {
+				if !errors.Is(err, ErrNotCapture) {
+					t.Fatalf("Run: %v", err)
+				}
+				continue
+			}
+			if res.RDMAFrames != len(res.RDMAFrameNumbers) || res.RDMAFrames > res.Frames {
+				t.Fatalf("%d RDMA frames (%d listed) of %d", res.RDMAFrames, len(res.RDMAFrameNumbers), res.Frames)
+			}
+			for i, n := range res.RDMAFrameNumbers {
+				if n < 1 || n > res.Frames || i > 0 && n <= res.RDMAFrameNumbers[i-1] {
+					t.Fatalf("RDMA frame numbers %v", res.RDMAFrameNumbers)
+				}
+			}
+			for _, e := range append(res.Errors, res.Notes...) {
+				if e.Frame < 0 || e.Frame > res.Frames || e.Reason == "" {
+					t.Fatalf("problem %+v of %d frames", e, res.Frames)
+				}
+			}
+			if (len(res.Errors) > 0) != (res.ExitCode() == 1) {
+				t.Fatalf("exit code %d with %d errors", res.ExitCode(), len(res.Errors))
+			}
+			if opts.JSON {
+				sc := bufio.NewScanner(&out)
+				sc.Buffer(nil, 1<<24)
+				for sc.Scan() {
+					if !json.Valid(sc.Bytes()) {
+						t.Fatalf("invalid JSON line %q", sc.Bytes())
+					}
+				}
+			}
+		}
+	})
+}

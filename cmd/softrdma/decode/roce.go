@@ -1,0 +1,525 @@
+package decode
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/roce"
+)
+
+// roce explains one RoCE frame, d.rf (decErr says why roce.Frame rejected it, if it did).
+func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
+	d.markRDMA(d.frame)
+	d.res.Packets++
+	p := &d.pkt
+	*p = Packet{Frame: d.frame, Time: d.relTime(d.now), Transport: "RoCEv2"}
+	cut := cutShort(ci)
+	if decErr != nil {
+		// Addresses from gopacket's view of the frame (isRoCE decoded it).
+		switch {
+		case d.has(layers.LayerTypeIPv4):
+			p.Src, p.Dst = d.ip4.SrcIP.String(), d.ip4.DstIP.String()
+		case d.has(layers.LayerTypeIPv6):
+			p.Src, p.Dst = d.ip6.SrcIP.String(), d.ip6.DstIP.String()
+		default:
+			p.Transport = "RoCEv1"
+		}
+		p.Opcode = "?"
+		reason := decErr.Error()
+		if cut != "" {
+			reason = cut + ": " + reason
+		}
+		p.Error = d.errorf(d.frame, "%s", reason)
+		d.out.packet(p)
+		return
+	}
+	f := &d.rf
+	p.Transport = f.Version.String()
+	p.Src, p.Dst = f.Src.String(), f.Dst.String()
+	if f.Version == roce.RoCEv1 {
+		p.Src, p.Dst = gidString(f.Src), gidString(f.Dst)
+	}
+	var errs []string
+	if cut != "" {
+		errs = append(errs, cut)
+	}
+	pkt := &d.ib
+	ibErr := pkt.Decode(f.IB)
+	if ibErr != nil {
+		errs = append(errs, ibErr.Error())
+		if len(f.IB) > 0 {
+			p.Opcode = opcodeName(ibtransport.Opcode(f.IB[0]))
+		}
+		if len(f.IB) >= ibtransport.BTHLen {
+			bth := ibtransport.BTH(f.IB[:ibtransport.BTHLen])
+			p.DestQP, p.PSN = u32p(bth.DestQP()), u32p(bth.PSN())
+		}
+	} else {
+		d.fillIB(p, pkt)
+	}
+	if err := roce.VerifyICRC(f); err != nil {
+		p.ICRC = "bad"
+		errs = append(errs, err.Error())
+	} else {
+		p.ICRC = "ok"
+	}
+	var madInfo *cmPair
+	if ibErr == nil && pkt.BTH.DestQP() == roce.GSIQPN && pkt.BTH.Opcode() == ibtransport.OpcodeUDSendOnly {
+		var err error
+		madInfo, err = d.fillMAD(p, pkt, f)
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		p.Error = d.errorf(d.frame, "%s", strings.Join(errs, "; "))
+	}
+	if ibErr == nil {
+		d.roceStats(f, pkt, p.Error != "")
+	}
+	if madInfo != nil {
+		d.cmPairs = append(d.cmPairs, *madInfo)
+	}
+	d.out.packet(p)
+}
+
+// gidString prints a RoCEv1 GID: as an IPv4 address if it is IPv4-mapped.
+func gidString(a netip.Addr) string {
+	if a.Is4In6() {
+		return a.Unmap().String()
+	}
+	return a.String()
+}
+
+// opcodeName names a BTH opcode as "RC SEND Only".
+func opcodeName(op ibtransport.Opcode) string {
+	if !op.Valid() {
+		return op.String()
+	}
+	return op.Service().String() + " " + op.Name()
+}
+
+func u32p(v uint32) *uint32 { return &v }
+func u64p(v uint64) *uint64 { return &v }
+func intp(v int) *int       { return &v }
+
+// fillIB copies the fields of a decoded IB packet into p.
+func (d *decoder) fillIB(p *Packet, pkt *ibtransport.Packet) {
+	b := pkt.BTH
+	op := b.Opcode()
+	p.Opcode = opcodeName(op)
+	p.DestQP, p.PSN = u32p(b.DestQP()), u32p(b.PSN())
+	ack := b.AckReq()
+	p.AckReq = &ack
+	p.SE = b.SE()
+	p.PadCount = int(b.PadCount())
+	if op.HasPayload() {
+		p.PayloadLen = intp(len(pkt.Payload))
+	}
+	if pkt.AETH != nil {
+		s := pkt.AETH.Syndrome()
+		a := &AETHInfo{Syndrome: s.Kind().String(), MSN: pkt.AETH.MSN()}
+		switch s.Kind() {
+		case ibtransport.AETHKindACK:
+			if c := s.Credits(); c != ibtransport.ACKCreditsInvalid {
+				a.Credits = intp(int(c))
+			}
+		case ibtransport.AETHKindRNRNAK:
+			a.RNRTimer = u32p(uint32(s.RNRTimer()))
+			a.RNRDelay = ibtransport.RNRTimerDuration(s.RNRTimer()).String()
+		case ibtransport.AETHKindNAK:
+			a.NAKCode = s.NAKCode().String()
+		}
+		p.AETH = a
+	}
+	if pkt.RETH != nil {
+		p.RETH = &RETHInfo{VA: pkt.RETH.VA(), RKey: pkt.RETH.RKey(), DMALen: pkt.RETH.DMALen()}
+	}
+	if pkt.AtomicETH != nil {
+		p.AtomicETH = &AtomicETHInfo{VA: pkt.AtomicETH.VA(), RKey: pkt.AtomicETH.RKey(),
+			SwapAdd: pkt.AtomicETH.SwapAdd(), Compare: pkt.AtomicETH.Compare()}
+	}
+	if pkt.AtomicAckETH != nil {
+		p.AtomicAckOrig = u64p(pkt.AtomicAckETH.OrigData())
+	}
+	if pkt.ImmDt != nil {
+		p.ImmDt = u32p(pkt.ImmDt.Immediate())
+	}
+	if pkt.IETH != nil {
+		p.IETHRKey = u32p(pkt.IETH.RKey())
+	}
+	if pkt.DETH != nil {
+		p.DETH = &DETHInfo{QKey: pkt.DETH.QKey(), SrcQP: pkt.DETH.SrcQP()}
+	}
+}
+
+// cmPair is what a CM REQ or REP says about a connection: the sender's QP number.
+type cmPair struct {
+	from      netip.Addr
+	to        netip.Addr
+	localQPN  uint32
+	localComm uint32
+	rep       bool
+}
+
+// fillMAD decodes the MAD a packet to QP1 carries and, for the CM, the message. It
+// returns what a REQ or REP says about the QPs it connects.
+func (d *decoder) fillMAD(p *Packet, pkt *ibtransport.Packet, f *roce.Frame) (*cmPair, error) {
+	mad, err := roce.MADFromPacket(pkt)
+	if err != nil {
+		return nil, err
+	}
+	mi := &MADInfo{Class: mad.MgmtClass().String(), Method: mad.Method().String(),
+		Attribute: fmt.Sprintf("0x%04x", mad.AttributeID()), TID: mad.TransactionID(), Status: mad.Status()}
+	p.MAD = mi
+	if mad.MgmtClass() != roce.MgmtClassCM {
+		return nil, nil
+	}
+	if err := roce.CheckCM(mad); err != nil {
+		return nil, err
+	}
+	a := mad.CMAttribute()
+	cm := &CMInfo{Message: cmShortName(a), Name: a.String()}
+	mi.Attribute = a.String()
+	mi.CM = cm
+	var pair *cmPair
+	switch a {
+	case roce.CMAttrREQ:
+		r := mad.REQ()
+		cm.LocalCommID = u32p(r.LocalCommID())
+		cm.LocalQPN = u32p(r.LocalQPN())
+		cm.StartingPSN = u32p(r.StartingPSN())
+		cm.ServiceID = u64p(r.ServiceID())
+		if ps, port, ok := roce.ParseCMAServiceID(r.ServiceID()); ok && (ps == roce.RDMAPortSpaceTCP || ps == roce.RDMAPortSpaceUDP || ps == roce.RDMAPortSpaceIB) {
+			h := roce.CMAHeader(r.PrivateData())
+			if h.Check() == nil {
+				cm.RDMACM = &RDMACMInfo{
+					Src: netip.AddrPortFrom(h.SrcAddr(), h.SrcPort()).String(),
+					Dst: netip.AddrPortFrom(h.DstAddr(), port).String(),
+				}
+			}
+		}
+		pair = &cmPair{from: f.Src, to: f.Dst, localQPN: r.LocalQPN(), localComm: r.LocalCommID()}
+	case roce.CMAttrMRA:
+		r := mad.MRA()
+		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
+	case roce.CMAttrREJ:
+		r := mad.REJ()
+		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
+		cm.Reason = r.Reason().String()
+	case roce.CMAttrREP:
+		r := mad.REP()
+		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
+		cm.LocalQPN = u32p(r.LocalQPN())
+		cm.StartingPSN = u32p(r.StartingPSN())
+		pair = &cmPair{from: f.Src, to: f.Dst, localQPN: r.LocalQPN(), localComm: r.LocalCommID(), rep: true}
+	case roce.CMAttrRTU:
+		r := mad.RTU()
+		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
+	case roce.CMAttrDREQ:
+		r := mad.DREQ()
+		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
+		cm.RemoteQPN = u32p(r.RemoteQPN())
+	case roce.CMAttrDREP:
+		r := mad.DREP()
+		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
+	case roce.CMAttrSIDRREQ:
+		r := mad.SIDRREQ()
+		cm.RequestID = u32p(r.RequestID())
+		cm.ServiceID = u64p(r.ServiceID())
+	case roce.CMAttrSIDRREP:
+		r := mad.SIDRREP()
+		cm.RequestID = u32p(r.RequestID())
+		cm.ServiceID = u64p(r.ServiceID())
+		cm.LocalQPN = u32p(r.QPN())
+	}
+	return pair, nil
+}
+
+// cmShortName gives the IBTA abbreviation of a CM message.
+func cmShortName(a roce.CMAttribute) string {
+	switch a {
+	case roce.CMAttrREQ:
+		return "REQ"
+	case roce.CMAttrMRA:
+		return "MRA"
+	case roce.CMAttrREJ:
+		return "REJ"
+	case roce.CMAttrREP:
+		return "REP"
+	case roce.CMAttrRTU:
+		return "RTU"
+	case roce.CMAttrDREQ:
+		return "DREQ"
+	case roce.CMAttrDREP:
+		return "DREP"
+	case roce.CMAttrSIDRREQ:
+		return "SIDR_REQ"
+	case roce.CMAttrSIDRREP:
+		return "SIDR_REP"
+	case roce.CMAttrLAP:
+		return "LAP"
+	case roce.CMAttrAPR:
+		return "APR"
+	case roce.CMAttrClassPortInfo:
+		return "ClassPortInfo"
+	}
+	return a.String()
+}
+
+// ---- RoCE flows ----
+
+// unknownQP stands for a source QP number the packets do not carry.
+const unknownQP = ^uint32(0)
+
+// roceDirKey identifies one direction of a RoCE flow: addresses and the destination QP
+// (and for UD, whose DETH carries it, the source QP).
+type roceDirKey struct {
+	src, dst netip.Addr
+	qp       uint32
+	srcQP    uint32
+}
+
+// roceDir is the statistics of one direction.
+type roceDir struct {
+	key      roceDirKey
+	version  string
+	service  ibtransport.ServiceType
+	packets  int
+	bytes    int
+	payload  int
+	goodput  int // payload bytes of packets that were not duplicates
+	errors   int
+	opcodes  map[string]int
+	messages map[string]int
+	first    time.Time
+	last     time.Time
+
+	// Request PSNs: after the highest PSN so far, the next new one is in [nextLo, nextHi]
+	// (a READ request advances the PSN by its response count, which depends on the
+	// path MTU: 256 to 4096 bytes).
+	reqSeen          bool
+	reqFirst         uint32
+	nextLo, nextHi   uint32
+	gaps, missing    int
+	duplicates       int
+	respSeen         bool
+	respFirst        uint32
+	acks, rnrNAKs    int
+	naks             map[string]int
+	peerQP           uint32 // the sender's QP, once known
+	lastRespPSN      uint32
+	respDuplicates   int
+	haveLastRespPSN  bool
+	readResponseOpen bool
+}
+
+func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad bool) {
+	b := pkt.BTH
+	op := b.Opcode()
+	key := roceDirKey{src: f.Src, dst: f.Dst, qp: b.DestQP(), srcQP: unknownQP}
+	if pkt.DETH != nil {
+		key.srcQP = pkt.DETH.SrcQP()
+	}
+	r := d.roceDirs[key]
+	if r == nil {
+		r = &roceDir{key: key, version: f.Version.String(), service: op.Service(), first: d.now,
+			opcodes: map[string]int{}, messages: map[string]int{}, naks: map[string]int{}, peerQP: key.srcQP}
+		d.roceDirs[key] = r
+		d.roceOrder = append(d.roceOrder, r)
+	}
+	r.packets++
+	r.bytes += d.wire
+	r.last = d.now
+	r.opcodes[opcodeName(op)]++
+	if bad {
+		r.errors++
+	}
+	psn := b.PSN()
+	dup := false
+	switch {
+	case op.IsRequest():
+		if !r.reqSeen {
+			r.reqSeen, r.reqFirst = true, psn
+		} else {
+			switch {
+			case ibtransport.PSNLess(psn, r.nextLo):
+				dup = true
+				r.duplicates++
+			case ibtransport.PSNLess(r.nextHi, psn):
+				r.gaps++
+				r.missing += int(ibtransport.PSNDiff(psn, r.nextHi))
+			}
+		}
+		if !dup {
+			lo, hi := 1, 1
+			if op.IsRead() && pkt.RETH != nil {
+				n := int(pkt.RETH.DMALen())
+				lo, hi = max(1, (n+4095)/4096), max(1, (n+255)/256)
+			}
+			r.nextLo, r.nextHi = ibtransport.PSNAdd(psn, lo), ibtransport.PSNAdd(psn, hi)
+		}
+	case op.IsResponse():
+		if !r.respSeen {
+			r.respSeen, r.respFirst = true, psn
+		}
+		if op.IsRead() {
+			if r.haveLastRespPSN && !ibtransport.PSNLess(r.lastRespPSN, psn) {
+				dup = true
+				r.respDuplicates++
+			}
+			r.lastRespPSN, r.haveLastRespPSN = psn, true
+		}
+	}
+	if pkt.AETH != nil {
+		s := pkt.AETH.Syndrome()
+		switch s.Kind() {
+		case ibtransport.AETHKindACK:
+			if op.IsAck() {
+				r.acks++
+			}
+		case ibtransport.AETHKindRNRNAK:
+			r.rnrNAKs++
+		case ibtransport.AETHKindNAK:
+			r.naks[s.NAKCode().String()]++
+		}
+	}
+	r.payload += len(pkt.Payload)
+	if !dup {
+		r.goodput += len(pkt.Payload)
+		if op.IsLast() && op.IsRequest() {
+			r.messages[messageName(op)]++
+		}
+	}
+}
+
+// messageName names the operation of a message-ending request opcode.
+func messageName(op ibtransport.Opcode) string {
+	switch {
+	case op.IsSend():
+		switch {
+		case op.HasImmediate():
+			return "SEND with Immediate"
+		case op.HasInvalidate():
+			return "SEND with Invalidate"
+		}
+		return "SEND"
+	case op.IsWrite():
+		if op.HasImmediate() {
+			return "RDMA WRITE with Immediate"
+		}
+		return "RDMA WRITE"
+	case op.IsRead():
+		return "RDMA READ"
+	}
+	return op.Name()
+}
+
+// roceFlows pairs the two directions of each QP pair and summarizes them. A direction
+// learns its sender's QP from a DETH (UD), from a CM REQ or REP, or from responses
+// (ACK, READ response, ATOMIC ACK) whose PSNs answer the requests of a direction the
+// other way.
+func (d *decoder) roceFlows() []FlowSummary {
+	// CM: the REQ's sender QP talks to the REP's sender QP.
+	for i, req := range d.cmPairs {
+		if req.rep {
+			continue
+		}
+		for _, rep := range d.cmPairs[i+1:] {
+			if rep.rep && rep.from == req.to && rep.to == req.from {
+				d.setPeer(req.from, req.to, rep.localQPN, req.localQPN)
+				d.setPeer(rep.from, rep.to, req.localQPN, rep.localQPN)
+				break
+			}
+		}
+	}
+	// Responses: D (B→A, to QP a) answers R (A→B, to QP b) if D's first response PSN is
+	// among R's request PSNs.
+	for _, dir := range d.roceOrder {
+		if dir.peerQP != unknownQP || !dir.respSeen {
+			continue
+		}
+		for _, req := range d.roceOrder {
+			if req.key.src != dir.key.dst || req.key.dst != dir.key.src || !req.reqSeen || req.peerQP != unknownQP && req.peerQP != dir.key.qp {
+				continue
+			}
+			if !ibtransport.PSNLess(dir.respFirst, req.reqFirst) && ibtransport.PSNLess(dir.respFirst, req.nextHi) {
+				dir.peerQP = req.key.qp
+				req.peerQP = dir.key.qp
+				break
+			}
+		}
+	}
+	type pairKey struct {
+		a, b     netip.Addr
+		qpa, qpb uint32
+	}
+	flows := map[pairKey]*FlowSummary{}
+	var out []FlowSummary
+	var order []pairKey
+	for _, dir := range d.roceOrder {
+		k := pairKey{a: dir.key.src, qpa: dir.peerQP, b: dir.key.dst, qpb: dir.key.qp}
+		if dir.key.src.Compare(dir.key.dst) > 0 || dir.key.src == dir.key.dst && dir.peerQP > dir.key.qp {
+			k = pairKey{a: dir.key.dst, qpa: dir.key.qp, b: dir.key.src, qpb: dir.peerQP}
+		}
+		if dir.peerQP == unknownQP {
+			// Unpaired: a flow of its own.
+			k = pairKey{a: dir.key.src, qpa: unknownQP, b: dir.key.dst, qpb: dir.key.qp}
+		}
+		fs := flows[k]
+		if fs == nil {
+			fs = &FlowSummary{Transport: dir.version, Service: dir.service.String(),
+				A: Endpoint{Addr: k.a.String()}, B: Endpoint{Addr: k.b.String()},
+				Opcodes: map[string]int{}, Messages: map[string]int{}, NAKs: map[string]int{},
+				First: d.relTime(dir.first), Last: d.relTime(dir.last)}
+			if k.qpa != unknownQP {
+				fs.A.QP = u32p(k.qpa)
+			}
+			if k.qpb != unknownQP {
+				fs.B.QP = u32p(k.qpb)
+			}
+			flows[k] = fs
+			order = append(order, k)
+		}
+		fs.Packets += dir.packets
+		fs.Bytes += dir.bytes
+		fs.PayloadBytes += dir.payload
+		fs.goodBytes += dir.goodput
+		fs.Errors += dir.errors
+		for o, n := range dir.opcodes {
+			fs.Opcodes[o] += n
+		}
+		for o, n := range dir.messages {
+			fs.Messages[o] += n
+		}
+		for o, n := range dir.naks {
+			fs.NAKs[o] += n
+		}
+		fs.PSNGaps += dir.gaps
+		fs.PSNsMissing += dir.missing
+		fs.Duplicates += dir.duplicates + dir.respDuplicates
+		fs.ACKs += dir.acks
+		fs.RNRNAKs += dir.rnrNAKs
+		fs.First = min(fs.First, d.relTime(dir.first))
+		fs.Last = max(fs.Last, d.relTime(dir.last))
+	}
+	for _, k := range order {
+		fs := flows[k]
+		fs.finishGoodput()
+		out = append(out, *fs)
+	}
+	return out
+}
+
+// setPeer records that packets from src to dst's QP qp come from QP peer.
+func (d *decoder) setPeer(src, dst netip.Addr, qp, peer uint32) {
+	if r := d.roceDirs[roceDirKey{src: src, dst: dst, qp: qp, srcQP: unknownQP}]; r != nil && r.peerQP == unknownQP {
+		r.peerQP = peer
+	}
+}

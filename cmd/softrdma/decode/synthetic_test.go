@@ -1,0 +1,304 @@
+package decode
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/roce"
+)
+
+// synthSeg is one TCP data segment of a synthetic connection: dir 0 is the initiator.
+type synthSeg struct {
+	dir     int
+	payload []byte
+}
+
+// synthCapture builds a pcap of one TCP connection: the three-way handshake, the data
+// segments (each acknowledged), FINs.
+func synthCapture(t testing.TB, segs []synthSeg) []byte {
+	t.Helper()
+	ips := [2]net.IP{{10, 0, 0, 1}, {10, 0, 0, 2}}
+	macs := [2]net.HardwareAddr{{2, 0, 0, 0, 0, 1}, {2, 0, 0, 0, 0, 2}}
+	ports := [2]layers.TCPPort{40000, 7174}
+	seq := [2]uint32{1000, 900000}
+	var frames []frameOut
+	ts := time.Unix(1700000000, 0)
+	emit := func(dir int, syn, ack, fin bool, payload []byte) {
+		eth := &layers.Ethernet{SrcMAC: macs[dir], DstMAC: macs[1-dir], EthernetType: layers.EthernetTypeIPv4}
+		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: ips[dir], DstIP: ips[1-dir]}
+		tcp := &layers.TCP{SrcPort: ports[dir], DstPort: ports[1-dir], Seq: seq[dir], Ack: seq[1-dir],
+			SYN: syn, ACK: ack, FIN: fin, Window: 65535}
+		if err := tcp.SetNetworkLayerForChecksum(ip); err != nil {
+			t.Fatal(err)
+		}
+		buf := gopacket.NewSerializeBuffer()
+		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
+			eth, ip, tcp, gopacket.Payload(payload)); err != nil {
+			t.Fatal(err)
+		}
+		d := append([]byte(nil), buf.Bytes()...)
+		ts = ts.Add(time.Millisecond)
+		frames = append(frames, frameOut{gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(d), Length: len(d)}, d})
+		seq[dir] += uint32(len(payload))
+		if syn || fin {
+			seq[dir]++
+		}
+	}
+	emit(0, true, false, false, nil)
+	emit(1, true, true, false, nil)
+	emit(0, false, true, false, nil)
+	for _, s := range segs {
+		emit(s.dir, false, true, false, s.payload)
+		emit(1-s.dir, false, true, false, nil)
+	}
+	emit(0, false, true, true, nil)
+	emit(1, false, true, true, nil)
+	return writeCapture(t, frames, layers.LinkTypeEthernet, false)
+}
+
+// mpaStream builds one direction of an MPA connection with markers and CRCs: the start
+// frame, then FPDUs with markers counted from the first FPDU (RFC 5044 §4.3).
+type mpaStream struct {
+	t     testing.TB
+	b     []byte
+	fpdus int // stream octets of FPDUs so far: the marker position
+}
+
+func (m *mpaStream) start(f iwarp.MPAFrameFields) {
+	b, err := f.Append(m.b)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.b = b
+}
+
+func (m *mpaStream) fpdu(h iwarp.RDMAPFields, payload []byte) {
+	hdr := make([]byte, iwarp.DDPUntaggedHeaderLen)
+	n, err := h.Encode(hdr)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	before := len(m.b)
+	b, err := iwarp.AppendMarkedFPDU(m.b, uint32(m.fpdus), true, hdr[:n], payload)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.b = b
+	m.fpdus += len(b) - before
+}
+
+// TestSyntheticMarkersTerminate decodes a connection that negotiates markers and CRCs
+// (MPA revision 1), sends FPDUs with markers split over segments, and ends with a
+// Terminate.
+func TestSyntheticMarkersTerminate(t *testing.T) {
+	var req, rep mpaStream
+	req.t, rep.t = t, t
+	req.start(iwarp.MPAFrameFields{Request: true, Markers: true, CRC: true, Revision: iwarp.MPARevision1, PrivateData: []byte("hello")})
+	rep.start(iwarp.MPAFrameFields{Markers: true, CRC: true, Revision: iwarp.MPARevision1})
+	reqStart, repStart := len(req.b), len(rep.b)
+	req.fpdu(iwarp.RDMAPFields{Opcode: iwarp.OpSend, Last: true, MSN: 1}, bytes.Repeat([]byte{'s'}, 1500))
+	req.fpdu(iwarp.RDMAPFields{Opcode: iwarp.OpWrite, Last: true, STag: 0x1234, TO: 0x5000}, bytes.Repeat([]byte{'w'}, 100))
+	term := make([]byte, 4)
+	tf := iwarp.TerminateFields{Layer: iwarp.LayerRDMAP, EType: iwarp.ETypeRDMAPRemoteProtection, ErrorCode: iwarp.ECodeRDMAPInvalidSTag}
+	if _, err := tf.Encode(term); err != nil {
+		t.Fatal(err)
+	}
+	rep.fpdu(iwarp.RDMAPFields{Opcode: iwarp.OpTerminate, Last: true, MSN: 1}, term)
+	// Segments: start frames whole; the initiator's FPDUs in 700-octet pieces.
+	segs := []synthSeg{{0, req.b[:reqStart]}, {1, rep.b[:repStart]}}
+	for o := reqStart; o < len(req.b); o += 700 {
+		segs = append(segs, synthSeg{0, req.b[o:min(o+700, len(req.b))]})
+	}
+	segs = append(segs, synthSeg{1, rep.b[repStart:]})
+	capture := synthCapture(t, segs)
+	res, out, err := decodeBytes(t, capture, allOn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Errors) != 0 || len(res.Notes) != 0 || res.Packets != 5 {
+		t.Fatalf("errors %v notes %v, %d packets\n%s", res.Errors, res.Notes, res.Packets, out)
+	}
+	for _, want := range []string{"MPA Request rev=1 flags=MC-- private_data=5", "MPA Reply rev=1 flags=MC--",
+		"Send len=1500 untagged QN=0 MSN=1 MO=0 L=1 ulpdu=1518 markers=3 CRC ok",
+		"Write len=100 tagged STag=0x00001234 TO=0x5000 L=1 ulpdu=114 markers=1 CRC ok",
+		"Terminate len=0 untagged QN=2 MSN=1 MO=0 L=1 RDMA Remote Protection Error: Invalid STag"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	f := res.Flows[0]
+	if f.Terminates != 1 || f.MPA == nil || !f.MPA.Markers || !f.MPA.CRC || f.MPA.Revision != 1 || f.FPDUs != 3 {
+		t.Errorf("flow %+v", f)
+	}
+	// A flipped octet in the Write's payload: a bad CRC, named at its frame.
+	bad := bytes.Replace(capture, bytes.Repeat([]byte{'w'}, 100), append(bytes.Repeat([]byte{'w'}, 99), 'x'), 1)
+	res, _, _ = decodeBytes(t, bad, allOn)
+	if len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Reason, "CRC") || res.Flows[0].CRCErrors != 1 {
+		t.Errorf("corrupted Write: errors %v", res.Errors)
+	}
+}
+
+// TestSyntheticGarbage: a connection that starts with an MPA Request and then carries
+// octets that are no FPDU is an error, not a crash; a connection of another protocol is
+// ignored.
+func TestSyntheticGarbage(t *testing.T) {
+	var req, rep mpaStream
+	req.t, rep.t = t, t
+	req.start(iwarp.MPAFrameFields{Request: true, Revision: iwarp.MPARevision2, Enhanced: true, PrivateData: []byte{0x80, 1, 0, 1}})
+	rep.start(iwarp.MPAFrameFields{Revision: iwarp.MPARevision2, Enhanced: true, PrivateData: []byte{0x80, 1, 0, 1}})
+	junk := bytes.Repeat([]byte{0xde, 0xad, 0xbe, 0xef}, 100)
+	res, out, err := decodeBytes(t, synthCapture(t, []synthSeg{{0, req.b}, {1, rep.b}, {0, junk}}), allOn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode() != 1 || len(res.Errors) == 0 || !strings.Contains(res.Errors[0].Reason, "octets skipped 396 (FPDU framing lost)") {
+		t.Errorf("garbage after MPA: errors %v\n%s", res.Errors, out)
+	}
+	if !strings.Contains(out, "IRD=1 ORD=1 P2P") {
+		t.Errorf("MPA v2 IRD/ORD not shown:\n%s", out)
+	}
+	res, _, _ = decodeBytes(t, synthCapture(t, []synthSeg{{0, []byte("GET / HTTP/1.1\r\n\r\n")}, {1, junk}}), allOn)
+	if res.RDMAFrames != 0 || len(res.Errors) != 0 || len(res.Flows) != 0 {
+		t.Errorf("HTTP connection: %d RDMA frames, errors %v", res.RDMAFrames, res.Errors)
+	}
+}
+
+// rewriteRoCE edits a RoCE frame's IB packet with fn and fixes the ICRC.
+func rewriteRoCE(t testing.TB, data []byte, fn func(p *ibtransport.Packet)) []byte {
+	t.Helper()
+	d := append([]byte(nil), data...)
+	var f roce.Frame
+	if err := f.DecodeEthernet(d); err != nil {
+		t.Fatal(err)
+	}
+	var p ibtransport.Packet
+	if err := p.Decode(f.IB); err != nil {
+		t.Fatal(err)
+	}
+	fn(&p)
+	roce.SetICRC(&f)
+	return d
+}
+
+// TestRoCEFlowStats edits a capture: a request sent twice (a retransmission), a request
+// missing (a PSN gap), ACKs turned into a NAK and an RNR NAK. The flow summary counts
+// each, and the frames are still well formed.
+func TestRoCEFlowStats(t *testing.T) {
+	frames := readFrames(t, readFile(t, captureDir+"/rxe-send-lat.pcap"))
+	var out []frameOut
+	var reqs, acks int
+	for _, fr := range frames {
+		var f roce.Frame
+		var p ibtransport.Packet
+		if f.DecodeEthernet(fr.data) != nil || p.Decode(f.IB) != nil {
+			out = append(out, fr)
+			continue
+		}
+		op := p.BTH.Opcode()
+		switch {
+		case op == ibtransport.OpcodeRCSendOnly:
+			reqs++
+			switch reqs {
+			case 3: // retransmitted
+				out = append(out, fr, fr)
+				continue
+			case 6: // lost
+				continue
+			}
+		case op == ibtransport.OpcodeRCAcknowledge:
+			acks++
+			switch acks {
+			case 8:
+				fr.data = rewriteRoCE(t, fr.data, func(p *ibtransport.Packet) {
+					p.AETH.SetSyndrome(ibtransport.NewNAKSyndrome(ibtransport.NAKPSNSequenceError))
+				})
+			case 9:
+				fr.data = rewriteRoCE(t, fr.data, func(p *ibtransport.Packet) {
+					p.AETH.SetSyndrome(ibtransport.NewRNRNAKSyndrome(14))
+				})
+			}
+		}
+		out = append(out, fr)
+	}
+	res, text, err := decodeBytes(t, writeCapture(t, out, layers.LinkTypeEthernet, false), allOn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Errors) != 0 || len(res.Flows) != 1 {
+		t.Fatalf("errors %v, %d flows", res.Errors, len(res.Flows))
+	}
+	f := res.Flows[0]
+	if f.Duplicates != 1 || f.PSNGaps != 1 || f.PSNsMissing != 1 || f.RNRNAKs != 1 || f.NAKs["PSN sequence error"] != 1 || f.ACKs != 18 {
+		t.Errorf("flow: duplicates %d, gaps %d (%d missing), RNR NAKs %d, NAKs %v, ACKs %d",
+			f.Duplicates, f.PSNGaps, f.PSNsMissing, f.RNRNAKs, f.NAKs, f.ACKs)
+	}
+	if f.Messages["SEND"] != 19 {
+		t.Errorf("messages %v: the retransmission counted, or the loss not", f.Messages)
+	}
+	for _, want := range []string{"AETH NAK PSN sequence error MSN=", "AETH RNR NAK timer=14 (1.28ms) MSN="} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+// TestRoCEv1AndVLAN: RoCEv1 frames (Ethertype 0x8915, GRH) built from the capture's
+// packets, and frames with an 802.1Q tag, decode without errors.
+func TestRoCEv1AndVLAN(t *testing.T) {
+	frames := readFrames(t, readFile(t, captureDir+"/rxe-rdma-cm-rping.pcap"))
+	var v1 []frameOut
+	for _, fr := range frames {
+		var f roce.Frame
+		if err := f.DecodeEthernet(fr.data); err != nil {
+			t.Fatal(err)
+		}
+		h := f.Headers()
+		h.Version = roce.RoCEv1
+		h.Src, h.Dst = ipToGID(f.Src), ipToGID(f.Dst)
+		d := make([]byte, h.Len()+len(f.IB)+roce.ICRCLen)
+		copy(d[h.Len():], f.IB)
+		if _, err := h.EncodeFrame(d, len(f.IB)); err != nil {
+			t.Fatal(err)
+		}
+		ci := fr.ci
+		ci.CaptureLength, ci.Length = len(d), len(d)
+		v1 = append(v1, frameOut{ci, d})
+	}
+	res, out, err := decodeBytes(t, writeCapture(t, v1, layers.LinkTypeEthernet, false), allOn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Errors) != 0 || res.RDMAFrames != len(frames) || !strings.Contains(out, "10.77.0.22 → 10.77.0.21 RoCEv1 UD SEND only CM REQ") {
+		t.Errorf("RoCEv1: errors %v, %d RDMA frames\n%.400s", res.Errors, res.RDMAFrames, out)
+	}
+	for _, name := range []string{"rxe-rdma-cm-rping.pcap", "siw-crc-rping.pcap"} {
+		frames := readFrames(t, readFile(t, captureDir+"/"+name))
+		want, _, _ := decodeBytes(t, writeCapture(t, frames, layers.LinkTypeEthernet, false), Options{})
+		for i, fr := range frames {
+			d := make([]byte, 0, len(fr.data)+4)
+			d = append(d, fr.data[:12]...)
+			d = append(d, 0x81, 0x00, 0x00, 0x07)
+			d = append(d, fr.data[12:]...)
+			frames[i].data = d
+			frames[i].ci.CaptureLength, frames[i].ci.Length = len(d), len(d)
+		}
+		res, _, err := decodeBytes(t, writeCapture(t, frames, layers.LinkTypeEthernet, false), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Errors) != 0 || res.RDMAFrames != want.RDMAFrames || res.Packets != want.Packets {
+			t.Errorf("%s with VLAN tags: errors %v, %d RDMA frames (want %d)", name, res.Errors, res.RDMAFrames, want.RDMAFrames)
+		}
+	}
+}
+
+func ipToGID(a netip.Addr) netip.Addr { return netip.AddrFrom16(a.As16()) }
