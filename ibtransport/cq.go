@@ -1,0 +1,191 @@
+package ibtransport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrCQOverrun means a completion queue overflowed: a completion was lost, the CQ is
+// in error and every QP that uses it was moved to the error state (IBTA 11.4.2.1).
+var ErrCQOverrun = errors.New("completion queue overrun")
+
+// CQ is a completion queue (ibv_cq).
+type CQ struct {
+	ctx     *Context
+	ring    []WC
+	head    int // index of the oldest entry
+	count   int
+	armed   bool
+	solOnly bool
+	err     error
+	dead    bool
+	refs    int // QPs and SRQs using it
+
+	events chan struct{} // completion events (armed notifications)
+	avail  chan struct{} // "a completion was added", for Wait
+	qps    []*QP
+}
+
+// CreateCQ creates a completion queue with room for depth completions (ibv_create_cq).
+func (c *Context) CreateCQ(depth int) (*CQ, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if depth <= 0 || depth > c.cfg.MaxCQE {
+		return nil, fmt.Errorf("create cq: depth %d not in 1..%d: %w", depth, c.cfg.MaxCQE, ErrInvalidArgument)
+	}
+	if c.numCQ >= c.cfg.MaxCQ {
+		return nil, fmt.Errorf("create cq: %d CQs exist: %w", c.numCQ, ErrNoResources)
+	}
+	c.numCQ++
+	return &CQ{
+		ctx:    c,
+		ring:   make([]WC, depth),
+		events: make(chan struct{}, 1),
+		avail:  make(chan struct{}, 1),
+	}, nil
+}
+
+// Depth returns the number of completions the CQ holds.
+func (cq *CQ) Depth() int { return len(cq.ring) }
+
+// Poll moves up to len(wc) completions into wc, oldest first, and returns how many
+// (ibv_poll_cq). After an overrun it still returns the completions it holds; Err
+// reports the overrun.
+func (cq *CQ) Poll(wc []WC) int {
+	c := cq.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for n < len(wc) && cq.count > 0 {
+		wc[n] = cq.ring[cq.head]
+		cq.head++
+		if cq.head == len(cq.ring) {
+			cq.head = 0
+		}
+		cq.count--
+		n++
+	}
+	return n
+}
+
+// Len returns the number of completions waiting to be polled.
+func (cq *CQ) Len() int {
+	cq.ctx.mu.Lock()
+	defer cq.ctx.mu.Unlock()
+	return cq.count
+}
+
+// Err returns ErrCQOverrun (wrapped) once the CQ has overflowed, else nil.
+func (cq *CQ) Err() error {
+	cq.ctx.mu.Lock()
+	defer cq.ctx.mu.Unlock()
+	return cq.err
+}
+
+// Wait blocks until the CQ holds a completion, the CQ is in error, or ctx ends.
+func (cq *CQ) Wait(ctx context.Context) error {
+	for {
+		cq.ctx.mu.Lock()
+		n, err := cq.count, cq.err
+		cq.ctx.mu.Unlock()
+		if n > 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-cq.avail:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Notify arms the CQ (ibv_req_notify_cq): the next completion added — or, with
+// solicitedOnly, the next solicited receive completion or error completion — sends
+// one value on Events and disarms it.
+func (cq *CQ) Notify(solicitedOnly bool) {
+	cq.ctx.mu.Lock()
+	defer cq.ctx.mu.Unlock()
+	if cq.armed && !solicitedOnly {
+		cq.solOnly = false // arming for all completions widens a solicited-only arm
+		return
+	}
+	cq.armed = true
+	cq.solOnly = solicitedOnly
+}
+
+// Events returns the CQ's completion event channel (a completion channel of one
+// CQ). It has capacity one.
+func (cq *CQ) Events() <-chan struct{} { return cq.events }
+
+// Destroy destroys the CQ (ibv_destroy_cq). It fails with ErrBusy while QPs use it.
+func (cq *CQ) Destroy() error {
+	c := cq.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cq.dead {
+		return fmt.Errorf("destroy cq: %w", ErrDestroyed)
+	}
+	if cq.refs > 0 {
+		return fmt.Errorf("destroy cq: %d QPs use it: %w", cq.refs, ErrBusy)
+	}
+	cq.dead = true
+	c.numCQ--
+	return nil
+}
+
+// push adds a completion. solicited marks a receive completion of a message with
+// the SE bit. mu is held. On overflow the completion is lost, the CQ goes to error,
+// an EventCQErr is posted and the QPs using the CQ go to the error state.
+func (cq *CQ) push(w WC, solicited bool) {
+	if cq.err != nil || cq.dead {
+		return
+	}
+	if cq.count == len(cq.ring) {
+		cq.err = fmt.Errorf("cq of depth %d: %w", len(cq.ring), ErrCQOverrun)
+		cq.ctx.postEvent(AsyncEvent{Type: EventCQErr, CQ: cq})
+		signal(cq.avail)
+		for _, qp := range cq.qps {
+			qp.fatal(EventQPFatal)
+		}
+		return
+	}
+	i := cq.head + cq.count
+	if i >= len(cq.ring) {
+		i -= len(cq.ring)
+	}
+	cq.ring[i] = w
+	cq.count++
+	signal(cq.avail)
+	if cq.armed && (!cq.solOnly || solicited || w.Status != WCSuccess) {
+		cq.armed = false
+		signal(cq.events)
+	}
+}
+
+// attach and detach record which QPs use the CQ (for overrun handling).
+func (cq *CQ) attach(qp *QP) {
+	cq.refs++
+	cq.qps = append(cq.qps, qp)
+}
+
+func (cq *CQ) detach(qp *QP) {
+	cq.refs--
+	for i, q := range cq.qps {
+		if q == qp {
+			cq.qps = append(cq.qps[:i], cq.qps[i+1:]...)
+			break
+		}
+	}
+}
+
+// signal does a non-blocking send on a capacity-one channel.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,230 @@
+package ibtransport_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/ibtransport/ibtest"
+)
+
+// TestCQOverrun: a full CQ loses the completion, goes to error, posts
+// IBV_EVENT_CQ_ERR and moves its QPs to the error state.
+func TestCQOverrun(t *testing.T) {
+	p := newRC(t)
+	small, err := p.A.Ctx.CreateCQ(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := p.A.Ctx.CreateQP(p.A.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: small, RecvCQ: p.A.CQ,
+		Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}, SignalAll: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := p.B.Ctx.CreateQP(p.B.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.B.CQ, RecvCQ: p.B.CQ,
+		Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ibtest.Connect(qp, peer, ibtest.DefaultConnOptions()); err != nil {
+		t.Fatal(err)
+	}
+	dst := regMR(t, p.B.PD, make([]byte, 8), allAccess)
+	for i := range 3 {
+		post(t, qp, ib.SendWR{WRID: uint64(i), Opcode: ib.WRRDMAWrite, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	}
+	_ = p.Wire.Run(nil, 10000)
+	if err := small.Err(); !errors.Is(err, ib.ErrCQOverrun) {
+		t.Fatalf("cq error %v", err)
+	}
+	if qp.State() != ib.QPStateErr {
+		t.Fatalf("qp state %s", qp.State())
+	}
+	var sawCQErr bool
+	for len(p.A.Ctx.AsyncEvents()) > 0 {
+		if ev := <-p.A.Ctx.AsyncEvents(); ev.Type == ib.EventCQErr && ev.CQ == small {
+			sawCQErr = true
+		}
+	}
+	if !sawCQErr {
+		t.Fatal("no CQ error event")
+	}
+	var wc [4]ib.WC
+	if n := small.Poll(wc[:]); n != 2 {
+		t.Fatalf("%d completions kept", n)
+	}
+	if err := small.Wait(context.Background()); !errors.Is(err, ib.ErrCQOverrun) {
+		t.Fatalf("wait on a broken CQ: %v", err)
+	}
+}
+
+// TestCQNotify: an armed CQ signals once; solicited-only ignores unsolicited
+// receives.
+func TestCQNotify(t *testing.T) {
+	p := newRC(t)
+	src := regMR(t, p.A.PD, make([]byte, 4), 0)
+	dst := regMR(t, p.B.PD, make([]byte, 16), ib.AccessLocalWrite)
+	send := func(id uint64, solicited bool) {
+		postRecv(t, p.B.QP, ib.RecvWR{WRID: id, SGL: []ib.SGE{dst.SGE(0, 16)}})
+		post(t, p.A.QP, ib.SendWR{WRID: id, Opcode: ib.WRSend, SGL: []ib.SGE{src.SGE(0, 4)}, Solicited: solicited})
+		complete(t, p, p.B.CQ, 1)
+	}
+	events := func() int {
+		n := 0
+		for len(p.B.CQ.Events()) > 0 {
+			<-p.B.CQ.Events()
+			n++
+		}
+		return n
+	}
+	send(1, false)
+	if events() != 0 {
+		t.Fatal("event without arming")
+	}
+	p.B.CQ.Notify(false)
+	send(2, false)
+	send(3, false)
+	if n := events(); n != 1 {
+		t.Fatalf("%d events after arming once", n)
+	}
+	p.B.CQ.Notify(true)
+	send(4, false)
+	if events() != 0 {
+		t.Fatal("solicited-only arm fired for an unsolicited receive")
+	}
+	send(5, true)
+	if events() != 1 {
+		t.Fatal("solicited receive did not fire")
+	}
+}
+
+func TestCQWait(t *testing.T) {
+	p := newRC(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.A.CQ.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("wait with a canceled context: %v", err)
+	}
+	done := make(chan error)
+	go func() { done <- p.B.CQ.Wait(context.Background()) }()
+	dst := regMR(t, p.B.PD, make([]byte, 16), ib.AccessLocalWrite)
+	postRecv(t, p.B.QP, ib.RecvWR{WRID: 1, SGL: []ib.SGE{dst.SGE(0, 16)}})
+	post(t, p.A.QP, ib.SendWR{WRID: 1, Opcode: ib.WRSend})
+	_ = p.Wire.Run(func() bool { return p.B.CQ.Len() > 0 }, 10000)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return")
+	}
+}
+
+// TestSRQ: two QPs share receive WRs; the limit event fires once when the SRQ
+// falls below the armed limit.
+func TestSRQ(t *testing.T) {
+	p := newRC(t)
+	srq, err := p.B.Ctx.CreateSRQ(p.B.PD, ib.SRQInitAttr{MaxWR: 8, MaxSGE: 1, Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bqps, aqps []*ib.QP
+	for i := range 2 {
+		bq, err := p.B.Ctx.CreateQP(p.B.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.B.CQ, RecvCQ: p.B.CQ, SRQ: srq,
+			Cap: ib.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		aq, err := p.A.Ctx.CreateQP(p.A.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.A.CQ, RecvCQ: p.A.CQ,
+			Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := ibtest.DefaultConnOptions()
+		o.PSNA += uint32(i)
+		if err := ibtest.Connect(aq, bq, o); err != nil {
+			t.Fatal(err)
+		}
+		if err := bq.PostRecv(ib.RecvWR{}); err == nil {
+			t.Fatal("PostRecv on a QP with an SRQ")
+		}
+		aqps, bqps = append(aqps, aq), append(bqps, bq)
+	}
+	dst := regMR(t, p.B.PD, make([]byte, 64), ib.AccessLocalWrite)
+	for i := range 4 {
+		if err := srq.PostRecv(ib.RecvWR{WRID: uint64(10 + i), SGL: []ib.SGE{dst.SGE(16*i, 16)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := regMR(t, p.A.PD, []byte("hello"), 0)
+	for i, aq := range aqps {
+		post(t, aq, ib.SendWR{WRID: uint64(i), Opcode: ib.WRSend, SGL: []ib.SGE{src.SGE(0, 5)}})
+	}
+	wcs := complete(t, p, p.B.CQ, 2)
+	if wcs[0].WRID != 10 || wcs[1].WRID != 11 || wcs[0].QPNum == wcs[1].QPNum {
+		t.Fatalf("completions %v", wcs)
+	}
+	if srq.Len() != 2 {
+		t.Fatalf("srq holds %d", srq.Len())
+	}
+	n := 0
+	for len(p.B.Ctx.AsyncEvents()) > 0 {
+		if ev := <-p.B.Ctx.AsyncEvents(); ev.Type == ib.EventSRQLimitReached && ev.SRQ == srq {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d limit events", n)
+	}
+	if err := srq.Destroy(); !errors.Is(err, ib.ErrBusy) {
+		t.Fatalf("destroy of a used SRQ: %v", err)
+	}
+}
+
+// TestFenceAndRdAtomic: at most MaxRdAtomic READs are outstanding, and a fenced
+// WRITE waits for the READs before it.
+func TestFenceAndRdAtomic(t *testing.T) {
+	o := ibtest.DefaultConnOptions()
+	o.MaxRdAtomic = 2
+	p := newPair(t, ib.QPTypeRC, o)
+	remote := regMR(t, p.B.PD, make([]byte, 1024), allAccess)
+	local := regMR(t, p.A.PD, make([]byte, 1024*5), ib.AccessLocalWrite)
+	outstanding, maxOut := 0, 0
+	writeAt, lastReadDone := -1, -1
+	seq := 0
+	p.Wire.Tap = func(d ibtest.Direction, data []byte) {
+		pk := decode(t, data)
+		seq++
+		switch pk.Opcode() {
+		case ib.OpcodeRCRDMAReadRequest:
+			outstanding++
+			maxOut = max(maxOut, outstanding)
+		case ib.OpcodeRCRDMAReadResponseOnly:
+			outstanding--
+			lastReadDone = seq
+		case ib.OpcodeRCRDMAWriteOnly:
+			if writeAt < 0 {
+				writeAt = seq
+			}
+		}
+	}
+	p.Wire.Latency = time.Microsecond
+	var wrs []ib.SendWR
+	for i := range 5 {
+		wrs = append(wrs, ib.SendWR{WRID: uint64(i), Opcode: ib.WRRDMARead, SGL: []ib.SGE{local.SGE(1024*i, 1024)},
+			RemoteAddr: remote.Addr(), RKey: remote.RKey(), Signaled: true})
+	}
+	wrs = append(wrs, ib.SendWR{WRID: 5, Opcode: ib.WRRDMAWrite, Fence: true, SGL: []ib.SGE{local.SGE(0, 8)},
+		RemoteAddr: remote.Addr(), RKey: remote.RKey(), Signaled: true})
+	post(t, p.A.QP, wrs...)
+	complete(t, p, p.A.CQ, 6)
+	if maxOut != 2 {
+		t.Fatalf("%d READs outstanding at once, want 2", maxOut)
+	}
+	if writeAt < lastReadDone {
+		t.Fatalf("fenced WRITE sent (packet %d) before the last READ response (%d)", writeAt, lastReadDone)
+	}
+}
