@@ -21,6 +21,8 @@ func run(args []string) int {
 		return 0
 	case "decode":
 		return runDecode(args[1:], os.Stdout, os.Stderr)
+	case "demo":
+		return demoCmd(args[1:], os.Stdout, os.Stderr)
 	}
 	fmt.Fprintf(os.Stderr, "softrdma: unknown command %q\n%s\n", args[0], usage)
 	return 2
