@@ -1,0 +1,297 @@
+//go:build linux
+
+package netio
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/songgao/water"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultTAPBatchSize is the BatchSize of a TAPEndpoint. A TAP device moves
+// one frame per read or write system call, so batching saves only poller
+// wake-ups: 16 frames amortise those without holding frames back.
+const DefaultTAPBatchSize = 16
+
+// TAPStats counts what a TAPEndpoint did.
+type TAPStats struct {
+	FramesSent         uint64 // frames written to the device
+	FramesReceived     uint64 // frames returned by Read or TryRead
+	DroppedOversize    uint64 // Write: frame longer than MaxFrameLen(MTU()) or shorter than an Ethernet header
+	DroppedWriteError  uint64 // Write: the device refused the frame (see LastWriteError)
+	DroppedShortBuffer uint64 // Read: frame longer than the caller's buffer
+}
+
+// TAPEndpoint is a Linux TAP device (github.com/songgao/water, no packet
+// information header, no virtio-net header and so no offloads): the kernel
+// side of the device is an ordinary interface in the network namespace of
+// the thread that called NewTAP, and frames written here arrive on it as if
+// from a wire, and vice versa.
+//
+// Each frame costs one read or write system call (the device has no batch
+// interface); Read and Write loop over the batch, and a Read waits in Go's
+// network poller only when no frame is queued, so Close wakes it at once.
+// A frame the kernel side sends is received straight into the caller's
+// buffer; a frame longer than the buffer is detected (the read spills into
+// a scratch buffer) and dropped.
+type TAPEndpoint struct {
+	ifce  *water.Interface
+	file  *os.File
+	rc    syscall.RawConn
+	name  string
+	mac   net.HardwareAddr
+	mtu   int
+	batch int
+
+	closed atomic.Bool
+
+	readMu   sync.Mutex
+	overflow []byte // where a read longer than the caller's buffer spills
+	iov      [][]byte
+
+	writeMu sync.Mutex
+
+	lastWriteErr atomic.Pointer[error]
+	c            struct {
+		framesSent, framesReceived, droppedOversize, droppedWriteError, droppedShortBuffer atomic.Uint64
+	}
+}
+
+var (
+	_ Endpoint = (*TAPEndpoint)(nil)
+	_ Poller   = (*TAPEndpoint)(nil)
+)
+
+// NewTAP creates a TAP device called name (empty: the kernel picks tapN) in
+// the calling thread's network namespace, sets its MTU if mtu > 0 (else
+// keeps the kernel's, normally 1500), and brings its link up. Addresses are
+// the caller's business. The device disappears when the endpoint is
+// closed. It needs CAP_NET_ADMIN and /dev/net/tun.
+func NewTAP(name string, mtu int) (*TAPEndpoint, error) {
+	ifce, err := water.New(water.Config{
+		DeviceType:             water.TAP,
+		PlatformSpecificParams: water.PlatformSpecificParams{Name: name},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("netio: tap: creating %q: %w", name, err)
+	}
+	e := &TAPEndpoint{ifce: ifce, name: ifce.Name(), batch: DefaultTAPBatchSize}
+	f, ok := ifce.ReadWriteCloser.(*os.File)
+	if !ok {
+		ifce.Close()
+		return nil, errors.New("netio: tap: water did not return an *os.File")
+	}
+	e.file = f
+	if e.rc, err = f.SyscallConn(); err != nil {
+		ifce.Close()
+		return nil, fmt.Errorf("netio: tap: %w", err)
+	}
+	if err := configureLink(e.name, mtu); err != nil {
+		ifce.Close()
+		return nil, fmt.Errorf("netio: tap: configuring %s: %w", e.name, err)
+	}
+	ifi, err := net.InterfaceByName(e.name)
+	if err != nil {
+		ifce.Close()
+		return nil, fmt.Errorf("netio: tap: %w", err)
+	}
+	e.mac, e.mtu = ifi.HardwareAddr, ifi.MTU
+	e.overflow = make([]byte, 65536)
+	e.iov = make([][]byte, 2)
+	return e, nil
+}
+
+// configureLink sets the MTU (if mtu > 0) of the named link in the calling
+// thread's namespace and brings it up.
+func configureLink(name string, mtu int) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	if mtu > 0 {
+		ifr.SetUint32(uint32(mtu))
+		if err := unix.IoctlIfreq(fd, unix.SIOCSIFMTU, ifr); err != nil {
+			return fmt.Errorf("setting MTU %d: %w", mtu, err)
+		}
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bringing link up: %w", err)
+	}
+	return nil
+}
+
+// Name returns the device's interface name.
+func (e *TAPEndpoint) Name() string { return e.name }
+
+// HardwareAddr returns the Ethernet address of the kernel side of the
+// device: the destination of frames written to it.
+func (e *TAPEndpoint) HardwareAddr() net.HardwareAddr { return e.mac }
+
+// BatchSize returns DefaultTAPBatchSize.
+func (e *TAPEndpoint) BatchSize() int { return e.batch }
+
+// MTU returns the device's MTU.
+func (e *TAPEndpoint) MTU() int { return e.mtu }
+
+// LastWriteError returns the most recent error for a frame the device
+// refused, or nil.
+func (e *TAPEndpoint) LastWriteError() error {
+	if p := e.lastWriteErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the endpoint's counters.
+func (e *TAPEndpoint) Stats() TAPStats {
+	return TAPStats{
+		FramesSent: e.c.framesSent.Load(), FramesReceived: e.c.framesReceived.Load(),
+		DroppedOversize: e.c.droppedOversize.Load(), DroppedWriteError: e.c.droppedWriteError.Load(),
+		DroppedShortBuffer: e.c.droppedShortBuffer.Load(),
+	}
+}
+
+// Close closes the device, which removes it. A blocked Read returns
+// net.ErrClosed.
+func (e *TAPEndpoint) Close() error {
+	if !e.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return e.ifce.Close()
+}
+
+// Read reads up to len(bufs) frames, one read system call each, blocking
+// until at least one is queued. See Endpoint.
+func (e *TAPEndpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return e.read(bufs, sizes, offset, true)
+}
+
+// TryRead is Read without blocking. See Poller.
+func (e *TAPEndpoint) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return e.read(bufs, sizes, offset, false)
+}
+
+func (e *TAPEndpoint) read(bufs [][]byte, sizes []int, offset int, block bool) (int, error) {
+	if e.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	if offset < 0 {
+		return 0, fmt.Errorf("netio: tap: negative read offset %d", offset)
+	}
+	e.readMu.Lock()
+	defer e.readMu.Unlock()
+	want := min(len(bufs), len(sizes))
+	n := 0
+	var rerr, serr error
+	err := e.rc.Read(func(fd uintptr) bool {
+		for n < want {
+			var room []byte
+			if offset <= len(bufs[n]) {
+				room = bufs[n][offset:]
+			}
+			e.iov[0], e.iov[1] = room, e.overflow
+			m, err := unix.Readv(int(fd), e.iov)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				if err != unix.EAGAIN {
+					serr = err
+					return true
+				}
+				// Nothing queued: done if we have frames (or must not block).
+				return n > 0 || !block
+			}
+			if m > len(room) {
+				e.c.droppedShortBuffer.Add(1)
+				if rerr == nil {
+					rerr = shortBufferError(m, len(room))
+				}
+				continue
+			}
+			sizes[n] = m
+			n++
+		}
+		return true
+	})
+	clear(e.iov)
+	e.c.framesReceived.Add(uint64(n))
+	if err != nil {
+		if e.closed.Load() || errors.Is(err, os.ErrClosed) {
+			return n, net.ErrClosed
+		}
+		return n, err
+	}
+	if serr != nil {
+		return n, fmt.Errorf("netio: tap: read: %w", serr)
+	}
+	return n, rerr
+}
+
+// Write writes each bufs[i][offset:] to the device, one write system call
+// each. Frames shorter than an Ethernet header or longer than
+// MaxFrameLen(MTU()), and frames the device refuses, are dropped and
+// counted. See Endpoint.
+func (e *TAPEndpoint) Write(bufs [][]byte, offset int) (int, error) {
+	if e.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	i := 0
+	err := e.rc.Write(func(fd uintptr) bool {
+		for i < len(bufs) {
+			b := bufs[i]
+			if offset < 0 || offset > len(b) {
+				return true
+			}
+			f := b[offset:]
+			if len(f) < EthernetHeaderLen || len(f) > MaxFrameLen(e.mtu) {
+				e.c.droppedOversize.Add(1)
+				i++
+				continue
+			}
+			_, err := unix.Write(int(fd), f)
+			switch err {
+			case nil:
+				e.c.framesSent.Add(1)
+			case unix.EAGAIN:
+				return false // wait until the device can take more
+			case unix.EINTR:
+				continue
+			default:
+				err := error(os.NewSyscallError("write", err))
+				e.lastWriteErr.Store(&err)
+				e.c.droppedWriteError.Add(1)
+			}
+			i++
+		}
+		return true
+	})
+	if err != nil {
+		if e.closed.Load() || errors.Is(err, os.ErrClosed) {
+			return i, net.ErrClosed
+		}
+		return i, err
+	}
+	if i < len(bufs) {
+		return i, fmt.Errorf("netio: tap: write offset %d outside buffer %d of length %d", offset, i, len(bufs[i]))
+	}
+	return i, nil
+}

@@ -1,0 +1,1399 @@
+//go:build linux
+
+package netio
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
+)
+
+// RoCEv2Port is the UDP destination port of RoCEv2 (IANA "roce").
+const RoCEv2Port = 4791
+
+// Header sizes and Ethertypes of the frames the backends parse and build.
+const (
+	ipv4HeaderLen = 20
+	ipv6HeaderLen = 40
+	udpHeaderLen  = 8
+
+	etherTypeIPv4   = 0x0800
+	etherTypeIPv6   = 0x86dd
+	etherTypeARP    = 0x0806
+	etherTypeRoCEv1 = 0x8915
+
+	ipProtoUDP = 17
+	ipv4FlagDF = 0x4000 // the flags+fragment offset word with DF alone
+)
+
+// DefaultUDPBatchSize is the batch size of a UDPEndpoint when UDPConfig
+// leaves it zero. 64 is UDP_MAX_SEGMENTS, the most datagrams one UDP GSO
+// send may carry, so a full batch to one peer can leave in a single message;
+// recvmmsg and sendmmsg have amortised their system-call cost well before
+// that.
+const DefaultUDPBatchSize = 64
+
+// DefaultUDPSocketBuffer is the SO_RCVBUF/SO_SNDBUF request when UDPConfig
+// leaves SocketBuffer zero: a few milliseconds of line rate at 10 Gb/s, so
+// a burst of RDMA WRITE segments is not dropped by the receive queue.
+const DefaultUDPSocketBuffer = 4 << 20
+
+// DefaultMaxSourcePorts bounds the lazily created send sockets of a
+// UDPEndpoint when UDPConfig leaves MaxSourcePorts zero.
+const DefaultMaxSourcePorts = 4096
+
+// udpMaxSegments is UDP_MAX_SEGMENTS of include/linux/udp.h: 64 in most
+// kernels (some raised it to 128), so 64 is safe everywhere.
+const udpMaxSegments = 64
+
+// udpMaxGSOPayload bounds the UDP payload of one GSO send: the IPv6 payload
+// length is 16 bits and includes the UDP header.
+const udpMaxGSOPayload = 65535 - udpHeaderLen
+
+// groSlotLen is the receive buffer of one message when UDP_GRO is on: the
+// kernel may hand over up to 64 KiB of coalesced datagrams at once.
+const groSlotLen = 65536
+
+// sourcePortRetry is how long a source port whose socket could not be
+// bound is given up before binding is tried again.
+const sourcePortRetry = time.Second
+
+// IPv4IDPolicy is implemented by endpoints that cannot carry the IPv4
+// Identification field end to end, as an ordinary UDP socket cannot. The
+// RoCE layer needs to know, because the RoCEv2 ICRC covers that field.
+// (Declared here, with the one backend that needs it; it belongs beside
+// Endpoint in netio.go.)
+type IPv4IDPolicy interface {
+	// IPv4IDZero reports whether Write requires every IPv4 frame to carry
+	// Identification 0 with the DF flag set (and no other flag or fragment
+	// offset); frames that do not are dropped and counted.
+	IPv4IDZero() bool
+
+	// UnknownIPv4ID reports whether the IPv4 Identification of frames
+	// returned by Read is unknown and written as 0 (with DF assumed set).
+	// The RoCE layer then recovers it from the ICRC, which is linear in
+	// those 16 bits.
+	UnknownIPv4ID() bool
+}
+
+// UDPConfig configures NewUDP. The zero value listens on 0.0.0.0:4791.
+type UDPConfig struct {
+	// LocalAddr is where RoCEv2 datagrams are received, and the source
+	// address of those sent. Its family selects IPv4 or IPv6 (an endpoint
+	// carries one family). An unspecified address (0.0.0.0 or ::) receives
+	// on every local address, and each frame's IP source address is then
+	// passed to the kernel with IP_PKTINFO/IPV6_PKTINFO. The zero Addr means
+	// 0.0.0.0; port 0 means RoCEv2Port.
+	LocalAddr netip.AddrPort
+
+	// LocalMAC is the destination MAC of the frames Read synthesises and
+	// PeerMAC their source MAC; nil means all zeros. Write ignores the MACs
+	// of the frames it is given.
+	LocalMAC, PeerMAC net.HardwareAddr
+
+	// MTU is the interface MTU the endpoint reports (and enforces on Write):
+	// that of the path to the peers; 0 means DefaultMTU.
+	MTU int
+
+	// BatchSize is the most frames per Read or Write system call; 0 means
+	// DefaultUDPBatchSize.
+	BatchSize int
+
+	// SocketBuffer is the SO_RCVBUF and SO_SNDBUF size to request, in
+	// bytes; 0 means DefaultUDPSocketBuffer, negative leaves the kernel
+	// default. With CAP_NET_ADMIN the FORCE variants lift the
+	// net.core.rmem_max/wmem_max caps.
+	SocketBuffer int
+
+	// DisableGSO turns off UDP generic segmentation offload on send
+	// (UDP_SEGMENT), and DisableGRO the coalescing of received datagrams
+	// (UDP_GRO); both are otherwise used where the kernel supports them.
+	// GSO is used for IPv6 only (see UDPEndpoint).
+	DisableGSO, DisableGRO bool
+
+	// MaxSourcePorts bounds the number of send sockets, one per distinct UDP
+	// source port; 0 means DefaultMaxSourcePorts. Frames from further source
+	// ports are dropped and counted.
+	MaxSourcePorts int
+}
+
+// UDPStats counts what a UDPEndpoint did.
+type UDPStats struct {
+	FramesSent     uint64 // frames handed to the kernel
+	FramesReceived uint64 // frames returned by Read or TryRead
+	SendCalls      uint64 // sendmmsg system calls
+	RecvCalls      uint64 // recvmmsg system calls that returned datagrams
+	GSOSends       uint64 // messages sent as several datagrams with UDP_SEGMENT
+	GROReceives    uint64 // messages received as several coalesced datagrams
+
+	DroppedMalformed   uint64 // Write: not Ethernet + IP + UDP of the endpoint's family, or inconsistent lengths
+	DroppedIPv4ID      uint64 // Write: IPv4 Identification not 0, or flags/fragment offset not DF alone
+	DroppedSourceAddr  uint64 // Write: IP source address not the endpoint's bound address
+	DroppedSourcePort  uint64 // Write: no socket could be bound to the UDP source port
+	DroppedOversize    uint64 // Write: frame longer than MaxFrameLen(MTU())
+	DroppedSendError   uint64 // Write: the kernel refused the datagram (see LastSendError)
+	DroppedShortBuffer uint64 // Read: datagram longer than the caller's buffer
+
+	SourcePortSockets int // send sockets open, one per UDP source port in use
+}
+
+type udpCounters struct {
+	framesSent, framesReceived, sendCalls, recvCalls, gsoSends, groReceives atomic.Uint64
+
+	droppedMalformed, droppedIPv4ID, droppedSourceAddr, droppedSourcePort,
+	droppedOversize, droppedSendError, droppedShortBuffer atomic.Uint64
+}
+
+// UDPEndpoint carries RoCEv2 over ordinary UDP sockets, without privileges,
+// behind the Ethernet-frame Endpoint interface: the RoCE layer builds and
+// parses the same Ethernet + IP + UDP + IB frames as over a raw link.
+//
+// Write reads each frame's IP destination, UDP ports and IP source, and
+// sends the UDP payload (BTH ... ICRC) with sendmmsg; the kernel writes the
+// real IP and UDP headers. It passes the frame's TOS/traffic class and
+// TTL/hop limit along per datagram (IP_TOS, IP_TTL, IPV6_TCLASS,
+// IPV6_HOPLIMIT); the IPv6 flow label and both checksums are the kernel's
+// (all four are masked out of the ICRC).
+//
+// The IPv4 Identification field is covered by the ICRC but cannot be chosen
+// through a UDP socket. Linux writes 0 for datagrams with DF set from an
+// unconnected socket (ip_select_ident_segs in include/net/ip.h), so the
+// endpoint sends from unconnected sockets with IP_PMTUDISC_DO, and Write
+// accepts only IPv4 frames with Identification 0 and DF set (IPv4IDZero),
+// which the wire then matches bit for bit. For the same reason UDP GSO is
+// not used for IPv4: software segmentation numbers the segments 0, 1, 2 ...
+// (inet_gso_segment: UDP GSO is not SKB_GSO_TCP_FIXEDID), which would
+// break the ICRC of all but the first (TestKernelIPv4GSOIdentification
+// watches a TAP: 0, 1, 2, 3). IPv6 has no such field and uses GSO.
+//
+// Source ports: rxe sends from 0xC000 + (hash(QPN) & 0x3fff), and the
+// source port is covered by the ICRC too, so it must leave exactly as
+// written. Without privileges the only way is a socket bound to that port:
+// the endpoint creates one send socket per distinct source port, lazily on
+// first use, bound to LocalAddr's address and shared by every QP that hashes
+// alike (at most 16384 for rxe's scheme, bounded by MaxSourcePorts). A raw
+// (IP_HDRINCL) path would need CAP_NET_RAW, which this backend exists to
+// avoid. Send sockets never receive: a drop-everything socket filter keeps
+// datagrams for their ports out of their queues. Frames whose source port
+// is LocalAddr's port go out through the receiving socket. Frames are
+// grouped per socket for sendmmsg; order is kept among frames of one source
+// port (one QP), not across ports. Send sockets are opened in the network
+// namespace NewUDP ran in, whichever thread Write runs on.
+//
+// Read receives with recvmmsg on the one socket bound to LocalAddr and
+// synthesises Ethernet (LocalMAC, PeerMAC) + IPv4/IPv6 + UDP headers in front
+// of each payload in the caller's buffer, using the real source address and
+// port, the destination address from IP_PKTINFO/IPV6_PKTINFO and the TOS/
+// traffic class and TTL/hop limit from IP_RECVTOS/IP_RECVTTL (IPV6_RECVTCLASS,
+// IPV6_RECVHOPLIMIT). The IPv4 Identification is not reported by the kernel:
+// synthesised IPv4 headers carry 0 and DF (UnknownIPv4ID); the IPv4 header
+// checksum is valid; the UDP checksum is 0 and the IPv6 flow label 0. IPv6
+// datagrams with UDP checksum 0, as rxe sends them, are accepted
+// (UDP_NO_CHECK6_RX); the kernel has checked every other checksum. Without
+// GRO, each datagram is received straight into the caller's buffer after
+// room for the headers (the headroom before offset is not touched). With
+// UDP_GRO the kernel may deliver up to 64 KiB of coalesced datagrams in one
+// message, so datagrams are received into the endpoint's own 64 KiB buffers
+// and copied out segment by segment: one deliberate copy, traded for far
+// fewer system calls and socket buffers; segments that do not fit the
+// caller's batch wait for the next Read.
+type UDPEndpoint struct {
+	is6      bool
+	local    netip.AddrPort // bound address and port
+	wildcard bool           // local address unspecified: pass sources with PKTINFO
+	mtu      int
+	batch    int
+	hdrLen   int // synthesised header length: Ethernet + IP + UDP
+	maxPorts int
+	bufSize  int
+	localMAC [6]byte
+	peerMAC  [6]byte
+
+	netns netnsHandle // where NewUDP ran: send sockets are opened there too
+
+	rx  *udpSocket // bound to local: receives, and sends from local's port
+	gso atomic.Bool
+	gro bool
+
+	closed atomic.Bool
+
+	sockMu sync.Mutex // guards socks; held while Write looks up and creates sockets
+	socks  map[uint16]*sourcePortSocket
+
+	readMu sync.Mutex
+	r      udpReader
+
+	writeMu sync.Mutex
+	w       udpWriter
+
+	lastSendErr atomic.Pointer[error]
+	stats       udpCounters
+}
+
+// netnsHandle remembers the network namespace of the thread that opened
+// an endpoint, so that sockets the endpoint opens later, from whatever
+// thread Write happens to run on, are created in the same namespace (as when
+// the endpoint was opened inside a test namespace).
+type netnsHandle struct {
+	file     *os.File // the namespace (nsfs); nil if /proc is unavailable
+	dev, ino uint64
+}
+
+// threadNetnsPath names the calling thread's network namespace.
+func threadNetnsPath() string { return fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()) }
+
+// currentNetns returns a handle on the calling thread's network namespace.
+func currentNetns() netnsHandle {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	f, err := os.Open(threadNetnsPath())
+	if err != nil {
+		return netnsHandle{}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return netnsHandle{}
+	}
+	return netnsHandle{file: f, dev: st.Dev, ino: st.Ino}
+}
+
+// do runs f on an OS thread in the namespace. When the thread Go picks is
+// elsewhere, it is moved with setns (which needs CAP_SYS_ADMIN, as moving
+// into a namespace always does) and then discarded rather than reused.
+func (h *netnsHandle) do(f func() error) error {
+	if h.file == nil {
+		return f()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		var st unix.Stat_t
+		if unix.Stat(threadNetnsPath(), &st) == nil && st.Dev == h.dev && st.Ino == h.ino {
+			err := f()
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		// The thread stays locked from here on: it ends with this goroutine.
+		if err := unix.Setns(int(h.file.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns into the endpoint's network namespace: %w", err)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+func (h *netnsHandle) close() {
+	if h.file != nil {
+		h.file.Close()
+	}
+}
+
+// udpSocket is one UDP socket with its batch reader/writer.
+type udpSocket struct {
+	conn *net.UDPConn
+	pc   batchConn
+}
+
+// batchConn is implemented by ipv4.PacketConn and ipv6.PacketConn (their
+// Message types are the same).
+type batchConn interface {
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+// sourcePortSocket is a send socket for one source port, or a record that
+// binding it failed.
+type sourcePortSocket struct {
+	s        *udpSocket
+	failedAt time.Time
+}
+
+var (
+	_ Endpoint     = (*UDPEndpoint)(nil)
+	_ Poller       = (*UDPEndpoint)(nil)
+	_ IPv4IDPolicy = (*UDPEndpoint)(nil)
+)
+
+// NewUDP opens the receiving socket of a UDP endpoint. Send sockets for
+// other source ports are opened on demand by Write.
+func NewUDP(cfg UDPConfig) (*UDPEndpoint, error) {
+	addr := cfg.LocalAddr.Addr()
+	if !addr.IsValid() {
+		addr = netip.IPv4Unspecified()
+	}
+	if addr.Is4In6() {
+		addr = addr.Unmap()
+	}
+	port := cfg.LocalAddr.Port()
+	if port == 0 {
+		port = RoCEv2Port
+	}
+	e := &UDPEndpoint{
+		is6:      addr.Is6(),
+		local:    netip.AddrPortFrom(addr, port),
+		wildcard: addr.IsUnspecified(),
+		mtu:      cfg.MTU,
+		batch:    cfg.BatchSize,
+		maxPorts: cfg.MaxSourcePorts,
+		bufSize:  cfg.SocketBuffer,
+		socks:    make(map[uint16]*sourcePortSocket),
+	}
+	if e.mtu <= 0 {
+		e.mtu = DefaultMTU
+	}
+	if e.batch <= 0 {
+		e.batch = DefaultUDPBatchSize
+	}
+	if e.maxPorts <= 0 {
+		e.maxPorts = DefaultMaxSourcePorts
+	}
+	if e.bufSize == 0 {
+		e.bufSize = DefaultUDPSocketBuffer
+	}
+	for _, m := range []struct {
+		dst *[6]byte
+		src net.HardwareAddr
+		nm  string
+	}{{&e.localMAC, cfg.LocalMAC, "LocalMAC"}, {&e.peerMAC, cfg.PeerMAC, "PeerMAC"}} {
+		if m.src != nil && len(m.src) != 6 {
+			return nil, fmt.Errorf("netio: udp: %s %v is not a 6-byte Ethernet address", m.nm, m.src)
+		}
+		copy(m.dst[:], m.src)
+	}
+	e.hdrLen = EthernetHeaderLen + ipv4HeaderLen + udpHeaderLen
+	if e.is6 {
+		e.hdrLen = EthernetHeaderLen + ipv6HeaderLen + udpHeaderLen
+	}
+
+	e.netns = currentNetns()
+	rx, err := e.listen(port, true)
+	if err != nil {
+		e.netns.close()
+		return nil, fmt.Errorf("netio: udp: listening on %v: %w", e.local, err)
+	}
+	e.rx = rx
+	if !cfg.DisableGRO {
+		e.gro = rx.setInt(unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil
+	}
+	if !cfg.DisableGSO && e.is6 {
+		e.gso.Store(rx.gsoSupported())
+	}
+	e.r.init(e)
+	e.w.init(e)
+	return e, nil
+}
+
+// listen opens a UDP socket on the endpoint's address and the given port,
+// unconnected, with DF set (PMTUDISC_DO). The receiving socket asks for the
+// destination address, TOS and TTL of each datagram; a send-only socket
+// gets a filter that drops everything it would receive.
+func (e *UDPEndpoint) listen(port uint16, receiver bool) (*udpSocket, error) {
+	network := "udp4"
+	if e.is6 {
+		network = "udp6"
+	}
+	var optErr error
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		err := c.Control(func(fd uintptr) { optErr = e.setSocketOptions(int(fd), receiver) })
+		if err != nil {
+			return err
+		}
+		return optErr
+	}}
+	pc, err := lc.ListenPacket(nil, network, netip.AddrPortFrom(e.local.Addr(), port).String())
+	if err != nil {
+		return nil, err
+	}
+	conn := pc.(*net.UDPConn)
+	s := &udpSocket{conn: conn}
+	if e.is6 {
+		s.pc = ipv6.NewPacketConn(conn)
+	} else {
+		s.pc = ipv4.NewPacketConn(conn)
+	}
+	return s, nil
+}
+
+func (e *UDPEndpoint) setSocketOptions(fd int, receiver bool) error {
+	type opt struct{ level, name, value int }
+	var opts []opt
+	if e.is6 {
+		opts = append(opts, opt{unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO})
+		if receiver {
+			opts = append(opts,
+				opt{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1},
+				opt{unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1},
+				opt{unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1})
+		}
+	} else {
+		opts = append(opts, opt{unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO})
+		if receiver {
+			opts = append(opts,
+				opt{unix.IPPROTO_IP, unix.IP_PKTINFO, 1},
+				opt{unix.IPPROTO_IP, unix.IP_RECVTTL, 1},
+				opt{unix.IPPROTO_IP, unix.IP_RECVTOS, 1})
+		}
+	}
+	for _, o := range opts {
+		if err := unix.SetsockoptInt(fd, o.level, o.name, o.value); err != nil {
+			return fmt.Errorf("setsockopt(%d, %d): %w", o.level, o.name, err)
+		}
+	}
+	if e.is6 && receiver {
+		// rxe sends IPv6 datagrams with UDP checksum 0 (see WIRE-NOTES),
+		// which the kernel otherwise drops (RFC 8200 forbids them; RFC 6936
+		// lets tunnels opt in, as rxe's own socket does).
+		unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1)
+	}
+	if e.bufSize > 0 {
+		setSocketBuffer(fd, unix.SO_SNDBUF, unix.SO_SNDBUFFORCE, e.bufSize)
+		if receiver {
+			setSocketBuffer(fd, unix.SO_RCVBUF, unix.SO_RCVBUFFORCE, e.bufSize)
+		}
+	}
+	if !receiver {
+		// Drop everything addressed to this port (ret #0), and keep the
+		// receive queue at the kernel minimum.
+		drop := []unix.SockFilter{{Code: 0x06, K: 0}}
+		prog := unix.SockFprog{Len: 1, Filter: &drop[0]}
+		if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog); err != nil {
+			return fmt.Errorf("attaching drop filter: %w", err)
+		}
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 0)
+	}
+	return nil
+}
+
+// setSocketBuffer sets a socket buffer size, with the FORCE option when the
+// process may (CAP_NET_ADMIN), else capped by the sysctl limit.
+func setSocketBuffer(fd, opt, forceOpt, size int) {
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, forceOpt, size) == nil {
+		return
+	}
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, size)
+}
+
+func (s *udpSocket) setInt(level, name, value int) error {
+	rc, err := s.conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, name, value) }); err != nil {
+		return err
+	}
+	return serr
+}
+
+func (s *udpSocket) getInt(level, name int) (int, error) {
+	rc, err := s.conn.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var v int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), level, name) }); err != nil {
+		return 0, err
+	}
+	return v, gerr
+}
+
+// gsoSupported reports whether the kernel knows UDP_SEGMENT (Linux 4.18+).
+func (s *udpSocket) gsoSupported() bool {
+	_, err := s.getInt(unix.IPPROTO_UDP, unix.UDP_SEGMENT)
+	return err == nil
+}
+
+// LocalAddr returns the address and port the endpoint receives on.
+func (e *UDPEndpoint) LocalAddr() netip.AddrPort { return e.local }
+
+// BatchSize returns the most frames moved per system call.
+func (e *UDPEndpoint) BatchSize() int { return e.batch }
+
+// MTU returns the configured interface MTU.
+func (e *UDPEndpoint) MTU() int { return e.mtu }
+
+// IPv4IDZero returns true: IPv4 frames must carry Identification 0 and DF.
+func (e *UDPEndpoint) IPv4IDZero() bool { return true }
+
+// UnknownIPv4ID returns true: the IPv4 Identification of received frames is
+// not known, and written as 0.
+func (e *UDPEndpoint) UnknownIPv4ID() bool { return true }
+
+// GSO reports whether sends currently use UDP_SEGMENT. It turns false for
+// good if the kernel refuses a segmented send.
+func (e *UDPEndpoint) GSO() bool { return e.gso.Load() }
+
+// GRO reports whether the receiving socket has UDP_GRO on.
+func (e *UDPEndpoint) GRO() bool { return e.gro }
+
+// SocketBuffers returns the receive and send buffer sizes of the receiving
+// socket as the kernel reports them (twice the usable size, by Linux's
+// convention).
+func (e *UDPEndpoint) SocketBuffers() (recv, send int, err error) {
+	if recv, err = e.rx.getInt(unix.SOL_SOCKET, unix.SO_RCVBUF); err != nil {
+		return 0, 0, err
+	}
+	send, err = e.rx.getInt(unix.SOL_SOCKET, unix.SO_SNDBUF)
+	return recv, send, err
+}
+
+// LastSendError returns the most recent error the kernel gave for a
+// datagram that was then dropped, or nil.
+func (e *UDPEndpoint) LastSendError() error {
+	if p := e.lastSendErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the endpoint's counters.
+func (e *UDPEndpoint) Stats() UDPStats {
+	c := &e.stats
+	e.sockMu.Lock()
+	open := 0
+	for _, s := range e.socks {
+		if s.s != nil {
+			open++
+		}
+	}
+	e.sockMu.Unlock()
+	return UDPStats{
+		FramesSent: c.framesSent.Load(), FramesReceived: c.framesReceived.Load(),
+		SendCalls: c.sendCalls.Load(), RecvCalls: c.recvCalls.Load(),
+		GSOSends: c.gsoSends.Load(), GROReceives: c.groReceives.Load(),
+		DroppedMalformed: c.droppedMalformed.Load(), DroppedIPv4ID: c.droppedIPv4ID.Load(),
+		DroppedSourceAddr: c.droppedSourceAddr.Load(), DroppedSourcePort: c.droppedSourcePort.Load(),
+		DroppedOversize: c.droppedOversize.Load(), DroppedSendError: c.droppedSendError.Load(),
+		DroppedShortBuffer: c.droppedShortBuffer.Load(),
+		SourcePortSockets:  open,
+	}
+}
+
+// Close closes every socket of the endpoint. Blocked and later Reads and
+// Writes return net.ErrClosed.
+func (e *UDPEndpoint) Close() error {
+	if !e.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	err := e.rx.conn.Close()
+	e.sockMu.Lock()
+	for p, s := range e.socks {
+		if s.s != nil {
+			s.s.conn.Close()
+		}
+		delete(e.socks, p)
+	}
+	e.sockMu.Unlock()
+	e.netns.close()
+	return err
+}
+
+// closedErr turns an error from a socket of a closed endpoint into
+// net.ErrClosed.
+func (e *UDPEndpoint) closedErr(err error) error {
+	if e.closed.Load() || errors.Is(err, net.ErrClosed) {
+		return net.ErrClosed
+	}
+	return err
+}
+
+// ---- receive ----
+
+// rxMeta is what the control messages of one datagram say.
+type rxMeta struct {
+	dst     [16]byte // IPv4 in the first 4 bytes
+	haveDst bool
+	ttl     uint8
+	tos     uint8
+	gsoSize int // UDP_GRO segment size; 0 if not coalesced
+}
+
+// pendingDatagram is a received message (possibly several coalesced
+// datagrams) not yet fully copied out to the caller.
+type pendingDatagram struct {
+	data []byte // what is left of the message
+	seg  int    // segment size; len(data) if not coalesced
+	meta rxMeta
+	src  netip.AddrPort
+}
+
+type udpReader struct {
+	msgs []ipv4.Message
+	iov  [][]byte // one Buffers slot per message
+	oob  [][]byte
+	// GRO path only.
+	slots   [][]byte
+	pending []pendingDatagram
+	head    int
+}
+
+// udpOOBLen holds PKTINFO, TTL, TOS and UDP_GRO control messages.
+const udpOOBLen = 160
+
+func (r *udpReader) init(e *UDPEndpoint) {
+	r.msgs = make([]ipv4.Message, e.batch)
+	r.iov = make([][]byte, e.batch)
+	r.oob = make([][]byte, e.batch)
+	oob := make([]byte, e.batch*udpOOBLen)
+	for i := range r.oob {
+		r.oob[i] = oob[i*udpOOBLen : (i+1)*udpOOBLen : (i+1)*udpOOBLen]
+	}
+	if e.gro {
+		// One allocation; pages are only touched as datagrams land.
+		slab := make([]byte, e.batch*groSlotLen)
+		r.slots = make([][]byte, e.batch)
+		for i := range r.slots {
+			r.slots[i] = slab[i*groSlotLen : (i+1)*groSlotLen : (i+1)*groSlotLen]
+		}
+		r.pending = make([]pendingDatagram, 0, e.batch)
+	}
+}
+
+// Read receives up to len(bufs) frames (at most BatchSize), blocking until
+// at least one arrives. See Endpoint.
+func (e *UDPEndpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return e.read(bufs, sizes, offset, 0)
+}
+
+// TryRead is Read without blocking. See Poller.
+func (e *UDPEndpoint) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return e.read(bufs, sizes, offset, unix.MSG_DONTWAIT)
+}
+
+func (e *UDPEndpoint) read(bufs [][]byte, sizes []int, offset, flags int) (int, error) {
+	if e.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	e.readMu.Lock()
+	defer e.readMu.Unlock()
+	want := min(len(bufs), len(sizes), e.batch)
+	if want == 0 {
+		return 0, nil
+	}
+	if offset < 0 {
+		return 0, fmt.Errorf("netio: udp: negative read offset %d", offset)
+	}
+	if e.gro {
+		return e.readGRO(bufs[:want], sizes, offset, flags)
+	}
+	r := &e.r
+	ms := r.msgs[:want]
+	for i := range ms {
+		if start := offset + e.hdrLen; start <= len(bufs[i]) {
+			r.iov[i] = bufs[i][start:]
+		} else {
+			r.iov[i] = nil // receives nothing: reported as a short buffer
+		}
+		ms[i] = ipv4.Message{Buffers: r.iov[i : i+1], OOB: r.oob[i]}
+	}
+	n, err := e.rx.pc.ReadBatch(ms, flags)
+	clear(r.iov[:want]) // keep no reference to the caller's buffers
+	if err != nil {
+		if flags&unix.MSG_DONTWAIT != 0 && errors.Is(err, unix.EAGAIN) {
+			return 0, nil
+		}
+		return 0, e.closedErr(err)
+	}
+	e.stats.recvCalls.Add(1)
+	out := 0
+	var rerr error
+	for i := 0; i < n; i++ {
+		m := &ms[i]
+		if m.Flags&unix.MSG_TRUNC != 0 {
+			e.stats.droppedShortBuffer.Add(1)
+			if rerr == nil {
+				rerr = shortBufferError(e.hdrLen+m.N, max(len(bufs[i])-offset, 0))
+			}
+			continue
+		}
+		if out != i { // close the gap left by a dropped datagram
+			if offset+e.hdrLen+m.N > len(bufs[out]) {
+				// The gap is too small for this one: drop it too.
+				e.stats.droppedShortBuffer.Add(1)
+				continue
+			}
+			copy(bufs[out][offset+e.hdrLen:], bufs[i][offset+e.hdrLen:offset+e.hdrLen+m.N])
+		}
+		var meta rxMeta
+		parseRxControl(m.OOB[:m.NN], &meta)
+		sizes[out] = e.synthesise(bufs[out][offset:], &meta, udpAddrPort(m.Addr), m.N)
+		out++
+	}
+	e.stats.framesReceived.Add(uint64(out))
+	return out, rerr
+}
+
+// readGRO is read for a socket with UDP_GRO: messages land in the
+// endpoint's slots and are cut into frames in the caller's buffers.
+func (e *UDPEndpoint) readGRO(bufs [][]byte, sizes []int, offset, flags int) (int, error) {
+	r := &e.r
+	if r.head == len(r.pending) {
+		r.pending, r.head = r.pending[:0], 0
+		k := min(len(bufs), len(r.slots))
+		ms := r.msgs[:k]
+		for i := range ms {
+			r.iov[i] = r.slots[i]
+			ms[i] = ipv4.Message{Buffers: r.iov[i : i+1], OOB: r.oob[i]}
+		}
+		n, err := e.rx.pc.ReadBatch(ms, flags)
+		if err != nil {
+			if flags&unix.MSG_DONTWAIT != 0 && errors.Is(err, unix.EAGAIN) {
+				return 0, nil
+			}
+			return 0, e.closedErr(err)
+		}
+		e.stats.recvCalls.Add(1)
+		for i := 0; i < n; i++ {
+			m := &ms[i]
+			p := pendingDatagram{data: r.slots[i][:m.N], src: udpAddrPort(m.Addr)}
+			parseRxControl(m.OOB[:m.NN], &p.meta)
+			p.seg = p.meta.gsoSize
+			if p.seg <= 0 || p.seg >= m.N {
+				p.seg = m.N
+			} else {
+				e.stats.groReceives.Add(1)
+			}
+			r.pending = append(r.pending, p)
+		}
+	}
+	out := 0
+	var rerr error
+	for out < len(bufs) && r.head < len(r.pending) {
+		p := &r.pending[r.head]
+		l := min(p.seg, len(p.data))
+		if offset+e.hdrLen+l <= len(bufs[out]) {
+			copy(bufs[out][offset+e.hdrLen:], p.data[:l])
+			sizes[out] = e.synthesise(bufs[out][offset:], &p.meta, p.src, l)
+			out++
+		} else {
+			e.stats.droppedShortBuffer.Add(1)
+			if rerr == nil {
+				rerr = shortBufferError(e.hdrLen+l, max(len(bufs[out])-offset, 0))
+			}
+		}
+		p.data = p.data[l:]
+		if len(p.data) == 0 {
+			r.head++
+		}
+	}
+	e.stats.framesReceived.Add(uint64(out))
+	return out, rerr
+}
+
+// udpAddrPort converts a source address from ReadBatch.
+func udpAddrPort(a net.Addr) netip.AddrPort {
+	if ua, ok := a.(*net.UDPAddr); ok {
+		ip, _ := netip.AddrFromSlice(ua.IP)
+		return netip.AddrPortFrom(ip.Unmap(), uint16(ua.Port))
+	}
+	return netip.AddrPort{}
+}
+
+// parseRxControl reads the control messages of one received datagram
+// without allocating.
+func parseRxControl(b []byte, m *rxMeta) {
+	m.ttl, m.tos = 64, 0
+	ne := binary.NativeEndian
+	for len(b) >= unix.SizeofCmsghdr {
+		h, data, rest, err := unix.ParseOneSocketControlMessage(b)
+		if err != nil {
+			return
+		}
+		b = rest
+		switch {
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(data) >= 12:
+			copy(m.dst[:4], data[8:12]) // struct in_pktinfo: ifindex, spec_dst, addr
+			m.haveDst = true
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TTL && len(data) >= 4:
+			m.ttl = uint8(ne.Uint32(data))
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(data) >= 1:
+			m.tos = data[0]
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= 16:
+			copy(m.dst[:], data[:16]) // struct in6_pktinfo: addr, ifindex
+			m.haveDst = true
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_HOPLIMIT && len(data) >= 4:
+			m.ttl = uint8(ne.Uint32(data))
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			m.tos = uint8(ne.Uint32(data))
+		case h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO:
+			switch {
+			case len(data) >= 4:
+				m.gsoSize = int(ne.Uint32(data))
+			case len(data) >= 2:
+				m.gsoSize = int(ne.Uint16(data))
+			}
+		}
+	}
+}
+
+// synthesise writes Ethernet + IP + UDP headers into f[:e.hdrLen] for a UDP
+// payload of n bytes already at f[e.hdrLen:], and returns the frame length.
+func (e *UDPEndpoint) synthesise(f []byte, m *rxMeta, src netip.AddrPort, n int) int {
+	be := binary.BigEndian
+	copy(f[0:6], e.localMAC[:])
+	copy(f[6:12], e.peerMAC[:])
+	var udp []byte
+	if e.is6 {
+		be.PutUint16(f[12:], etherTypeIPv6)
+		ip := f[EthernetHeaderLen : EthernetHeaderLen+ipv6HeaderLen]
+		be.PutUint32(ip[0:], 6<<28|uint32(m.tos)<<20) // version, traffic class, flow label 0
+		be.PutUint16(ip[4:], uint16(udpHeaderLen+n))
+		ip[6] = ipProtoUDP
+		ip[7] = m.ttl
+		putAddr16(ip[8:24], src.Addr())
+		if m.haveDst {
+			copy(ip[24:40], m.dst[:])
+		} else {
+			putAddr16(ip[24:40], e.local.Addr())
+		}
+		udp = f[EthernetHeaderLen+ipv6HeaderLen : e.hdrLen]
+	} else {
+		be.PutUint16(f[12:], etherTypeIPv4)
+		ip := f[EthernetHeaderLen : EthernetHeaderLen+ipv4HeaderLen]
+		ip[0] = 0x45
+		ip[1] = m.tos
+		be.PutUint16(ip[2:], uint16(ipv4HeaderLen+udpHeaderLen+n))
+		be.PutUint16(ip[4:], 0) // Identification: unknown, see UnknownIPv4ID
+		be.PutUint16(ip[6:], ipv4FlagDF)
+		ip[8] = m.ttl
+		ip[9] = ipProtoUDP
+		ip[10], ip[11] = 0, 0
+		putAddr4(ip[12:16], src.Addr())
+		if m.haveDst {
+			copy(ip[16:20], m.dst[:4])
+		} else {
+			putAddr4(ip[16:20], e.local.Addr())
+		}
+		be.PutUint16(ip[10:], ipv4Checksum(ip))
+		udp = f[EthernetHeaderLen+ipv4HeaderLen : e.hdrLen]
+	}
+	be.PutUint16(udp[0:], src.Port())
+	be.PutUint16(udp[2:], e.local.Port())
+	be.PutUint16(udp[4:], uint16(udpHeaderLen+n))
+	be.PutUint16(udp[6:], 0)
+	return e.hdrLen + n
+}
+
+// putAddr4 writes an IPv4 address into dst[:4], zeros if a is not one.
+func putAddr4(dst []byte, a netip.Addr) {
+	if !a.Is4() {
+		clear(dst[:4])
+		return
+	}
+	b := a.As4()
+	copy(dst, b[:])
+}
+
+// putAddr16 writes an IP address (IPv4 mapped) into dst[:16], zeros for
+// the zero Addr.
+func putAddr16(dst []byte, a netip.Addr) {
+	if !a.IsValid() {
+		clear(dst[:16])
+		return
+	}
+	b := a.As16()
+	copy(dst, b[:])
+}
+
+// ipv4Checksum returns the header checksum of an IPv4 header whose checksum
+// field is zero.
+func ipv4Checksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(h[i])<<8 | uint32(h[i+1])
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
+}
+
+// ---- send ----
+
+// txFrame is one parsed frame of a Write chunk.
+type txFrame struct {
+	payload []byte
+	dst     netip.AddrPort
+	src     netip.Addr // set only for wildcard endpoints
+	srcPort uint16
+	tos     uint8
+	ttl     uint8
+	sock    *udpSocket // nil: dropped
+	next    int        // next frame of the same socket, -1 at the end
+}
+
+// txGroup is the frames of one Write chunk that leave through one socket.
+type txGroup struct {
+	sock        *udpSocket
+	first, last int
+}
+
+type udpWriter struct {
+	frames   []txFrame
+	groups   []txGroup
+	consumed []bool
+	msgs     []ipv4.Message
+	msgFrame []int // msgFrame[k]: index in order of message k's first frame
+	msgSegs  []int // datagrams in message k
+	order    []int // frame indices in message order
+	iov      [][]byte
+	oob      [][]byte
+	addrs    []net.UDPAddr
+	ips      [][16]byte
+	single   [1]ipv4.Message
+}
+
+// udpWriteChunk is the most frames one Write pass handles: a full GSO
+// message, and the limit on the bookkeeping arrays.
+const udpWriteChunk = udpMaxSegments
+
+func (w *udpWriter) init(e *UDPEndpoint) {
+	n := udpWriteChunk
+	w.frames = make([]txFrame, n)
+	w.groups = make([]txGroup, 0, n)
+	w.consumed = make([]bool, n)
+	w.msgs = make([]ipv4.Message, n)
+	w.msgFrame = make([]int, n)
+	w.msgSegs = make([]int, n)
+	w.order = make([]int, 0, n)
+	w.iov = make([][]byte, n)
+	w.oob = make([][]byte, n)
+	oob := make([]byte, n*udpOOBLen)
+	for i := range w.oob {
+		w.oob[i] = oob[i*udpOOBLen : i*udpOOBLen : (i+1)*udpOOBLen]
+	}
+	w.addrs = make([]net.UDPAddr, n)
+	w.ips = make([][16]byte, n)
+}
+
+// Write sends each bufs[i][offset:] as one UDP datagram. Frames are
+// dropped and counted (see UDPStats), not returned as errors, when they are
+// not IP/UDP of the endpoint's family, when an IPv4 frame's Identification
+// is not 0 or its flags not DF alone (see IPv4IDZero), when the source
+// address is not the endpoint's, when no socket can be bound to the source
+// port, and when the kernel refuses them. See Endpoint.
+func (e *UDPEndpoint) Write(bufs [][]byte, offset int) (int, error) {
+	if e.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	valid := len(bufs)
+	for i, b := range bufs {
+		if offset < 0 || offset > len(b) {
+			valid = i
+			break
+		}
+	}
+	for start := 0; start < valid; start += udpWriteChunk {
+		end := min(start+udpWriteChunk, valid)
+		if n, err := e.writeChunk(bufs[start:end], offset); err != nil {
+			return start + n, err
+		}
+	}
+	if valid < len(bufs) {
+		return valid, fmt.Errorf("netio: udp: write offset %d outside buffer %d of length %d", offset, valid, len(bufs[valid]))
+	}
+	return valid, nil
+}
+
+// writeChunk sends up to udpWriteChunk frames. On a fatal error it returns
+// how many leading frames were consumed.
+func (e *UDPEndpoint) writeChunk(bufs [][]byte, offset int) (int, error) {
+	w := &e.w
+	w.groups = w.groups[:0]
+	e.sockMu.Lock()
+	for i, b := range bufs {
+		f := &w.frames[i]
+		*f = txFrame{next: -1}
+		w.consumed[i] = true
+		if !e.parseTx(b[offset:], f) {
+			continue
+		}
+		f.sock = e.sendSocketLocked(f.srcPort)
+		if f.sock == nil {
+			continue
+		}
+		w.consumed[i] = false
+		g := -1
+		for j := range w.groups {
+			if w.groups[j].sock == f.sock {
+				g = j
+				break
+			}
+		}
+		if g < 0 {
+			w.groups = append(w.groups, txGroup{sock: f.sock, first: i, last: i})
+		} else {
+			w.frames[w.groups[g].last].next = i
+			w.groups[g].last = i
+		}
+	}
+	e.sockMu.Unlock()
+
+	// Keep no reference to the caller's buffers once done.
+	defer func() {
+		clear(w.frames[:len(bufs)])
+		clear(w.iov)
+	}()
+	for _, g := range w.groups {
+		if err := e.sendGroup(g); err != nil {
+			n := 0
+			for n < len(bufs) && w.consumed[n] {
+				n++
+			}
+			return n, err
+		}
+	}
+	return len(bufs), nil
+}
+
+// parseTx reads the addresses and payload of one frame into f, or counts
+// the frame as dropped and returns false.
+func (e *UDPEndpoint) parseTx(frame []byte, f *txFrame) bool {
+	be := binary.BigEndian
+	c := &e.stats
+	if len(frame) > MaxFrameLen(e.mtu) {
+		c.droppedOversize.Add(1)
+		return false
+	}
+	if len(frame) < e.hdrLen {
+		c.droppedMalformed.Add(1)
+		return false
+	}
+	var udp []byte
+	var src netip.Addr
+	if e.is6 {
+		ip := frame[EthernetHeaderLen:]
+		if be.Uint16(frame[12:]) != etherTypeIPv6 || ip[0]>>4 != 6 || ip[6] != ipProtoUDP {
+			c.droppedMalformed.Add(1)
+			return false
+		}
+		plen := int(be.Uint16(ip[4:]))
+		if ipv6HeaderLen+plen > len(ip) {
+			c.droppedMalformed.Add(1)
+			return false
+		}
+		f.tos = uint8(be.Uint16(ip[0:]) >> 4)
+		f.ttl = ip[7]
+		src = netip.AddrFrom16([16]byte(ip[8:24]))
+		f.dst = netip.AddrPortFrom(netip.AddrFrom16([16]byte(ip[24:40])), 0)
+		udp = ip[ipv6HeaderLen : ipv6HeaderLen+plen]
+	} else {
+		ip := frame[EthernetHeaderLen:]
+		if be.Uint16(frame[12:]) != etherTypeIPv4 || ip[0] != 0x45 || ip[9] != ipProtoUDP {
+			c.droppedMalformed.Add(1)
+			return false
+		}
+		tot := int(be.Uint16(ip[2:]))
+		if tot < ipv4HeaderLen+udpHeaderLen || tot > len(ip) {
+			c.droppedMalformed.Add(1)
+			return false
+		}
+		if be.Uint16(ip[4:]) != 0 || be.Uint16(ip[6:]) != ipv4FlagDF {
+			c.droppedIPv4ID.Add(1)
+			return false
+		}
+		f.tos, f.ttl = ip[1], ip[8]
+		src = netip.AddrFrom4([4]byte(ip[12:16]))
+		f.dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[16:20])), 0)
+		udp = ip[ipv4HeaderLen:tot]
+	}
+	if len(udp) < udpHeaderLen {
+		c.droppedMalformed.Add(1)
+		return false
+	}
+	ulen := int(be.Uint16(udp[4:]))
+	if ulen < udpHeaderLen || ulen > len(udp) {
+		c.droppedMalformed.Add(1)
+		return false
+	}
+	if e.wildcard {
+		if !src.IsUnspecified() {
+			f.src = src
+		}
+	} else if src != e.local.Addr() {
+		c.droppedSourceAddr.Add(1)
+		return false
+	}
+	f.srcPort = be.Uint16(udp[0:])
+	f.dst = netip.AddrPortFrom(f.dst.Addr(), be.Uint16(udp[2:]))
+	f.payload = udp[udpHeaderLen:ulen]
+	return true
+}
+
+// sendSocketLocked returns the socket that sends from port, creating it on
+// first use, or nil (counted) if there is none. e.sockMu must be held.
+func (e *UDPEndpoint) sendSocketLocked(port uint16) *udpSocket {
+	if port == e.local.Port() {
+		return e.rx
+	}
+	sp := e.socks[port]
+	if sp != nil && sp.s != nil {
+		return sp.s
+	}
+	if e.closed.Load() || (sp != nil && time.Since(sp.failedAt) < sourcePortRetry) {
+		e.stats.droppedSourcePort.Add(1)
+		return nil
+	}
+	if sp == nil && len(e.socks) >= e.maxPorts {
+		e.stats.droppedSourcePort.Add(1)
+		return nil
+	}
+	var s *udpSocket
+	err := e.netns.do(func() (err error) {
+		s, err = e.listen(port, false)
+		return err
+	})
+	if err != nil {
+		e.noteSendError(fmt.Errorf("netio: udp: binding source port %d: %w", port, err))
+		e.socks[port] = &sourcePortSocket{failedAt: time.Now()}
+		e.stats.droppedSourcePort.Add(1)
+		return nil
+	}
+	e.socks[port] = &sourcePortSocket{s: s}
+	return s
+}
+
+func (e *UDPEndpoint) noteSendError(err error) { e.lastSendErr.Store(&err) }
+
+// sendGroup builds the messages for the frames of one socket (merging runs
+// into GSO messages when on) and sends them with as few sendmmsg calls as
+// the kernel allows. It returns an error only when the endpoint is closed.
+func (e *UDPEndpoint) sendGroup(g txGroup) error {
+	w := &e.w
+	nm := 0
+	w.order = w.order[:0]
+	gso := e.gso.Load()
+	seg := 0 // GSO segment size of message nm-1, 0 if it cannot grow
+	total := 0
+	for i := g.first; i >= 0; i = w.frames[i].next {
+		f := &w.frames[i]
+		if gso && nm > 0 && seg > 0 && e.canJoin(nm-1, f, seg, total) {
+			// Messages of a group are built one after another and only the
+			// last grows, so its iovecs stay contiguous.
+			k := nm - 1
+			w.iov[len(w.order)] = f.payload
+			w.order = append(w.order, i)
+			w.msgSegs[k]++
+			w.msgs[k].Buffers = w.iov[w.msgFrame[k] : w.msgFrame[k]+w.msgSegs[k]]
+			total += len(f.payload)
+			if len(f.payload) < seg || w.msgSegs[k] == udpMaxSegments {
+				seg = 0 // a short segment must be the last
+			}
+			continue
+		}
+		k := nm
+		nm++
+		w.iov[len(w.order)] = f.payload
+		w.msgFrame[k] = len(w.order)
+		w.msgSegs[k] = 1
+		w.order = append(w.order, i)
+		a := &w.addrs[k]
+		ip := f.dst.Addr()
+		if e.is6 {
+			w.ips[k] = ip.As16()
+			a.IP = w.ips[k][:16]
+		} else {
+			b4 := ip.As4()
+			copy(w.ips[k][:4], b4[:])
+			a.IP = w.ips[k][:4]
+		}
+		a.Port = int(f.dst.Port())
+		a.Zone = e.local.Addr().Zone()
+		w.msgs[k] = ipv4.Message{
+			Buffers: w.iov[w.msgFrame[k] : w.msgFrame[k]+1],
+			Addr:    a,
+		}
+		seg, total = len(f.payload), len(f.payload)
+	}
+	// Control messages, now that the segment counts are known.
+	for k := 0; k < nm; k++ {
+		f := &w.frames[w.order[w.msgFrame[k]]]
+		segSize := 0
+		if w.msgSegs[k] > 1 {
+			segSize = len(f.payload)
+		}
+		w.msgs[k].OOB = e.appendTxControl(w.oob[k][:0], f, segSize)
+	}
+	return e.sendMessages(g.sock, 0, nm)
+}
+
+// canJoin reports whether frame f may be appended to GSO message k, whose
+// segments are seg bytes and total bytes in all.
+func (e *UDPEndpoint) canJoin(k int, f *txFrame, seg, total int) bool {
+	w := &e.w
+	first := &w.frames[w.order[w.msgFrame[k]]]
+	return len(f.payload) <= seg && len(f.payload) > 0 &&
+		total+len(f.payload) <= udpMaxGSOPayload &&
+		f.dst == first.dst && f.src == first.src && f.tos == first.tos && f.ttl == first.ttl
+}
+
+// appendTxControl appends the control messages for a datagram like f:
+// TOS/traffic class, TTL/hop limit, source address for wildcard endpoints,
+// and UDP_SEGMENT when segSize > 0.
+func (e *UDPEndpoint) appendTxControl(b []byte, f *txFrame, segSize int) []byte {
+	if e.is6 {
+		b = appendCmsgInt(b, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, int32(f.tos))
+		if f.ttl != 0 {
+			b = appendCmsgInt(b, unix.IPPROTO_IPV6, unix.IPV6_HOPLIMIT, int32(f.ttl))
+		}
+		if f.src.IsValid() {
+			var pi [20]byte // struct in6_pktinfo: addr, ifindex 0
+			a := f.src.As16()
+			copy(pi[:16], a[:])
+			b = appendCmsg(b, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, pi[:])
+		}
+	} else {
+		b = appendCmsgInt(b, unix.IPPROTO_IP, unix.IP_TOS, int32(f.tos))
+		if f.ttl != 0 {
+			b = appendCmsgInt(b, unix.IPPROTO_IP, unix.IP_TTL, int32(f.ttl))
+		}
+		if f.src.IsValid() {
+			var pi [12]byte // struct in_pktinfo: ifindex 0, spec_dst = source, addr 0
+			a := f.src.As4()
+			copy(pi[4:8], a[:])
+			b = appendCmsg(b, unix.IPPROTO_IP, unix.IP_PKTINFO, pi[:])
+		}
+	}
+	if segSize > 0 {
+		var s [2]byte
+		binary.NativeEndian.PutUint16(s[:], uint16(segSize))
+		b = appendCmsg(b, unix.IPPROTO_UDP, unix.UDP_SEGMENT, s[:])
+	}
+	return b
+}
+
+func appendCmsgInt(b []byte, level, typ int, v int32) []byte {
+	var d [4]byte
+	binary.NativeEndian.PutUint32(d[:], uint32(v))
+	return appendCmsg(b, level, typ, d[:])
+}
+
+// appendCmsg appends one control message; b's capacity must suffice.
+func appendCmsg(b []byte, level, typ int, data []byte) []byte {
+	start := len(b)
+	space := unix.CmsgSpace(len(data))
+	b = b[:start+space]
+	clear(b[start:])
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[start]))
+	h.Level = int32(level)
+	h.Type = int32(typ)
+	h.SetLen(unix.CmsgLen(len(data)))
+	copy(b[start+unix.CmsgLen(0):], data)
+	return b
+}
+
+// sendMessages sends w.msgs[from:to] through s, retrying after partial
+// sends, dropping (and counting) messages the kernel refuses, and falling
+// back to plain datagrams if a GSO send is refused. It returns an error
+// only if the endpoint is closed.
+func (e *UDPEndpoint) sendMessages(s *udpSocket, from, to int) error {
+	w := &e.w
+	for from < to {
+		n, err := s.pc.WriteBatch(w.msgs[from:to], 0)
+		e.stats.sendCalls.Add(1)
+		n = max(n, 0) // x/net passes on sendmmsg's -1 with the error
+		if n == 0 && err == nil {
+			err = errors.New("sendmmsg sent nothing")
+		}
+		for k := from; k < from+n; k++ {
+			e.consume(k, true)
+		}
+		from += n
+		if err == nil {
+			continue
+		}
+		if e.closed.Load() || errors.Is(err, net.ErrClosed) {
+			return net.ErrClosed
+		}
+		if from >= to {
+			break
+		}
+		k := from
+		from++
+		if w.msgSegs[k] > 1 && isGSOError(err) {
+			e.gso.Store(false)
+			if cerr := e.sendUnsegmented(s, k); cerr != nil {
+				return cerr
+			}
+			continue
+		}
+		e.noteSendError(err)
+		e.stats.droppedSendError.Add(uint64(w.msgSegs[k]))
+		e.consume(k, false)
+	}
+	return nil
+}
+
+// consume marks message k's frames as handled, counting them sent if ok.
+func (e *UDPEndpoint) consume(k int, ok bool) {
+	w := &e.w
+	segs := w.msgSegs[k]
+	for j := 0; j < segs; j++ {
+		w.consumed[w.order[w.msgFrame[k]+j]] = true
+	}
+	if ok {
+		e.stats.framesSent.Add(uint64(segs))
+		if segs > 1 {
+			e.stats.gsoSends.Add(1)
+		}
+	}
+}
+
+// sendUnsegmented resends GSO message k as one datagram per segment.
+func (e *UDPEndpoint) sendUnsegmented(s *udpSocket, k int) error {
+	w := &e.w
+	first := w.msgFrame[k]
+	for j := 0; j < w.msgSegs[k]; j++ {
+		fi := w.order[first+j]
+		f := &w.frames[fi]
+		var oob [udpOOBLen]byte
+		m := &w.single[0]
+		*m = ipv4.Message{
+			Buffers: w.iov[first+j : first+j+1],
+			Addr:    w.msgs[k].Addr,
+			OOB:     e.appendTxControl(oob[:0], f, 0),
+		}
+		_, err := s.pc.WriteBatch(w.single[:], 0)
+		e.stats.sendCalls.Add(1)
+		w.consumed[fi] = true
+		switch {
+		case err == nil:
+			e.stats.framesSent.Add(1)
+		case e.closed.Load() || errors.Is(err, net.ErrClosed):
+			w.consumed[fi] = false
+			return net.ErrClosed
+		default:
+			e.noteSendError(err)
+			e.stats.droppedSendError.Add(1)
+		}
+	}
+	return nil
+}
+
+// isGSOError reports whether err says the kernel or device cannot segment
+// (as wireguard-go does, EIO; also the errors of kernels without
+// UDP_SEGMENT).
+func isGSOError(err error) bool {
+	var errno syscall.Errno
+	errors.As(err, &errno)
+	return errno == unix.EIO || errno == unix.ENOPROTOOPT || errno == unix.EOPNOTSUPP
+}
