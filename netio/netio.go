@@ -67,6 +67,22 @@ type Poller interface {
 	TryRead(bufs [][]byte, sizes []int, offset int) (int, error)
 }
 
+// IPv4IDPolicy is implemented by endpoints that cannot carry the IPv4
+// Identification field end to end, as an ordinary UDP socket cannot. The
+// RoCE layer needs to know, because the RoCEv2 ICRC covers that field.
+type IPv4IDPolicy interface {
+	// IPv4IDZero reports whether Write requires every IPv4 frame to carry
+	// Identification 0 with the DF flag set (and no other flag or fragment
+	// offset); frames that do not are dropped and counted.
+	IPv4IDZero() bool
+
+	// UnknownIPv4ID reports whether the IPv4 Identification of frames
+	// returned by Read is unknown and written as 0 (with DF assumed set).
+	// The RoCE layer then recovers it from the ICRC, which is linear in
+	// those 16 bits.
+	UnknownIPv4ID() bool
+}
+
 // ErrShortBuffer reports a frame longer than the buffer offered to Read; the
 // frame has been dropped.
 var ErrShortBuffer = errors.New("netio: frame longer than read buffer")

@@ -71,24 +71,6 @@ const groSlotLen = 65536
 // bound is given up before binding is tried again.
 const sourcePortRetry = time.Second
 
-// IPv4IDPolicy is implemented by endpoints that cannot carry the IPv4
-// Identification field end to end, as an ordinary UDP socket cannot. The
-// RoCE layer needs to know, because the RoCEv2 ICRC covers that field.
-// (Declared here, with the one backend that needs it; it belongs beside
-// Endpoint in netio.go.)
-type IPv4IDPolicy interface {
-	// IPv4IDZero reports whether Write requires every IPv4 frame to carry
-	// Identification 0 with the DF flag set (and no other flag or fragment
-	// offset); frames that do not are dropped and counted.
-	IPv4IDZero() bool
-
-	// UnknownIPv4ID reports whether the IPv4 Identification of frames
-	// returned by Read is unknown and written as 0 (with DF assumed set).
-	// The RoCE layer then recovers it from the ICRC, which is linear in
-	// those 16 bits.
-	UnknownIPv4ID() bool
-}
-
 // UDPConfig configures NewUDP. The zero value listens on 0.0.0.0:4791.
 type UDPConfig struct {
 	// LocalAddr is where RoCEv2 datagrams are received, and the source

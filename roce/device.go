@@ -51,7 +51,8 @@ type DeviceConfig struct {
 	MAC [6]byte
 	// Addrs are the interface's IP addresses: they make the GID table.
 	Addrs []netip.Addr
-	// Neighbors resolves next-hop MAC addresses.
+	// Neighbors resolves next-hop MAC addresses; nil for endpoints that route
+	// by IP address themselves (the UDP socket backend).
 	Neighbors Neighbors
 	// Engine configures the verbs engine; a zero PortMTU is derived from the
 	// endpoint's MTU as rxe does (PathMTUFor).
@@ -94,6 +95,10 @@ type Device struct {
 	sizes    []int
 	ipID     uint16
 	counters DeviceCounters
+
+	// zeroIPID and unknownIPID follow the endpoint's netio.IPv4IDPolicy: a
+	// UDP socket sends IPv4 ID 0 and cannot report received IDs.
+	zeroIPID, unknownIPID bool
 }
 
 // headroom is room for the longest header stack the device writes before a BTH:
@@ -122,6 +127,9 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 		cfg.Engine.PortMTU = mtu
 	}
 	d := &Device{cfg: cfg, mtu: cfg.Engine.PortMTU, gids: GIDTable(cfg.MAC, cfg.Addrs)}
+	if p, ok := cfg.Endpoint.(netio.IPv4IDPolicy); ok {
+		d.zeroIPID, d.unknownIPID = p.IPv4IDZero(), p.UnknownIPv4ID()
+	}
 	d.ctx = ibtransport.NewContext(cfg.Engine)
 	d.out = ibtransport.NewOutputBatch(cfg.Batch, headroom, ICRCLen)
 	d.frames = make([][]byte, 0, cfg.Batch)
@@ -265,6 +273,12 @@ func (d *Device) check(f *Frame, b []byte) *uint64 {
 		return &d.counters.Malformed
 	case !d.isOurs(f.Dst):
 		return &d.counters.NotForUs
+	case d.unknownIPID && !f.IPv6:
+		// The sender's IPv4 ID is covered by the ICRC but was not
+		// delivered: recover it, keeping 16 bits of the check.
+		if _, ok := RecoverIPv4ID(f); !ok {
+			return &d.counters.BadICRC
+		}
 	case VerifyICRC(f) != nil:
 		return &d.counters.BadICRC
 	}
@@ -329,7 +343,11 @@ func (d *Device) frame(p *ibtransport.OutputPacket) ([]byte, bool) {
 		return nil, false
 	}
 	src := d.gids[ah.SGIDIndex].Unmap()
-	mac, ok := d.cfg.Neighbors.Resolve(dst)
+	var mac [6]byte
+	ok := true
+	if d.cfg.Neighbors != nil {
+		mac, ok = d.cfg.Neighbors.Resolve(dst)
+	}
 	if !ok || src.Is4() != dst.Is4() {
 		d.counters.Unroutable++
 		return nil, false
@@ -348,7 +366,7 @@ func (d *Device) frame(p *ibtransport.OutputPacket) ([]byte, bool) {
 	if h.HopLimit == 0 {
 		h.HopLimit = d.cfg.HopLimit
 	}
-	if src.Is4() {
+	if src.Is4() && !d.zeroIPID {
 		h.IPID = d.ipID // rxe counts IDs per packet; the ICRC covers them
 		d.ipID++
 	}
