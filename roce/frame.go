@@ -263,11 +263,13 @@ func (f *Frame) decodeIPv4(b []byte) error {
 	if total < ihl+UDPLen {
 		return malformed("ipv4", "total length", uint64(total), uint64(ihl+UDPLen), "<")
 	}
+	// The port decides whether the frame is RoCE at all, so look at it before
+	// judging the length: a non-RoCE datagram cut by the snaplen is not RoCE.
+	if len(b) >= ihl+4 && binary.BigEndian.Uint16(b[ihl+2:]) != UDPPort {
+		return errNotRoCEPort
+	}
 	if total > len(b) {
 		return &HeaderError{Kind: ErrTruncated, Header: "ipv4", Field: "total length", Value: uint64(total), Limit: uint64(len(b)), Reason: ">", LimitName: "packet"}
-	}
-	if binary.BigEndian.Uint16(b[ihl+2:]) != UDPPort {
-		return errNotRoCEPort
 	}
 	if frag&0x2000 != 0 {
 		return &HeaderError{Kind: ErrUnsupported, Header: "ipv4", Field: "flags", Value: uint64(frag >> 13), Reason: "has more fragments set", Hex: true}
@@ -297,11 +299,11 @@ func (f *Frame) decodeIPv6(b []byte) error {
 		// This includes 0, a jumbogram, which RoCE does not use.
 		return malformed("ipv6", "payload length", uint64(plen), UDPLen, "<")
 	}
+	if len(b) >= IPv6Len+4 && binary.BigEndian.Uint16(b[IPv6Len+2:]) != UDPPort {
+		return errNotRoCEPort
+	}
 	if IPv6Len+plen > len(b) {
 		return &HeaderError{Kind: ErrTruncated, Header: "ipv6", Field: "payload length", Value: uint64(plen), Limit: uint64(len(b) - IPv6Len), Reason: ">", LimitName: "packet"}
-	}
-	if binary.BigEndian.Uint16(b[IPv6Len+2:]) != UDPPort {
-		return errNotRoCEPort
 	}
 	f.Version = RoCEv2
 	f.IPv6 = true

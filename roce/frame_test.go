@@ -841,3 +841,30 @@ func BenchmarkFrameDecode(b *testing.B) {
 		})
 	}
 }
+
+// TestSnaplenCutNonRoCE: a UDP datagram to another port, cut short by the
+// capture's snaplen, is not RoCE (not a truncated RoCE frame).
+func TestSnaplenCutNonRoCE(t *testing.T) {
+	for _, name := range captureNames(t, "rxe-") {
+		for _, raw := range readCapture(t, name) {
+			var f Frame
+			if f.DecodeEthernet(raw) != nil || len(f.IB) < 40 {
+				continue
+			}
+			b := append([]byte(nil), raw[:len(raw)-20]...)
+			port := EthernetLen + len(f.IP) + 2
+			if f.IPv6 {
+				port = EthernetLen + IPv6Len + 2
+			}
+			b[port], b[port+1] = 0x12, 0x34
+			if err := f.DecodeEthernet(b); !errors.Is(err, ErrNotRoCE) {
+				t.Fatalf("%s: cut datagram to port 0x1234: %v, want ErrNotRoCE", name, err)
+			}
+			b[port], b[port+1] = UDPPort>>8, UDPPort&0xff
+			if err := f.DecodeEthernet(b); !errors.Is(err, ErrTruncated) {
+				t.Fatalf("%s: cut RoCE datagram: %v, want ErrTruncated", name, err)
+			}
+			break
+		}
+	}
+}
