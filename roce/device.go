@@ -2,8 +2,10 @@ package roce
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -28,20 +30,66 @@ func PathMTUFor(ifaceMTU int) int {
 	return 256
 }
 
-// Neighbors resolves an IP address to the MAC address frames to it go to, like
-// the kernel's neighbour table.
+// Neighbors resolves the IP address of a next hop to the MAC address frames to
+// it go to, like the kernel's neighbour table. The device calls Resolve for
+// every output frame (multicast destinations and RoCEv1 link-local GIDs map to
+// a MAC without it), so it must be quick and must not block: an address being
+// resolved returns ErrNeighborPending, and the device keeps the frame in a
+// small queue (MaxPendingFrames, PendingTimeout) and asks again on each
+// Flush; an address that cannot be resolved returns ErrNeighborUnreachable
+// (or another error), and the frame is dropped and counted (Unresolved).
 type Neighbors interface {
-	Resolve(ip netip.Addr) (mac [6]byte, ok bool)
+	Resolve(now time.Time, ip netip.Addr) (mac [6]byte, err error)
+}
+
+// NeighborWaker is implemented by Neighbors that finish resolving outside the
+// device's calls (in the background, or from received frames): Wake's channel
+// receives a value when a resolution ended or a frame is waiting, so that Run
+// flushes at once.
+type NeighborWaker interface {
+	Wake() <-chan struct{}
+}
+
+// NeighborProtocol is a Neighbors that speaks the link's neighbour protocol
+// itself, as a host behind a TAP device must (see HostNeighbors). The device
+// offers it every received frame that is not RoCE, sends the frames it
+// appends on each Flush, and includes its deadline in NextDeadline.
+type NeighborProtocol interface {
+	Neighbors
+	// HandleFrame takes a received non-RoCE frame and reports whether it
+	// belonged to the protocol.
+	HandleFrame(now time.Time, frame []byte) bool
+	// AppendFrames appends the frames to send (requests, replies) to frames;
+	// they stay valid until the next call.
+	AppendFrames(now time.Time, frames [][]byte) [][]byte
+	// NextDeadline returns the protocol's next timer.
+	NextDeadline() (time.Time, bool)
 }
 
 // StaticNeighbors is a fixed neighbour table.
 type StaticNeighbors map[netip.Addr][6]byte
 
-// Resolve looks ip up; an IPv4-mapped address is looked up as IPv4.
-func (s StaticNeighbors) Resolve(ip netip.Addr) ([6]byte, bool) {
+// Resolve looks ip up; an IPv4-mapped address is looked up as IPv4. An
+// address not in the table is ErrNeighborUnreachable.
+func (s StaticNeighbors) Resolve(_ time.Time, ip netip.Addr) ([6]byte, error) {
 	mac, ok := s[ip.Unmap()]
-	return mac, ok
+	if !ok {
+		return mac, ErrNeighborUnreachable
+	}
+	return mac, nil
 }
+
+// Bounds of the queue of frames waiting for their next hop's MAC address,
+// like the kernel's unresolved-neighbour queue: a frame that waits longer than
+// PendingTimeout, or finds MaxPendingBytes of frames already waiting, is
+// dropped and counted (DeviceCounters.Unresolved). The bytes are the kernel's
+// default unres_qlen_bytes (SK_WMEM_MAX), room for a QP's first window of
+// packets; three seconds are the kernel's three ARP or NDP probes one second
+// apart.
+const (
+	MaxPendingBytes = 212992
+	PendingTimeout  = 3 * time.Second
+)
 
 // DeviceConfig configures a RoCEv2 device on a frame endpoint.
 type DeviceConfig struct {
@@ -49,11 +97,22 @@ type DeviceConfig struct {
 	Endpoint netio.Endpoint
 	// MAC is the device's Ethernet address.
 	MAC [6]byte
-	// Addrs are the interface's IP addresses: they make the GID table.
+	// Addrs are the interface's IP addresses: they make the GID table, and
+	// frames to them (or to a GID) are the device's.
 	Addrs []netip.Addr
+	// GIDs is the GID table; nil means GIDTable(MAC, Addrs). AddressHandle
+	// takes source GIDs only among Addrs (and the link-local index 0).
+	GIDs []netip.Addr
 	// Neighbors resolves next-hop MAC addresses; nil for endpoints that route
-	// by IP address themselves (the UDP socket backend).
+	// by IP address themselves (the UDP socket backend). A NeighborProtocol
+	// also gets the non-RoCE frames and sends its own.
 	Neighbors Neighbors
+	// UDPPort is the RoCEv2 UDP destination port, of frames sent and
+	// received (default 4791, UDPPort).
+	UDPPort uint16
+	// Version is the encapsulation of the address handles AddressHandle
+	// returns (default RoCEv2). RoCEv1 needs a raw Ethernet endpoint.
+	Version Version
 	// Engine configures the verbs engine; a zero PortMTU is derived from the
 	// endpoint's MTU as rxe does (PathMTUFor).
 	Engine ibtransport.ContextConfig
@@ -74,19 +133,29 @@ type DeviceCounters struct {
 	NotForUs            uint64 // destination IP is none of the device's addresses
 	BadICRC             uint64 // ICRC did not verify
 	EngineDrops         uint64 // the engine dropped the packet (see its counters)
-	Unroutable          uint64 // output packets whose destination could not be resolved
+	Unroutable          uint64 // output packets with a bad source GID index or mixed address families
+	Neighbor            uint64 // ARP and NDP frames handled by the NeighborProtocol
+	Queued              uint64 // output frames that waited for their next hop's MAC
+	Unresolved          uint64 // output frames dropped: their next hop did not resolve (failed, timed out or queue full)
 	WriteErrors         uint64
 }
 
-// Device is a RoCEv2 device: it joins a verbs engine (ibtransport.Context) to a
-// frame endpoint, adding and checking the Ethernet/IP/UDP headers and the ICRC.
+// Device is a RoCE device: it joins a verbs engine (ibtransport.Context) to a
+// frame endpoint, adding and checking the Ethernet/IP/UDP headers (RoCEv2) or
+// the Ethernet header and GRH (RoCEv1) and the ICRC.
 // It is sans-goroutine: Poll and Flush do the work, driven either by a
 // simulator loop or by Run.
 type Device struct {
-	cfg  DeviceConfig
-	ctx  *ibtransport.Context
-	gids []netip.Addr
-	mtu  int
+	cfg   DeviceConfig
+	ctx   *ibtransport.Context
+	gids  []netip.Addr
+	mtu   int
+	port  uint16
+	proto NeighborProtocol // cfg.Neighbors, if it is one
+	wake  <-chan struct{}  // cfg.Neighbors' Wake, if it has one
+
+	closeOnce sync.Once
+	closers   []io.Closer // what Open started, closed after the endpoint
 
 	mu       sync.Mutex // serialises Poll/Flush: buffers and counters
 	out      *ibtransport.OutputBatch
@@ -95,6 +164,8 @@ type Device struct {
 	sizes    []int
 	ipID     uint16
 	counters DeviceCounters
+	pending  []pendingFrame // frames waiting for their next hop, oldest first
+	pendingN int            // their bytes
 
 	// zeroIPID and unknownIPID follow the endpoint's netio.IPv4IDPolicy: a
 	// UDP socket sends IPv4 ID 0 and cannot report received IDs.
@@ -126,9 +197,35 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 	if cfg.Engine.PortMTU == 0 {
 		cfg.Engine.PortMTU = mtu
 	}
-	d := &Device{cfg: cfg, mtu: cfg.Engine.PortMTU, gids: GIDTable(cfg.MAC, cfg.Addrs)}
-	if p, ok := cfg.Endpoint.(netio.IPv4IDPolicy); ok {
-		d.zeroIPID, d.unknownIPID = p.IPv4IDZero(), p.UnknownIPv4ID()
+	if cfg.UDPPort == 0 {
+		cfg.UDPPort = UDPPort
+	}
+	if cfg.Version == 0 {
+		cfg.Version = RoCEv2
+	}
+	if cfg.Version != RoCEv1 && cfg.Version != RoCEv2 {
+		return nil, fmt.Errorf("roce: unknown RoCE version %d", cfg.Version)
+	}
+	gids := cfg.GIDs
+	if gids == nil {
+		gids = GIDTable(cfg.MAC, cfg.Addrs)
+	}
+	d := &Device{cfg: cfg, mtu: cfg.Engine.PortMTU, gids: gids, port: cfg.UDPPort}
+	d.proto, _ = cfg.Neighbors.(NeighborProtocol)
+	if w, ok := cfg.Neighbors.(NeighborWaker); ok {
+		d.wake = w.Wake()
+	}
+	// A wrapper (a capture) keeps the policy of the endpoint it wraps.
+	for ep := cfg.Endpoint; ep != nil; {
+		if p, ok := ep.(netio.IPv4IDPolicy); ok {
+			d.zeroIPID, d.unknownIPID = p.IPv4IDZero(), p.UnknownIPv4ID()
+			break
+		}
+		u, ok := ep.(interface{ Unwrap() netio.Endpoint })
+		if !ok {
+			break
+		}
+		ep = u.Unwrap()
 	}
 	d.ctx = ibtransport.NewContext(cfg.Engine)
 	d.out = ibtransport.NewOutputBatch(cfg.Batch, headroom, ICRCLen)
@@ -143,16 +240,30 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 	return d, nil
 }
 
-// GIDTable returns RoCEv2 GIDs in the order Linux gives them: the link-local
-// address derived from the MAC first, then each address (IPv4 as IPv4-mapped).
+// GIDTable returns RoCEv2 GIDs in the order Linux gives them when an rxe
+// device is created on an interface (roce_rescan_device in
+// drivers/infiniband/core/roce_gid_mgmt.c): the default GID, the link-local
+// address derived from the MAC, at index 0; then the IPv4 addresses as
+// IPv4-mapped GIDs, then the IPv6 addresses, each family in the order given
+// (for an interface: the kernel's own list order, which RTM_GETADDR dumps);
+// an address already in the table (the link-local one, usually) is not
+// added twice (ib_cache_gid_add finds it), and unspecified ones are skipped.
 func GIDTable(mac [6]byte, addrs []netip.Addr) []netip.Addr {
-	ll := [16]byte{0: 0xfe, 1: 0x80}
-	ll[8], ll[9], ll[10] = mac[0]^0x02, mac[1], mac[2]
-	ll[11], ll[12] = 0xff, 0xfe
-	ll[13], ll[14], ll[15] = mac[3], mac[4], mac[5]
-	gids := []netip.Addr{netip.AddrFrom16(ll)}
-	for _, a := range addrs {
-		gids = append(gids, netip.AddrFrom16(a.As16()))
+	gids := []netip.Addr{LinkLocalGID(mac)}
+	for _, v4 := range []bool{true, false} {
+		for _, a := range addrs {
+			if !a.IsValid() || a.Unmap().IsUnspecified() || a.Unmap().Is4() != v4 {
+				continue
+			}
+			g := netip.AddrFrom16(a.As16())
+			dup := false
+			for _, o := range gids {
+				dup = dup || o == g
+			}
+			if !dup {
+				gids = append(gids, g)
+			}
+		}
 	}
 	return gids
 }
@@ -166,6 +277,28 @@ func (d *Device) GIDs() []netip.Addr { return d.gids }
 // PathMTU returns the port's active IB MTU.
 func (d *Device) PathMTU() int { return d.mtu }
 
+// Endpoint returns the device's endpoint.
+func (d *Device) Endpoint() netio.Endpoint { return d.cfg.Endpoint }
+
+// Neighbors returns the device's neighbour resolution, or nil.
+func (d *Device) Neighbors() Neighbors { return d.cfg.Neighbors }
+
+// Close closes the endpoint (which ends Run) and then stops whatever Open
+// started for the device (neighbour resolution, the reserved UDP port).
+// It returns the first error and is idempotent.
+func (d *Device) Close() error {
+	var err error
+	d.closeOnce.Do(func() {
+		err = d.cfg.Endpoint.Close()
+		for _, c := range d.closers {
+			if e := c.Close(); err == nil {
+				err = e
+			}
+		}
+	})
+	return err
+}
+
 // Counters returns a snapshot of the device counters.
 func (d *Device) Counters() DeviceCounters {
 	d.mu.Lock()
@@ -173,22 +306,42 @@ func (d *Device) Counters() DeviceCounters {
 	return d.counters
 }
 
-// AddressHandle returns an address handle for the remote address dst, with the
-// source GID of the same family.
+// AddressHandle returns an address handle for the remote address dst, in the
+// device's RoCE version (DeviceConfig.Version), with the source GID of the
+// same family: the link-local GID 0 for a link-local dst, else the first of
+// the device's addresses in the table.
 func (d *Device) AddressHandle(dst netip.Addr) (ibtransport.AddressHandle, error) {
+	return d.AddressHandleVersion(dst, d.cfg.Version)
+}
+
+// AddressHandleVersion is AddressHandle for RoCE version v. A RoCEv1 handle
+// carries v as its Opaque value, which the device reads to frame the QP's
+// packets with a GRH (from the source and destination GIDs) under Ethertype
+// 0x8915; any other Opaque value means RoCEv2.
+func (d *Device) AddressHandleVersion(dst netip.Addr, v Version) (ibtransport.AddressHandle, error) {
+	if v != RoCEv1 && v != RoCEv2 {
+		return ibtransport.AddressHandle{}, fmt.Errorf("roce: unknown RoCE version %d", v)
+	}
+	ah := ibtransport.AddressHandle{DGID: dst.As16(), HopLimit: d.cfg.HopLimit}
+	if v == RoCEv1 {
+		ah.Opaque = RoCEv1
+	}
+	u := dst.Unmap()
+	if u.IsLinkLocalUnicast() && u.Is6() {
+		return ah, nil // SGIDIndex 0, the link-local GID
+	}
 	for i, g := range d.gids {
-		if i == 0 {
-			continue // link-local: not used for routed RoCEv2 here
+		if i == 0 || g.Unmap().Is4() != u.Is4() || !d.isAddr(g) {
+			continue
 		}
-		if g.Unmap().Is4() == dst.Unmap().Is4() {
-			return ibtransport.AddressHandle{DGID: dst.As16(), SGIDIndex: uint8(i), HopLimit: d.cfg.HopLimit}, nil
-		}
+		ah.SGIDIndex = uint8(i)
+		return ah, nil
 	}
 	return ibtransport.AddressHandle{}, fmt.Errorf("roce: no source GID of the family of %v", dst)
 }
 
-// isOurs reports whether ip is one of the device's addresses.
-func (d *Device) isOurs(ip netip.Addr) bool {
+// isAddr reports whether ip is one of DeviceConfig.Addrs.
+func (d *Device) isAddr(ip netip.Addr) bool {
 	ip = ip.Unmap()
 	for _, a := range d.cfg.Addrs {
 		if a.Unmap() == ip {
@@ -196,6 +349,27 @@ func (d *Device) isOurs(ip netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// isOurs reports whether ip is one of the device's addresses or GIDs.
+func (d *Device) isOurs(ip netip.Addr) bool {
+	if d.isAddr(ip) {
+		return true
+	}
+	for _, g := range d.gids {
+		if g == ip || g.Unmap() == ip {
+			return true
+		}
+	}
+	return false
+}
+
+// ahVersion returns the RoCE version of an address handle.
+func ahVersion(ah *ibtransport.AddressHandle) Version {
+	if v, ok := ah.Opaque.(Version); ok && v == RoCEv1 {
+		return RoCEv1
+	}
+	return RoCEv2
 }
 
 // Poll reads every frame waiting on a pollable endpoint, hands the RoCE
@@ -233,7 +407,7 @@ func (d *Device) Input(now time.Time, frames [][]byte, sizes []int) {
 }
 
 func (d *Device) input(now time.Time, f *Frame, b []byte) {
-	counter := d.check(f, b)
+	counter := d.check(now, f, b)
 	if counter == nil {
 		meta := ibtransport.InputMeta{
 			HasGRH:       true,
@@ -244,11 +418,16 @@ func (d *Device) input(now time.Time, f *Frame, b []byte) {
 			HopLimit:     f.hopLimit(),
 		}
 		var grh [GRHLen]byte
-		if ibtransport.BTH(f.IB).Opcode().Service() == ibtransport.ServiceUD && len(f.IP) <= GRHLen {
-			// What rxe puts in the 40-byte GRH area of a UD receive: the IPv6
-			// header, or for IPv4 the IPv4 header in the last 20 bytes.
-			copy(grh[GRHLen-len(f.IP):], f.IP)
-			meta.GRH = grh[:]
+		if ibtransport.BTH(f.IB).Opcode().Service() == ibtransport.ServiceUD {
+			switch {
+			case f.Version == RoCEv1:
+				meta.GRH = f.GRH
+			case len(f.IP) <= GRHLen:
+				// What rxe puts in the 40-byte GRH area of a UD receive: the IPv6
+				// header, or for IPv4 the IPv4 header in the last 20 bytes.
+				copy(grh[GRHLen-len(f.IP):], f.IP)
+				meta.GRH = grh[:]
+			}
 		}
 		if d.ctx.Input(now, f.IB, meta) != nil {
 			counter = &d.counters.EngineDrops
@@ -264,16 +443,20 @@ func (d *Device) input(now time.Time, f *Frame, b []byte) {
 
 // check decodes a received frame and returns the counter of the reason to drop
 // it, or nil for a RoCE packet addressed to the device whose ICRC verifies.
-func (d *Device) check(f *Frame, b []byte) *uint64 {
-	err := f.DecodeEthernet(b)
+// Non-RoCE frames go to the neighbour protocol, if there is one.
+func (d *Device) check(now time.Time, f *Frame, b []byte) *uint64 {
+	err := d.decode(f, b)
 	switch {
 	case errors.Is(err, ErrNotRoCE):
+		if d.proto != nil && d.proto.HandleFrame(now, b) {
+			return &d.counters.Neighbor
+		}
 		return &d.counters.NotRoCE
 	case err != nil:
 		return &d.counters.Malformed
 	case !d.isOurs(f.Dst):
 		return &d.counters.NotForUs
-	case d.unknownIPID && !f.IPv6:
+	case d.unknownIPID && f.Version == RoCEv2 && !f.IPv6:
 		// The sender's IPv4 ID is covered by the ICRC but was not
 		// delivered: recover it, keeping 16 bits of the check.
 		if _, ok := RecoverIPv4ID(f); !ok {
@@ -285,7 +468,70 @@ func (d *Device) check(f *Frame, b []byte) *uint64 {
 	return nil
 }
 
+// decode is f.DecodeEthernet(b) for RoCEv2 on the device's UDP port. The
+// decoder knows port 4791 only, so a frame to another configured port has the
+// two port bytes set to 4791 for decoding and put back straight after, before
+// anyone reads them (the ICRC covers them): b is borrowed, not changed.
+func (d *Device) decode(f *Frame, b []byte) error {
+	if d.port == UDPPort {
+		return f.DecodeEthernet(b)
+	}
+	off := udpDstPortOffset(b)
+	if off < 0 || binary.BigEndian.Uint16(b[off:]) != d.port {
+		err := f.DecodeEthernet(b)
+		if err == nil && f.Version == RoCEv2 {
+			return errNotRoCEPort // 4791, but this device listens elsewhere
+		}
+		return err
+	}
+	binary.BigEndian.PutUint16(b[off:], UDPPort)
+	err := f.DecodeEthernet(b)
+	binary.BigEndian.PutUint16(b[off:], d.port)
+	if err == nil {
+		f.DstPort = d.port
+	}
+	return err
+}
+
+// udpDstPortOffset returns where the UDP destination port of an Ethernet
+// frame carrying IPv4 (first fragment) or IPv6 UDP is, or -1.
+func udpDstPortOffset(b []byte) int {
+	if len(b) < EthernetLen {
+		return -1
+	}
+	off := EthernetLen
+	et := binary.BigEndian.Uint16(b[12:])
+	if et == EtherTypeVLAN {
+		if len(b) < EthernetLen+VLANTagLen {
+			return -1
+		}
+		et = binary.BigEndian.Uint16(b[16:])
+		off += VLANTagLen
+	}
+	switch et {
+	case EtherTypeIPv4:
+		if len(b) < off+IPv4Len || b[off+9] != IPProtocolUDP || binary.BigEndian.Uint16(b[off+6:])&0x1fff != 0 {
+			return -1
+		}
+		off += int(b[off]&0x0f) * 4
+	case EtherTypeIPv6:
+		if len(b) < off+IPv6Len || b[off+6] != IPProtocolUDP {
+			return -1
+		}
+		off += IPv6Len
+	default:
+		return -1
+	}
+	if len(b) < off+UDPLen {
+		return -1
+	}
+	return off + 2
+}
+
 func (f *Frame) trafficClass() uint8 {
+	if f.Version == RoCEv1 {
+		return f.GRH.TClass()
+	}
 	if f.IPv6 {
 		return uint8(f.IP[0]<<4 | f.IP[1]>>4)
 	}
@@ -293,6 +539,9 @@ func (f *Frame) trafficClass() uint8 {
 }
 
 func (f *Frame) flowLabel() uint32 {
+	if f.Version == RoCEv1 {
+		return f.GRH.FlowLabel()
+	}
 	if f.IPv6 {
 		return uint32(f.IP[1]&0x0f)<<16 | uint32(f.IP[2])<<8 | uint32(f.IP[3])
 	}
@@ -300,6 +549,9 @@ func (f *Frame) flowLabel() uint32 {
 }
 
 func (f *Frame) hopLimit() uint8 {
+	if f.Version == RoCEv1 {
+		return f.GRH.HopLmt()
+	}
 	if f.IPv6 {
 		return f.IP[7]
 	}
@@ -307,11 +559,19 @@ func (f *Frame) hopLimit() uint8 {
 }
 
 // Flush takes everything the engine has to send, frames it and writes it to
-// the endpoint, and returns the number of frames written.
+// the endpoint, and returns the number of frames written. Frames that waited
+// for their next hop go first, and the neighbour protocol's frames with them.
 func (d *Device) Flush(now time.Time) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	total := 0
+	d.frames = d.appendPending(now, d.frames[:0])
+	if d.proto != nil {
+		d.frames = d.proto.AppendFrames(now, d.frames)
+	}
+	total, err := d.write(d.frames)
+	if err != nil {
+		return total, err
+	}
 	for {
 		d.out.Reset()
 		if d.ctx.Output(now, d.out) == 0 {
@@ -319,62 +579,173 @@ func (d *Device) Flush(now time.Time) (int, error) {
 		}
 		d.frames = d.frames[:0]
 		for i := range d.out.Packets {
-			if fr, ok := d.frame(&d.out.Packets[i]); ok {
+			if fr, ok := d.frame(now, &d.out.Packets[i]); ok {
 				d.frames = append(d.frames, fr)
 			}
 		}
-		n, err := d.cfg.Endpoint.Write(d.frames, 0)
-		d.counters.FramesOut += uint64(n)
+		if d.proto != nil {
+			// The requests that resolving these frames' next hops started.
+			d.frames = d.proto.AppendFrames(now, d.frames)
+		}
+		n, err := d.write(d.frames)
 		total += n
 		if err != nil {
-			d.counters.WriteErrors++
 			return total, err
 		}
 	}
 }
 
-// frame writes the RoCEv2 headers and ICRC around one output packet, in its
-// headroom and tailroom: no copy of the packet.
-func (d *Device) frame(p *ibtransport.OutputPacket) ([]byte, bool) {
+// write writes frames to the endpoint, in batches of at most cfg.Batch.
+func (d *Device) write(frames [][]byte) (int, error) {
+	total := 0
+	for len(frames) > 0 {
+		k := min(len(frames), d.cfg.Batch)
+		n, err := d.cfg.Endpoint.Write(frames[:k], 0)
+		d.counters.FramesOut += uint64(n)
+		total += n
+		if err != nil {
+			d.counters.WriteErrors++
+			clear(d.frames) // keep no reference to pending or protocol buffers
+			return total, err
+		}
+		frames = frames[k:]
+	}
+	return total, nil
+}
+
+// pendingFrame is a frame waiting for the MAC address of its next hop: a copy
+// (the engine's buffers are reused at once), made only on this slow path.
+type pendingFrame struct {
+	nextHop netip.Addr
+	frame   []byte
+	since   time.Time
+}
+
+// appendPending appends to frames the waiting frames whose next hop has
+// resolved, with its MAC filled in, drops those whose next hop failed or that
+// waited PendingTimeout, and keeps the rest in order.
+func (d *Device) appendPending(now time.Time, frames [][]byte) [][]byte {
+	if len(d.pending) == 0 {
+		return frames
+	}
+	kept := d.pending[:0]
+	var failed []netip.Addr // next hops found unreachable in this pass
+	for _, p := range d.pending {
+		var mac [6]byte
+		err := ErrNeighborUnreachable
+		if !containsAddr(failed, p.nextHop) {
+			mac, err = d.cfg.Neighbors.Resolve(now, p.nextHop)
+		}
+		switch {
+		case err == nil:
+			copy(p.frame[0:6], mac[:]) // the ICRC does not cover Ethernet
+			frames = append(frames, p.frame)
+		case errors.Is(err, ErrNeighborPending) && now.Sub(p.since) < PendingTimeout:
+			kept = append(kept, p)
+			continue
+		default:
+			if !errors.Is(err, ErrNeighborPending) {
+				failed = append(failed, p.nextHop)
+			}
+			d.counters.Unresolved++
+		}
+		d.pendingN -= len(p.frame)
+	}
+	clear(d.pending[len(kept):])
+	d.pending = kept
+	return frames
+}
+
+func containsAddr(list []netip.Addr, a netip.Addr) bool {
+	for _, b := range list {
+		if a == b {
+			return true
+		}
+	}
+	return false
+}
+
+// waiting reports whether frames to nextHop are queued: later frames to it
+// must queue behind them to keep their order.
+func (d *Device) waiting(nextHop netip.Addr) bool {
+	for i := range d.pending {
+		if d.pending[i].nextHop == nextHop {
+			return true
+		}
+	}
+	return false
+}
+
+// frame writes the RoCE headers and ICRC around one output packet, in its
+// headroom and tailroom: no copy of the packet. RoCEv2 takes the IP
+// addresses from the GIDs (unmapping IPv4-mapped ones); RoCEv1 puts the GIDs
+// themselves in the GRH.
+func (d *Device) frame(now time.Time, p *ibtransport.OutputPacket) ([]byte, bool) {
 	ah := p.AH
-	dst := netip.AddrFrom16(ah.DGID).Unmap()
 	if int(ah.SGIDIndex) >= len(d.gids) {
-		d.counters.Unroutable++
-		return nil, false
-	}
-	src := d.gids[ah.SGIDIndex].Unmap()
-	var mac [6]byte
-	ok := true
-	if d.cfg.Neighbors != nil {
-		mac, ok = d.cfg.Neighbors.Resolve(dst)
-	}
-	if !ok || src.Is4() != dst.Is4() {
 		d.counters.Unroutable++
 		return nil, false
 	}
 	ib := p.Packet()
 	h := FrameHeaders{
-		DstMAC:       mac,
 		SrcMAC:       d.cfg.MAC,
-		Src:          src,
-		Dst:          dst,
 		TrafficClass: ah.TrafficClass,
 		FlowLabel:    ah.FlowLabel,
 		HopLimit:     ah.HopLimit,
-		SrcPort:      d.srcPort(p, ib),
 	}
 	if h.HopLimit == 0 {
 		h.HopLimit = d.cfg.HopLimit
 	}
-	if src.Is4() && !d.zeroIPID {
-		h.IPID = d.ipID // rxe counts IDs per packet; the ICRC covers them
-		d.ipID++
+	dgid := netip.AddrFrom16(ah.DGID)
+	nextHop := dgid.Unmap()
+	if ahVersion(ah) == RoCEv1 {
+		h.Version = RoCEv1
+		h.Src, h.Dst = d.gids[ah.SGIDIndex], dgid
+	} else {
+		h.Src, h.Dst = d.gids[ah.SGIDIndex].Unmap(), nextHop
+		if h.Src.Is4() != h.Dst.Is4() {
+			d.counters.Unroutable++
+			return nil, false
+		}
+		h.SrcPort, h.DstPort = d.srcPort(p, ib), d.port
+		if h.Src.Is4() && !d.zeroIPID {
+			h.IPID = d.ipID // rxe counts IDs per packet; the ICRC covers them
+			d.ipID++
+		}
+	}
+	var err error
+	direct := true
+	if mac, ok := multicastMAC(nextHop); ok {
+		h.DstMAC = mac
+	} else if mac, ok := linkLocalMAC(nextHop); ok && h.Version == RoCEv1 {
+		h.DstMAC = mac // a RoCEv1 link-local GID names its MAC (rdma_get_ll_mac)
+	} else if d.cfg.Neighbors != nil {
+		direct = false
+		if d.waiting(nextHop) {
+			err = ErrNeighborPending
+		} else {
+			h.DstMAC, err = d.cfg.Neighbors.Resolve(now, nextHop)
+		}
+	}
+	if err != nil && !errors.Is(err, ErrNeighborPending) {
+		d.counters.Unresolved++
+		return nil, false
 	}
 	hl := h.Len()
 	start := p.Offset - hl
 	buf := p.Buf[start : p.Offset+len(ib)+ICRCLen]
 	if _, err := h.EncodeFrame(buf, len(ib)); err != nil {
 		d.counters.Unroutable++
+		return nil, false
+	}
+	if !direct && err != nil {
+		if d.pendingN+len(buf) > MaxPendingBytes {
+			d.counters.Unresolved++
+			return nil, false
+		}
+		d.counters.Queued++
+		d.pendingN += len(buf)
+		d.pending = append(d.pending, pendingFrame{nextHop: nextHop, frame: append([]byte(nil), buf...), since: now})
 		return nil, false
 	}
 	return buf, true
@@ -389,8 +760,25 @@ func (d *Device) srcPort(p *ibtransport.OutputPacket, ib []byte) uint16 {
 	return ConnectedUDPSourcePort(p.AH.FlowLabel, p.SrcQPN, p.DestQPN)
 }
 
-// NextDeadline returns the engine's next timer deadline.
-func (d *Device) NextDeadline() (time.Time, bool) { return d.ctx.NextDeadline() }
+// NextDeadline returns the device's next timer deadline: the engine's, the
+// neighbour protocol's, or when the oldest waiting frame times out.
+func (d *Device) NextDeadline() (time.Time, bool) {
+	t, ok := d.ctx.NextDeadline()
+	earliest := func(u time.Time, have bool) {
+		if have && (!ok || u.Before(t)) {
+			t, ok = u, true
+		}
+	}
+	if d.proto != nil {
+		earliest(d.proto.NextDeadline())
+	}
+	d.mu.Lock()
+	if len(d.pending) > 0 {
+		earliest(d.pending[0].since.Add(PendingTimeout), true)
+	}
+	d.mu.Unlock()
+	return t, ok
+}
 
 // Run drives the device on a blocking endpoint until ctx ends or the endpoint
 // closes: one goroutine reads and hands frames to the engine, this one sends
@@ -444,6 +832,7 @@ func (d *Device) Run(ctx context.Context, clock netio.Clock) error {
 			return err
 		case <-kick:
 		case <-d.ctx.Wake():
+		case <-d.wake:
 		case <-timer.C:
 		}
 	}
