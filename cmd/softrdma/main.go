@@ -23,6 +23,10 @@ func run(args []string) int {
 		return runDecode(args[1:], os.Stdout, os.Stderr)
 	case "demo":
 		return demoCmd(args[1:], os.Stdout, os.Stderr)
+	case "pingpong":
+		return pingpongCmd(args[1:], os.Stdout, os.Stderr)
+	case "perf":
+		return perfCmd(args[1:], os.Stdout, os.Stderr)
 	}
 	fmt.Fprintf(os.Stderr, "softrdma: unknown command %q\n%s\n", args[0], usage)
 	return 2
@@ -32,4 +36,7 @@ const usage = `usage: softrdma COMMAND [flags]
 
 commands:
   decode FILE   explain a pcap/pcapng capture of RoCE and iWARP traffic, flow by flow
-  demo          two nodes on a simulated network: SEND, WRITE, READ and atomics, verified`
+  demo          two nodes on a simulated network: SEND, WRITE, READ and atomics, verified
+  pingpong      ibv_rc_pingpong / ibv_ud_pingpong / ibv_uc_pingpong over RoCEv2: pingpong [rc|ud|uc] [HOST]
+  perf          perftest's ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat,
+                ib_send_lat over RoCEv2: perf write_bw|read_bw|send_bw|atomic_bw|write_lat|read_lat|send_lat [HOST]`

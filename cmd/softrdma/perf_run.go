@@ -1,0 +1,973 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/softrdma/softrdma/cmd/softrdma/oob/perftest"
+	"github.com/softrdma/softrdma/ibtransport"
+)
+
+// perfNoProgress is how long a run waits for a completion before giving up on a
+// vanished peer (perftest's server gives up after 120 s without a message).
+const perfNoProgress = 60 * time.Second
+
+// perfDialWait is how long the client retries a refused connection by default
+// (--wait): long enough to start both sides at once. (perftest's client gives
+// up at once.)
+const perfDialWait = 5 * time.Second
+
+// perfRun runs one test: the TCP connection, the device, perftest's exchange with
+// the verbs work in its hooks, and the report.
+func perfRun(o *perfOptions, p *perfParams, stdout, stderr io.Writer) (err error) {
+	ctx := context.Background()
+	res := &perfResult{Test: p.test.String(), Title: perfTitle(p), Role: "client", Transport: "roce", Backend: o.backend,
+		Connection: "RC", QPs: p.qps, Duration: p.duration}
+	if p.server {
+		res.Role = "server"
+	}
+	if o.json {
+		jsonOut := stdout
+		defer func() {
+			if err != nil {
+				res.Error = err.Error()
+			}
+			res.write(jsonOut)
+		}()
+		stdout = io.Discard
+	}
+
+	var conn net.Conn
+	if p.server {
+		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(o.port)))
+		if err != nil {
+			return fmt.Errorf("Couldn't listen to port %d: %w", o.port, err)
+		}
+		if o.listening != nil {
+			o.listening(ln.Addr())
+		}
+		io.WriteString(stdout, perfWaitingBanner)
+		conn, err = ln.Accept()
+		ln.Close() // perftest serves one client
+		if err != nil {
+			return err
+		}
+	} else {
+		if conn, err = perfDial(ctx, o.host, o.port, o.wait); err != nil {
+			return err
+		}
+	}
+	defer conn.Close()
+	peer := conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+
+	dev, err := perfOpenDevice(o, p, peer)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := dev.close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing the device: %w", cerr)
+		}
+	}()
+	s := &perfSession{p: p, dev: dev, stdout: stdout, stderr: stderr, res: res}
+	if err := s.init(); err != nil {
+		return err
+	}
+	res.Device = s.devName
+
+	cfg := perftest.Config{
+		Test:     p.test,
+		MTU:      s.portMTU,
+		NumQPs:   p.qps,
+		Size:     p.size,
+		RunAll:   p.all,
+		Duplex:   p.duplex,
+		Duration: p.durationMode(),
+		WithGID:  true,
+	}
+	hooks := perftest.Hooks{Setup: s.setup, Connect: s.connect, PostReceives: s.postReceives, Run: s.run}
+	var r *perftest.Result
+	if p.server {
+		r, err = perftest.RunServer(ctx, conn, cfg, hooks)
+	} else {
+		r, err = perftest.RunClient(ctx, conn, cfg, hooks)
+	}
+	if err != nil {
+		return err
+	}
+	s.finish(r)
+	if p.test == perftest.WriteLat {
+		// ib_write_lat ends without a closing exchange: our last ACK must reach
+		// the peer before the device goes, so hang up and wait (briefly) for
+		// the peer to hang up too, which it does once its last WRITE completed.
+		if tc, ok := conn.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		}
+		conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		io.Copy(io.Discard, conn)
+	}
+	return nil
+}
+
+// perfDial connects to the server's perftest port, retrying refused
+// connections for wait.
+func perfDial(ctx context.Context, host string, port int, wait time.Duration) (net.Conn, error) {
+	deadline := time.Now().Add(wait)
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	for {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return conn, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("Couldn't connect to %s: %w", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// perfSession is one side's test resources: perftest's pingpong_context.
+type perfSession struct {
+	p      *perfParams
+	dev    *perfDevice
+	stdout io.Writer
+	stderr io.Writer
+	res    *perfResult
+
+	devName  string
+	gidIndex int
+	portMTU  perftest.MTU // the MTU this side offers: the port's, or -m
+	mtu      int          // the MTU both use, in bytes (after the exchange)
+	outReads int
+
+	ctx    *ibtransport.Context
+	pd     *ibtransport.PD
+	sendCQ *ibtransport.CQ
+	recvCQ *ibtransport.CQ
+	qps    []*ibtransport.QP
+	mr     *ibtransport.MR
+	mem    []byte // the MR's memory
+
+	cycle     uint64 // the cycle buffer both sides use (bytes one QP's WRs walk through)
+	cacheLine uint64
+	buffSize  uint64 // BUFF_SIZE(size, cycle_buffer): one QP's half of the buffer
+
+	local, remote []perftest.Dest
+	wc            []ibtransport.WC
+}
+
+// init finds the GID index and the port MTU.
+func (s *perfSession) init() error {
+	p := s.p
+	s.devName = s.dev.name
+	s.ctx = s.dev.dev.Context()
+	s.gidIndex = -1
+	for i, g := range s.dev.dev.GIDs() {
+		if i > 0 && g.Unmap() == s.dev.local {
+			s.gidIndex = i
+			break
+		}
+	}
+	if s.gidIndex < 0 {
+		return fmt.Errorf("no GID for the device's address %v", s.dev.local)
+	}
+	s.res.GIDIndex = s.gidIndex
+	active := s.dev.dev.PathMTU()
+	mtu := active
+	if p.mtu != 0 {
+		mtu = p.mtu
+		if mtu > active {
+			fmt.Fprintf(s.stderr, " Requested mtu is higher than active mtu \n Changing to active mtu - %d\n", perfMTUEnum(active))
+			mtu = active
+		}
+	}
+	m, ok := perftest.MTUFromBytes(mtu)
+	if !ok {
+		return fmt.Errorf("the port's MTU %d is not an IB MTU", mtu)
+	}
+	s.portMTU = m
+	s.outReads = 1
+	if p.verb == perfRead || p.verb == perfAtomic {
+		s.outReads = s.ctx.Config().MaxRdAtomic
+		if p.outReads > 0 && p.outReads < s.outReads {
+			s.outReads = p.outReads
+		}
+		if p.outReads > s.outReads {
+			fmt.Fprintf(s.stderr, " Number of outstanding reads is above max = %d\n Changing to that max value\n", s.outReads)
+		}
+	}
+	return nil
+}
+
+// perfMTUEnum returns the ibv_mtu number of an MTU in bytes.
+func perfMTUEnum(n int) int {
+	m, _ := perftest.MTUFromBytes(n)
+	return int(m)
+}
+
+// perfInc is perftest's INC: size rounded up to a cache line.
+func perfInc(size, cacheLine uint64) uint64 {
+	if size <= cacheLine {
+		return cacheLine
+	}
+	return (size + cacheLine - 1) / cacheLine * cacheLine
+}
+
+// setup creates the PD, CQs, QPs and the buffer (ctx_init), and returns the
+// keys (set_up_connection): each QP's buffer is the second half of the region,
+// where the peer writes and reads.
+func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.Dest, error) {
+	p := s.p
+	s.mtu = r.MTU.Bytes()
+	s.res.MTU = s.mtu
+	s.cycle = uint64(max(r.SysData.CycleBuffer, 1))
+	s.cacheLine = uint64(max(r.SysData.CacheLineSize, 1))
+	s.buffSize = max(p.size, s.cycle)
+	total := perfInc(s.buffSize, s.cacheLine) * 2 * uint64(p.qps)
+	if total > 1<<34 {
+		return nil, fmt.Errorf("a buffer of %d bytes is too large", total)
+	}
+	c := s.ctx
+	s.pd = c.AllocPD()
+	var err error
+	nqp := p.qps
+	if s.sendCQ, err = c.CreateCQ(max(p.txDepth*nqp, 1) + 16); err != nil {
+		return nil, err
+	}
+	if s.recvCQ, err = c.CreateCQ(max(p.rxDepth*nqp, 1) + 16); err != nil {
+		return nil, err
+	}
+	access := ibtransport.AccessLocalWrite
+	qpAccess := ibtransport.Access(0)
+	switch p.verb {
+	case perfWrite:
+		access |= ibtransport.AccessRemoteWrite
+		qpAccess = ibtransport.AccessRemoteWrite
+	case perfRead:
+		access |= ibtransport.AccessRemoteRead
+		qpAccess = ibtransport.AccessRemoteRead
+	case perfAtomic:
+		access |= ibtransport.AccessRemoteAtomic
+		qpAccess = ibtransport.AccessRemoteAtomic
+	case perfSend:
+		qpAccess = ibtransport.AccessRemoteWrite
+	}
+	s.mem = make([]byte, total)
+	if p.verb != perfWrite || p.bw {
+		// perftest fills its buffer with random bytes, except ib_write_lat's,
+		// whose last byte of each message counts the iterations.
+		for i := range s.mem {
+			s.mem[i] = byte(rand.Uint32())
+		}
+	}
+	if s.mr, err = s.pd.RegMR(s.mem, access); err != nil {
+		return nil, err
+	}
+	s.qps = make([]*ibtransport.QP, nqp)
+	dests := make([]perftest.Dest, nqp)
+	base := s.mr.Addr()
+	rkey := s.mr.RKey()
+	for i := range s.qps {
+		qp, err := c.CreateQP(s.pd, ibtransport.QPInitAttr{Type: ibtransport.QPTypeRC, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
+			Cap: ibtransport.QPCap{MaxSendWR: max(p.txDepth, 1), MaxRecvWR: max(p.rxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			return nil, err
+		}
+		if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, AccessFlags: qpAccess},
+			ibtransport.QPAttrState|ibtransport.QPAttrPKeyIndex|ibtransport.QPAttrPort|ibtransport.QPAttrAccessFlags); err != nil {
+			return nil, err
+		}
+		s.qps[i] = qp
+		dests[i] = perftest.Dest{
+			OutReads: uint32(s.outReads),
+			QPN:      qp.QPN(),
+			PSN:      rand.Uint32() & ibtransport.PSNMask,
+			RKey:     rkey,
+			VAddr:    base + s.targetOffset(i),
+			GID:      s.dev.dev.GIDs()[s.gidIndex].As16(),
+			GIDIndex: int32(s.gidIndex),
+		}
+	}
+	s.local = dests
+	s.wc = make([]ibtransport.WC, 16) // CTX_POLL_BATCH
+	s.res.TxDepth, s.res.CQModeration = p.txDepth, 0
+	if p.bw {
+		s.res.CQModeration = p.cqMod
+	}
+	if p.verb == perfSend {
+		s.res.RxDepth = p.rxDepth
+	}
+	if p.verb == perfRead || p.verb == perfAtomic {
+		s.res.OutReads = s.outReads
+	}
+	ti := perfTestInfo{p: p, device: s.devName, mtu: s.mtu, gidIndex: s.gidIndex, outReads: s.outReads}
+	ti.write(s.stdout)
+	return dests, nil
+}
+
+// sendOffset and targetOffset are where QP i's messages come from and where the
+// peer's go (buf[i] and my_dest[i].vaddr in perftest); recvOffset is where its
+// receives land (ctx_set_recv_wqes).
+func (s *perfSession) sendOffset(i int) uint64 { return uint64(i) * s.buffSize }
+func (s *perfSession) targetOffset(i int) uint64 {
+	return uint64(s.p.qps+i) * s.buffSize
+}
+func (s *perfSession) recvOffset(i int) uint64 {
+	return uint64(s.p.qps+i) * perfInc(s.buffSize, s.cacheLine)
+}
+
+// slot returns the offset of message k within a QP's cycle buffer: successive
+// messages move on by a cache-line-rounded size and wrap at the cycle buffer
+// (increase_loc_addr, increase_rem_addr), if two fit in it.
+func (s *perfSession) slot(size uint64, k uint64) uint64 {
+	if size > s.cycle/2 {
+		return 0
+	}
+	inc := perfInc(size, s.cacheLine)
+	return k % (s.cycle / inc) * inc
+}
+
+// connect moves the QPs to RTR, and to RTS if they send (ctx_connect), then
+// prints both sides' keys and the table's header.
+func (s *perfSession) connect(_ context.Context, local, remote []perftest.Dest) error {
+	p := s.p
+	s.remote = remote
+	for i, qp := range s.qps {
+		rd := remote[i]
+		ah := ibtransport.AddressHandle{DGID: rd.GID, SGIDIndex: uint8(s.gidIndex), HopLimit: perfHopLimit}
+		if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: s.mtu,
+			DestQPN: rd.QPN, RQPSN: rd.PSN, MaxDestRdAtomic: int(local[i].OutReads), MinRNRTimer: perfMinRNRTimer},
+			ibtransport.QPAttrState|ibtransport.QPAttrAH|ibtransport.QPAttrPathMTU|ibtransport.QPAttrDestQPN|
+				ibtransport.QPAttrRQPSN|ibtransport.QPAttrMaxDestRdAtomic|ibtransport.QPAttrMinRNRTimer); err != nil {
+			return fmt.Errorf("Failed to modify QP %d to RTR: %w", qp.QPN(), err)
+		}
+		if !p.bw || !p.server || p.duplex {
+			rd := min(max(int(rd.OutReads), 1), s.ctx.Config().MaxRdAtomic)
+			if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: local[i].PSN, Timeout: perfDefQPTimeout,
+				RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: rd},
+				ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|ibtransport.QPAttrRetryCnt|
+					ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxRdAtomic); err != nil {
+				return fmt.Errorf("Failed to modify QP to RTS: %w", err)
+			}
+		}
+	}
+	for _, d := range local {
+		io.WriteString(s.stdout, perfDestLines("local", d, p.verb))
+	}
+	for _, d := range remote {
+		io.WriteString(s.stdout, perfDestLines("remote", d, p.verb))
+	}
+	s.res.Local, s.res.Remote = perfJSONDests(local), perfJSONDests(remote)
+	// ib_read_lat's server prints no table: only the client posts READs.
+	if !(p.test == perftest.ReadLat && p.server) {
+		s.printTableHeader()
+	}
+	return nil
+}
+
+func (s *perfSession) printTableHeader() {
+	io.WriteString(s.stdout, perfTableHeader(s.p))
+}
+
+// finish prints what perftest prints after the exchange: the half-duplex
+// server's copy of the client's report, -b's sums, and the closing line.
+func (s *perfSession) finish(r *perftest.Result) {
+	p := s.p
+	if p.bw {
+		s.res.BWUnits = "MB/sec"
+		if p.gbits {
+			s.res.BWUnits = "Gb/sec"
+		}
+	} else {
+		s.res.BWUnits = ""
+	}
+	switch {
+	case p.bw && p.verb != perfSend && p.server && !p.duplex:
+		for _, x := range r.Reports {
+			io.WriteString(s.stdout, perfBWLine(x.Remote, p.gbits))
+			s.res.addBW(x.Remote)
+		}
+	case p.bw && p.duplex:
+		for _, x := range r.Reports {
+			sum := perfSum(x.Local, x.Remote)
+			io.WriteString(s.stdout, perfBWLine(sum, p.gbits))
+			s.res.addBW(sum)
+		}
+	}
+	io.WriteString(s.stdout, perfResultLine)
+}
+
+// postReceives posts a send test's receives: rx depth per QP (ctx_set_recv_wqes).
+func (s *perfSession) postReceives(_ context.Context, size uint64) error {
+	for i, qp := range s.qps {
+		for j := 0; j < s.p.rxDepth; j++ {
+			if err := s.postRecv(qp, i, size, uint64(j)); err != nil {
+				return fmt.Errorf("Couldn't post recv Qp = %d: counter=%d: %w", i, j, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *perfSession) postRecv(qp *ibtransport.QP, i int, size, k uint64) error {
+	off := s.recvOffset(i)
+	if s.p.bw {
+		off += s.slot(size, k)
+	}
+	return qp.PostRecv(ibtransport.RecvWR{WRID: uint64(i), SGL: []ibtransport.SGE{s.mr.SGE(int(off), int(size))}})
+}
+
+// run measures one message size.
+func (s *perfSession) run(ctx context.Context, size uint64) (perftest.BWReport, error) {
+	p := s.p
+	switch {
+	case p.bw:
+		rep, err := s.runBW(ctx, size)
+		if err != nil {
+			return rep, err
+		}
+		if !p.duplex || (p.verb == perfSend && p.durationMode()) {
+			io.WriteString(s.stdout, perfBWLine(rep, p.gbits))
+			s.res.addBW(rep)
+		}
+		return rep, nil
+	case p.test == perftest.WriteLat:
+		return perftest.BWReport{}, s.runLatWrite(ctx, size)
+	case p.test == perftest.SendLat:
+		return perftest.BWReport{}, s.runLatSend(ctx, size)
+	default:
+		return perftest.BWReport{}, s.runLatRead(ctx, size)
+	}
+}
+
+// perfClock reads the monotonic clock in nanoseconds since the run started.
+type perfClock struct{ base time.Time }
+
+func newPerfClock() perfClock             { return perfClock{base: time.Now()} }
+func (c perfClock) now() int64            { return int64(time.Since(c.base)) }
+func (c perfClock) at(ns int64) time.Time { return c.base.Add(time.Duration(ns)) }
+
+// perfPhase is a -D run's state (catch_alarm's states): warming up for the
+// margin, sampling, cooling down for the margin, over.
+type perfPhase uint8
+
+const (
+	perfWarmUp perfPhase = iota
+	perfSampling
+	perfCoolDown
+	perfOver
+)
+
+// perfTimer divides a -D run into its phases, from when it starts.
+type perfTimer struct {
+	start, sampleStart, sampleEnd, end int64 // perfClock nanoseconds
+}
+
+func newPerfTimer(p *perfParams, start int64) perfTimer {
+	sec := int64(time.Second)
+	return perfTimer{start: start, sampleStart: start + int64(p.margin)*sec,
+		sampleEnd: start + int64(p.duration-p.margin)*sec, end: start + int64(p.duration)*sec}
+}
+
+func (t *perfTimer) phase(now int64) perfPhase {
+	switch {
+	case now < t.sampleStart:
+		return perfWarmUp
+	case now < t.sampleEnd:
+		return perfSampling
+	case now < t.end:
+		return perfCoolDown
+	}
+	return perfOver
+}
+
+// waitCQ blocks until cq has a completion, until deadline (if not zero), or
+// until nothing has happened for perfNoProgress.
+func waitCQ(ctx context.Context, cq *ibtransport.CQ, deadline time.Time) error {
+	limit := time.Now().Add(perfNoProgress)
+	expired := false
+	if !deadline.IsZero() && deadline.Before(limit) {
+		limit, expired = deadline, true
+	}
+	wctx, cancel := context.WithDeadline(ctx, limit)
+	defer cancel()
+	err := cq.Wait(wctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded) && expired:
+		return nil // the caller's deadline: it looks at the clock
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("no completion for %v: is the peer still there?", perfNoProgress)
+	}
+	return err
+}
+
+func perfCompletionError(wc ibtransport.WC, what string, posted, done uint64) error {
+	return fmt.Errorf("Completion with error at %s: %s (status %d, wr %d, posted %d, completed %d)",
+		what, wc.Status, int(wc.Status), wc.WRID, posted, done)
+}
+
+// sendWR returns QP i's work request for message k of the given size: the
+// test's opcode from the QP's send buffer to the peer's buffer, both walking
+// their cycle buffers.
+func (s *perfSession) sendWR(i int, size, k uint64, signaled bool) ibtransport.SendWR {
+	p := s.p
+	off := s.sendOffset(i)
+	raddr := s.remote[i].VAddr
+	if p.bw {
+		off += s.slot(size, k)
+		raddr += s.slot(size, k)
+	}
+	wr := ibtransport.SendWR{WRID: uint64(i), Signaled: signaled, SGL: []ibtransport.SGE{s.mr.SGE(int(off), int(size))},
+		RemoteAddr: raddr, RKey: s.remote[i].RKey}
+	switch p.verb {
+	case perfSend:
+		wr.Opcode, wr.RemoteAddr, wr.RKey = ibtransport.WRSend, 0, 0
+	case perfWrite:
+		wr.Opcode = ibtransport.WRRDMAWrite
+	case perfRead:
+		wr.Opcode = ibtransport.WRRDMARead
+	case perfAtomic:
+		if p.atomic == 0 {
+			wr.Opcode, wr.Swap = ibtransport.WRAtomicCmpAndSwp, 0 // ATOMIC_SWAP_VALUE
+		} else {
+			wr.Opcode, wr.CompareAdd = ibtransport.WRAtomicFetchAdd, 1 // ATOMIC_ADD_VALUE
+		}
+	}
+	return wr
+}
+
+// runBW is a bandwidth run for one size: the sender's loop (run_iter_bw), the
+// receiver's (run_iter_bw_server), or both at once (run_iter_bi, -b).
+func (s *perfSession) runBW(ctx context.Context, size uint64) (perftest.BWReport, error) {
+	p := s.p
+	if p.verb == perfSend && p.server && !p.duplex {
+		return s.runBWReceiver(ctx, size)
+	}
+	if p.verb == perfSend && p.duplex {
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		rerr := make(chan error, 1)
+		go func() {
+			_, err := s.receiveLoop(rctx, size, false)
+			rerr <- err
+		}()
+		rep, err := s.runBWSender(ctx, size)
+		if err != nil {
+			cancel()
+			<-rerr
+			return rep, err
+		}
+		if p.durationMode() {
+			cancel()
+		}
+		if err := <-rerr; err != nil && !errors.Is(err, context.Canceled) {
+			return rep, err
+		}
+		return rep, nil
+	}
+	return s.runBWSender(ctx, size)
+}
+
+// runBWSender keeps tx depth WRs in flight on every QP, signalling one in cq
+// moderation, and times posts and completions.
+func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BWReport, error) {
+	p := s.p
+	nqp := len(s.qps)
+	iters := uint64(p.iters)
+	tot := iters * uint64(nqp)
+	cqMod := uint64(p.cqMod)
+	samples := perfBWSamples{size: size, cqMod: cqMod, noPeak: p.noPeak}
+	if p.noPeak {
+		samples.tposted, samples.tcompleted = make([]int64, 1), make([]int64, 1)
+	} else {
+		samples.tposted, samples.tcompleted = make([]int64, tot), make([]int64, tot)
+	}
+	scnt := make([]uint64, nqp)
+	ccnt := make([]uint64, nqp)
+	var totscnt, totccnt, measured uint64
+	clock := newPerfClock()
+	dur := p.durationMode()
+	timer := newPerfTimer(p, 0)
+	if dur {
+		samples.tposted[0], samples.tcompleted[0] = timer.sampleStart, timer.sampleEnd
+	} else if p.noPeak {
+		samples.tposted[0] = clock.now()
+	}
+	for {
+		now := clock.now()
+		over := dur && timer.phase(now) == perfOver
+		if !dur && totscnt >= tot && totccnt >= tot || over {
+			break
+		}
+		for q, qp := range s.qps {
+			for (dur || scnt[q] < iters) && scnt[q]-ccnt[q]+1 <= uint64(p.txDepth) {
+				k := scnt[q]
+				signaled := cqMod == 1 || k%cqMod == cqMod-1 || (!dur && k == iters-1)
+				if !p.noPeak {
+					samples.tposted[totscnt] = clock.now()
+				}
+				if err := qp.PostSend(s.sendWR(q, size, k, signaled)); err != nil {
+					return perftest.BWReport{}, fmt.Errorf("Couldn't post send: qp %d scnt=%d: %w", q, k, err)
+				}
+				scnt[q]++
+				totscnt++
+			}
+		}
+		if !dur && totccnt >= tot {
+			continue
+		}
+		n := s.sendCQ.Poll(s.wc)
+		if n == 0 {
+			var deadline time.Time
+			if dur {
+				deadline = clock.at(timer.end)
+			}
+			if err := waitCQ(ctx, s.sendCQ, deadline); err != nil {
+				return perftest.BWReport{}, err
+			}
+			continue
+		}
+		now = clock.now()
+		for _, wc := range s.wc[:n] {
+			if wc.Status != ibtransport.WCSuccess {
+				return perftest.BWReport{}, perfCompletionError(wc, "send", totscnt, totccnt)
+			}
+			q := int(wc.WRID)
+			ccnt[q] += cqMod
+			totccnt += cqMod
+			if !p.noPeak {
+				samples.tcompleted[min(totccnt, tot)-1] = now
+			}
+			if dur && timer.phase(now) == perfSampling {
+				measured += cqMod
+			}
+		}
+	}
+	if p.noPeak && !dur {
+		samples.tcompleted[0] = clock.now()
+	}
+	samples.iters = tot
+	if dur {
+		samples.iters = measured
+	}
+	return samples.report(p.gbits), nil
+}
+
+// runBWReceiver is ib_send_bw's server: it keeps the receives posted and times
+// from the first message to the last.
+func (s *perfSession) runBWReceiver(ctx context.Context, size uint64) (perftest.BWReport, error) {
+	return s.receiveLoop(ctx, size, true)
+}
+
+// receiveLoop consumes receive completions and reposts receives. With report
+// it returns run_iter_bw_server's report: messages over the time from the first
+// to the last (or, with -D, those of the sample period).
+func (s *perfSession) receiveLoop(ctx context.Context, size uint64, report bool) (perftest.BWReport, error) {
+	p := s.p
+	nqp := len(s.qps)
+	iters := uint64(p.iters)
+	tot := iters * uint64(nqp)
+	posted := make([]uint64, nqp)
+	for i := range posted {
+		posted[i] = uint64(p.rxDepth)
+	}
+	wc := make([]ibtransport.WC, 16)
+	clock := newPerfClock()
+	dur := p.durationMode()
+	var timer perfTimer
+	var rcnt, measured uint64
+	first := true
+	var tstart, tend int64
+	for dur || rcnt < tot {
+		now := clock.now()
+		if dur && !first && timer.phase(now) == perfOver {
+			break
+		}
+		n := s.recvCQ.Poll(wc)
+		if n == 0 {
+			var deadline time.Time
+			if dur && !first {
+				deadline = clock.at(timer.end)
+			}
+			if err := waitCQ(ctx, s.recvCQ, deadline); err != nil {
+				return perftest.BWReport{}, err
+			}
+			continue
+		}
+		now = clock.now()
+		if first {
+			first = false
+			tstart = now
+			timer = newPerfTimer(p, now)
+		}
+		for _, w := range wc[:n] {
+			if w.Status != ibtransport.WCSuccess {
+				return perftest.BWReport{}, perfCompletionError(w, "receive", rcnt, rcnt)
+			}
+			q := int(w.WRID)
+			rcnt++
+			if dur && timer.phase(now) == perfSampling {
+				measured++
+			}
+			if dur || posted[q]+1 <= iters {
+				if err := s.postRecv(s.qps[q], q, size, posted[q]); err != nil {
+					return perftest.BWReport{}, fmt.Errorf("Couldn't post recv Qp=%d rcnt=%d: %w", q, rcnt, err)
+				}
+				posted[q]++
+			}
+		}
+	}
+	tend = clock.now()
+	if !report {
+		return perftest.BWReport{}, nil
+	}
+	samples := perfBWSamples{size: size, iters: tot, cqMod: 1, noPeak: true,
+		tposted: []int64{tstart}, tcompleted: []int64{tend}}
+	if dur {
+		samples.iters = measured
+		samples.tposted[0], samples.tcompleted[0] = timer.sampleStart, timer.sampleEnd
+	}
+	return samples.report(p.gbits), nil
+}
+
+// perfLatRun collects a latency run's post times and prints its row.
+type perfLatRun struct {
+	s       *perfSession
+	size    uint64
+	clock   perfClock
+	tposted []int64
+	dur     bool
+	timer   perfTimer
+	count   uint64 // -D: completions during the sample period
+}
+
+func (s *perfSession) newLatRun(size uint64) *perfLatRun {
+	r := &perfLatRun{s: s, size: size, clock: newPerfClock(), dur: s.p.durationMode()}
+	if r.dur {
+		r.timer = newPerfTimer(s.p, 0)
+	} else {
+		r.tposted = make([]int64, 0, s.p.iters)
+	}
+	return r
+}
+
+func (r *perfLatRun) more(n int) bool {
+	if r.dur {
+		return r.timer.phase(r.clock.now()) != perfOver
+	}
+	return n < r.s.p.iters
+}
+
+func (r *perfLatRun) posted() {
+	if !r.dur {
+		r.tposted = append(r.tposted, r.clock.now())
+	}
+}
+
+func (r *perfLatRun) completed() {
+	if r.dur && r.timer.phase(r.clock.now()) == perfSampling {
+		r.count++
+	}
+}
+
+func (r *perfLatRun) deadline() time.Time {
+	if r.dur {
+		return r.clock.at(r.timer.end)
+	}
+	return time.Time{}
+}
+
+func (r *perfLatRun) over() bool { return r.dur && r.timer.phase(r.clock.now()) == perfOver }
+
+// report prints the row: round-trip tests halve the intervals.
+func (r *perfLatRun) report(rttFactor int) {
+	var st perfLatStats
+	if r.dur {
+		st = perfLatDuration(r.size, r.count, r.timer.sampleEnd-r.timer.sampleStart, rttFactor)
+	} else {
+		st = perfLatency(r.size, r.tposted, rttFactor)
+	}
+	io.WriteString(r.s.stdout, perfLatLine(st, r.dur))
+	r.s.res.Latency = append(r.s.res.Latency, st)
+}
+
+// waitSend waits for one send completion.
+func (r *perfLatRun) waitSend(ctx context.Context) (bool, error) {
+	s := r.s
+	for {
+		if s.sendCQ.Poll(s.wc[:1]) == 1 {
+			if s.wc[0].Status != ibtransport.WCSuccess {
+				return false, perfCompletionError(s.wc[0], "send", 0, 0)
+			}
+			return true, nil
+		}
+		if r.over() {
+			return false, nil
+		}
+		if err := waitCQ(ctx, s.sendCQ, r.deadline()); err != nil {
+			return false, err
+		}
+	}
+}
+
+// runLatWrite is ib_write_lat (run_iter_lat_write): each side WRITEs a message
+// whose last byte counts the iterations and spins on the last byte of its own
+// buffer for the peer's. The server writes first.
+func (s *perfSession) runLatWrite(ctx context.Context, size uint64) error {
+	p := s.p
+	r := s.newLatRun(size)
+	qp := s.qps[0]
+	pollOff := s.targetOffset(0) + size - 1
+	postOff := s.sendOffset(0) + size - 1
+	var scnt, ccnt, rcnt int
+	for r.more(scnt) || (!r.dur && (ccnt < p.iters || rcnt < p.iters)) {
+		if (r.dur || rcnt < p.iters) && !(scnt < 1 && p.server) {
+			rcnt++
+			if err := s.spinFor(ctx, r, pollOff, byte(rcnt)); err != nil {
+				return err
+			}
+		}
+		if r.more(scnt) {
+			r.posted()
+			scnt++
+			// The byte the peer spins on: our send buffer is not being read by the
+			// engine now, since the previous WRITE has completed.
+			s.mem[postOff] = byte(scnt)
+			if err := qp.PostSend(s.sendWR(0, size, 0, true)); err != nil {
+				return fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
+			}
+		}
+		if r.over() {
+			break
+		}
+		if r.dur || ccnt < p.iters {
+			ok, err := r.waitSend(ctx)
+			if err != nil {
+				return err
+			}
+			if ok {
+				ccnt++
+				r.completed()
+			}
+		}
+	}
+	r.report(2)
+	return nil
+}
+
+// spinFor waits until the byte at off of the buffer holds want: the peer's
+// WRITE has landed. Like perftest's CPU, it reads memory that the transport
+// writes; each read goes through MR.Buf, whose lock orders it after the
+// engine's writes.
+func (s *perfSession) spinFor(ctx context.Context, r *perfLatRun, off uint64, want byte) error {
+	limit := time.Now().Add(perfNoProgress)
+	for spins := 0; ; spins++ {
+		if s.mr.Buf()[off] == want {
+			return nil
+		}
+		if r.over() {
+			return nil
+		}
+		if spins&1023 == 1023 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if time.Now().After(limit) {
+				return fmt.Errorf("no WRITE from the peer for %v: is it still there?", perfNoProgress)
+			}
+			time.Sleep(20 * time.Microsecond)
+		} else {
+			runtime.Gosched()
+		}
+	}
+}
+
+// runLatSend is ib_send_lat (run_iter_lat_send): a SEND ping-pong; the client
+// sends first.
+func (s *perfSession) runLatSend(ctx context.Context, size uint64) error {
+	p := s.p
+	r := s.newLatRun(size)
+	qp := s.qps[0]
+	var scnt, rcnt int
+	cqMod := p.cqMod
+	for r.more(scnt) || (!r.dur && rcnt < p.iters) {
+		if (r.dur || rcnt < p.iters) && !(scnt < 1 && !p.server) {
+			got := false
+			for !got {
+				if s.recvCQ.Poll(s.wc[:1]) == 1 {
+					w := s.wc[0]
+					if w.Status != ibtransport.WCSuccess {
+						return perfCompletionError(w, "receive", uint64(scnt), uint64(rcnt))
+					}
+					got = true
+					rcnt++
+					r.completed()
+					if r.dur || rcnt+p.rxDepth <= p.iters {
+						if err := s.postRecv(qp, 0, size, 0); err != nil {
+							return fmt.Errorf("Couldn't post recv: rcnt=%d: %w", rcnt, err)
+						}
+					}
+					break
+				}
+				if r.over() {
+					break
+				}
+				if err := waitCQ(ctx, s.recvCQ, r.deadline()); err != nil {
+					return err
+				}
+			}
+		}
+		if r.over() {
+			break
+		}
+		if r.more(scnt) {
+			r.posted()
+			scnt++
+			signaled := scnt%cqMod == 0 || (!r.dur && scnt == p.iters)
+			if err := qp.PostSend(s.sendWR(0, size, 0, signaled)); err != nil {
+				return fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
+			}
+			if signaled {
+				if _, err := r.waitSend(ctx); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	r.report(2)
+	return nil
+}
+
+// runLatRead is ib_read_lat's client (run_iter_lat): one READ at a time; the
+// interval between posts is the latency (no halving).
+func (s *perfSession) runLatRead(ctx context.Context, size uint64) error {
+	r := s.newLatRun(size)
+	qp := s.qps[0]
+	for scnt := 0; r.more(scnt); scnt++ {
+		r.posted()
+		if err := qp.PostSend(s.sendWR(0, size, 0, true)); err != nil {
+			return fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
+		}
+		ok, err := r.waitSend(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			r.completed()
+		}
+	}
+	r.report(1)
+	return nil
+}

@@ -1,0 +1,660 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/cmd/softrdma/oob/perftest"
+)
+
+// perfLog is one side's output in a capture log of testdata/captures/logs.
+type perfLog struct {
+	args []string // the command line after the tool's name
+	out  []string // stdout lines
+}
+
+// readPerfLog splits a capture log into the server's and the client's command
+// and output. Lines perftest writes to stderr ("Device not recognized ...") and
+// tcpdump's trailer are dropped; so is the line perftest prints before that
+// warning (read and atomic tests on an unrecognised device, rxe), which
+// softrdma, knowing its own device, has no reason to print.
+func readPerfLog(t *testing.T, name string) (server, client perfLog) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "captures", "logs", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cur *perfLog
+	for _, l := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		switch {
+		case strings.HasPrefix(l, "# server"):
+			server.args = strings.Fields(l[strings.Index(l, "):")+2:])[1:]
+		case strings.HasPrefix(l, "# client"):
+			client.args = strings.Fields(l[strings.Index(l, "):")+2:])[1:]
+		case l == "## client output":
+			cur = &client
+		case l == "## server output":
+			cur = &server
+		case strings.HasPrefix(l, "Device not recognized"), strings.HasSuffix(l, "packets captured"),
+			strings.HasSuffix(l, "dropped by kernel"):
+		default:
+			cur.out = append(cur.out, l)
+		}
+	}
+	for _, s := range []*perfLog{&server, &client} {
+		if len(s.out) > 1 && s.out[0]+"\n" == perfResultLine && s.out[1]+"\n" == perfResultLine {
+			s.out = s.out[1:]
+		}
+		if len(s.out) > 1 && s.out[0]+"\n" == perfResultLine && s.out[1] == "" {
+			s.out = s.out[1:] // the same line, before the server's banner
+		}
+	}
+	return server, client
+}
+
+var (
+	perfAddrRE = regexp.MustCompile(`^ (local|remote) address: LID (\S+) QPN 0x([0-9a-f]+) PSN 0x([0-9a-f]+)(?: OUT 0x([0-9a-f]+))?(?: RKey 0x([0-9a-f]+) VAddr 0x([0-9a-f]+))?$`)
+	perfGIDRE  = regexp.MustCompile(`^ GID: ((?:\d\d\d?:){15}\d\d\d?)$`)
+)
+
+// parsePerfDest reads an address line and its GID line back into a Dest.
+func parsePerfDest(t *testing.T, addr, gid string) (string, perftest.Dest) {
+	t.Helper()
+	m := perfAddrRE.FindStringSubmatch(addr)
+	g := perfGIDRE.FindStringSubmatch(gid)
+	if m == nil || g == nil {
+		t.Fatalf("not an address: %q %q", addr, gid)
+	}
+	hex := func(s string) uint64 {
+		if s == "" {
+			return 0
+		}
+		v, err := strconv.ParseUint(s, 16, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	var d perftest.Dest
+	d.QPN, d.PSN, d.OutReads, d.RKey, d.VAddr = uint32(hex(m[3])), uint32(hex(m[4])), uint32(hex(m[5])), uint32(hex(m[6])), hex(m[7])
+	for i, f := range strings.Split(g[1], ":") {
+		v, _ := strconv.Atoi(f)
+		d.GID[i] = byte(v)
+	}
+	return m[1], d
+}
+
+// TestPerfOutputMatchesCaptureLogs rebuilds, for every perftest run of the
+// captures, each side's whole output from softrdma's own parts: its flags
+// parsed and derived as softrdma does (tx depth, CQ moderation, rx depth ...),
+// the header perftest prints, the address lines reprinted from the values they
+// show, and the result rows reformatted from their numbers. The text must be
+// what perftest printed, byte for byte.
+func TestPerfOutputMatchesCaptureLogs(t *testing.T) {
+	for _, name := range []string{"rxe-write-bw.log", "rxe-read-bw.log", "rxe-send-bw.log", "rxe-atomic-fadd.log",
+		"rxe-atomic-cas.log", "rxe-write-lat.log", "rxe-send-lat.log"} {
+		server, client := readPerfLog(t, name)
+		for _, side := range []perfLog{server, client} {
+			t.Run(name+"/"+strings.Join(side.args, " "), func(t *testing.T) {
+				o, err := perfParseArgs(append([]string{perfToolTest(t, name)}, side.args...), io.Discard)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := perfDerive(o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := strings.Join(side.out, "\n") + "\n"
+				var b strings.Builder
+				if p.server {
+					b.WriteString(perfWaitingBanner)
+				}
+				outReads := 1
+				if p.verb == perfRead || p.verb == perfAtomic {
+					outReads = 128
+				}
+				ti := perfTestInfo{p: p, device: "rxe0", mtu: 1024, gidIndex: 1, outReads: outReads}
+				ti.write(&b)
+				i := strings.Index(want, " local address")
+				for l := 0; l+1 < len(side.out); l++ {
+					if perfAddrRE.MatchString(side.out[l]) {
+						who, d := parsePerfDest(t, side.out[l], side.out[l+1])
+						b.WriteString(perfDestLines(who, d, p.verb))
+					}
+				}
+				b.WriteString(perfTableHeader(p))
+				for _, l := range side.out {
+					f := strings.Fields(l)
+					if p.bw && perfBWRowRE.MatchString(l) {
+						r := perftest.BWReport{Size: perfAtoi(t, f[0]), Iters: perfAtoi(t, f[1]),
+							BWPeak: perfAtof(t, f[2]), BWAvg: perfAtof(t, f[3]), MsgRateAvg: perfAtof(t, f[4])}
+						b.WriteString(perfBWLine(r, false))
+					}
+					if !p.bw && perfLatRowRE.MatchString(l) {
+						st := perfLatStats{Size: perfAtoi(t, f[0]), Iters: perfAtoi(t, f[1]), TMin: perfAtof(t, f[2]),
+							TMax: perfAtof(t, f[3]), TTypical: perfAtof(t, f[4]), TAvg: perfAtof(t, f[5]), TStdev: perfAtof(t, f[6]),
+							P99: perfAtof(t, f[7]), P999: perfAtof(t, f[8])}
+						b.WriteString(perfLatLine(st, false))
+					}
+				}
+				b.WriteString(perfResultLine)
+				if got := b.String(); got != want {
+					t.Errorf("output differs from perftest's (header up to byte %d)\ngot:\n%s\nwant:\n%s", i, got, want)
+				}
+			})
+		}
+	}
+}
+
+func perfToolTest(t *testing.T, log string) string {
+	switch {
+	case strings.Contains(log, "atomic"):
+		return "atomic_bw"
+	case strings.Contains(log, "write-bw"):
+		return "write_bw"
+	case strings.Contains(log, "read-bw"):
+		return "read_bw"
+	case strings.Contains(log, "send-bw"):
+		return "send_bw"
+	case strings.Contains(log, "write-lat"):
+		return "write_lat"
+	case strings.Contains(log, "send-lat"):
+		return "send_lat"
+	}
+	t.Fatalf("which test is %s?", log)
+	return ""
+}
+
+func perfAtoi(t *testing.T, s string) uint64 {
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func perfAtof(t *testing.T, s string) float64 {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestPerfCHex checks the C printf emulation of the address lines.
+func TestPerfCHex(t *testing.T) {
+	for _, c := range []struct {
+		v     uint64
+		width int
+		want  string
+	}{
+		{0, 4, "0000"}, {0x14, 6, "0x0014"}, {0x736e15, 6, "0x736e15"}, {0x80, 4, "0x80"},
+		{0x5b5, 8, "0x0005b5"}, {0x564aed094000, 16, "0x00564aed094000"}, {0x1, 4, "0x01"},
+	} {
+		if got := perfCHex(c.v, c.width); got != c.want {
+			t.Errorf("perfCHex(%#x, %d) = %q, want %q", c.v, c.width, got, c.want)
+		}
+	}
+}
+
+// TestPerfLatency checks print_report_lat's arithmetic on a known run: ten
+// posts whose nine intervals are 10..90 µs (shuffled); the two largest are
+// dropped, leaving 7 sorted ones: 10..70.
+func TestPerfLatency(t *testing.T) {
+	us := int64(time.Microsecond)
+	intervals := []int64{50, 10, 90, 30, 70, 20, 80, 40, 60}
+	tp := []int64{1000}
+	for _, d := range intervals {
+		tp = append(tp, tp[len(tp)-1]+d*us)
+	}
+	st := perfLatency(64, tp, 1)
+	// m = 7: t_max = delta[7] = 80, the median delta[3] = 40, the mean of 10..70
+	// is 40; the deviations 30, 20, 10, 0, -10, -20, -30 squared sum to 2800.
+	want := perfLatStats{Size: 64, Iters: 10, TMin: 10, TMax: 80, TTypical: 40, TAvg: 40, TStdev: math.Sqrt(2800.0 / 7), P99: 80, P999: 80}
+	if st != want {
+		t.Errorf("got %+v\nwant %+v", st, want)
+	}
+	// Round trips are halved.
+	if st := perfLatency(64, tp, 2); st.TMin != 5 || st.TAvg != 20 || st.TMax != 40 {
+		t.Errorf("halved: %+v", st)
+	}
+	// perftest truncates each deviation to an int before squaring it: with a
+	// mean of 1.5 µs and deviations ±0.5, its stdev is 0, not 0.5.
+	tp = []int64{0}
+	for _, d := range []int64{1, 2, 1, 2, 1, 2, 9, 9} {
+		tp = append(tp, tp[len(tp)-1]+d*us)
+	}
+	if st := perfLatency(2, tp, 1); st.TAvg != 1.5 || st.TStdev != 0 || st.TTypical != 1.5 {
+		t.Errorf("truncation: %+v", st)
+	}
+	// Fewer than five iterations cannot be reported.
+	if st := perfLatency(2, tp[:4], 1); st.TMin != 0 || st.Iters != 4 {
+		t.Errorf("short run: %+v", st)
+	}
+}
+
+// TestPerfBWReport checks print_report_bw's arithmetic: 8 messages of 1 MiB,
+// posted every 10 ms, completions counted 4 at a time.
+func TestPerfBWReport(t *testing.T) {
+	ms := int64(time.Millisecond)
+	s := perfBWSamples{size: 1 << 20, iters: 8, cqMod: 4, tposted: make([]int64, 8), tcompleted: make([]int64, 8)}
+	for i := range s.tposted {
+		s.tposted[i] = int64(i) * 10 * ms
+	}
+	s.tcompleted[3] = 40 * ms  // 4 messages in 40 ms from the first post
+	s.tcompleted[7] = 100 * ms // all 8 in 100 ms
+	r := s.report(false)
+	if r.Size != 1<<20 || r.Iters != 8 {
+		t.Fatalf("%+v", r)
+	}
+	// Average: 8 MiB in 0.1 s = 80 MiB/s, 80 messages/s.
+	if math.Abs(r.BWAvg-80) > 1e-9 || math.Abs(r.MsgRateAvg-80e-6) > 1e-12 {
+		t.Errorf("average %v MiB/s, rate %v Mpps", r.BWAvg, r.MsgRateAvg)
+	}
+	// Peak: the best window is from post 3 (30 ms) to completion 3 (40 ms), one
+	// message in 10 ms: 100 MiB/s.
+	if math.Abs(r.BWPeak-100) > 1e-9 {
+		t.Errorf("peak %v MiB/s, want 100", r.BWPeak)
+	}
+	if g := s.report(true); math.Abs(g.BWAvg-80*1048576*8/1e9) > 1e-9 {
+		t.Errorf("Gb/s average %v", g.BWAvg)
+	}
+	s.noPeak, s.tposted, s.tcompleted = true, []int64{0}, []int64{100 * ms}
+	if r := s.report(false); r.BWPeak != 0 || math.Abs(r.BWAvg-80) > 1e-9 {
+		t.Errorf("noPeak: %+v", r)
+	}
+}
+
+// TestPerfDerive checks perftest's defaults and dependencies.
+func TestPerfDerive(t *testing.T) {
+	for _, c := range []struct {
+		args                 string
+		size                 uint64
+		iters, tx, rx, cqMod int
+		noPeak               bool
+		wantErr              string
+	}{
+		{args: "write_bw", size: 65536, iters: 5000, tx: 128, rx: 1, cqMod: 1}, // 64 KiB > 8192: every WR signalled
+		{args: "write_bw -s 4096", size: 4096, iters: 5000, tx: 128, rx: 1, cqMod: 100},
+		{args: "send_bw -n 5 -s 4096", size: 4096, iters: 5, tx: 5, rx: 6, cqMod: 5, noPeak: true}, // server
+		{args: "send_bw -n 5 -s 4096 host", size: 4096, iters: 5, tx: 5, rx: 6, cqMod: 5},
+		{args: "read_bw -a -n 5 host", size: perfMaxSize, iters: 5, tx: 5, rx: 1, cqMod: 5},
+		{args: "write_lat", size: 2, iters: 1000, tx: 1, rx: 1, cqMod: 1},
+		{args: "send_lat -n 11", size: 2, iters: 11, tx: 1, rx: 12, cqMod: 1},
+		{args: "write_bw -n 30000 -s 1K host", size: 1024, iters: 30000, tx: 128, rx: 1, cqMod: 100, noPeak: true},
+		{args: "atomic_bw -s 16", wantErr: "cannot be changed"},
+		{args: "write_lat -q 2", wantErr: "only available on bw"},
+		{args: "send_lat -b", wantErr: "Bidirectional"},
+		{args: "write_bw -A CMP_AND_SWAP", wantErr: "atomic"},
+		{args: "write_bw -n 4", wantErr: "Iteration num"},
+		{args: "write_bw -D 1 -a", wantErr: "all sizes"},
+		{args: "write_bw -D 2 -f 1", wantErr: "DURATION > 2*MARGIN"},
+		{args: "write_bw -m 1000", wantErr: "Invalid MTU"},
+		{args: "write_bw --transport iwarp", wantErr: "not yet"},
+		{args: "write_bw -R", wantErr: "not yet"},
+		{args: "write_bw -c UD", wantErr: "only RC"},
+		{args: "write_bw --backend xdp", wantErr: "--backend"},
+		{args: "read_bw -s 2K -D 3", size: 2048, iters: 1000, tx: 128, rx: 1, cqMod: 100, noPeak: true},
+	} {
+		o, err := perfParseArgs(strings.Fields(c.args), io.Discard)
+		var p *perfParams
+		if err == nil {
+			p, err = perfDerive(o)
+		}
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%s: error %v, want one with %q", c.args, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.args, err)
+			continue
+		}
+		if p.size != c.size || p.iters != c.iters || p.txDepth != c.tx || p.rxDepth != c.rx || p.cqMod != c.cqMod || p.noPeak != c.noPeak {
+			t.Errorf("%s: size %d iters %d tx %d rx %d cq %d noPeak %v, want %d %d %d %d %d %v", c.args,
+				p.size, p.iters, p.txDepth, p.rxDepth, p.cqMod, p.noPeak, c.size, c.iters, c.tx, c.rx, c.cqMod, c.noPeak)
+		}
+	}
+}
+
+// TestPerfSizes checks -s's suffixes and limits.
+func TestPerfSizes(t *testing.T) {
+	for s, want := range map[string]uint64{"4096": 4096, "4K": 4096, "1M": 1 << 20, "0x100": 256} {
+		if got, err := perfParseSize(s); err != nil || got != want {
+			t.Errorf("-s %s: %d, %v", s, got, err)
+		}
+	}
+	for _, s := range []string{"0", "-1", "x", "4G"} {
+		if _, err := perfParseSize(s); err == nil {
+			t.Errorf("-s %s accepted", s)
+		}
+	}
+}
+
+// perfLoopbackIP hands out loopback addresses for test devices: every device
+// binds UDP 4791 on its own address of 127.0.0.0/8.
+var perfLoopbackIP atomic.Uint32
+
+func nextPerfIP() string {
+	n := perfLoopbackIP.Add(1)
+	return fmt.Sprintf("127.0.79.%d", n)
+}
+
+// perfPairResult is what both sides of a run printed.
+type perfPairResult struct {
+	srvCode, cliCode int
+	srv, cli         string // stdout
+	srvErr, cliErr   string
+}
+
+func (r perfPairResult) String() string {
+	return fmt.Sprintf("server exit %d\n%s%s\nclient exit %d\n%s%s", r.srvCode, r.srv, r.srvErr, r.cliCode, r.cli, r.cliErr)
+}
+
+// runPerfPair runs a server and a client of test in this process over UDP on
+// loopback (no root needed), each with its own device address.
+func runPerfPair(t *testing.T, test string, common, srvExtra, cliExtra []string) perfPairResult {
+	t.Helper()
+	srvIP, cliIP := nextPerfIP(), nextPerfIP()
+	var srvOut, srvErr, cliOut, cliErr bytes.Buffer
+	o, err := perfParseArgs(append(append([]string{test, "-d", srvIP, "-p", "0"}, common...), srvExtra...), &srvErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan net.Addr, 1)
+	o.listening = func(a net.Addr) { addr <- a }
+	done := make(chan int, 1)
+	go func() { done <- perfMain(o, &srvOut, &srvErr) }()
+	var port int
+	select {
+	case a := <-addr:
+		port = a.(*net.TCPAddr).Port
+	case code := <-done:
+		t.Fatalf("server exited %d before listening: %s", code, srvErr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("server does not listen")
+	}
+	args := append(append([]string{test, "-d", cliIP, "-p", strconv.Itoa(port)}, common...), cliExtra...)
+	r := perfPairResult{cliCode: perfCmd(append(args, srvIP), &cliOut, &cliErr)}
+	select {
+	case r.srvCode = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("server did not finish\nclient: %s%s\nserver so far: %s", cliOut.String(), cliErr.String(), srvErr.String())
+	}
+	r.srv, r.srvErr, r.cli, r.cliErr = srvOut.String(), srvErr.String(), cliOut.String(), cliErr.String()
+	return r
+}
+
+var (
+	perfBWRowRE  = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s*\t\t\s+(\d+\.\d{6})$`)
+	perfLatRowRE = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s*\t\s+(\d+\.\d\d)\s*\t(\d+\.\d\d)\s*\t\t(\d+\.\d\d)\s*\t\t(\d+\.\d\d)\s*$`)
+	// REPORT_FMT_EXT: Gb/s averages below 0.1 get six decimals.
+	perfBWExtRowRE = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d{6})\s+(\d+\.\d{6})\s+(\d+\.\d{6})$`)
+	perfDurRowRE   = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)$`)
+)
+
+// perfOutput is the parsed text of one side.
+type perfOutput struct {
+	local, remote []perftest.Dest
+	rows          [][]string // result rows' fields
+}
+
+// parsePerfOutput checks the shape of a side's output (header block, address
+// lines, table) and returns its addresses and rows.
+func parsePerfOutput(t *testing.T, who, out string, bw, duration bool) perfOutput {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	var po perfOutput
+	title := -1
+	for i, l := range lines {
+		if strings.HasSuffix(l, " Test") && strings.HasPrefix(l, "                    ") {
+			title = i
+		}
+		if m := perfAddrRE.FindStringSubmatch(l); m != nil && i+1 < len(lines) {
+			side, d := parsePerfDest(t, l, lines[i+1])
+			if side == "local" {
+				po.local = append(po.local, d)
+			} else {
+				po.remote = append(po.remote, d)
+			}
+		}
+		re := perfLatRowRE
+		switch {
+		case bw:
+			re = perfBWRowRE
+		case duration:
+			re = perfDurRowRE
+		}
+		if m := re.FindStringSubmatch(l); m != nil {
+			po.rows = append(po.rows, m[1:])
+		} else if m := perfBWExtRowRE.FindStringSubmatch(l); bw && m != nil {
+			po.rows = append(po.rows, m[1:])
+		}
+	}
+	if title < 0 || lines[title-1]+"\n" != perfResultLine {
+		t.Errorf("%s: no test title after a result line:\n%s", who, out)
+	}
+	if lines[len(lines)-1]+"\n" != perfResultLine {
+		t.Errorf("%s: output does not end with a result line:\n%s", who, out)
+	}
+	if len(po.local) == 0 || len(po.local) != len(po.remote) {
+		t.Errorf("%s: %d local and %d remote addresses:\n%s", who, len(po.local), len(po.remote), out)
+	}
+	return po
+}
+
+// TestPerfLoopback runs every test, softrdma against softrdma over UDP on
+// loopback, with a spread of options. Both sides must exit 0, print perftest's
+// layout, agree on each other's keys (QPN, PSN, rkey, address, GID), and
+// report as many rows of results as sizes were run, with the iterations asked
+// for; bandwidth peers report the same numbers where perftest has them agree.
+func TestPerfLoopback(t *testing.T) {
+	for _, c := range []struct {
+		test string
+		args []string
+		rows int // result rows on the client (0: 1)
+	}{
+		{test: "write_bw", args: []string{"-n", "50", "-s", "4096"}},
+		{test: "write_bw", args: []string{"-n", "20", "-s", "1M"}},
+		{test: "write_bw", args: []string{"-n", "200", "-s", "333", "-q", "3", "-t", "16", "-Q", "4"}},
+		{test: "write_bw", args: []string{"-n", "40", "-s", "65536", "-b"}},
+		{test: "write_bw", args: []string{"-n", "5", "-a"}, rows: 23},
+		{test: "read_bw", args: []string{"-n", "50", "-s", "10000"}},
+		{test: "read_bw", args: []string{"-n", "30", "-s", "2048", "-q", "2", "-o", "4", "--report_gbits"}},
+		{test: "send_bw", args: []string{"-n", "60", "-s", "5000"}},
+		{test: "send_bw", args: []string{"-n", "40", "-s", "1024", "-b"}},
+		{test: "send_bw", args: []string{"-n", "5", "-a"}, rows: 23},
+		{test: "atomic_bw", args: []string{"-n", "100"}},
+		{test: "atomic_bw", args: []string{"-n", "100", "-A", "CMP_AND_SWAP", "-q", "2"}},
+		{test: "write_lat", args: []string{"-n", "50", "-s", "64"}},
+		{test: "write_lat", args: []string{"-n", "5", "-a"}, rows: 23},
+		{test: "read_lat", args: []string{"-n", "50", "-s", "4096"}},
+		{test: "send_lat", args: []string{"-n", "50", "-s", "3000"}},
+		{test: "send_lat", args: []string{"-n", "7", "-s", "1", "-m", "256"}},
+	} {
+		t.Run(c.test+" "+strings.Join(c.args, " "), func(t *testing.T) {
+			r := runPerfPair(t, c.test, c.args, nil, nil)
+			if r.srvCode != 0 || r.cliCode != 0 {
+				t.Fatalf("exchange failed\n%s", r)
+			}
+			checkPerfPair(t, c.test, c.args, r, c.rows)
+		})
+	}
+}
+
+func checkPerfPair(t *testing.T, test string, args []string, r perfPairResult, rows int) {
+	t.Helper()
+	o, err := perfParseArgs(append([]string{test}, args...), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := perfDerive(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := parsePerfOutput(t, "server", r.srv, p.bw, p.durationMode())
+	cli := parsePerfOutput(t, "client", r.cli, p.bw, p.durationMode())
+	if fmt.Sprint(srv.local) != fmt.Sprint(cli.remote) || fmt.Sprint(cli.local) != fmt.Sprint(srv.remote) {
+		t.Errorf("the sides disagree on the keys:\nserver local %v\nclient remote %v\nclient local %v\nserver remote %v",
+			srv.local, cli.remote, cli.local, srv.remote)
+	}
+	if rows == 0 {
+		rows = 1
+	}
+	if len(cli.rows) != rows {
+		t.Errorf("client printed %d result rows, want %d:\n%s", len(cli.rows), rows, r.cli)
+	}
+	if !p.durationMode() {
+		want := strconv.Itoa(p.iters * p.qps)
+		if !p.bw {
+			want = strconv.Itoa(p.iters)
+		}
+		for _, row := range cli.rows {
+			if row[1] != want {
+				t.Errorf("client row %v: %s iterations, want %s", row, row[1], want)
+			}
+		}
+	}
+	serverRows := 1
+	switch {
+	case test == "read_lat":
+		serverRows = 0 // only the client reads
+	case test == "send_bw" || test == "write_lat" || test == "send_lat" || p.duplex:
+		serverRows = rows // the server measures too
+	}
+	if len(srv.rows) != serverRows {
+		t.Errorf("server printed %d result rows, want %d:\n%s", len(srv.rows), serverRows, r.srv)
+	}
+	// A half-duplex server prints the client's report; -b sides print the sum.
+	if (p.bw && p.verb != perfSend && !p.duplex || p.duplex && !p.durationMode()) && len(srv.rows) > 0 && len(cli.rows) > 0 {
+		if fmt.Sprint(srv.rows[len(srv.rows)-1]) != fmt.Sprint(cli.rows[len(cli.rows)-1]) {
+			t.Errorf("server's row %v differs from the client's %v", srv.rows[len(srv.rows)-1], cli.rows[len(cli.rows)-1])
+		}
+	}
+}
+
+// TestPerfDuration runs -D tests: the rows count what completed in the sample
+// period.
+func TestPerfDuration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-D runs take seconds")
+	}
+	for _, c := range []struct {
+		test string
+		args []string
+	}{
+		{"write_bw", []string{"-D", "2", "-s", "8192"}},
+		{"send_bw", []string{"-D", "2", "-s", "4096"}},
+		{"send_lat", []string{"-D", "2"}},
+		{"write_lat", []string{"-D", "2"}},
+	} {
+		t.Run(c.test, func(t *testing.T) {
+			r := runPerfPair(t, c.test, c.args, nil, nil)
+			if r.srvCode != 0 || r.cliCode != 0 {
+				t.Fatalf("exchange failed\n%s", r)
+			}
+			checkPerfPair(t, c.test, c.args, r, 1)
+			po := parsePerfOutput(t, "client", r.cli, strings.HasSuffix(c.test, "_bw"), true)
+			if n, _ := strconv.Atoi(po.rows[0][1]); n < 10 {
+				t.Errorf("only %d iterations in 2 s:\n%s", n, r.cli)
+			}
+		})
+	}
+}
+
+// TestPerfJSONAndPcap runs a test with --json and --pcap on both sides: the
+// JSON carries the keys and results; each capture decodes with no error
+// (every ICRC verifies, those of frames received on the UDP socket included)
+// and holds the test's WRITEs.
+func TestPerfJSONAndPcap(t *testing.T) {
+	dir := t.TempDir()
+	srvPcap, cliPcap := filepath.Join(dir, "server.pcap"), filepath.Join(dir, "client.pcap")
+	r := runPerfPair(t, "write_bw", []string{"-n", "20", "-s", "3000", "--json"}, []string{"--pcap", srvPcap}, []string{"--pcap", cliPcap})
+	if r.srvCode != 0 || r.cliCode != 0 {
+		t.Fatalf("exchange failed\n%s", r)
+	}
+	var srv, cli perfResult
+	for _, x := range []struct {
+		out string
+		res *perfResult
+	}{{r.srv, &srv}, {r.cli, &cli}} {
+		if err := json.Unmarshal([]byte(x.out), x.res); err != nil {
+			t.Fatalf("--json output: %v\n%s", err, x.out)
+		}
+	}
+	if cli.Role != "client" || srv.Role != "server" || cli.Test != "ib_write_bw" || cli.MTU != 4096 || cli.GIDIndex != 1 {
+		t.Errorf("client JSON %+v", cli)
+	}
+	if len(cli.Bandwidth) != 1 || cli.Bandwidth[0].Size != 3000 || cli.Bandwidth[0].Iters != 20 || cli.Bandwidth[0].BWAvg <= 0 {
+		t.Errorf("client results %+v", cli.Bandwidth)
+	}
+	if len(srv.Bandwidth) != 1 || srv.Bandwidth[0] != cli.Bandwidth[0] {
+		t.Errorf("server results %+v, client's %+v", srv.Bandwidth, cli.Bandwidth)
+	}
+	if len(cli.Local) != 1 || len(srv.Remote) != 1 || cli.Local[0] != srv.Remote[0] {
+		t.Errorf("keys: client local %+v, server remote %+v", cli.Local, srv.Remote)
+	}
+	if g, err := netip.ParseAddr(cli.Local[0].GID); err != nil || !g.Unmap().IsLoopback() {
+		t.Errorf("client GID %q", cli.Local[0].GID)
+	}
+	for _, f := range []string{srvPcap, cliPcap} {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := decode.Run(fh, io.Discard, decode.Options{})
+		fh.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 20 WRITEs of 3000 bytes at MTU 4096: one packet each, and their ACKs.
+		if len(res.Errors) != 0 || res.RDMAFrames < 21 {
+			t.Errorf("%s: %d RDMA frames, errors %v", filepath.Base(f), res.RDMAFrames, res.Errors)
+		}
+	}
+}
+
+// TestPerfErrors: bad flags exit 2; a client with no server exits 1 and says so.
+func TestPerfErrors(t *testing.T) {
+	for _, args := range [][]string{{}, {"bogus_bw"}, {"atomic_lat"}, {"write_bw", "--transport", "iwarp"}, {"write_bw", "a", "b"},
+		{"write_lat", "-b"}, {"write_bw", "--nosuchflag"}} {
+		var out, errOut bytes.Buffer
+		if code := perfCmd(args, &out, &errOut); code != 2 {
+			t.Errorf("perf %v: exit %d, want 2 (%s)", args, code, errOut.String())
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := perfCmd([]string{"write_bw", "--transport", "iwarp"}, &out, &errOut); !strings.Contains(errOut.String(), "not yet") || code != 2 {
+		t.Errorf("iwarp: exit %d: %s", code, errOut.String())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	start := time.Now()
+	errOut.Reset()
+	if code := perfCmd([]string{"write_bw", "-p", strconv.Itoa(port), "127.0.0.1"}, &out, &errOut); code != 1 ||
+		!strings.Contains(errOut.String(), "Couldn't connect") {
+		t.Errorf("no server: exit %d: %s", code, errOut.String())
+	}
+	if d := time.Since(start); d > perfDialWait+5*time.Second {
+		t.Errorf("gave up after %v", d)
+	}
+}

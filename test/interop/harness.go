@@ -1,0 +1,766 @@
+// Package interop runs softrdma against the Linux kernel's own RDMA stack: Debian 12
+// guests under qemu with rdma_rxe (soft-RoCE) and siw (soft-iWARP) and the real
+// rdma-core / perftest tools, booted by the VM harness in ../shared/interop (relative
+// to the module root), talking to the softrdma binary on the host inside the
+// harness's network namespace. It also runs softrdma against itself in network
+// namespaces (netio/netnstest) so the tools are tested without a VM.
+//
+// The exported helpers are for every interop test of the project:
+//
+//	h := interop.Require(t)                  // skips unless root, harness, qemu
+//	g := h.Boot(t, "pp31", interop.BootOptions{IP: "10.77.0.31"})
+//	job := g.ExecBackground(t, "ibv_rc_pingpong", "-d", "rxe0", "-g", "1")
+//	res := h.HostRun(ctx, t, "pingpong", "-g", "1", "10.77.0.31")
+//	out := job.Wait(t, 2*time.Minute)
+//
+// All VM use of all test processes is serialised by an flock on LockPath: a test
+// that boots a guest holds it from its first Boot until its end. Guests are always
+// stopped at the end of the test that booted them, failed or not.
+package interop
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// LockPath is the lock file that serialises VM use across test processes.
+const LockPath = "/tmp/softrdma-interop.lock"
+
+// Netns is the network namespace the harness creates for its bridge and guests
+// (the vm script's SOFTRDMA_NETNS default).
+const Netns = "softrdma"
+
+// HostIPv4 and HostIPv6 are the host side's addresses on the harness bridge.
+const (
+	HostIPv4 = "10.77.0.1"
+	HostIPv6 = "fd77::1"
+)
+
+// Bridge is the host side's interface in Netns.
+const Bridge = "srbr0"
+
+// Harness is the VM harness found next to the module, with the softrdma binary
+// built for the host.
+type Harness struct {
+	// Dir is the harness directory (…/shared/interop).
+	Dir string
+	// VM is the path of its vm script.
+	VM string
+	// ModuleRoot is the directory of the project's go.mod.
+	ModuleRoot string
+}
+
+var (
+	findOnce sync.Once
+	found    *Harness
+	findErr  error // reason to skip
+
+	setupOnce sync.Once
+	setupErr  error
+
+	buildOnce sync.Once
+	buildDir  string
+	buildBin  string
+	buildErr  error
+)
+
+// ModuleRoot returns the directory holding the module's go.mod, found upwards from
+// the working directory (a test's working directory is its package directory).
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Require returns the harness, or skips the test with a one-line reason: not root,
+// no ../shared/interop next to the module root, no qemu. The first call in a
+// process runs the harness's `setup --quiet` (under the lock).
+func Require(t testing.TB) *Harness {
+	t.Helper()
+	findOnce.Do(func() { found, findErr = find() })
+	if findErr != nil {
+		t.Skipf("interop: %v", findErr)
+	}
+	setupOnce.Do(func() {
+		release, err := lockFor(t, 20*time.Minute)
+		if err != nil {
+			setupErr = err
+			return
+		}
+		defer release()
+		cmd := exec.Command(filepath.Join(found.Dir, "setup"), "--quiet")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			setupErr = fmt.Errorf("%s/setup --quiet: %v\n%s", found.Dir, err, out)
+		}
+	})
+	if setupErr != nil {
+		t.Fatalf("interop: %v", setupErr)
+	}
+	return found
+}
+
+func find() (*Harness, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("not running as root (the VM harness needs network namespaces, taps and qemu)")
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Clean(filepath.Join(root, "..", "shared", "interop"))
+	vm := filepath.Join(dir, "vm")
+	if _, err := os.Stat(vm); err != nil {
+		return nil, fmt.Errorf("no VM harness at %s", dir)
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		return nil, errors.New("qemu-system-x86_64 is not installed")
+	}
+	return &Harness{Dir: dir, VM: vm, ModuleRoot: root}, nil
+}
+
+// BinEnv names an environment variable that, when set, is the softrdma binary to
+// test instead of one built from the module.
+const BinEnv = "SOFTRDMA_INTEROP_BIN"
+
+// Softrdma returns the path of the softrdma binary, built once per test process
+// with `go build` (CGO_ENABLED=0, so it also runs inside a guest) into a temporary
+// directory that Main removes; or the binary BinEnv names.
+func Softrdma(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if bin := os.Getenv(BinEnv); bin != "" {
+			buildBin, buildErr = filepath.Abs(bin)
+			return
+		}
+		root, err := ModuleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		if buildDir, err = os.MkdirTemp("", "softrdma-interop-bin-"); err != nil {
+			buildErr = err
+			return
+		}
+		buildBin = filepath.Join(buildDir, "softrdma")
+		cmd := exec.Command("go", "build", "-o", buildBin, "./cmd/softrdma")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/softrdma: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("interop: %v", buildErr)
+	}
+	return buildBin
+}
+
+// BinDir returns the directory of the softrdma binary (for a guest's --project).
+func BinDir(t testing.TB) string { return filepath.Dir(Softrdma(t)) }
+
+// Main runs the tests and removes the binary Softrdma built. Call it from the
+// package's TestMain: func TestMain(m *testing.M) { interop.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// --- the lock ------------------------------------------------------------------
+
+var (
+	lockMu    sync.Mutex
+	lockFile  *os.File
+	lockCount int
+)
+
+// Lock takes the interop lock for the rest of the test (released at its cleanup):
+// no other test process uses the VM harness meanwhile. Tests of one process share
+// it. Boot takes it; call Lock directly to hold it across several guests' lives.
+// It waits for the lock until the test's deadline (at most an hour).
+func Lock(t testing.TB) {
+	t.Helper()
+	wait := time.Hour
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if dl, ok := d.Deadline(); ok {
+			wait = time.Until(dl) - 30*time.Second
+		}
+	}
+	release, err := lockFor(t, wait)
+	if err != nil {
+		t.Fatalf("interop: %v", err)
+	}
+	t.Cleanup(release)
+}
+
+func lockFor(t testing.TB, wait time.Duration) (func(), error) {
+	lockMu.Lock()
+	defer lockMu.Unlock()
+	if lockCount == 0 {
+		f, err := os.OpenFile(LockPath, os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			return nil, err
+		}
+		deadline := time.Now().Add(wait)
+		logged := false
+		for {
+			err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, syscall.EWOULDBLOCK) {
+				f.Close()
+				return nil, fmt.Errorf("flock %s: %w", LockPath, err)
+			}
+			if time.Now().After(deadline) {
+				f.Close()
+				return nil, fmt.Errorf("%s: still held by another test process after %v", LockPath, wait.Round(time.Second))
+			}
+			if !logged {
+				t.Logf("interop: waiting for %s (another test process uses the VM harness)", LockPath)
+				logged = true
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		lockFile = f
+	}
+	lockCount++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			lockMu.Lock()
+			defer lockMu.Unlock()
+			lockCount--
+			if lockCount == 0 {
+				syscall.Flock(int(lockFile.Fd()), syscall.LOCK_UN)
+				lockFile.Close()
+				lockFile = nil
+			}
+		})
+	}, nil
+}
+
+// --- commands ------------------------------------------------------------------
+
+// Result is what a finished command printed and how it ended.
+type Result struct {
+	Cmd      string
+	Stdout   string
+	Stderr   string
+	ExitCode int // -1: it could not run or was killed by a signal
+	Err      error
+	Duration time.Duration
+}
+
+// OK reports whether the command ran and exited 0.
+func (r Result) OK() bool { return r.Err == nil && r.ExitCode == 0 }
+
+// String describes the command and all its output, for failure messages.
+func (r Result) String() string {
+	s := fmt.Sprintf("$ %s\n(exit %d after %v", r.Cmd, r.ExitCode, r.Duration.Round(time.Millisecond))
+	if r.Err != nil {
+		s += fmt.Sprintf(", %v", r.Err)
+	}
+	s += ")\n"
+	if r.Stdout != "" {
+		s += "--- stdout\n" + r.Stdout
+		if !strings.HasSuffix(r.Stdout, "\n") {
+			s += "\n"
+		}
+	}
+	if r.Stderr != "" {
+		s += "--- stderr\n" + r.Stderr
+		if !strings.HasSuffix(r.Stderr, "\n") {
+			s += "\n"
+		}
+	}
+	return s
+}
+
+// run runs a command to its end.
+func run(ctx context.Context, name string, args ...string) Result {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = 5 * time.Second
+	start := time.Now()
+	err := cmd.Run()
+	r := Result{Cmd: shellQuote(append([]string{name}, args...)), Stdout: stdout.String(), Stderr: stderr.String(), Duration: time.Since(start)}
+	r.ExitCode, r.Err = exitStatus(cmd, err)
+	return r
+}
+
+func exitStatus(cmd *exec.Cmd, err error) (int, error) {
+	if cmd.ProcessState != nil && cmd.ProcessState.Exited() {
+		var ee *exec.ExitError
+		if err == nil || errors.As(err, &ee) {
+			return cmd.ProcessState.ExitCode(), nil
+		}
+		return cmd.ProcessState.ExitCode(), err
+	}
+	if err == nil {
+		err = errors.New("did not exit")
+	}
+	return -1, err
+}
+
+// shellQuote joins args as a shell would need them, for messages.
+func shellQuote(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`*?[]{}()<>|&;#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		q[i] = a
+	}
+	return strings.Join(q, " ")
+}
+
+// VMCommand runs the vm script with args (e.g. "info", "g1") and returns its result.
+func (h *Harness) VMCommand(ctx context.Context, args ...string) Result {
+	return run(ctx, h.VM, args...)
+}
+
+// HostRun runs the softrdma binary with args inside the harness's namespace (as
+// `ip netns exec softrdma softrdma ARGS`), so it talks to the guests from
+// HostIPv4 / HostIPv6. The namespace exists while a guest runs.
+func (h *Harness) HostRun(ctx context.Context, t testing.TB, args ...string) Result {
+	t.Helper()
+	return run(ctx, "ip", append([]string{"netns", "exec", Netns, Softrdma(t)}, args...)...)
+}
+
+// HostStart starts the softrdma binary with args in the harness's namespace in the
+// background; the process is killed at the test's end if still running.
+func (h *Harness) HostStart(t testing.TB, args ...string) *Proc {
+	t.Helper()
+	return Start(t, nil, "ip", append([]string{"netns", "exec", Netns, Softrdma(t)}, args...)...)
+}
+
+// Proc is a background host process with its output collected.
+type Proc struct {
+	cmd    *exec.Cmd
+	start  time.Time
+	stdout lineBuffer
+	stderr lineBuffer
+	done   chan struct{}
+	res    Result
+}
+
+// Start starts name with args in the background. If inside is not nil the process
+// is started from inside it (e.g. a netnstest namespace's Do, so that it runs in
+// that network namespace). The process is killed at the test's end if it still
+// runs.
+func Start(t testing.TB, inside func(func() error) error, name string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{done: make(chan struct{})}
+	p.cmd = exec.Command(name, args...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.res.Cmd = shellQuote(append([]string{name}, args...))
+	startFn := func() error { return p.cmd.Start() }
+	var err error
+	p.start = time.Now()
+	if inside != nil {
+		err = inside(startFn)
+	} else {
+		err = startFn()
+	}
+	if err != nil {
+		t.Fatalf("interop: starting %s: %v", p.res.Cmd, err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		p.res.Duration = time.Since(p.start)
+		p.res.ExitCode, p.res.Err = exitStatus(p.cmd, err)
+		p.res.Stdout, p.res.Stderr = p.stdout.String(), p.stderr.String()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// Kill kills the process (its whole process group: `ip netns exec` forks nothing,
+// but a wrapper might).
+func (p *Proc) Kill() {
+	if p.cmd.Process != nil {
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// WaitOutput waits until the process's stdout contains s, and reports whether it
+// did before the timeout or the process's end.
+func (p *Proc) WaitOutput(s string, timeout time.Duration) bool {
+	deadline := time.After(timeout)
+	for {
+		if strings.Contains(p.stdout.String(), s) {
+			return true
+		}
+		select {
+		case <-p.stdout.changed():
+		case <-p.done:
+			return strings.Contains(p.stdout.String(), s)
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// Stdout returns what the process has printed so far.
+func (p *Proc) Stdout() string { return p.stdout.String() }
+
+// Wait waits for the process to end (killing it after timeout) and returns its result.
+func (p *Proc) Wait(timeout time.Duration) Result {
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.Kill()
+		<-p.done
+		p.res.Err = fmt.Errorf("killed after %v", timeout)
+	}
+	return p.res
+}
+
+// lineBuffer is a goroutine-safe output buffer that signals writes.
+type lineBuffer struct {
+	mu  sync.Mutex
+	b   bytes.Buffer
+	sig chan struct{}
+}
+
+func (l *lineBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Write(p)
+	if l.sig != nil {
+		close(l.sig)
+		l.sig = nil
+	}
+	return len(p), nil
+}
+
+func (l *lineBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *lineBuffer) changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sig == nil {
+		l.sig = make(chan struct{})
+	}
+	return l.sig
+}
+
+// --- guests --------------------------------------------------------------------
+
+// BootOptions are the vm script's boot options; zero values take its defaults
+// (links rxe,siw, MTU 1500, 1 CPU, 1 GiB).
+type BootOptions struct {
+	IP, IP6     string // guest addresses (default 10.77.0.(10+N), fd77::(10+N))
+	NoIPv6      bool
+	Links       string // "rxe", "siw", "rxe,siw", "siw,rxe", "none"
+	Siw         string // "default" or "crc"
+	Project     string // host directory shared at /project
+	CPUs, MemMB int
+	MTU         int // guest eth0 and tap MTU; raises the bridge, so the host side too
+	BootTimeout time.Duration
+}
+
+// Guest is a running guest; it is stopped at the end of the test that booted it.
+type Guest struct {
+	Name string
+	IP   string // IPv4 address
+	IP6  string // IPv6 address, or ""
+	// Env is the guest's environment as `vm info` prints it (SOFTRDMA_RXE_GID_INDEX,
+	// SOFTRDMA_RXE_GID_INDEX_V6, ...) together with its meta data (ip, mac, tap...).
+	Env map[string]string
+	h   *Harness
+}
+
+// Boot takes the interop lock (see Lock) and boots a guest called name, registering
+// its stop with t.Cleanup; it fails the test if the guest does not come up. Under
+// TCG emulation a boot takes 10-15 s.
+func (h *Harness) Boot(t testing.TB, name string, o BootOptions) *Guest {
+	t.Helper()
+	Lock(t)
+	args := []string{"start", name}
+	add := func(flag, v string) {
+		if v != "" {
+			args = append(args, flag, v)
+		}
+	}
+	add("--ip", o.IP)
+	add("--ip6", o.IP6)
+	if o.NoIPv6 {
+		args = append(args, "--no-ip6")
+	}
+	add("--links", o.Links)
+	add("--siw", o.Siw)
+	add("--project", o.Project)
+	if o.CPUs > 0 {
+		add("--cpus", strconv.Itoa(o.CPUs))
+	}
+	if o.MemMB > 0 {
+		add("--mem", strconv.Itoa(o.MemMB))
+	}
+	if o.MTU > 0 {
+		add("--mtu", strconv.Itoa(o.MTU))
+	}
+	if o.BootTimeout > 0 {
+		add("--boot-timeout", strconv.Itoa(int(o.BootTimeout.Seconds())))
+	}
+	// A guest of this name left over from a killed test run would make start fail.
+	if r := h.VMCommand(context.Background(), "list"); r.OK() && listHas(r.Stdout, name) {
+		t.Logf("interop: stopping leftover guest %s", name)
+		h.VMCommand(context.Background(), "stop", name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	r := h.VMCommand(ctx, args...)
+	g := &Guest{Name: name, h: h}
+	t.Cleanup(func() {
+		sr := h.VMCommand(context.Background(), "stop", name)
+		if !sr.OK() && r.OK() {
+			t.Logf("interop: stopping %s:\n%s", name, sr)
+		}
+	})
+	if !r.OK() {
+		t.Fatalf("interop: booting %s failed:\n%s", name, r)
+	}
+	t.Logf("interop: %s", lastLine(r.Stderr))
+	info := h.VMCommand(context.Background(), "info", name)
+	if !info.OK() {
+		t.Fatalf("interop: vm info %s:\n%s", name, info)
+	}
+	g.Env = parseEnv(info.Stdout)
+	g.IP, g.IP6 = g.Env["ip"], g.Env["ip6"]
+	return g
+}
+
+func listHas(list, name string) bool {
+	for _, l := range strings.Split(list, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == name {
+			return true
+		}
+	}
+	return false
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// parseEnv reads KEY=VALUE lines (quotes stripped), ignoring the rest.
+func parseEnv(s string) map[string]string {
+	env := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		line = strings.TrimPrefix(line, "export ")
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || k == "" || strings.ContainsAny(k, " #\t") {
+			continue
+		}
+		env[k] = strings.Trim(v, `"'`)
+	}
+	return env
+}
+
+// GIDIndex returns the guest's rxe0 GID index of its IPv4 address (ipv6 false) or
+// IPv6 address, as the guest computed it at boot.
+func (g *Guest) GIDIndex(t testing.TB, ipv6 bool) string {
+	t.Helper()
+	k := "SOFTRDMA_RXE_GID_INDEX"
+	if ipv6 {
+		k += "_V6"
+	}
+	v := g.Env[k]
+	if v == "" {
+		t.Fatalf("interop: guest %s has no %s (links %q)", g.Name, k, g.Env["links"])
+	}
+	return v
+}
+
+// Exec runs a command in the guest to its end (killed after timeout: exit 124).
+func (g *Guest) Exec(t testing.TB, timeout time.Duration, args ...string) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
+	defer cancel()
+	r := g.h.VMCommand(ctx, append([]string{"exec", g.Name, "-t", secs(timeout), "--"}, args...)...)
+	r.Cmd = "[" + g.Name + "] " + shellQuote(args)
+	return r
+}
+
+// ExecShell runs a shell string in the guest to its end.
+func (g *Guest) ExecShell(t testing.TB, timeout time.Duration, script string) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
+	defer cancel()
+	r := g.h.VMCommand(ctx, "exec", g.Name, "-t", secs(timeout), "-c", script)
+	r.Cmd = "[" + g.Name + "] sh -c " + shellQuote([]string{script})
+	return r
+}
+
+// Job is a background command in a guest.
+type Job struct {
+	g    *Guest
+	ID   string
+	cmd  string
+	once sync.Once
+	res  Result
+}
+
+// ExecBackground starts a command in the guest and returns at once. The job is
+// killed at the test's end if it has not been waited for.
+func (g *Guest) ExecBackground(t testing.TB, args ...string) *Job {
+	t.Helper()
+	return g.startJob(t, "["+g.Name+"] "+shellQuote(args), append([]string{"--"}, args...))
+}
+
+// ExecShellBackground starts a shell string in the guest and returns at once.
+func (g *Guest) ExecShellBackground(t testing.TB, script string) *Job {
+	t.Helper()
+	return g.startJob(t, "["+g.Name+"] sh -c "+shellQuote([]string{script}), []string{"-c", script})
+}
+
+func (g *Guest) startJob(t testing.TB, desc string, cmd []string) *Job {
+	t.Helper()
+	r := g.h.VMCommand(context.Background(), append([]string{"exec", g.Name, "-b"}, cmd...)...)
+	if !r.OK() {
+		t.Fatalf("interop: starting job in %s:\n%s", g.Name, r)
+	}
+	j := &Job{g: g, ID: strings.TrimSpace(r.Stdout), cmd: desc}
+	t.Cleanup(func() {
+		// A job still running at the end (its test failed early) is killed.
+		if _, err := os.Stat(filepath.Join(g.runDir(), "ctl", "jobs", j.ID+".rc")); err != nil {
+			j.Kill("KILL")
+		}
+	})
+	return j
+}
+
+// runDir is the guest's run-state directory of the vm script.
+func (g *Guest) runDir() string {
+	root := os.Getenv("SOFTRDMA_INTEROP_RUN")
+	if root == "" {
+		root = filepath.Join(os.TempDir(), "softrdma-interop")
+	}
+	return filepath.Join(root, "vm", g.Name)
+}
+
+// Wait waits for the job to end (killed after timeout: exit 124) and returns its
+// output. Later calls return the same result.
+func (j *Job) Wait(t testing.TB, timeout time.Duration) Result {
+	t.Helper()
+	j.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
+		defer cancel()
+		j.res = j.g.h.VMCommand(ctx, "wait", j.g.Name, j.ID, "-t", secs(timeout))
+		j.res.Cmd = j.cmd
+	})
+	return j.res
+}
+
+// Kill signals the job's process group in the guest (e.g. "TERM", "KILL").
+func (j *Job) Kill(signal string) {
+	j.g.h.VMCommand(context.Background(), "kill", j.g.Name, j.ID, signal)
+}
+
+// Pcap starts tcpdump on the guest's tap in the namespace (full frames) writing
+// file, and returns a function that stops it.
+func (g *Guest) Pcap(t testing.TB, file string, filter ...string) (stop func()) {
+	t.Helper()
+	r := g.h.VMCommand(context.Background(), append([]string{"pcap", "start", "-g", g.Name, "-s", "0", file}, filter...)...)
+	if !r.OK() {
+		t.Fatalf("interop: vm pcap start:\n%s", r)
+	}
+	pid := strings.TrimSpace(r.Stdout)
+	var once sync.Once
+	stop = func() { once.Do(func() { g.h.VMCommand(context.Background(), "pcap", "stop", pid) }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+func secs(d time.Duration) string {
+	s := int(d.Seconds() + 0.999)
+	if s < 1 {
+		s = 1
+	}
+	return strconv.Itoa(s)
+}
+
+// --- checks on captures ------------------------------------------------------------
+
+// Decode runs `softrdma decode FILE` and fails the test unless it exits 0 with
+// "0 errors"; it returns decode's output.
+func Decode(t testing.TB, file string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := run(ctx, Softrdma(t), "decode", file)
+	if !r.OK() || !strings.Contains(r.Stdout, " 0 errors") {
+		t.Errorf("interop: softrdma decode %s reports errors:\n%s", filepath.Base(file), r)
+	}
+	return r.Stdout
+}
+
+// TsharkMalformed returns the number of frames tshark (with the RPC-over-RDMA
+// heuristic off, see testdata/captures/README.md) calls malformed in file, and the
+// number of frames it decodes as InfiniBand. It skips the check, with a log line,
+// returning -1, -1 when tshark is not installed.
+func TsharkMalformed(t testing.TB, file string) (malformed, infiniband int) {
+	t.Helper()
+	if _, err := exec.LookPath("tshark"); err != nil {
+		t.Logf("interop: tshark not installed: malformed-frame check skipped")
+		return -1, -1
+	}
+	count := func(filter string) int {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		r := run(ctx, "tshark", "-r", file, "--disable-protocol", "rpcordma", "-Y", filter, "-T", "fields", "-e", "frame.number")
+		if !r.OK() {
+			t.Fatalf("interop: tshark:\n%s", r)
+		}
+		return strings.Count(r.Stdout, "\n")
+	}
+	return count("_ws.malformed"), count("infiniband")
+}
