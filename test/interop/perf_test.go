@@ -182,7 +182,9 @@ var (
 	perfAddrRE = regexp.MustCompile(`^ (local|remote) address: (LID 0000 QPN 0x[0-9a-f]{4,6} PSN 0x[0-9a-f]{4,6}(?: OUT 0x[0-9a-f]{2,4})?(?: RKey 0x[0-9a-f]{6,8} VAddr 0x[0-9a-f]{14,16})?)$`)
 	perfGIDRE  = regexp.MustCompile(`^ GID: ((?:\d\d\d?:){15}\d\d\d?)$`)
 	perfBWRow  = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s*\t\t\s+(\d+\.\d{6})$`)
-	perfLatRow = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s*\t\s+(\d+\.\d\d)\s*\t(\d+\.\d\d)\s*\t\t(\d+\.\d\d)\s*\t\t(\d+\.\d\d)\s*$`)
+	// perftest 4.5 sometimes prints its t_stdev as "-nan" (seen from
+	// ib_write_lat -n 5 -s 1048576 under emulation): accept it in that column.
+	perfLatRow = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s*\t\s+(\d+\.\d\d)\s*\t(\d+\.\d\d|-?nan)\s*\t\t(\d+\.\d\d)\s*\t\t(\d+\.\d\d)\s*$`)
 )
 
 const perfResultLine = "---------------------------------------------------------------------------------------"
