@@ -28,7 +28,7 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 unit:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 40m ./...
 
 race:
 	CGO_ENABLED=1 $(GO) test -race -count=1 $(RACEPKGS)
