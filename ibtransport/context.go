@@ -56,6 +56,9 @@ type ContextConfig struct {
 	// OutputBurst is how many packets one QP emits before Output moves on to the
 	// next QP with work (default 16).
 	OutputBurst int
+	// ExternalQPs makes every QP of the Context external (QPInitAttr.External): an
+	// iWARP device's Context, whose QPs package iwarp runs.
+	ExternalQPs bool
 }
 
 func (c *ContextConfig) setDefaults() {

@@ -225,7 +225,7 @@ func (c *Context) Input(now time.Time, pkt []byte, meta InputMeta) error {
 		return err
 	}
 	qp := c.qps[p.BTH.DestQP()]
-	if qp == nil {
+	if qp == nil || qp.wire != nil { // an external QP takes no IB packets
 		c.counters.UnknownQP++
 		return dropErrors[DropUnknownQP]
 	}

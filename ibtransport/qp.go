@@ -27,6 +27,10 @@ type QPInitAttr struct {
 	Cap QPCap
 	// SignalAll makes every send WR signaled (sq_sig_all).
 	SignalAll bool
+	// External gives the QP's wire protocol to an external transport (package
+	// iwarp) through QP.Wire: the engine keeps the verbs semantics but sends and
+	// receives no IB packets for it. Only RC QPs can be external. See external.go.
+	External bool
 }
 
 // QP is a queue pair (ibv_qp) together with its transport state: the requester
@@ -56,6 +60,8 @@ type QP struct {
 	resp responder
 
 	counters QPCounters
+
+	wire *Wire // set for an external QP (external.go)
 
 	inActive  bool // in Context.active
 	inTimered bool // in Context.timered
@@ -115,6 +121,9 @@ func (c *Context) CreateQP(pd *PD, attr QPInitAttr) (*QP, error) {
 		qp.attr.QKey = GSIQKey
 		c.gsi = qp
 	}
+	if attr.External || c.cfg.ExternalQPs {
+		qp.wire = &Wire{qp: qp, wake: make(chan struct{}, 1)}
+	}
 	qp.resetTransport()
 	attr.SendCQ.attach(qp)
 	attr.RecvCQ.attach(qp)
@@ -134,6 +143,9 @@ func (c *Context) checkQPInit(pd *PD, a *QPInitAttr) error {
 	}
 	if pd == nil || pd.ctx != c || pd.dead {
 		return fmt.Errorf("bad pd: %w", ErrInvalidArgument)
+	}
+	if (a.External || c.cfg.ExternalQPs) && a.Type != QPTypeRC {
+		return fmt.Errorf("type %s: an external transport runs RC QPs only: %w", a.Type, ErrInvalidArgument)
 	}
 	if a.SendCQ == nil || a.RecvCQ == nil || a.SendCQ.ctx != c || a.RecvCQ.ctx != c || a.SendCQ.dead || a.RecvCQ.dead {
 		return fmt.Errorf("SendCQ and RecvCQ are required: %w", ErrInvalidArgument)
@@ -173,6 +185,7 @@ func (qp *QP) Destroy() error {
 	}
 	qp.dead = true
 	qp.state = QPStateReset
+	qp.notifyWire()
 	delete(c.qps, qp.qpn)
 	if c.gsi == qp {
 		c.gsi = nil
@@ -267,6 +280,11 @@ func (qp *QP) postSendOne(wr *SendWR) error {
 	if err := qp.checkSendWR(wr); err != nil {
 		return err
 	}
+	if qp.wire != nil && qp.wire.check != nil {
+		if err := qp.wire.check(wr); err != nil {
+			return err
+		}
+	}
 	if qp.sq.full() {
 		return fmt.Errorf("%d WRs outstanding: %w", qp.sq.count(), ErrQueueFull)
 	}
@@ -340,6 +358,10 @@ func (qp *QP) BindMW(mw *MW, wrid uint64, signaled bool, b MWBindInfo) (uint32, 
 // schedule puts the QP on the Context's output list and wakes the device loop.
 // mu is held.
 func (qp *QP) schedule() {
+	if qp.wire != nil {
+		qp.wire.signal() // an external transport sends for it
+		return
+	}
 	if qp.dead || qp.inActive {
 		return
 	}
@@ -382,7 +404,7 @@ func (qp *QP) sendWC(w *sendWQE) WC {
 	wc := WC{WRID: w.wr.WRID, Status: w.status, Opcode: wcOpcodeFor(w.wr.Opcode), QPNum: qp.qpn}
 	if w.status == WCSuccess {
 		switch w.wr.Opcode {
-		case WRRDMARead, WRSend, WRSendWithImm, WRSendWithInv, WRRDMAWrite, WRRDMAWriteWithImm:
+		case WRRDMARead, WRRDMAReadWithInv, WRSend, WRSendWithImm, WRSendWithInv, WRRDMAWrite, WRRDMAWriteWithImm:
 			wc.ByteLen = uint32(w.length)
 		case WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRAtomicWrite:
 			wc.ByteLen = 8
@@ -436,6 +458,7 @@ func (qp *QP) enterError() {
 		return
 	}
 	qp.state = QPStateErr
+	qp.notifyWire()
 	qp.req.stopTimers()
 	qp.flushSend()
 	qp.flushRecv()

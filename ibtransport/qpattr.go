@@ -311,6 +311,7 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	}
 	qp.applyAttrs(attr, given)
 	qp.changeState(from, to)
+	qp.notifyWire()
 	return nil
 }
 

@@ -134,11 +134,17 @@ const (
 	WRRegMR            WROpcode = 32 // fast-register a memory region (kernel IB_WR_REG_MR)
 )
 
+// WRRDMAReadWithInv is an RDMA READ that invalidates InvalidateRKey locally when it
+// completes (the kernel's IB_WR_RDMA_READ_WITH_INV, uverbs value 11, which libibverbs
+// leaves to IBV_WR_DRIVER1). iWARP only: external QPs.
+const WRRDMAReadWithInv WROpcode = 11
+
 var wrOpcodeNames = map[WROpcode]string{
 	WRRDMAWrite: "RDMA_WRITE", WRRDMAWriteWithImm: "RDMA_WRITE_WITH_IMM", WRSend: "SEND",
 	WRSendWithImm: "SEND_WITH_IMM", WRRDMARead: "RDMA_READ", WRAtomicCmpAndSwp: "ATOMIC_CMP_AND_SWP",
 	WRAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD", WRLocalInv: "LOCAL_INV", WRBindMW: "BIND_MW",
 	WRSendWithInv: "SEND_WITH_INV", WRFlush: "FLUSH", WRAtomicWrite: "ATOMIC_WRITE", WRRegMR: "REG_MR",
+	WRRDMAReadWithInv: "RDMA_READ_WITH_INV",
 }
 
 // String returns the libibverbs name without its prefix, e.g. "RDMA_WRITE".
@@ -157,7 +163,7 @@ func (o WROpcode) local() bool { return o == WRLocalInv || o == WRBindMW || o ==
 // ATOMIC WRITE are answered by a zero-length READ response, as rxe does).
 func (o WROpcode) readLike() bool {
 	switch o {
-	case WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRFlush, WRAtomicWrite:
+	case WRRDMARead, WRRDMAReadWithInv, WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRFlush, WRAtomicWrite:
 		return true
 	}
 	return false
@@ -258,7 +264,7 @@ func wcOpcodeFor(o WROpcode) WCOpcode {
 		return WCRDMAWrite
 	case WRSend, WRSendWithImm, WRSendWithInv:
 		return WCSend
-	case WRRDMARead:
+	case WRRDMARead, WRRDMAReadWithInv:
 		return WCRDMARead
 	case WRAtomicCmpAndSwp:
 		return WCCompSwap

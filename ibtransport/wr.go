@@ -187,7 +187,7 @@ func opcodeAllowed(t QPType, o WROpcode) bool {
 // device refuses synchronously. Errors found while executing (bad L_Key, bounds)
 // complete the WR with an error status instead.
 func (qp *QP) checkSendWR(wr *SendWR) error {
-	if !opcodeAllowed(qp.typ, wr.Opcode) {
+	if !opcodeAllowed(qp.typ, wr.Opcode) || (wr.Opcode == WRRDMAReadWithInv && qp.wire == nil) {
 		return fmt.Errorf("opcode %s not supported on %s QP: %w", wr.Opcode, qp.typ, ErrInvalidArgument)
 	}
 	if len(wr.SGL) > qp.cap.MaxSendSGE {
@@ -219,7 +219,7 @@ func (qp *QP) checkSendWR(wr *SendWR) error {
 		if n != 8 {
 			return fmt.Errorf("ATOMIC_WRITE carries 8 bytes, SGL has %d: %w", n, ErrInvalidArgument)
 		}
-	case WRRDMARead:
+	case WRRDMARead, WRRDMAReadWithInv:
 		if n > 1<<31 {
 			return fmt.Errorf("READ length %d: %w", n, ErrInvalidArgument)
 		}

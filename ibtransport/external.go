@@ -1,0 +1,712 @@
+package ibtransport
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// This file is the external-transport SPI: what a package that runs a QP's wire
+// protocol outside the engine (package iwarp: RDMAP/DDP/MPA over TCP) calls, while
+// the engine keeps the verbs semantics.
+//
+// An external QP (QPInitAttr.External, or every QP of a Context with
+// ContextConfig.ExternalQPs) is an ordinary QP to the application: the same PD, MR,
+// MW, CQ, SRQ, Modify state machine, PostSend/PostRecv checks and completions in
+// posting order. The engine never turns its WRs into IB packets (Output skips it,
+// Input drops IB packets addressed to it); instead the transport takes the WRs from
+// the QP's Wire:
+//
+//   - Send queue. Wire.NextSend hands out the next send WQE once it may start
+//     (QP in RTS, fence satisfied, MaxRdAtomic not exhausted), with its SGL already
+//     checked and resolved to byte slices of the registered memory (no copy). Local
+//     operations (LOCAL_INV, REG_MR, BIND_MW) never reach the transport: NextSend
+//     executes them when they reach the head, in order. The transport completes
+//     each handed-out WQE with CompleteSend (SEND, WRITE: once its bytes are on the
+//     wire; READ: when its last response byte is placed, through ReadSink), or
+//     CompleteAtomic; completions are still returned in posting order.
+//   - Receive queue. BeginRecv takes the next receive WQE (from the QP's RQ or its
+//     SRQ), RecvBuffers resolves a range of it to byte slices to place a message
+//     into, EndRecv completes it (doing a remote invalidation if asked).
+//   - Remote memory. RemoteBuffer checks an R_Key (an iWARP STag), a virtual
+//     address (a tagged offset), a length and the right needed against the MR or
+//     MW table and the QP's own access flags, byte-exact, and returns the memory;
+//     Atomic executes an atomic operation under the Context's lock.
+//   - Errors. FailSend, FailOldest and FailRecv complete a WQE with an error
+//     status and move the QP to the error state, which flushes every other
+//     outstanding WR with IBV_WC_WR_FLUSH_ERR; SetError does the same without a
+//     WQE of its own.
+//
+// Every Wire method takes the Context's mutex for its duration and none blocks, so
+// the transport's goroutines may call them freely; slices returned point into
+// registered memory and are read or written by the transport after the call
+// returns, without the lock (that is the zero-copy path; verbs forbid the
+// application to touch memory of outstanding WRs, and the engine itself never
+// does). The Wake channel tells the transport that something changed: WRs were
+// posted, a WQE may start, or the QP's state changed (check State).
+
+// KeyFault says why a memory key check failed.
+type KeyFault uint8
+
+// Key check results.
+const (
+	// KeyOK means the access is allowed.
+	KeyOK KeyFault = KeyFault(faultNone)
+	// KeyUnknown means no memory region or window has the key, or its key byte differs.
+	KeyUnknown KeyFault = KeyFault(faultBadKey)
+	// KeyInvalid means the key's region or window is invalid (deregistered,
+	// invalidated, unbound, or not a kind that can be invalidated).
+	KeyInvalid KeyFault = KeyFault(faultInvalid)
+	// KeyOtherPD means the region or window belongs to another PD.
+	KeyOtherPD KeyFault = KeyFault(faultPD)
+	// KeyNoAccess means the region or window does not grant the right.
+	KeyNoAccess KeyFault = KeyFault(faultAccess)
+	// KeyBounds means the range is not inside the region or window.
+	KeyBounds KeyFault = KeyFault(faultBounds)
+	// KeyOtherQP means a type 2 window bound through another QP.
+	KeyOtherQP KeyFault = KeyFault(faultQP)
+	// KeyQPAccess means the QP's own AccessFlags do not enable the operation.
+	KeyQPAccess KeyFault = KeyFault(faultQP + 1)
+)
+
+// String names the fault, e.g. "out of bounds".
+func (f KeyFault) String() string {
+	if f == KeyQPAccess {
+		return "not enabled on the QP"
+	}
+	if int(f) < len(faultNames) {
+		return faultNames[f]
+	}
+	return fmt.Sprintf("KeyFault(%d)", uint8(f))
+}
+
+// Wire is the engine's side of an external QP: the methods its transport calls.
+// See the contract above (external.go). A Wire is created with the QP and lives as
+// long as it.
+type Wire struct {
+	qp    *QP
+	wake  chan struct{}
+	owner any
+	check func(*SendWR) error
+}
+
+// Wire returns the QP's external-transport interface, or nil if the QP is not
+// external. It is for transport implementations, not applications.
+func (qp *QP) Wire() *Wire { return qp.wire }
+
+// External reports whether the QP's wire protocol is run by an external transport.
+func (qp *QP) External() bool { return qp.wire != nil }
+
+// QP returns the queue pair.
+func (w *Wire) QP() *QP { return w.qp }
+
+// Context returns the QP's Context.
+func (w *Wire) Context() *Context { return w.qp.ctx }
+
+// Wake returns a channel (capacity one) that receives a value when the transport
+// should look at the QP again: send WRs were posted or may start now, or the QP's
+// state changed.
+func (w *Wire) Wake() <-chan struct{} { return w.wake }
+
+// signal wakes the transport; callable with or without the lock.
+func (w *Wire) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// notifyWire wakes the QP's transport, if it has one. mu is held.
+func (qp *QP) notifyWire() {
+	if qp.wire != nil {
+		qp.wire.signal()
+	}
+}
+
+// Attach records owner as the transport running the QP; it fails with ErrBusy if
+// another owner is attached, so that one QP is never connected twice.
+func (w *Wire) Attach(owner any) error {
+	c := w.qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w.qp.dead {
+		return fmt.Errorf("attach qp 0x%x: %w", w.qp.qpn, ErrDestroyed)
+	}
+	if w.owner != nil && w.owner != owner {
+		return fmt.Errorf("attach qp 0x%x: a transport is attached: %w", w.qp.qpn, ErrBusy)
+	}
+	w.owner = owner
+	return nil
+}
+
+// Detach releases the QP if owner is attached, and removes the post check.
+func (w *Wire) Detach(owner any) {
+	c := w.qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w.owner == owner {
+		w.owner = nil
+		w.check = nil
+	}
+}
+
+// SetPostCheck installs fn, which PostSend calls (with the Context's lock held:
+// it must not call back into the engine) for every WR after the engine's own
+// checks; a non-nil error refuses the WR like any other post error. A transport
+// uses it to refuse operations its protocol or the connection cannot carry.
+func (w *Wire) SetPostCheck(fn func(*SendWR) error) {
+	c := w.qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w.check = fn
+}
+
+// State returns the QP's state.
+func (w *Wire) State() QPState { return w.qp.State() }
+
+// SendWork is a send WQE handed to the transport by NextSend. Its slices stay
+// valid until the WQE is completed (or flushed).
+type SendWork struct {
+	// ID names the WQE in CompleteSend, CompleteAtomic, ReadSink and FailSend.
+	ID uint64
+	// WRID is the work request's WRID (for diagnostics; completions carry it).
+	WRID uint64
+	// Opcode is the operation: never a local one.
+	Opcode WROpcode
+	// Data is the message of SEND and WRITE operations, the registered memory the
+	// SGL names in order (or the WR's inline data). Nil for READ and atomics.
+	Data [][]byte
+	// Length is the message length: the sum of Data, the READ length, or 8.
+	Length uint64
+	// Solicited is the WR's Solicited flag.
+	Solicited bool
+	// Imm is the immediate data of *WithImm opcodes.
+	Imm uint32
+	// InvalidateRKey is the key of SEND_WITH_INV (invalidated at the peer) or of
+	// READ_WITH_INV (invalidated locally when the READ completes).
+	InvalidateRKey uint32
+	// RemoteAddr and RKey address the remote memory (WRITE, READ, atomics).
+	RemoteAddr uint64
+	RKey       uint32
+	// CompareAdd and Swap are the atomic operands.
+	CompareAdd, Swap uint64
+	// SinkKey and SinkAddr are the L_Key and address of the first SGE: where a
+	// READ's data goes (the iWARP Data Sink STag and TO). Zero with no SGL.
+	SinkKey  uint32
+	SinkAddr uint64
+
+	inline []byte // storage for the inline data copy
+}
+
+// NextSend moves the next send WQE that may start to the transport and fills dst
+// with it (reusing dst's slices, so that a transport that keeps one SendWork
+// allocates nothing). It reports false if there is none now: the queue is empty,
+// the QP is not in RTS, a fence or MaxRdAtomic holds the next WQE back, or the WQE
+// failed its local checks (then the QP is in the error state and its completion
+// is queued). Local operations at the head are executed on the way.
+//
+// The memory of a non-inline WR is not copied: Data aliases the registered
+// regions. Inline data is copied into dst (at most MaxInlineData bytes), because
+// the WQE slot that holds it may be reused as soon as the WQE retires.
+func (w *Wire) NextSend(dst *SendWork) bool {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if qp.dead || (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.sq.next == qp.sq.tail {
+			return false
+		}
+		wq := qp.sq.at(qp.sq.next)
+		switch wq.state {
+		case wqeDone:
+			qp.sq.next++
+			continue
+		case wqeStarted:
+			return false // cannot happen: an external WQE is started and passed on at once
+		}
+		if qp.state == QPStateSQD {
+			return false
+		}
+		op := wq.wr.Opcode
+		// Fence (IBTA 10.8.3); local operations are fenced implicitly, as in the
+		// IB requester.
+		if (wq.wr.Fence || op.local()) && qp.sq.head != qp.sq.next {
+			return false
+		}
+		if op.local() {
+			qp.execLocal(wq)
+			if qp.state == QPStateErr {
+				return false
+			}
+			continue
+		}
+		if op.readLike() && qp.req.rdAtomic >= max(1, qp.attr.MaxRdAtomic) {
+			return false
+		}
+		if !qp.fillSendWork(wq, dst) {
+			qp.fail(wq, WCLocProtErr)
+			return false
+		}
+		wq.state = wqeStarted
+		if op.readLike() {
+			qp.req.rdAtomic++
+			wq.counted = true
+		}
+		qp.sq.next++
+		return true
+	}
+}
+
+// fillSendWork resolves the WQE's SGL and copies its parameters into dst. It
+// reports false if an L_Key check fails.
+func (qp *QP) fillSendWork(wq *sendWQE, dst *SendWork) bool {
+	wr := &wq.wr
+	*dst = SendWork{
+		ID: qp.sq.next, WRID: wr.WRID, Opcode: wr.Opcode, Data: dst.Data[:0], Length: wq.length,
+		Solicited: wr.Solicited, Imm: wr.Imm, InvalidateRKey: wr.InvalidateRKey,
+		RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap,
+		inline: dst.inline[:0],
+	}
+	if len(wr.SGL) > 0 {
+		dst.SinkKey, dst.SinkAddr = wr.SGL[0].LKey, wr.SGL[0].Addr
+	}
+	switch wr.Opcode {
+	case WRRDMARead, WRRDMAReadWithInv, WRAtomicCmpAndSwp, WRAtomicFetchAdd:
+		if wr.Opcode.atomic() {
+			dst.Length = 8
+		}
+		// The sink is written when the response arrives; check it now as the
+		// IB requester does (IBTA 10.6.3.2: local write access).
+		for _, s := range wr.SGL {
+			if _, f := qp.ctx.lookupLocal(qp.pd, s.LKey, s.Addr, uint64(s.Length), true); f != faultNone {
+				return false
+			}
+		}
+		return true
+	}
+	if wr.Inline {
+		// A deliberate copy of at most MaxInlineData bytes: the slot's inline
+		// buffer is reused when the WQE retires, possibly while the transport
+		// still writes a flushed WQE's bytes.
+		dst.inline = append(dst.inline, wq.inline...)
+		if len(dst.inline) > 0 {
+			dst.Data = append(dst.Data, dst.inline)
+		}
+		return true
+	}
+	for _, s := range wr.SGL {
+		mem, f := qp.ctx.lookupLocal(qp.pd, s.LKey, s.Addr, uint64(s.Length), false)
+		if f != faultNone {
+			return false
+		}
+		if len(mem) > 0 {
+			dst.Data = append(dst.Data, mem)
+		}
+	}
+	return true
+}
+
+// startedWQE returns the WQE id if it was handed out and is not done (and the QP
+// is not destroyed: a destroyed QP generates no completions). mu is held.
+func (qp *QP) startedWQE(id uint64) *sendWQE {
+	if qp.dead || id < qp.sq.head || id >= qp.sq.next {
+		return nil
+	}
+	wq := qp.sq.at(id)
+	if wq.state != wqeStarted {
+		return nil
+	}
+	return wq
+}
+
+// CompleteSend completes the handed-out WQE id with status: WCSuccess, or an error
+// status, which moves the QP to the error state and flushes the rest (as FailSend).
+// A READ_WITH_INV invalidates its InvalidateRKey on success; if that fails the
+// WQE completes with IBV_WC_LOC_QP_OP_ERR. It reports false if the WQE is no
+// longer outstanding (it was flushed): the transport just drops it.
+func (w *Wire) CompleteSend(id uint64, status WCStatus) bool {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wq := qp.startedWQE(id)
+	if wq == nil {
+		return false
+	}
+	if status == WCSuccess && wq.wr.Opcode == WRRDMAReadWithInv {
+		status = qp.localInvalidate(wq.wr.InvalidateRKey)
+	}
+	qp.finishExternal(wq, status)
+	return true
+}
+
+// finishExternal completes a started WQE. mu is held.
+func (qp *QP) finishExternal(wq *sendWQE, status WCStatus) {
+	if wq.counted {
+		wq.counted = false
+		qp.req.rdAtomic--
+	}
+	if status != WCSuccess {
+		qp.fail(wq, status)
+		return
+	}
+	wq.state, wq.status = wqeDone, WCSuccess
+	qp.retire()
+	qp.notifyWire() // a READ slot or a fence may have opened
+}
+
+// CompleteAtomic completes the handed-out atomic WQE id: orig, the remote value
+// before the operation, goes to the WQE's 8-byte local buffer in host byte order
+// (as verbs returns it). A local protection fault completes the WQE with
+// IBV_WC_LOC_PROT_ERR. It reports false if the WQE is no longer outstanding.
+func (w *Wire) CompleteAtomic(id uint64, orig uint64) bool {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wq := qp.startedWQE(id)
+	if wq == nil || !wq.wr.Opcode.atomic() {
+		return false
+	}
+	var v [8]byte
+	binary.NativeEndian.PutUint64(v[:], orig)
+	status := WCSuccess
+	if qp.scatter(wq.wr.SGL, 0, v[:]) != faultNone {
+		status = WCLocProtErr
+	}
+	qp.finishExternal(wq, status)
+	return true
+}
+
+// ReadSink returns the handed-out READ WQE id's local memory for the response
+// bytes [off, off+n) of its SGL, appended to dst[:0], checking every L_Key for
+// local write access again. It returns KeyBounds if the range is not inside the
+// READ's length, and nil, KeyUnknown if id is not an outstanding READ.
+func (w *Wire) ReadSink(id, off, n uint64, dst [][]byte) ([][]byte, KeyFault) {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wq := qp.startedWQE(id)
+	if wq == nil || (wq.wr.Opcode != WRRDMARead && wq.wr.Opcode != WRRDMAReadWithInv) {
+		return nil, KeyUnknown
+	}
+	if off > wq.length || n > wq.length-off {
+		return nil, KeyBounds
+	}
+	return qp.resolveSGL(wq.wr.SGL, off, n, dst[:0])
+}
+
+// resolveSGL returns the local-write memory of bytes [off, off+n) of sgl. mu is held.
+func (qp *QP) resolveSGL(sgl []SGE, off, n uint64, dst [][]byte) ([][]byte, KeyFault) {
+	for _, s := range sgl {
+		if n == 0 {
+			break
+		}
+		if off >= uint64(s.Length) {
+			off -= uint64(s.Length)
+			continue
+		}
+		k := min(n, uint64(s.Length)-off)
+		mem, f := qp.ctx.lookupLocal(qp.pd, s.LKey, s.Addr+off, k, true)
+		if f != faultNone {
+			return nil, KeyFault(f)
+		}
+		dst = append(dst, mem)
+		n -= k
+		off = 0
+	}
+	if n > 0 {
+		return nil, KeyBounds
+	}
+	return dst, KeyOK
+}
+
+// FailSend completes the handed-out WQE id with the error status and moves the QP
+// to the error state, flushing every other outstanding WR. It reports false if the
+// WQE is no longer outstanding (the QP is then already in error, or moves there).
+func (w *Wire) FailSend(id uint64, status WCStatus) bool {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wq := qp.startedWQE(id)
+	if wq == nil {
+		qp.enterError()
+		return false
+	}
+	qp.finishExternal(wq, status)
+	return true
+}
+
+// FailOldest completes the oldest handed-out WQE that is not done with status
+// (the peer reported an error about the stream, and the oldest outstanding request
+// is the one it can be about) and moves the QP to the error state. With no such
+// WQE it just moves the QP to the error state.
+func (w *Wire) FailOldest(status WCStatus, ev AsyncEventType, postEvent bool) {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if qp.state == QPStateErr || qp.state == QPStateReset || qp.dead {
+		return
+	}
+	if postEvent {
+		c.postEvent(AsyncEvent{Type: ev, QP: qp})
+	}
+	for i := qp.sq.head; i != qp.sq.next; i++ {
+		if wq := qp.sq.at(i); wq.state == wqeStarted {
+			qp.finishExternal(wq, status)
+			return
+		}
+	}
+	qp.enterError()
+}
+
+// SetError moves the QP to the error state (flushing every outstanding WR), posting
+// the asynchronous event ev first if postEvent is set. A QP already in the error
+// (or reset) state is left alone.
+func (w *Wire) SetError(ev AsyncEventType, postEvent bool) {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if qp.state == QPStateErr || qp.state == QPStateReset || qp.dead {
+		return
+	}
+	if postEvent {
+		c.postEvent(AsyncEvent{Type: ev, QP: qp})
+	}
+	qp.enterError()
+}
+
+// PostEvent posts an asynchronous event about the QP (EventCommEst, say).
+func (w *Wire) PostEvent(ev AsyncEventType) {
+	c := w.qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.postEvent(AsyncEvent{Type: ev, QP: w.qp})
+}
+
+// BeginRecv takes the next receive WQE for a new incoming message, from the QP's
+// receive queue or its SRQ (posting the SRQ limit event if it fires), and returns
+// its buffer length. One WQE is held at a time: while one is held, BeginRecv
+// returns it again. It reports false if none is posted, or the QP is not in a
+// state that receives (RTR, RTS, SQD).
+func (w *Wire) BeginRecv() (length uint64, ok bool) {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch qp.state {
+	case QPStateRTR, QPStateRTS, QPStateSQD:
+	default:
+		return 0, false
+	}
+	if !qp.takeRecv() {
+		return 0, false
+	}
+	return qp.resp.recv.length, true
+}
+
+// RecvBuffers returns the held receive WQE's memory for the message bytes
+// [off, off+n), appended to dst[:0]. It returns IBV_WC_LOC_LEN_ERR if the range
+// ends beyond the WQE's buffers, IBV_WC_LOC_PROT_ERR if an L_Key check fails, and
+// IBV_WC_LOC_QP_OP_ERR if no WQE is held.
+func (w *Wire) RecvBuffers(off, n uint64, dst [][]byte) ([][]byte, WCStatus) {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := &qp.resp
+	if !r.haveRecv {
+		return nil, WCLocQPOpErr
+	}
+	if off > r.recv.length || n > r.recv.length-off {
+		return nil, WCLocLenErr
+	}
+	bufs, f := qp.resolveSGL(r.recv.sgl, off, n, dst[:0])
+	if f != KeyOK {
+		return nil, WCLocProtErr
+	}
+	return bufs, WCSuccess
+}
+
+// RecvCompletion describes the end of an incoming message.
+type RecvCompletion struct {
+	// ByteLen is the message length.
+	ByteLen uint32
+	// Opcode is WCRecv, or WCRecvRDMAWithImm for an RDMA WRITE with immediate.
+	Opcode WCOpcode
+	// HasImm says that Imm is valid.
+	HasImm bool
+	Imm    uint32
+	// Invalidate asks for InvalidateRKey to be invalidated before the completion
+	// (a SEND with invalidate, IBTA 9.4.1 / RFC 5040 §5.3).
+	Invalidate     bool
+	InvalidateRKey uint32
+	// Solicited marks a message with the solicited event bit (for CQ.Notify).
+	Solicited bool
+}
+
+// EndRecv completes the held receive WQE successfully. If the message asks for an
+// invalidation that the key does not allow, nothing completes and the fault is
+// returned: the transport reports the error to its peer and calls FailRecv.
+func (w *Wire) EndRecv(rc RecvCompletion) KeyFault {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := &qp.resp
+	if !r.haveRecv || qp.dead {
+		return KeyInvalid
+	}
+	wc := WC{WRID: r.recv.wrid, Opcode: rc.Opcode, ByteLen: rc.ByteLen, QPNum: qp.qpn}
+	if wc.Opcode != WCRecvRDMAWithImm {
+		wc.Opcode = WCRecv
+	}
+	if rc.HasImm {
+		wc.Imm, wc.Flags = rc.Imm, wc.Flags|WCFlagWithImm
+	}
+	if rc.Invalidate {
+		if f := c.invalidateRemoteKey(qp, rc.InvalidateRKey); f != faultNone {
+			return KeyFault(f)
+		}
+		wc.InvalidatedRKey, wc.Flags = rc.InvalidateRKey, wc.Flags|WCFlagWithInv
+	}
+	r.haveRecv = false
+	qp.recvCQ.push(wc, rc.Solicited)
+	return KeyOK
+}
+
+// FailRecv completes the held receive WQE (if any) with status, posts ev if
+// postEvent is set, and moves the QP to the error state, flushing the rest.
+func (w *Wire) FailRecv(status WCStatus, ev AsyncEventType, postEvent bool) {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := &qp.resp
+	if r.haveRecv && qp.state != QPStateErr && !qp.dead {
+		r.haveRecv = false
+		qp.recvCQ.push(WC{WRID: r.recv.wrid, Status: status, Opcode: WCRecv, QPNum: qp.qpn}, false)
+	}
+	if qp.state == QPStateErr || qp.state == QPStateReset || qp.dead {
+		return
+	}
+	if postEvent {
+		c.postEvent(AsyncEvent{Type: ev, QP: qp})
+	}
+	qp.enterError()
+}
+
+// RemoteBuffer checks a remote access of n bytes at va through rkey needing want
+// (AccessRemoteWrite, AccessRemoteRead or AccessRemoteAtomic) — the QP's state
+// and AccessFlags first (a QP that is not in RTR, RTS or SQD accepts no remote
+// access: KeyQPAccess), then the key as lookupRemote does (IBTA 9.7.5.1, 10.6;
+// RFC 5040 §6.4) — and returns the memory. A zero-length access checks nothing
+// and returns nil, KeyOK.
+func (w *Wire) RemoteBuffer(rkey uint32, va, n uint64, want Access) ([]byte, KeyFault) {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n == 0 {
+		return nil, KeyOK
+	}
+	if !qp.acceptsRemote() || qp.attr.AccessFlags&want != want {
+		return nil, KeyQPAccess
+	}
+	mem, f := c.lookupRemote(qp, rkey, va, n, want)
+	return mem, KeyFault(f)
+}
+
+// AtomicOp is an atomic operation for Wire.Atomic (the RFC 7306 set, which
+// contains the verbs one).
+type AtomicOp uint8
+
+// Atomic operations.
+const (
+	// AtomicOpFetchAdd adds (with AddMask marking field boundaries: the carry out
+	// of a bit set in it is dropped; 0 is a plain 64-bit add).
+	AtomicOpFetchAdd AtomicOp = iota
+	// AtomicOpSwap replaces the bits set in SwapMask with Swap's.
+	AtomicOpSwap
+	// AtomicOpCompareSwap does AtomicOpSwap if the bits set in CompareMask equal
+	// Compare's.
+	AtomicOpCompareSwap
+)
+
+// AtomicArgs are the operands of Wire.Atomic.
+type AtomicArgs struct {
+	Op               AtomicOp
+	AddSwap, AddMask uint64 // AddMask doubles as the swap mask
+	Compare, CmpMask uint64
+	RKey             uint32
+	VA               uint64
+}
+
+// Atomic executes an atomic operation on the 8 bytes at VA through RKey (which
+// needs AccessRemoteAtomic, and the QP too) under the Context's lock, so that it
+// is atomic with respect to every other atomic of the Context, and returns the
+// original value. The memory is a 64-bit integer in host byte order, as for the IB
+// transport's atomics. A VA that is not 8-byte aligned returns KeyBounds.
+func (w *Wire) Atomic(a AtomicArgs) (uint64, KeyFault) {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !qp.acceptsRemote() || qp.attr.AccessFlags&AccessRemoteAtomic == 0 {
+		return 0, KeyQPAccess
+	}
+	if a.VA&7 != 0 {
+		return 0, KeyBounds
+	}
+	mem, f := c.lookupRemote(qp, a.RKey, a.VA, 8, AccessRemoteAtomic)
+	if f != faultNone {
+		return 0, KeyFault(f)
+	}
+	orig := binary.NativeEndian.Uint64(mem)
+	v := orig
+	switch a.Op {
+	case AtomicOpFetchAdd:
+		v = maskedAdd(orig, a.AddSwap, a.AddMask)
+	case AtomicOpSwap:
+		v = orig&^a.AddMask | a.AddSwap&a.AddMask
+	case AtomicOpCompareSwap:
+		if orig&a.CmpMask == a.Compare&a.CmpMask {
+			v = orig&^a.AddMask | a.AddSwap&a.AddMask
+		}
+	}
+	binary.NativeEndian.PutUint64(mem, v)
+	return orig, KeyOK
+}
+
+// maskedAdd adds b to a; every bit set in boundaries ends a field, so the carry out
+// of it is dropped (IBTA's masked fetch-and-add, RFC 7306's Add Mask).
+func maskedAdd(a, b, boundaries uint64) uint64 {
+	if boundaries == 0 {
+		return a + b
+	}
+	var sum, carry uint64
+	for i := 0; i < 64; i++ {
+		x, y := a>>i&1, b>>i&1
+		s := x ^ y ^ carry
+		carry = x&y | x&carry | y&carry
+		sum |= s << i
+		if boundaries>>i&1 != 0 {
+			carry = 0
+		}
+	}
+	return sum
+}
+
+// acceptsRemote reports whether the QP's state lets peers access memory through
+// it (IBTA 10.3.1: RESET, INIT and ERR drop every request). mu is held.
+func (qp *QP) acceptsRemote() bool {
+	switch qp.state {
+	case QPStateRTR, QPStateRTS, QPStateSQD:
+		return !qp.dead
+	}
+	return false
+}

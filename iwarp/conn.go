@@ -1,0 +1,679 @@
+package iwarp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	ib "github.com/softrdma/softrdma/ibtransport"
+)
+
+// DeviceConfig configures an iWARP device.
+type DeviceConfig struct {
+	// Context configures the verbs engine (limits, seed). ExternalQPs is forced
+	// on: every QP of the device is run by this package.
+	Context ib.ContextConfig
+}
+
+// Device is a soft-iWARP device: a verbs engine (ibtransport.Context) whose RC QPs
+// speak RDMAP/DDP/MPA over ordinary TCP connections, made with Dial and Listen.
+// The PD, MR, MW, CQ, SRQ and QP objects, work requests and completions are the
+// same as on a RoCE device, so application code is the same for both transports.
+type Device struct {
+	ctx *ib.Context
+}
+
+// Open returns a device with the configuration cfg.
+func Open(cfg DeviceConfig) (*Device, error) {
+	cfg.Context.ExternalQPs = true
+	return &Device{ctx: ib.NewContext(cfg.Context)}, nil
+}
+
+// Context returns the device's verbs engine.
+func (d *Device) Context() *ib.Context { return d.ctx }
+
+// Conn is the iWARP connection of one QP: a TCP connection carrying an RDMAP
+// stream, with a reader and a writer goroutine. It ends when either side closes or
+// terminates it, or the QP enters the error state; the QP is then in the error
+// state with every outstanding WR flushed.
+type Conn struct {
+	nc        net.Conn
+	tcp       *net.TCPConn
+	qp        *ib.QP
+	wire      *ib.Wire
+	neg       Negotiated
+	peerPD    []byte
+	params    ConnParams
+	initiator bool
+	maxRecv   int
+
+	tx       txState // writer goroutine
+	reqID    uint32  // writer: last Atomic Request identifier
+	rx       rxState // reader goroutine
+	rq       [4]rxQueue
+	awaitRTR RTRFlags // reader: the RTR the responder still waits for
+	rtrGate  chan struct{}
+
+	writeLen, lastWriteLen uint64 // reader: octets of the Write in progress / the last one
+	sinkBufs, recvBufs     [][]byte
+
+	mu             sync.Mutex
+	orq            []outReq // outstanding Read and Atomic Requests, oldest first
+	orqHead        int
+	respQ          []inResp // Read and Atomic Responses to send
+	respHead       int
+	irdUsed        int
+	rtrReadPending bool
+	err            error
+	term           *TerminateFields
+
+	failed  atomic.Bool
+	aborted atomic.Bool // Abort: the writer must not send FIN before the RST
+	kick    chan struct{}
+	done    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// outReq is an outstanding Read or Atomic Request of this side.
+type outReq struct {
+	id       uint64
+	atomic   bool
+	reqID    uint32
+	sinkSTag uint32
+	sinkTO   uint64
+	length   uint64
+	placed   uint64
+}
+
+// inResp is a Read or Atomic Response this side owes the peer.
+type inResp struct {
+	atomic           bool
+	reqID            uint32
+	orig             uint64
+	sinkSTag         uint32
+	sinkTO           uint64
+	srcSTag          uint32
+	srcTO, size, off uint64
+}
+
+var (
+	errLocalClose = errors.New("closed")
+	errAbort      = errors.New("aborted")
+)
+
+// QP returns the connection's queue pair.
+func (c *Conn) QP() *ib.QP { return c.qp }
+
+// Negotiated returns what the MPA exchange settled.
+func (c *Conn) Negotiated() Negotiated { return c.neg }
+
+// PeerPrivateData returns the private data of the peer's start frame (without the
+// RFC 6581 IRD/ORD words).
+func (c *Conn) PeerPrivateData() []byte { return c.peerPD }
+
+// LocalAddr returns the local TCP address.
+func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
+
+// RemoteAddr returns the peer's TCP address.
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// Done returns a channel that is closed when the connection has ended and its
+// goroutines have exited.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection ended: nil while it runs and after Close or
+// Abort; ErrPeerClosed after the peer's orderly close; a *TerminateError after a
+// Terminate either way; ErrQPError when the QP entered the error state; an
+// ErrConnectionLost error when TCP failed.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == errLocalClose || c.err == errAbort {
+		return nil
+	}
+	return c.err
+}
+
+// Close ends the connection in an orderly way (RFC 5040 §6.2.1 graceful
+// termination): the QP moves to the error state, flushing its outstanding WRs,
+// the writer stops and sends FIN, and Close waits (at most the linger time) for the
+// peer to close its side.
+func (c *Conn) Close() error {
+	if c.fail(errLocalClose, nil) {
+		c.wire.SetError(0, false)
+	}
+	t := time.NewTimer(c.params.linger() + time.Second)
+	defer t.Stop()
+	select {
+	case <-c.done:
+	case <-t.C:
+		c.nc.Close()
+		<-c.done
+	}
+	return nil
+}
+
+// Abort ends the connection abortively: the QP moves to the error state and the
+// TCP connection is reset (RST) at once.
+func (c *Conn) Abort() error {
+	c.aborted.Store(true)
+	if c.tcp != nil {
+		c.tcp.SetLinger(0)
+	}
+	if c.fail(errAbort, nil) {
+		c.wire.SetError(0, false)
+	}
+	c.nc.Close()
+	<-c.done
+	return nil
+}
+
+// fail records why the connection ends (the first caller wins and gets true),
+// with an optional Terminate for the writer to send first, and arms the linger
+// deadlines so that nothing blocks for longer.
+func (c *Conn) fail(err error, term *TerminateFields) bool {
+	c.mu.Lock()
+	if c.failed.Load() {
+		c.mu.Unlock()
+		return false
+	}
+	c.err, c.term = err, term
+	c.failed.Store(true)
+	c.mu.Unlock()
+	c.nc.SetDeadline(time.Now().Add(c.params.linger()))
+	c.kickWriter()
+	return true
+}
+
+// localError terminates the connection for an error this side found: Terminate
+// to the peer (with the offending segment's headers when known, RFC 5040 §4.8),
+// the QP to the error state with the receive WQE in use completed with the error's
+// status, and an asynchronous event.
+func (c *Conn) localError(re *rxError, h *rxHdr) {
+	tf := re.term
+	if h != nil && h.ddp != nil {
+		tf.SegmentLengthValid = true
+		tf.DDPSegmentLength = uint16(h.ulpdu)
+		tf.DDPHeader = append([]byte(nil), h.ddp...)
+		if re.rdma && len(h.opHdr) == ReadRequestLen {
+			tf.RDMAHeader = append([]byte(nil), h.opHdr...)
+		}
+	}
+	te := &TerminateError{Local: true, Layer: tf.Layer, EType: tf.EType, Code: tf.ErrorCode, Err: re.err}
+	if !c.fail(te, &tf) {
+		return
+	}
+	if re.status != 0 {
+		c.wire.FailRecv(re.status, re.event, true)
+	} else {
+		c.wire.SetError(re.event, true)
+	}
+}
+
+// lost ends the connection after an I/O failure.
+func (c *Conn) lost(err error) {
+	if c.fail(fmt.Errorf("%w: %w", ErrConnectionLost, err), nil) {
+		c.wire.SetError(ib.EventQPFatal, true)
+	}
+}
+
+func (c *Conn) kickWriter() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Conn) addORQ(o outReq) {
+	c.mu.Lock()
+	c.orq = append(c.orq, o)
+	c.mu.Unlock()
+}
+
+// closeWrite sends FIN (unless the connection is being reset).
+func (c *Conn) closeWrite() {
+	if c.aborted.Load() {
+		return
+	}
+	if c.tcp != nil {
+		c.tcp.CloseWrite()
+		return
+	}
+	c.nc.Close()
+}
+
+// observer returns the connection's StreamObserver, if any.
+func observer(p *ConnParams, nc net.Conn) StreamObserver {
+	if p.Observe == nil {
+		return nil
+	}
+	return p.Observe(nc.LocalAddr(), nc.RemoteAddr())
+}
+
+// prepareQP checks that qp can be connected, attaches owner to it and moves it to
+// INIT; it returns the IRD and ORD to offer.
+func prepareQP(qp *ib.QP, p *ConnParams, owner *Conn) (w *ib.Wire, ird, ord int, err error) {
+	if qp == nil || qp.Wire() == nil {
+		return nil, 0, 0, fmt.Errorf("%w: not an external QP (create it on an iwarp.Device)", ErrBadQP)
+	}
+	w = qp.Wire()
+	if err := w.Attach(owner); err != nil {
+		return nil, 0, 0, fmt.Errorf("%w: %w", ErrBadQP, err)
+	}
+	switch st := qp.State(); st {
+	case ib.QPStateReset:
+		a := ib.QPAttr{QPState: ib.QPStateInit, Port: 1, AccessFlags: p.access()}
+		if err := qp.Modify(&a, ib.QPAttrState|ib.QPAttrPKeyIndex|ib.QPAttrPort|ib.QPAttrAccessFlags); err != nil {
+			w.Detach(owner)
+			return nil, 0, 0, fmt.Errorf("%w: %w", ErrBadQP, err)
+		}
+	case ib.QPStateInit:
+	default:
+		w.Detach(owner)
+		return nil, 0, 0, fmt.Errorf("%w: QP 0x%x is in %s, not RESET or INIT", ErrBadQP, qp.QPN(), st)
+	}
+	return w, depth(p.IRD, maxRdAtomic(qp)), depth(p.ORD, maxRdAtomic(qp)), nil
+}
+
+// maxRdAtomic returns the Context's bound on IRD and ORD.
+func maxRdAtomic(qp *ib.QP) int { return qp.Wire().Context().Config().MaxRdAtomic }
+
+// connectQP moves the QP to RTR and RTS with the negotiated IRD and ORD and
+// installs the post check.
+func (c *Conn) connectQP() error {
+	qp := c.qp
+	c.wire.SetPostCheck(postCheck(c.neg))
+	a := ib.QPAttr{QPState: ib.QPStateRTR, PathMTU: c.wire.Context().Config().PortMTU, MaxDestRdAtomic: c.neg.IRD,
+		AH: ib.AddressHandle{Opaque: c.nc.RemoteAddr()}}
+	if err := qp.Modify(&a, ib.QPAttrState|ib.QPAttrAH|ib.QPAttrPathMTU|ib.QPAttrDestQPN|ib.QPAttrRQPSN|
+		ib.QPAttrMaxDestRdAtomic|ib.QPAttrMinRNRTimer); err != nil {
+		return err
+	}
+	a = ib.QPAttr{QPState: ib.QPStateRTS, MaxRdAtomic: c.neg.ORD}
+	return qp.Modify(&a, ib.QPAttrState|ib.QPAttrSQPSN|ib.QPAttrTimeout|ib.QPAttrRetryCnt|ib.QPAttrRNRRetry|ib.QPAttrMaxRdAtomic)
+}
+
+// postCheck refuses the work requests iWARP, or this connection, cannot carry.
+func postCheck(neg Negotiated) func(*ib.SendWR) error {
+	return func(wr *ib.SendWR) error {
+		switch wr.Opcode {
+		case ib.WRSendWithImm:
+			return fmt.Errorf("iwarp: %s has no iWARP form (RFC 7306 immediate data follows an RDMA WRITE): %w",
+				wr.Opcode, ib.ErrInvalidArgument)
+		case ib.WRFlush, ib.WRAtomicWrite:
+			return fmt.Errorf("iwarp: %s is not an iWARP operation: %w", wr.Opcode, ib.ErrInvalidArgument)
+		case ib.WRAtomicCmpAndSwp, ib.WRAtomicFetchAdd, ib.WRRDMAWriteWithImm:
+			if !neg.Extensions {
+				return fmt.Errorf("iwarp: %s needs the RFC 7306 extensions, which the peer did not offer: %w",
+					wr.Opcode, ib.ErrInvalidArgument)
+			}
+		}
+		return nil
+	}
+}
+
+// newConn sets up a connection whose MPA exchange succeeded; start runs it.
+func newConn(c *Conn, nc net.Conn, qp *ib.QP, w *ib.Wire, neg Negotiated, p ConnParams, peerPD []byte,
+	initiator bool, obs StreamObserver) {
+	c.nc, c.qp, c.wire, c.params, c.peerPD, c.initiator = nc, qp, w, p, peerPD, initiator
+	c.tcp, _ = nc.(*net.TCPConn)
+	neg.MULPDU = MaxULPDULen
+	if c.tcp != nil {
+		if mss, err := tcpMSS(c.tcp); err == nil && mss > 0 {
+			neg.EMSS = mss
+			neg.MULPDU = MULPDU(mss, neg.SendMarkers)
+		}
+	}
+	if p.MaxULPDU > 0 {
+		neg.MULPDU = min(neg.MULPDU, max(p.MaxULPDU, DDPUntaggedHeaderLen+AtomicRequestLen))
+	}
+	c.neg = neg
+	c.maxRecv = p.maxRecvULPDU()
+	c.tx = newTxState(&c.neg, obs)
+	c.rx = rxState{nc: nc, rc: rawReader(nc), obs: obs, buf: make([]byte, rxBufSize), markers: neg.RecvMarkers, crc: neg.CRC}
+	for i := range c.rq {
+		c.rq[i].msn = 1
+	}
+	if !initiator && neg.PeerToPeer {
+		c.awaitRTR = neg.RTR
+		c.rtrGate = make(chan struct{})
+	}
+	c.kick = make(chan struct{}, 1)
+	c.done = make(chan struct{})
+}
+
+func (c *Conn) start() {
+	c.wg.Add(2)
+	go c.reader()
+	go c.writer()
+	go func() {
+		c.wg.Wait()
+		c.nc.Close()
+		c.wire.SetError(0, false)
+		c.wire.Detach(c)
+		close(c.done)
+	}()
+}
+
+// cancelOnDone makes ctx's end interrupt blocking I/O on nc.
+func cancelOnDone(ctx context.Context, nc net.Conn) (stop func() bool) {
+	return context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+}
+
+// Dial connects qp, an external QP in RESET or INIT (one created on an iwarp
+// Device), to the iWARP listener at addr ("host:port") as the MPA initiator:
+// TCP connect, MPA Request, Reply, and with peer-to-peer mode the RTR. On success
+// the QP is in RTS and the returned Conn runs its traffic; the peer's private data
+// is Conn.PeerPrivateData. A rejection returns a *RejectError; any failure leaves
+// the QP in INIT, free to Dial again.
+func Dial(ctx context.Context, qp *ib.QP, addr string, p ConnParams) (*Conn, error) {
+	c := &Conn{}
+	w, ird, ord, err := prepareQP(qp, &p, c)
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		w.Detach(c)
+		return nil, err
+	}
+	obs := observer(&p, nc)
+	dl, ok := ctx.Deadline()
+	setHandshakeDeadline(nc, &p, dl, ok)
+	stop := cancelOnDone(ctx, nc)
+	neg, peerPD, err := initiate(nc, obs, &p, ird, ord)
+	stop()
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		nc.Close()
+		w.Detach(c)
+		return nil, err
+	}
+	nc.SetDeadline(time.Time{})
+	newConn(c, nc, qp, w, neg, p, peerPD, true, obs)
+	if err := c.connectQP(); err != nil {
+		nc.Close()
+		w.Detach(c)
+		return nil, err
+	}
+	c.start()
+	return c, nil
+}
+
+// initiate runs the initiator's side of the MPA exchange.
+func initiate(nc net.Conn, obs StreamObserver, p *ConnParams, ird, ord int) (Negotiated, []byte, error) {
+	f, err := requestFrame(p, ird, ord)
+	if err != nil {
+		return Negotiated{}, nil, err
+	}
+	reqb, _ := f.Append(nil)
+	if obs != nil {
+		obs.Sent(reqb)
+	}
+	if _, err := nc.Write(reqb); err != nil {
+		return Negotiated{}, nil, handshakeError(err)
+	}
+	rep, err := readStartFrame(nc, obs, false)
+	if err != nil {
+		return Negotiated{}, nil, err
+	}
+	neg, peerPD, term, err := negotiateAsInitiator(p, MPAFrame(reqb), rep, ird, ord)
+	if term != nil {
+		b := handshakeTerminate(&neg, term)
+		if obs != nil {
+			obs.Sent(b)
+		}
+		nc.Write(b)
+	}
+	return neg, peerPD, err
+}
+
+// Listener accepts iWARP connections: it runs the MPA exchange of each incoming TCP
+// connection in its own goroutine (so that a slow or silent peer holds up nobody),
+// rejects requests its ConnParams do not allow, and hands the others to Next or
+// Accept.
+type Listener struct {
+	ln     net.Listener
+	p      ConnParams
+	reqs   chan listenResult
+	closed chan struct{}
+	once   sync.Once
+}
+
+type listenResult struct {
+	req *ConnRequest
+	err error
+}
+
+// Listen listens for iWARP connections on the TCP address addr ("host:port"; port
+// 0 picks one). The policies of p (revision, CRC, markers, peer-to-peer, RTR,
+// extensions, timeouts, observer) apply to every connection.
+func Listen(addr string, p ConnParams) (*Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	l := &Listener{ln: ln, p: p, reqs: make(chan listenResult), closed: make(chan struct{})}
+	go l.loop()
+	return l, nil
+}
+
+// Addr returns the listening address.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Close stops listening; connections not yet accepted are closed.
+func (l *Listener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return l.ln.Close()
+}
+
+func (l *Listener) loop() {
+	for {
+		nc, err := l.ln.Accept()
+		if err != nil {
+			select {
+			case <-l.closed:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			l.deliver(listenResult{err: err}, nil)
+			return
+		}
+		go l.handshake(nc)
+	}
+}
+
+// deliver hands a result to Next, or drops it (closing nc) if the listener closes.
+func (l *Listener) deliver(r listenResult, nc net.Conn) {
+	select {
+	case l.reqs <- r:
+	case <-l.closed:
+		if nc != nil {
+			nc.Close()
+		}
+	}
+}
+
+// handshake reads and judges one MPA Request.
+func (l *Listener) handshake(nc net.Conn) {
+	obs := observer(&l.p, nc)
+	nc.SetDeadline(time.Now().Add(l.p.handshakeTimeout()))
+	from := nc.RemoteAddr()
+	req, err := readStartFrame(nc, obs, true)
+	if err != nil {
+		// Not an MPA Request (or not all of one): RFC 5044 §7.1 has the responder
+		// close the connection; there is no frame to answer.
+		go lingerClose(nc, l.p.linger())
+		l.deliver(listenResult{err: fmt.Errorf("iwarp: connection from %s: %w", from, err)}, nil)
+		return
+	}
+	v := judgeRequest(&l.p, req)
+	if v.reject != "" {
+		ird, ord := depth(l.p.IRD, MPAv2IRDORDMask), depth(l.p.ORD, MPAv2IRDORDMask)
+		f, _ := replyFrame(&l.p, req, v, ird, ord, true, []byte("softrdma: "+v.reject))
+		writeStartFrame(nc, obs, f)
+		go lingerClose(nc, l.p.linger())
+		l.deliver(listenResult{err: fmt.Errorf("iwarp: connection from %s: %w", from,
+			&RejectError{Reason: v.reject})}, nil)
+		return
+	}
+	r := &ConnRequest{l: l, nc: nc, obs: obs, req: req, v: v,
+		peerPD: appPrivateData(req, enhancedFrame(req))}
+	l.deliver(listenResult{req: r}, nc)
+}
+
+// lingerClose sends FIN, waits (bounded) for the peer's, and closes.
+func lingerClose(nc net.Conn, d time.Duration) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.CloseWrite()
+		nc.SetReadDeadline(time.Now().Add(d))
+		var b [512]byte
+		for {
+			if _, err := nc.Read(b[:]); err != nil {
+				break
+			}
+		}
+	}
+	nc.Close()
+}
+
+// Next returns the next connection request that passed the listener's policy, or
+// an error: for a failed or rejected MPA exchange of one incoming connection (an
+// ErrHandshake or ErrRejected error: call Next again), ctx's error, or
+// net.ErrClosed once the listener is closed.
+func (l *Listener) Next(ctx context.Context) (*ConnRequest, error) {
+	select {
+	case r := <-l.reqs:
+		return r.req, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// Accept waits for the next connection request and accepts it on qp with the
+// listener's ConnParams (see ConnRequest.Accept). Errors are Next's and Accept's.
+func (l *Listener) Accept(ctx context.Context, qp *ib.QP) (*Conn, error) {
+	r, err := l.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Accept(ctx, qp, nil)
+}
+
+// ConnRequest is an incoming connection whose MPA Request passed the listener's
+// policy, waiting for Accept or Reject.
+type ConnRequest struct {
+	l      *Listener
+	nc     net.Conn
+	obs    StreamObserver
+	req    MPAFrame
+	v      requestVerdict
+	peerPD []byte
+	used   bool
+}
+
+// PrivateData returns the private data of the Request (without the RFC 6581
+// IRD/ORD words).
+func (r *ConnRequest) PrivateData() []byte { return r.peerPD }
+
+// RemoteAddr returns the initiator's TCP address.
+func (r *ConnRequest) RemoteAddr() net.Addr { return r.nc.RemoteAddr() }
+
+// Request returns the MPA Request frame as received.
+func (r *ConnRequest) Request() MPAFrame { return r.req }
+
+// Accept replies to the request, accepting it, and runs qp (an external QP in
+// RESET or INIT) on the connection. The listener's ConnParams apply; p, if not
+// nil, overrides the per-connection ones: PrivateData (always), and IRD, ORD,
+// Access, MaxULPDU, MaxRecvULPDU and Linger when set. With peer-to-peer mode the
+// QP's writer waits for the initiator's RTR before it sends.
+func (r *ConnRequest) Accept(ctx context.Context, qp *ib.QP, p *ConnParams) (*Conn, error) {
+	if r.used {
+		return nil, fmt.Errorf("iwarp: connection request already answered: %w", ErrBadQP)
+	}
+	cp := r.l.p
+	if p != nil {
+		cp.PrivateData = p.PrivateData
+		if p.IRD != 0 {
+			cp.IRD = p.IRD
+		}
+		if p.ORD != 0 {
+			cp.ORD = p.ORD
+		}
+		if p.Access != 0 {
+			cp.Access = p.Access
+		}
+		if p.MaxULPDU != 0 {
+			cp.MaxULPDU = p.MaxULPDU
+		}
+		if p.MaxRecvULPDU != 0 {
+			cp.MaxRecvULPDU = p.MaxRecvULPDU
+		}
+		if p.Linger != 0 {
+			cp.Linger = p.Linger
+		}
+	}
+	c := &Conn{}
+	w, ird, ord, err := prepareQP(qp, &cp, c)
+	if err != nil {
+		return nil, err
+	}
+	f, err := replyFrame(&cp, r.req, r.v, ird, ord, false, cp.PrivateData)
+	if err != nil {
+		w.Detach(c)
+		return nil, err
+	}
+	r.used = true
+	dl, ok := ctx.Deadline()
+	setHandshakeDeadline(r.nc, &cp, dl, ok)
+	stop := cancelOnDone(ctx, r.nc)
+	err = writeStartFrame(r.nc, r.obs, f)
+	stop()
+	if err != nil {
+		r.nc.Close()
+		w.Detach(c)
+		return nil, handshakeError(err)
+	}
+	r.nc.SetDeadline(time.Time{})
+	neg := negotiatedAsResponder(&cp, r.req, r.v, ird, ord)
+	newConn(c, r.nc, qp, w, neg, cp, r.peerPD, false, r.obs)
+	if err := c.connectQP(); err != nil {
+		r.nc.Close()
+		w.Detach(c)
+		return nil, err
+	}
+	c.start()
+	return c, nil
+}
+
+// Reject rejects the request with a Reply that has R set and carries pd as its
+// private data (RFC 5044 §7.1.2), and closes the connection.
+func (r *ConnRequest) Reject(pd []byte) error {
+	if r.used {
+		return fmt.Errorf("iwarp: connection request already answered: %w", ErrBadQP)
+	}
+	r.used = true
+	ird, ord := depth(r.l.p.IRD, MPAv2IRDORDMask), depth(r.l.p.ORD, MPAv2IRDORDMask)
+	f, err := replyFrame(&r.l.p, r.req, r.v, ird, ord, true, pd)
+	if err != nil {
+		r.nc.Close()
+		return err
+	}
+	r.nc.SetDeadline(time.Now().Add(r.l.p.handshakeTimeout()))
+	err = writeStartFrame(r.nc, r.obs, f)
+	go lingerClose(r.nc, r.l.p.linger())
+	return err
+}

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package iwarp
+
+import (
+	"errors"
+	"net"
+)
+
+// tcpMSS is not implemented off Linux: FPDUs are then sized for the largest ULPDU.
+func tcpMSS(*net.TCPConn) (int, error) { return 0, errors.New("TCP_MAXSEG not supported") }

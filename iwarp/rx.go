@@ -1,0 +1,818 @@
+package iwarp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+
+	ib "github.com/softrdma/softrdma/ibtransport"
+)
+
+// This file is the receive path: the reader goroutine of a connection reads each
+// FPDU's ULPDU_Length and DDP/RDMAP headers (through a small buffer), finds where its
+// payload goes — an STag and tagged offset checked by the engine, a receive WQE, a
+// READ's sink — and reads the payload straight into that memory (one copy, the
+// kernel's; only octets the small buffer had already read ahead are copied from
+// it), computing the CRC32c over the octets as they land, then reads the pad and
+// the CRC and checks it. Nothing that completes a WR, executes an atomic or queues a
+// response happens before the CRC has been checked; data placed before the check
+// belongs to a connection that is then terminated (RFC 5041 §3 allows placement
+// before delivery).
+
+// rxBufSize is the read-ahead buffer: big enough for several small FPDUs per read
+// system call, small enough that the payload octets it copies on the way to their
+// memory are a small fraction of a large FPDU.
+const rxBufSize = 2048
+
+// rxState is the reader goroutine's framing state.
+type rxState struct {
+	nc      net.Conn
+	rc      syscall.RawConn // for readv (Linux TCP), else nil
+	iov     [2][]byte
+	obs     StreamObserver
+	buf     []byte
+	r, w    int
+	pos     uint64 // stream octets consumed since the origin (the octet after the peer's start frame)
+	markers bool
+	crc     bool
+
+	fcrc    uint32
+	started bool
+	hdrPos  uint64
+	merr    error // the first marker mismatch of the FPDU
+	scratch []byte
+}
+
+// readRaw fills p from the read-ahead buffer, then from the connection: straight
+// into p when it is at least as big as the buffer, else through the buffer.
+func (r *rxState) readRaw(p []byte) error {
+	n := copy(p, r.buf[r.r:r.w])
+	r.r += n
+	p = p[n:]
+	if len(p) == 0 {
+		return nil
+	}
+	if len(p) >= len(r.buf) {
+		var err error
+		if r.rc != nil {
+			err = r.readDirect(p)
+		} else {
+			var k int
+			k, err = io.ReadFull(r.nc, p)
+			if r.obs != nil && k > 0 {
+				r.obs.Received(p[:k])
+			}
+		}
+		if err == io.EOF && n > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	k, err := io.ReadAtLeast(r.nc, r.buf, len(p))
+	if r.obs != nil && k > 0 {
+		r.obs.Received(r.buf[:k])
+	}
+	r.r, r.w = 0, k
+	if err != nil {
+		if err == io.EOF && n > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	r.r = copy(p, r.buf[:k])
+	return nil
+}
+
+// begin starts an FPDU.
+func (r *rxState) begin() { r.fcrc, r.started, r.merr = 0, false, nil }
+
+// marker reads and checks the marker at the current position.
+func (r *rxState) marker() error {
+	var m [MarkerLen]byte
+	if err := r.readRaw(m[:]); err != nil {
+		return err
+	}
+	if r.crc {
+		r.fcrc = UpdateCRC32c(r.fcrc, m[:])
+	}
+	var want uint64
+	if r.started {
+		want = r.pos - r.hdrPos
+	}
+	if got := Marker(m[:]).FPDUPointer(); uint64(got) != want && r.merr == nil {
+		r.merr = &HeaderError{Header: "marker", Field: "FPDU pointer", Value: uint64(got), Limit: want,
+			Rel: "!=", Err: ErrMarkerMismatch}
+	}
+	r.pos += MarkerLen
+	return nil
+}
+
+// read fills p with FPDU octets, stripping and checking markers, updating the CRC.
+func (r *rxState) read(p []byte) error {
+	for len(p) > 0 {
+		if r.markers && r.pos%MarkerInterval == 0 {
+			if err := r.marker(); err != nil {
+				return err
+			}
+		}
+		if !r.started {
+			r.hdrPos, r.started = r.pos, true
+		}
+		k := len(p)
+		if r.markers {
+			k = min(k, MarkerInterval-int(r.pos%MarkerInterval))
+		}
+		if err := r.readRaw(p[:k]); err != nil {
+			return err
+		}
+		if r.crc {
+			r.fcrc = UpdateCRC32c(r.fcrc, p[:k])
+		}
+		r.pos += uint64(k)
+		p = p[k:]
+	}
+	return nil
+}
+
+// discard reads and drops n FPDU octets.
+func (r *rxState) discard(n int) error {
+	if r.scratch == nil {
+		r.scratch = make([]byte, 4096)
+	}
+	for n > 0 {
+		k := min(n, len(r.scratch))
+		if err := r.read(r.scratch[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+// trailer reads the pad and the CRC of an FPDU with a ULPDU of n octets and checks
+// the CRC and the markers.
+func (r *rxState) trailer(n int) error {
+	var pad [3]byte
+	if err := r.read(pad[:PadLen(n)]); err != nil {
+		return err
+	}
+	if r.markers && r.pos%MarkerInterval == 0 {
+		if err := r.marker(); err != nil {
+			return err
+		}
+	}
+	var c [CRCLen]byte
+	if err := r.readRaw(c[:]); err != nil {
+		return err
+	}
+	r.pos += CRCLen
+	if r.merr != nil {
+		return r.merr
+	}
+	if r.crc {
+		if got := binary.LittleEndian.Uint32(c[:]); got != r.fcrc {
+			return checkCRC(got, r.fcrc)
+		}
+	}
+	return nil
+}
+
+// rxError is an error this side found in the peer's traffic (or in its own
+// responder state): the Terminate to send, the local error, and what happens to
+// the QP.
+type rxError struct {
+	term   TerminateFields
+	err    error
+	status ib.WCStatus // for the receive WQE in use (0: none)
+	event  ib.AsyncEventType
+	rdma   bool // include the Read Request header in the Terminate (R)
+}
+
+// Error returns the local error's text.
+func (e *rxError) Error() string { return e.err.Error() }
+
+func newRxError(l TerminateLayer, etype, code uint8, ev ib.AsyncEventType, err error) *rxError {
+	return &rxError{term: TerminateFields{Layer: l, EType: etype, ErrorCode: code}, err: err, event: ev}
+}
+
+// llpError is an MPA-level error (RFC 5044 §8).
+func llpError(code uint8, err error) *rxError {
+	return newRxError(LayerLLP, ETypeLLPMPA, code, ib.EventQPFatal, err)
+}
+
+// ddpTagged maps an STag check of tagged placement (RFC 5041 §7.2, the DDP checks:
+// STag, bounds, association) to its Terminate; the access right is RDMAP's (RFC
+// 5040 §6.4, Remote Protection Error, Access Rights Violation), as in siw.
+func ddpTagged(f ib.KeyFault, what string) *rxError {
+	err := fmt.Errorf("%s: STag check: %s", what, f)
+	switch f {
+	case ib.KeyBounds:
+		return newRxError(LayerDDP, ETypeDDPTaggedBuffer, ECodeDDPTaggedBaseBounds, ib.EventQPAccessErr, err)
+	case ib.KeyOtherPD, ib.KeyOtherQP:
+		return newRxError(LayerDDP, ETypeDDPTaggedBuffer, ECodeDDPTaggedSTagNotAssociated, ib.EventQPAccessErr, err)
+	case ib.KeyNoAccess, ib.KeyQPAccess:
+		return newRxError(LayerRDMAP, ETypeRDMAPRemoteProtection, ECodeRDMAPAccessRights, ib.EventQPAccessErr, err)
+	}
+	return newRxError(LayerDDP, ETypeDDPTaggedBuffer, ECodeDDPTaggedInvalidSTag, ib.EventQPAccessErr, err)
+}
+
+// rdmapProtection maps an STag check RDMAP makes (the Data Source of a Read, the
+// target of an atomic: RFC 5040 §6.4, §7.4) to a Remote Protection Error.
+func rdmapProtection(f ib.KeyFault, what string) *rxError {
+	err := fmt.Errorf("%s: STag check: %s", what, f)
+	code := uint8(ECodeRDMAPInvalidSTag)
+	switch f {
+	case ib.KeyBounds:
+		code = ECodeRDMAPBaseBounds
+	case ib.KeyNoAccess, ib.KeyQPAccess:
+		code = ECodeRDMAPAccessRights
+	case ib.KeyOtherPD, ib.KeyOtherQP:
+		code = ECodeRDMAPSTagNotAssociated
+	}
+	return newRxError(LayerRDMAP, ETypeRDMAPRemoteProtection, code, ib.EventQPAccessErr, err)
+}
+
+func ddpUntagged(code uint8, err error) *rxError {
+	return newRxError(LayerDDP, ETypeDDPUntaggedBuffer, code, ib.EventQPReqErr, err)
+}
+
+func rdmapOperation(code uint8, err error) *rxError {
+	return newRxError(LayerRDMAP, ETypeRDMAPRemoteOperation, code, ib.EventQPReqErr, err)
+}
+
+// rxQueue is the receive state of one untagged queue.
+type rxQueue struct {
+	msn uint32 // MSN of the message in progress, or of the next one
+	mo  uint32 // next expected MO
+}
+
+var errOrderlyEOF = errors.New("orderly EOF")
+
+// rxHdr is the decoded header part of an FPDU.
+type rxHdr struct {
+	b      [FPDUHeaderLen + DDPUntaggedHeaderLen + AtomicRequestLen]byte
+	ulpdu  int
+	hl     int // DDP header length
+	ddp    DDP
+	op     Opcode
+	opHdr  []byte
+	paylen int
+}
+
+// opHeaderLen returns the length of the RDMAP header that follows the DDP header
+// (-1: the whole rest, a Terminate).
+func opHeaderLen(op Opcode) int {
+	switch op {
+	case OpReadRequest:
+		return ReadRequestLen
+	case OpAtomicRequest:
+		return AtomicRequestLen
+	case OpAtomicResponse:
+		return AtomicResponseLen
+	case OpImmediateData, OpImmediateDataSE:
+		return ImmediateDataLen
+	case OpTerminate:
+		return -1
+	}
+	return 0
+}
+
+// readFPDU reads and executes one FPDU. It returns nil to go on, errOrderlyEOF at
+// the peer's FIN between FPDUs, a *rxError for a protocol error found (the caller
+// terminates), a *TerminateError for the peer's Terminate, and an I/O error
+// otherwise.
+func (c *Conn) readFPDU(h *rxHdr) error {
+	err := c.readFPDU1(h)
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF // the orderly EOF between FPDUs is errOrderlyEOF
+	}
+	return err
+}
+
+func (c *Conn) readFPDU1(h *rxHdr) error {
+	r := &c.rx
+	r.begin()
+	start := r.pos
+	if err := r.read(h.b[:FPDUHeaderLen]); err != nil {
+		if err == io.EOF && r.pos == start {
+			return errOrderlyEOF
+		}
+		return err
+	}
+	h.ulpdu = int(binary.BigEndian.Uint16(h.b[:]))
+	h.ddp, h.opHdr = nil, nil
+	if h.ulpdu > c.maxRecv {
+		return llpError(ECodeMPAMarkerMismatch, &HeaderError{Header: "fpdu", Field: "ULPDU length",
+			Value: uint64(h.ulpdu), Limit: uint64(c.maxRecv), Rel: ">", Err: ErrTooLong})
+	}
+	if h.ulpdu < 2 {
+		return llpError(ECodeMPAMarkerMismatch, truncated("ddp", "segment length", h.ulpdu, 2))
+	}
+	if err := r.read(h.b[FPDUHeaderLen : FPDUHeaderLen+2]); err != nil {
+		return err
+	}
+	h.hl = DDP(h.b[FPDUHeaderLen:]).HeaderLen()
+	if h.ulpdu < h.hl {
+		return llpError(ECodeMPAMarkerMismatch, truncated("ddp", "segment length", h.ulpdu, h.hl))
+	}
+	if err := r.read(h.b[FPDUHeaderLen+2 : FPDUHeaderLen+h.hl]); err != nil {
+		return err
+	}
+	h.ddp = DDP(h.b[FPDUHeaderLen : FPDUHeaderLen+h.hl])
+	rest := h.ulpdu - h.hl
+
+	// Check the headers; an error found here is reported once the FPDU has been read
+	// and its CRC checked (a bad CRC is the better explanation of a bad header).
+	perr := c.checkHeaders(h, rest)
+	var ophl int
+	if perr == nil {
+		ophl = opHeaderLen(h.op)
+		if ophl < 0 {
+			ophl = min(rest, len(h.b)-FPDUHeaderLen-h.hl)
+		}
+		if rest < ophl || (ophl > 0 && h.op != OpTerminate && rest != ophl) {
+			perr = rdmapOperation(ECodeRDMAPCatastrophicStream, &HeaderError{Header: "rdmap",
+				Field: h.op.String() + " length", Value: uint64(rest), Limit: uint64(ophl), Rel: "!=", Err: ErrBadValue})
+			ophl = 0
+		}
+	}
+	if ophl > 0 {
+		if err := r.read(h.b[FPDUHeaderLen+h.hl : FPDUHeaderLen+h.hl+ophl]); err != nil {
+			return err
+		}
+		h.opHdr = h.b[FPDUHeaderLen+h.hl : FPDUHeaderLen+h.hl+ophl]
+	}
+	h.paylen = rest - ophl
+	var target [][]byte
+	var effect func() error
+	if perr == nil {
+		target, effect, perr = c.place(h)
+	}
+	placed := 0
+	if perr == nil {
+		for _, b := range target {
+			if err := r.read(b); err != nil {
+				return err
+			}
+			placed += len(b)
+		}
+	}
+	if err := r.discard(h.paylen - placed); err != nil {
+		return err
+	}
+	if err := r.trailer(h.ulpdu); err != nil {
+		if errors.Is(err, ErrMarkerMismatch) {
+			return llpError(ECodeMPAMarkerMismatch, err)
+		}
+		if errors.Is(err, ErrBadCRC) {
+			return llpError(ECodeMPACRC, err)
+		}
+		return err
+	}
+	if perr != nil {
+		return perr
+	}
+	if effect != nil {
+		return effect()
+	}
+	return nil
+}
+
+// checkHeaders checks the DDP and RDMAP versions and the opcode, and for untagged
+// segments the queue, MSN and MO (RFC 5041 §7.2, RFC 5040 §7).
+func (c *Conn) checkHeaders(h *rxHdr, rest int) *rxError {
+	d := h.ddp
+	if d.Version() != DDPVersion {
+		err := &HeaderError{Header: "ddp", Field: "version", Value: uint64(d.Version()), Limit: DDPVersion, Rel: "!=", Err: ErrBadVersion}
+		if d.Tagged() {
+			return newRxError(LayerDDP, ETypeDDPTaggedBuffer, ECodeDDPTaggedInvalidVersion, ib.EventQPReqErr, err)
+		}
+		return ddpUntagged(ECodeDDPUntaggedInvalidVersion, err)
+	}
+	rd := RDMAP(d)
+	if rd.Version() != RDMAPVersion {
+		return rdmapOperation(ECodeRDMAPInvalidVersion, &HeaderError{Header: "rdmap", Field: "version",
+			Value: uint64(rd.Version()), Limit: RDMAPVersion, Rel: "!=", Err: ErrBadVersion})
+	}
+	op := rd.Opcode()
+	h.op = op
+	ext := op == OpImmediateData || op == OpImmediateDataSE || op == OpAtomicRequest || op == OpAtomicResponse
+	if !op.Valid() || op.Tagged() != d.Tagged() || (ext && !c.neg.Extensions) {
+		reason := "not enabled on this connection"
+		switch {
+		case !op.Valid():
+			reason = "reserved"
+		case op.Tagged() != d.Tagged():
+			reason = "wrong buffer model"
+		}
+		return rdmapOperation(ECodeRDMAPUnexpectedOpcode, &HeaderError{Header: "rdmap", Field: "opcode",
+			Value: uint64(op), Reason: reason, Err: ErrBadOpcode})
+	}
+	if d.Tagged() {
+		return nil
+	}
+	qn := d.QN()
+	if qn > QueueAtomicResponse || (qn == QueueAtomicResponse && !c.neg.Extensions) {
+		return ddpUntagged(ECodeDDPUntaggedInvalidQN, &HeaderError{Header: "ddp", Field: "queue number",
+			Value: uint64(qn), Err: ErrBadValue})
+	}
+	if qn != op.QueueNumber() {
+		return rdmapOperation(ECodeRDMAPUnexpectedOpcode, &HeaderError{Header: "rdmap", Field: "queue number",
+			Value: uint64(qn), Limit: uint64(op.QueueNumber()), Rel: "!=", Reason: "for " + op.String(), Err: ErrBadOpcode})
+	}
+	q := &c.rq[qn]
+	if d.MSN() != q.msn {
+		return ddpUntagged(ECodeDDPUntaggedMSNRange, &HeaderError{Header: "ddp", Field: "MSN",
+			Value: uint64(d.MSN()), Limit: uint64(q.msn), Rel: "!=", Reason: fmt.Sprintf("queue %d", qn), Err: ErrBadValue})
+	}
+	if d.MO() != q.mo {
+		return ddpUntagged(ECodeDDPUntaggedInvalidMO, &HeaderError{Header: "ddp", Field: "MO",
+			Value: uint64(d.MO()), Limit: uint64(q.mo), Rel: "!=", Err: ErrBadValue})
+	}
+	if qn != QueueSend && !d.Last() {
+		// Read Requests, Terminates and atomics are single-segment messages.
+		return ddpUntagged(ECodeDDPUntaggedInvalidMO, &HeaderError{Header: "ddp", Field: "L",
+			Value: 0, Reason: op.String() + " must be one segment", Err: ErrBadValue})
+	}
+	return nil
+}
+
+// place finds where an FPDU's payload goes and what to do once it is in (after the
+// CRC check).
+func (c *Conn) place(h *rxHdr) ([][]byte, func() error, *rxError) {
+	d := h.ddp
+	n := uint64(h.paylen)
+	switch h.op {
+	case OpWrite:
+		return c.placeWrite(h, d, n)
+	case OpReadResponse:
+		return c.placeReadResponse(d, n)
+	case OpSend, OpSendInvalidate, OpSendSE, OpSendSEInvalidate:
+		return c.placeSend(h, d, n)
+	case OpImmediateData, OpImmediateDataSE:
+		return c.placeImmediate(h, d)
+	case OpReadRequest:
+		return nil, func() error { return c.readRequest(h) }, nil
+	case OpAtomicRequest:
+		return nil, func() error { return c.atomicRequest(h) }, nil
+	case OpAtomicResponse:
+		return c.placeAtomicResponse(h)
+	case OpTerminate:
+		return nil, func() error { return c.peerTerminate(h) }, nil
+	}
+	return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, fmt.Errorf("rdmap: opcode %s", h.op))
+}
+
+func (c *Conn) placeWrite(h *rxHdr, d DDP, n uint64) ([][]byte, func() error, *rxError) {
+	to := d.TO()
+	if to+n < to {
+		return nil, nil, newRxError(LayerDDP, ETypeDDPTaggedBuffer, ECodeDDPTaggedTOWrap, ib.EventQPAccessErr,
+			fmt.Errorf("ddp: TO 0x%x + %d wraps", to, n))
+	}
+	mem, f := c.wire.RemoteBuffer(d.STag(), to, n, ib.AccessRemoteWrite)
+	if f != ib.KeyOK {
+		return nil, nil, ddpTagged(f, fmt.Sprintf("rdma write STag 0x%08x TO 0x%x length %d", d.STag(), to, n))
+	}
+	last := d.Last()
+	effect := func() error {
+		c.writeLen += n
+		if last {
+			c.lastWriteLen, c.writeLen = c.writeLen, 0
+			if c.awaitRTR == RTRWrite && n == 0 {
+				c.rtrReceived()
+			}
+		}
+		return nil
+	}
+	if c.awaitRTR != 0 && (c.awaitRTR != RTRWrite || n != 0 || !last) {
+		return nil, nil, c.badRTR(h)
+	}
+	if mem == nil {
+		return nil, effect, nil
+	}
+	return [][]byte{mem}, effect, nil
+}
+
+func (c *Conn) placeReadResponse(d DDP, n uint64) ([][]byte, func() error, *rxError) {
+	if c.awaitRTR != 0 {
+		return nil, nil, c.badRTR(nil)
+	}
+	c.mu.Lock()
+	if c.rtrReadPending {
+		c.mu.Unlock()
+		if n != 0 || !d.Last() {
+			return nil, nil, llpError(ECodeMPANoMatchingRTROption, fmt.Errorf("rdmap: the RTR read response carries %d octets", n))
+		}
+		return nil, func() error {
+			c.mu.Lock()
+			c.rtrReadPending = false
+			c.mu.Unlock()
+			return nil
+		}, nil
+	}
+	if c.orqHead == len(c.orq) || c.orq[c.orqHead].atomic {
+		c.mu.Unlock()
+		return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, errors.New("rdmap: Read Response without an outstanding Read Request"))
+	}
+	o := c.orq[c.orqHead]
+	c.mu.Unlock()
+	if d.STag() != o.sinkSTag {
+		return nil, nil, newRxError(LayerDDP, ETypeDDPTaggedBuffer, ECodeDDPTaggedInvalidSTag, ib.EventQPAccessErr,
+			fmt.Errorf("rdmap: read response STag 0x%08x != the sink's 0x%08x", d.STag(), o.sinkSTag))
+	}
+	off := d.TO() - o.sinkTO
+	if d.TO() < o.sinkTO || off != o.placed || n > o.length-o.placed || (d.Last() && o.placed+n != o.length) {
+		return nil, nil, newRxError(LayerDDP, ETypeDDPTaggedBuffer, ECodeDDPTaggedBaseBounds, ib.EventQPAccessErr,
+			fmt.Errorf("rdmap: read response TO 0x%x length %d outside the sink's next octets (TO 0x%x, %d of %d placed)",
+				d.TO(), n, o.sinkTO, o.placed, o.length))
+	}
+	bufs, f := c.wire.ReadSink(o.id, off, n, c.sinkBufs)
+	if f == ib.KeyUnknown {
+		// The WQE was flushed: the QP is in error and going down; drop the data.
+		return nil, nil, nil
+	}
+	if f != ib.KeyOK {
+		e := ddpTagged(f, "rdma read sink")
+		e.status = 0
+		return nil, nil, e
+	}
+	c.sinkBufs = bufs
+	last := d.Last()
+	return bufs, func() error {
+		c.mu.Lock()
+		c.orq[c.orqHead].placed += n
+		if last {
+			c.orq[c.orqHead] = outReq{}
+			c.orqHead++
+			if c.orqHead == len(c.orq) {
+				c.orq, c.orqHead = c.orq[:0], 0
+			}
+		}
+		c.mu.Unlock()
+		if last {
+			c.wire.CompleteSend(o.id, ib.WCSuccess)
+		}
+		return nil
+	}, nil
+}
+
+func (c *Conn) placeSend(h *rxHdr, d DDP, n uint64) ([][]byte, func() error, *rxError) {
+	q := &c.rq[QueueSend]
+	last := d.Last()
+	if c.awaitRTR != 0 {
+		if c.awaitRTR != RTRZeroLength || h.op != OpSend || n != 0 || !last || q.msn != 1 {
+			return nil, nil, c.badRTR(h)
+		}
+		return nil, func() error { q.msn++; c.rtrReceived(); return nil }, nil
+	}
+	if d.MO() == 0 {
+		if _, ok := c.wire.BeginRecv(); !ok {
+			return nil, nil, ddpUntagged(ECodeDDPUntaggedNoBuffer, fmt.Errorf("ddp: queue 0 MSN %d: no receive WR posted", d.MSN()))
+		}
+	}
+	bufs, st := c.wire.RecvBuffers(uint64(d.MO()), n, c.recvBufs)
+	switch st {
+	case ib.WCSuccess:
+	case ib.WCLocLenErr:
+		e := ddpUntagged(ECodeDDPUntaggedTooLong, fmt.Errorf("ddp: queue 0 MSN %d: message of at least %d octets too long for the receive WR",
+			d.MSN(), uint64(d.MO())+n))
+		e.status = ib.WCLocLenErr
+		return nil, nil, e
+	default:
+		e := newRxError(LayerRDMAP, ETypeRDMAPLocalCatastrophic, ECodeRDMAPLocalCatastrophic, ib.EventQPFatal,
+			fmt.Errorf("ddp: queue 0 MSN %d: receive WR: %s", d.MSN(), st))
+		e.status = st
+		return nil, nil, e
+	}
+	c.recvBufs = bufs
+	op := h.op
+	inv := RDMAP(d).InvalidateSTag()
+	return bufs, func() error {
+		q.mo += uint32(n)
+		if !last {
+			return nil
+		}
+		total := q.mo
+		q.msn++
+		q.mo = 0
+		f := c.wire.EndRecv(ib.RecvCompletion{ByteLen: total, Opcode: ib.WCRecv, Solicited: op.Solicited(),
+			Invalidate: op.Invalidates(), InvalidateRKey: inv})
+		if f != ib.KeyOK {
+			e := newRxError(LayerRDMAP, ETypeRDMAPRemoteProtection, ECodeRDMAPCannotInvalidate, ib.EventQPAccessErr,
+				fmt.Errorf("rdmap: send with invalidate: STag 0x%08x: %s", inv, f))
+			e.status = ib.WCRemInvReqErr
+			return e
+		}
+		return nil
+	}, nil
+}
+
+func (c *Conn) placeImmediate(h *rxHdr, d DDP) ([][]byte, func() error, *rxError) {
+	if c.awaitRTR != 0 {
+		return nil, nil, c.badRTR(h)
+	}
+	if _, ok := c.wire.BeginRecv(); !ok {
+		return nil, nil, ddpUntagged(ECodeDDPUntaggedNoBuffer, fmt.Errorf("ddp: queue 0 MSN %d: no receive WR for the immediate data", d.MSN()))
+	}
+	v := ImmediateData(h.opHdr).Value()
+	op := h.op
+	return nil, func() error {
+		c.rq[QueueSend].msn++
+		n := c.lastWriteLen
+		c.lastWriteLen = 0
+		c.wire.EndRecv(ib.RecvCompletion{ByteLen: uint32(n), Opcode: ib.WCRecvRDMAWithImm, HasImm: true,
+			Imm: uint32(v), Solicited: op.Solicited()})
+		return nil
+	}, nil
+}
+
+func (c *Conn) placeAtomicResponse(h *rxHdr) ([][]byte, func() error, *rxError) {
+	if c.awaitRTR != 0 {
+		return nil, nil, c.badRTR(h)
+	}
+	a := AtomicResponse(h.opHdr)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.orqHead == len(c.orq) || !c.orq[c.orqHead].atomic {
+		return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, errors.New("rdmap: Atomic Response without an outstanding Atomic Request"))
+	}
+	o := c.orq[c.orqHead]
+	id := binary.BigEndian.Uint32(a)
+	if id != o.reqID {
+		return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, fmt.Errorf("atomic: response to request %d, expected %d", id, o.reqID))
+	}
+	orig := a.OriginalValue()
+	return nil, func() error {
+		c.rq[QueueAtomicResponse].msn++
+		c.mu.Lock()
+		c.orq[c.orqHead] = outReq{}
+		c.orqHead++
+		if c.orqHead == len(c.orq) {
+			c.orq, c.orqHead = c.orq[:0], 0
+		}
+		c.mu.Unlock()
+		c.wire.CompleteAtomic(o.id, orig)
+		return nil
+	}, nil
+}
+
+// readRequest executes an RDMA Read Request (RFC 5040 §4.4, §5.1): check the Data
+// Source STag for the whole range and the IRD, and queue the response; its data is
+// read from the region (through the STag again) as the writer frames it.
+func (c *Conn) readRequest(h *rxHdr) error {
+	rr := ReadRequest(h.opHdr)
+	size := uint64(rr.Size())
+	if c.awaitRTR != 0 {
+		if c.awaitRTR != RTRRead || size != 0 {
+			return c.badRTR(h)
+		}
+		c.rtrReceived()
+	}
+	if _, f := c.wire.RemoteBuffer(rr.SourceSTag(), rr.SourceTO(), size, ib.AccessRemoteRead); f != ib.KeyOK {
+		e := rdmapProtection(f, fmt.Sprintf("rdma read request: source STag 0x%08x TO 0x%x size %d",
+			rr.SourceSTag(), rr.SourceTO(), size))
+		e.rdma = true
+		return e
+	}
+	c.mu.Lock()
+	if c.irdUsed >= c.neg.IRD {
+		c.mu.Unlock()
+		// RFC 5040 §5.4 / RFC 5041: each inbound Read is one of the IRD buffers of
+		// queue 1; one more is "no buffer available".
+		e := ddpUntagged(ECodeDDPUntaggedNoBuffer, fmt.Errorf("rdmap: read request beyond IRD %d", c.neg.IRD))
+		e.rdma = true
+		return e
+	}
+	c.irdUsed++
+	c.respQ = append(c.respQ, inResp{sinkSTag: rr.SinkSTag(), sinkTO: rr.SinkTO(),
+		srcSTag: rr.SourceSTag(), srcTO: rr.SourceTO(), size: size})
+	c.mu.Unlock()
+	c.rq[QueueReadRequest].msn++
+	c.kickWriter()
+	return nil
+}
+
+// atomicRequest executes an RFC 7306 Atomic Request at once, under the engine's
+// lock, and queues its response (which shares the IRD with Read Responses).
+func (c *Conn) atomicRequest(h *rxHdr) error {
+	if c.awaitRTR != 0 {
+		return c.badRTR(h)
+	}
+	a := AtomicRequest(h.opHdr)
+	args := ib.AtomicArgs{RKey: a.RemoteSTag(), VA: a.RemoteTO(), AddSwap: a.AddSwapData(), AddMask: a.AddSwapMask(),
+		Compare: a.CompareData(), CmpMask: a.CompareMask()}
+	switch a.Opcode() {
+	case AtomicFetchAdd:
+		args.Op = ib.AtomicOpFetchAdd
+	case AtomicSwap:
+		args.Op = ib.AtomicOpSwap
+	case AtomicCompareSwap:
+		args.Op = ib.AtomicOpCompareSwap
+	default:
+		return rdmapOperation(ECodeRDMAPUnspecified, fmt.Errorf("atomic: operation %s", a.Opcode()))
+	}
+	c.mu.Lock()
+	full := c.irdUsed >= c.neg.IRD
+	c.mu.Unlock()
+	if full {
+		return ddpUntagged(ECodeDDPUntaggedNoBuffer, fmt.Errorf("atomic: request beyond IRD %d", c.neg.IRD))
+	}
+	orig, f := c.wire.Atomic(args)
+	if f != ib.KeyOK {
+		// RFC 7306 §8 reuses RFC 5040's Remote Protection errors for the target; a
+		// misaligned TO reports as a bounds violation.
+		return rdmapProtection(f, fmt.Sprintf("atomic %s: STag 0x%08x TO 0x%x", a.Opcode(), args.RKey, args.VA))
+	}
+	c.mu.Lock()
+	c.irdUsed++
+	c.respQ = append(c.respQ, inResp{atomic: true, reqID: a.RequestID(), orig: orig})
+	c.mu.Unlock()
+	c.rq[QueueReadRequest].msn++
+	c.kickWriter()
+	return nil
+}
+
+// peerTerminate handles the peer's Terminate message.
+func (c *Conn) peerTerminate(h *rxHdr) error {
+	c.rq[QueueTerminate].msn++
+	t, err := ParseTerminate(h.opHdr)
+	if err != nil {
+		return &TerminateError{Layer: LayerRDMAP, EType: ETypeRDMAPRemoteOperation, Code: ECodeRDMAPUnspecified, Err: err}
+	}
+	return &TerminateError{Layer: t.Layer(), EType: t.EType(), Code: t.ErrorCode()}
+}
+
+// badRTR is the error for a first FPDU that is not the negotiated RTR message
+// (RFC 6581 §9: No Matching RTR Option).
+func (c *Conn) badRTR(h *rxHdr) *rxError {
+	what := "a Read Response"
+	if h != nil {
+		what = h.op.String()
+	}
+	return llpError(ECodeMPANoMatchingRTROption, fmt.Errorf("mpa: the first FPDU is %s, not the %s RTR", what, c.awaitRTR))
+}
+
+// rtrReceived opens the gate of the responder's writer.
+func (c *Conn) rtrReceived() {
+	c.awaitRTR = 0
+	if c.rtrGate != nil {
+		close(c.rtrGate)
+	}
+	c.kickWriter()
+}
+
+// statusForTerminate maps a received Terminate to the completion status of the
+// oldest outstanding send WQE (RFC 5040 §8: the Terminate is about the stream's
+// traffic in order).
+func statusForTerminate(e *TerminateError) ib.WCStatus {
+	switch {
+	case e.Layer == LayerRDMAP && e.EType == ETypeRDMAPRemoteProtection, e.Layer == LayerDDP && e.EType == ETypeDDPTaggedBuffer:
+		return ib.WCRemAccessErr
+	case e.Layer == LayerDDP && e.EType == ETypeDDPUntaggedBuffer:
+		return ib.WCRemInvReqErr
+	}
+	return ib.WCRemOpErr
+}
+
+// reader is the connection's receiving goroutine.
+func (c *Conn) reader() {
+	defer c.wg.Done()
+	var h rxHdr
+	for !c.failed.Load() {
+		err := c.readFPDU(&h)
+		if err == nil {
+			continue
+		}
+		var re *rxError
+		var te *TerminateError
+		switch {
+		case errors.As(err, &re):
+			c.localError(re, &h)
+		case errors.As(err, &te):
+			c.fail(te, nil)
+			c.wire.FailOldest(statusForTerminate(te), ib.EventQPFatal, true)
+		case err == errOrderlyEOF:
+			c.fail(ErrPeerClosed, nil)
+			c.wire.SetError(0, false)
+		default:
+			c.lost(err)
+		}
+		break
+	}
+	c.drain()
+}
+
+// drain reads and drops what the peer still sends until it closes or the linger
+// deadline (armed by fail) passes, so that our Terminate and FIN are not lost to a
+// reset caused by unread data.
+func (c *Conn) drain() {
+	var b [4096]byte
+	for {
+		if _, err := c.nc.Read(b[:]); err != nil {
+			return
+		}
+	}
+}
