@@ -1,0 +1,921 @@
+package rdmacm
+
+import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/netio"
+)
+
+// EventType is an rdma_cm event type (enum rdma_cm_event_type; same values).
+type EventType uint8
+
+// Event types.
+const (
+	EventAddrResolved    EventType = 0
+	EventAddrError       EventType = 1
+	EventRouteResolved   EventType = 2
+	EventRouteError      EventType = 3
+	EventConnectRequest  EventType = 4
+	EventConnectResponse EventType = 5
+	EventConnectError    EventType = 6
+	EventUnreachable     EventType = 7
+	EventRejected        EventType = 8
+	EventEstablished     EventType = 9
+	EventDisconnected    EventType = 10
+	EventDeviceRemoval   EventType = 11
+	EventMulticastJoin   EventType = 12
+	EventMulticastError  EventType = 13
+	EventAddrChange      EventType = 14
+	EventTimewaitExit    EventType = 15
+)
+
+var eventNames = [...]string{
+	"ADDR_RESOLVED", "ADDR_ERROR", "ROUTE_RESOLVED", "ROUTE_ERROR", "CONNECT_REQUEST", "CONNECT_RESPONSE",
+	"CONNECT_ERROR", "UNREACHABLE", "REJECTED", "ESTABLISHED", "DISCONNECTED", "DEVICE_REMOVAL",
+	"MULTICAST_JOIN", "MULTICAST_ERROR", "ADDR_CHANGE", "TIMEWAIT_EXIT",
+}
+
+// String returns rdma_event_str's name, e.g. "RDMA_CM_EVENT_ESTABLISHED".
+func (t EventType) String() string {
+	if int(t) < len(eventNames) {
+		return "RDMA_CM_EVENT_" + eventNames[t]
+	}
+	return "EventType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// PortSpace is an rdma_cm port space (enum rdma_ucm_port_space).
+type PortSpace uint16
+
+// Port spaces.
+const (
+	// PortSpaceTCP is RDMA_PS_TCP: reliable connected QPs (rping, perftest -R).
+	PortSpaceTCP PortSpace = 0x0106
+	// PortSpaceUDP is RDMA_PS_UDP: UD QPs, resolved with SIDR on RoCE.
+	PortSpaceUDP PortSpace = 0x0111
+)
+
+// String returns "TCP" or "UDP".
+func (ps PortSpace) String() string {
+	switch ps {
+	case PortSpaceTCP:
+		return "TCP"
+	case PortSpaceUDP:
+		return "UDP"
+	}
+	return "PortSpace(0x" + strconv.FormatUint(uint64(ps), 16) + ")"
+}
+
+// UDPQKey is the Q_Key of rdma_cm's UD QPs (RDMA_UDP_QKEY).
+const UDPQKey = 0x01234567
+
+// Statuses of events: negative errnos, as rdma_cm reports them.
+const (
+	StatusInvalid     = -22  // EINVAL
+	StatusNetUnreach  = -101 // ENETUNREACH
+	StatusConnReset   = -104 // ECONNRESET
+	StatusTimedOut    = -110 // ETIMEDOUT
+	StatusConnRefused = -111 // ECONNREFUSED
+	StatusHostUnreach = -113 // EHOSTUNREACH
+	StatusIO          = -5   // EIO
+)
+
+// Transport names a device's transport.
+type Transport uint8
+
+// Transports.
+const (
+	TransportRoCE Transport = iota + 1
+	TransportIWARP
+)
+
+// String returns "roce" or "iwarp".
+func (t Transport) String() string {
+	switch t {
+	case TransportRoCE:
+		return "roce"
+	case TransportIWARP:
+		return "iwarp"
+	}
+	return "Transport(" + strconv.Itoa(int(t)) + ")"
+}
+
+// ConnParam is rdma_conn_param: what Connect and Accept offer, and what an
+// event reports of the peer's offer (from this side's point of view: the
+// responder resources this side may grant, the initiator depth it may use).
+type ConnParam struct {
+	// PrivateData goes in the REQ or REP (RoCE: at most 56 bytes in a REQ, the
+	// CMA header takes 36 of its 92; 196 in a REP) or the MPA frame (iWARP).
+	PrivateData []byte
+	// ResponderResources is how many RDMA READs and atomics this side's QP
+	// accepts at once; InitiatorDepth how many it issues.
+	ResponderResources, InitiatorDepth uint8
+	// FlowControl is the IB CM end-to-end flow control bit.
+	FlowControl bool
+	// RetryCount is the transport retry count of the peer's QP, RNRRetryCount
+	// its RNR retry count (7 = infinite). They are taken as given, as
+	// rdma_cm does: 0 means no retries (DefaultConnParam has rping's 7).
+	RetryCount, RNRRetryCount uint8
+	// SRQ says the QP uses a shared receive queue.
+	SRQ bool
+	// QPNum is the peer's QP number (in events).
+	QPNum uint32
+}
+
+// DefaultConnParam returns the parameters rping connects and accepts with: one
+// READ each way, 7 retries, infinite RNR retries.
+func DefaultConnParam() ConnParam {
+	return ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}
+}
+
+// UDParam is rdma_ud_param: the peer of a UD exchange.
+type UDParam struct {
+	// PrivateData is the SIDR reply's (or request's) private data.
+	PrivateData []byte
+	// AH addresses the peer (for UD sends).
+	AH ibtransport.AddressHandle
+	// QPNum and QKey are the peer's QP and Q_Key (0 in a CONNECT_REQUEST: a
+	// SIDR request does not say them).
+	QPNum, QKey uint32
+}
+
+// Event is one rdma_cm event.
+type Event struct {
+	Type EventType
+	// ID is the ID the event is about: for EventConnectRequest the new
+	// connection's ID.
+	ID *ID
+	// Listener is the listening ID of an EventConnectRequest.
+	Listener *ID
+	// Status is 0, a negative errno, or (EventRejected over RoCE) the IB CM
+	// reject reason; for EventUnreachable of a UD ID, a SIDR status.
+	Status int
+	// Param is the peer's connection parameters and private data
+	// (EventConnectRequest, EventEstablished, EventRejected, EventConnectResponse).
+	Param ConnParam
+	// UD is the peer of a UD ID (EventConnectRequest, EventEstablished).
+	UD UDParam
+	// Err says more about a failure, when there is more to say.
+	Err error
+}
+
+// Errors of calls.
+var (
+	ErrInvalidState = errors.New("rdmacm: not allowed in the ID's state")
+	ErrNoDevice     = errors.New("rdmacm: no device for the address")
+	ErrAddrInUse    = errors.New("rdmacm: address in use")
+	ErrInvalid      = errors.New("rdmacm: invalid argument")
+	ErrDestroyed    = errors.New("rdmacm: ID destroyed")
+	ErrNotSupported = errors.New("rdmacm: not supported by the transport")
+)
+
+// Config configures a Manager.
+type Config struct {
+	// Clock gives the time for resolution timeouts (default the system clock;
+	// a simulation passes its virtual clock, as to its CM agents).
+	Clock netio.Clock
+	// Seed seeds the ephemeral ports and the starting PSNs; 0 picks a random seed.
+	Seed uint64
+	// EventDepth is the capacity of each ID's event channel (default 64).
+	EventDepth int
+}
+
+// Counters count what a Manager did besides delivering events.
+type Counters struct {
+	// EventsDropped counts events that found their ID's channel full.
+	EventsDropped uint64
+	// RequestsRefused counts connection requests dropped for a full backlog
+	// (the RoCE peer's REQ retry asks again) or with no listener bound to their
+	// address (rejected).
+	RequestsRefused uint64
+}
+
+// Manager is the connection manager of one host: the devices it may use and
+// the port spaces. Its methods and its IDs' methods are safe for concurrent use.
+type Manager struct {
+	cfg Config
+
+	mu         sync.Mutex
+	rng        *rand.Rand
+	transports []transport
+	ports      map[portKey][]*ID
+	counters   Counters
+	closed     bool
+}
+
+type portKey struct {
+	ps   PortSpace
+	port uint16
+}
+
+// transport is what the Manager needs from a device's transport.
+type transport interface {
+	kind() Transport
+	context() *ibtransport.Context
+	// addrs lists the device's IP addresses.
+	addrs() []netip.Addr
+	// resolveAddr resolves dst's link address for id (then calls
+	// id.m.addrResolved); resolveRoute makes the path.
+	resolveAddr(id *ID, dst netip.Addr, timeout time.Duration)
+	resolveRoute(id *ID) error
+	// initQP brings a QP created on id to its first state.
+	initQP(id *ID, qp *ibtransport.QP) error
+	connect(id *ID, p *ConnParam) error
+	listen(id *ID) error
+	unlisten(id *ID)
+	accept(id *ID, p *ConnParam) error
+	reject(id *ID, pd []byte) error
+	disconnect(id *ID) error
+	destroy(id *ID)
+}
+
+// NewManager returns a Manager with no devices.
+func NewManager(cfg Config) *Manager {
+	if cfg.Clock == nil {
+		cfg.Clock = netio.SystemClock{}
+	}
+	if cfg.EventDepth <= 0 {
+		cfg.EventDepth = 64
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		var b [8]byte
+		crand.Read(b[:])
+		seed = binary.LittleEndian.Uint64(b[:])
+	}
+	return &Manager{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0xbb67ae8584caa73b)), ports: map[portKey][]*ID{}}
+}
+
+// Counters returns a snapshot of the counters.
+func (m *Manager) Counters() Counters {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.counters
+}
+
+// addTransport registers a device.
+func (m *Manager) addTransport(t transport) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrDestroyed
+	}
+	m.transports = append(m.transports, t)
+	return nil
+}
+
+// idState is an ID's state (the kernel's enum rdma_cm_state, with connected
+// and accepted apart).
+type idState uint8
+
+const (
+	stateIdle idState = iota
+	stateAddrQuery
+	stateAddrResolved
+	stateRouteQuery
+	stateRouteResolved
+	stateConnect     // active: connecting; passive: request delivered, not answered
+	stateAccepted    // passive: accepted, waiting for the RTU
+	stateEstablished // connected
+	stateDisconnect  // disconnected (or disconnecting)
+	stateAddrBound
+	stateListen
+	stateDestroyed
+)
+
+var stateNames = [...]string{"IDLE", "ADDR_QUERY", "ADDR_RESOLVED", "ROUTE_QUERY", "ROUTE_RESOLVED",
+	"CONNECT", "ACCEPTED", "ESTABLISHED", "DISCONNECT", "ADDR_BOUND", "LISTEN", "DESTROYED"}
+
+func (s idState) String() string { return stateNames[s] }
+
+// ID is an rdma_cm_id: one endpoint, listening or connecting, with its QP.
+type ID struct {
+	m      *Manager
+	ps     PortSpace
+	qpType ibtransport.QPType
+	events chan Event
+
+	// Guarded by m.mu.
+	state        idState
+	tr           transport
+	local        netip.AddrPort
+	remote       netip.AddrPort
+	bound        bool
+	qp           *ibtransport.QP
+	listener     *ID // a connection's listening ID
+	backlog      int
+	pending      int // listener: requests delivered and not answered
+	counted      bool
+	tos          uint8
+	disconnected bool
+	resolveGen   int
+
+	roce  roceState
+	iwarp iwarpState
+}
+
+// CreateID returns a new ID in the port space ps (rdma_create_id): RC QPs for
+// PortSpaceTCP, UD QPs for PortSpaceUDP.
+func (m *Manager) CreateID(ps PortSpace) (*ID, error) {
+	var t ibtransport.QPType
+	switch ps {
+	case PortSpaceTCP:
+		t = ibtransport.QPTypeRC
+	case PortSpaceUDP:
+		t = ibtransport.QPTypeUD
+	default:
+		return nil, fmt.Errorf("rdmacm: port space %v: %w", ps, ErrInvalid)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrDestroyed
+	}
+	return m.newID(ps, t), nil
+}
+
+func (m *Manager) newID(ps PortSpace, t ibtransport.QPType) *ID {
+	return &ID{m: m, ps: ps, qpType: t, events: make(chan Event, m.cfg.EventDepth)}
+}
+
+// Events returns the ID's event channel. It is closed by Destroy.
+func (id *ID) Events() <-chan Event { return id.events }
+
+// PortSpace returns the ID's port space.
+func (id *ID) PortSpace() PortSpace { return id.ps }
+
+// QP returns the ID's QP (nil before CreateQP).
+func (id *ID) QP() *ibtransport.QP {
+	id.m.mu.Lock()
+	defer id.m.mu.Unlock()
+	return id.qp
+}
+
+// LocalAddr returns the local address and port.
+func (id *ID) LocalAddr() netip.AddrPort {
+	id.m.mu.Lock()
+	defer id.m.mu.Unlock()
+	return id.local
+}
+
+// RemoteAddr returns the peer's address and port.
+func (id *ID) RemoteAddr() netip.AddrPort {
+	id.m.mu.Lock()
+	defer id.m.mu.Unlock()
+	return id.remote
+}
+
+// Transport returns the transport of the ID's device (0 before it has one).
+func (id *ID) Transport() Transport {
+	id.m.mu.Lock()
+	defer id.m.mu.Unlock()
+	if id.tr == nil {
+		return 0
+	}
+	return id.tr.kind()
+}
+
+// Context returns the verbs context of the ID's device (id->verbs): nil until
+// BindAddr to a device address or ResolveAddr chose the device.
+func (id *ID) Context() *ibtransport.Context {
+	id.m.mu.Lock()
+	defer id.m.mu.Unlock()
+	if id.tr == nil {
+		return nil
+	}
+	return id.tr.context()
+}
+
+// SetTOS sets the type of service (IP TOS / traffic class) of the ID's
+// connection (rdma_set_option RDMA_OPTION_ID_TOS), before ResolveRoute.
+func (id *ID) SetTOS(tos uint8) {
+	id.m.mu.Lock()
+	id.tos = tos
+	id.m.mu.Unlock()
+}
+
+// push delivers ev to id's channel without blocking. m.mu is held.
+func (m *Manager) push(id *ID, ev Event) bool {
+	if id.state == stateDestroyed {
+		return false
+	}
+	if ev.ID == nil {
+		ev.ID = id
+	}
+	select {
+	case id.events <- ev:
+		return true
+	default:
+		m.counters.EventsDropped++
+		return false
+	}
+}
+
+func (id *ID) errState(op string) error {
+	return fmt.Errorf("rdmacm: %s in state %v: %w", op, id.state, ErrInvalidState)
+}
+
+// ---- Addresses and ports ----
+
+// transportFor returns the device that owns addr.
+func (m *Manager) transportFor(addr netip.Addr) transport {
+	addr = addr.Unmap()
+	for _, t := range m.transports {
+		for _, a := range t.addrs() {
+			if a.Unmap() == addr {
+				return t
+			}
+		}
+	}
+	return nil
+}
+
+// routeTo picks the device and source address for dst: the device owning dst
+// (loopback), else the first device with an address of dst's family (the
+// devices in the order added; IPv6 link-local destinations take the device's
+// link-local address).
+func (m *Manager) routeTo(dst netip.Addr) (transport, netip.Addr) {
+	dst = dst.Unmap()
+	if t := m.transportFor(dst); t != nil {
+		return t, dst
+	}
+	ll := dst.Is6() && dst.IsLinkLocalUnicast()
+	for _, t := range m.transports {
+		for _, a := range t.addrs() {
+			a = a.Unmap()
+			if a.Is4() == dst.Is4() && (a.Is6() && a.IsLinkLocalUnicast()) == ll && !a.IsUnspecified() {
+				return t, a
+			}
+		}
+	}
+	return nil, netip.Addr{}
+}
+
+// Ephemeral ports: Linux's default ip_local_port_range, which the captured
+// rdma_cm ports (47139, 45259, 42204) fall in.
+const (
+	ephemeralLow  = 32768
+	ephemeralHigh = 60999
+)
+
+// wildcard reports whether a is the unspecified address (or none).
+func wildcard(a netip.Addr) bool { return !a.IsValid() || a.IsUnspecified() }
+
+// conflicts reports whether binding a conflicts with an ID bound to b on the
+// same port: a wildcard conflicts with everything, an address with itself.
+func conflicts(a, b netip.Addr) bool {
+	return wildcard(a) || wildcard(b) || a.Unmap() == b.Unmap()
+}
+
+// bind reserves (ps, port) for id at addr; port 0 picks an ephemeral one. m.mu is held.
+func (m *Manager) bind(id *ID, addr netip.Addr, port uint16) error {
+	free := func(p uint16) bool {
+		for _, o := range m.ports[portKey{id.ps, p}] {
+			if conflicts(addr, o.local.Addr()) {
+				return false
+			}
+		}
+		return true
+	}
+	if port == 0 {
+		n := ephemeralHigh - ephemeralLow + 1
+		start := m.rng.IntN(n)
+		for i := range n {
+			p := uint16(ephemeralLow + (start+i)%n)
+			if free(p) {
+				port = p
+				break
+			}
+		}
+		if port == 0 {
+			return fmt.Errorf("rdmacm: no ephemeral port free: %w", ErrAddrInUse)
+		}
+	} else if !free(port) {
+		return fmt.Errorf("rdmacm: %v port %d: %w", id.ps, port, ErrAddrInUse)
+	}
+	k := portKey{id.ps, port}
+	m.ports[k] = append(m.ports[k], id)
+	id.local = netip.AddrPortFrom(addr, port)
+	id.bound = true
+	return nil
+}
+
+// unbind releases id's port. m.mu is held.
+func (m *Manager) unbind(id *ID) {
+	if !id.bound {
+		return
+	}
+	id.bound = false
+	k := portKey{id.ps, id.local.Port()}
+	ids := m.ports[k]
+	for i, o := range ids {
+		if o == id {
+			ids = append(ids[:i], ids[i+1:]...)
+			break
+		}
+	}
+	if len(ids) == 0 {
+		delete(m.ports, k)
+	} else {
+		m.ports[k] = ids
+	}
+}
+
+// findListener returns the ID listening on (ps, port) through t that takes a
+// request to dst: one bound to dst, else a wildcard one. m.mu is held.
+func (m *Manager) findListener(t transport, ps PortSpace, port uint16, dst netip.Addr) *ID {
+	var wild *ID
+	for _, id := range m.ports[portKey{ps, port}] {
+		if id.state != stateListen {
+			continue
+		}
+		a := id.local.Addr()
+		if wildcard(a) {
+			if (id.tr == nil || id.tr == t) && (!a.IsValid() || a.Is6() || dst.Unmap().Is4()) {
+				wild = id
+			}
+			continue
+		}
+		if id.tr == t && a.Unmap() == dst.Unmap() {
+			return id
+		}
+	}
+	return wild
+}
+
+// BindAddr binds the ID to a local address and port (rdma_bind_addr). An
+// unspecified address (or none) listens on every device ("0.0.0.0" the IPv4
+// addresses only); port 0 picks an ephemeral port.
+func (id *ID) BindAddr(addr netip.AddrPort) error {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id.state != stateIdle {
+		return id.errState("bind")
+	}
+	a := addr.Addr()
+	var t transport
+	if !wildcard(a) {
+		if t = m.transportFor(a); t == nil {
+			return fmt.Errorf("rdmacm: bind %v: %w", a, ErrNoDevice)
+		}
+		a = a.Unmap()
+	}
+	if err := m.bind(id, a, addr.Port()); err != nil {
+		return err
+	}
+	id.tr = t
+	id.state = stateAddrBound
+	return nil
+}
+
+// ResolveAddr chooses the device and source address for dst (src, if valid,
+// names the source) and resolves dst's link address within timeout
+// (rdma_resolve_addr). EventAddrResolved or EventAddrError follows. An ID
+// not bound yet gets an ephemeral port.
+func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id.state != stateIdle && id.state != stateAddrBound {
+		return id.errState("resolve address")
+	}
+	if !dst.Addr().IsValid() || dst.Port() == 0 {
+		return fmt.Errorf("rdmacm: resolve address %v: %w", dst, ErrInvalid)
+	}
+	d := dst.Addr().Unmap()
+	var t transport
+	var s netip.Addr
+	switch {
+	case id.bound && !wildcard(id.local.Addr()):
+		t, s = id.tr, id.local.Addr()
+	case src.IsValid() && !src.IsUnspecified():
+		if t = m.transportFor(src); t == nil {
+			return fmt.Errorf("rdmacm: source %v: %w", src, ErrNoDevice)
+		}
+		s = src.Unmap()
+	default:
+		t, s = m.routeTo(d)
+		if t == nil {
+			return fmt.Errorf("rdmacm: no device reaches %v: %w", d, ErrNoDevice)
+		}
+	}
+	if s.Is4() != d.Is4() {
+		return fmt.Errorf("rdmacm: source %v and destination %v: %w", s, d, ErrInvalid)
+	}
+	if id.bound {
+		// A wildcard bind now gets its address, keeping its port.
+		id.local = netip.AddrPortFrom(s, id.local.Port())
+	} else if err := m.bind(id, s, 0); err != nil {
+		return err
+	}
+	id.tr = t
+	id.remote = netip.AddrPortFrom(d, dst.Port())
+	id.state = stateAddrQuery
+	id.resolveGen++
+	t.resolveAddr(id, d, timeout)
+	return nil
+}
+
+// addrResolved ends ResolveAddr. m.mu is held.
+func (m *Manager) addrResolved(id *ID, gen int, err error) {
+	if id.state != stateAddrQuery || id.resolveGen != gen {
+		return
+	}
+	if err != nil {
+		id.state = stateAddrBound
+		m.push(id, Event{Type: EventAddrError, Status: StatusHostUnreach, Err: err})
+		return
+	}
+	id.state = stateAddrResolved
+	m.push(id, Event{Type: EventAddrResolved})
+}
+
+// ResolveRoute makes the path to the resolved address (rdma_resolve_route):
+// EventRouteResolved or EventRouteError follows. The timeout is accepted for
+// rdma_cm's signature: on RoCE and iWARP the route needs no query.
+func (id *ID) ResolveRoute(timeout time.Duration) error {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id.state != stateAddrResolved {
+		return id.errState("resolve route")
+	}
+	if err := id.tr.resolveRoute(id); err != nil {
+		m.push(id, Event{Type: EventRouteError, Status: StatusNetUnreach, Err: err})
+		return nil
+	}
+	id.state = stateRouteResolved
+	m.push(id, Event{Type: EventRouteResolved})
+	return nil
+}
+
+// CreateQP creates the ID's QP on the ID's device (rdma_create_qp): attr.Type
+// is the port space's (RC or UD; 0 takes it). The QP is moved to its first
+// state (see the package documentation).
+func (id *ID) CreateQP(pd *ibtransport.PD, attr ibtransport.QPInitAttr) (*ibtransport.QP, error) {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id.state == stateDestroyed {
+		return nil, ErrDestroyed
+	}
+	if id.tr == nil {
+		return nil, fmt.Errorf("rdmacm: create qp before the ID has a device: %w", ErrInvalidState)
+	}
+	if id.qp != nil {
+		return nil, fmt.Errorf("rdmacm: the ID has a QP: %w", ErrInvalidState)
+	}
+	if pd == nil || pd.Context() != id.tr.context() {
+		return nil, fmt.Errorf("rdmacm: the PD is not of the ID's device: %w", ErrInvalid)
+	}
+	if attr.Type == 0 {
+		attr.Type = id.qpType
+	}
+	if attr.Type != id.qpType {
+		return nil, fmt.Errorf("rdmacm: %s QP on a %v ID: %w", attr.Type, id.ps, ErrInvalid)
+	}
+	qp, err := id.tr.context().CreateQP(pd, attr)
+	if err != nil {
+		return nil, err
+	}
+	if err := id.tr.initQP(id, qp); err != nil {
+		qp.Destroy()
+		return nil, err
+	}
+	id.qp = qp
+	return qp, nil
+}
+
+// DestroyQP destroys the ID's QP (rdma_destroy_qp).
+func (id *ID) DestroyQP() error {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return id.destroyQP()
+}
+
+func (id *ID) destroyQP() error {
+	if id.qp == nil {
+		return nil
+	}
+	err := id.qp.Destroy()
+	id.qp = nil
+	return err
+}
+
+// Connect connects to the resolved route (rdma_connect): RoCE sends the REQ
+// (a SIDR_REQ for UD), iWARP dials and sends the MPA request. EventEstablished,
+// EventRejected, EventUnreachable or EventConnectError follows.
+func (id *ID) Connect(p ConnParam) error {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id.state != stateRouteResolved {
+		return id.errState("connect")
+	}
+	if id.qp == nil {
+		return fmt.Errorf("rdmacm: connect without a QP: %w", ErrInvalidState)
+	}
+	if err := id.tr.connect(id, &p); err != nil {
+		return err
+	}
+	id.state = stateConnect
+	return nil
+}
+
+// Listen listens for connection requests on the bound address (rdma_listen):
+// each comes as EventConnectRequest with a new ID. backlog bounds the requests
+// delivered and not yet accepted or rejected (0: 128); more are dropped (RoCE:
+// the peer's REQ retry asks again) or rejected (iWARP). An ID not bound yet is
+// bound to every device on an ephemeral port.
+func (id *ID) Listen(backlog int) error {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch id.state {
+	case stateIdle:
+		if err := m.bind(id, netip.Addr{}, 0); err != nil {
+			return err
+		}
+	case stateAddrBound:
+	default:
+		return id.errState("listen")
+	}
+	if backlog <= 0 {
+		backlog = 128
+	}
+	id.backlog = backlog
+	id.state = stateListen
+	var errs []error
+	ok := 0
+	for _, t := range m.transports {
+		if id.tr != nil && id.tr != t {
+			continue
+		}
+		if err := t.listen(id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ok++
+	}
+	if ok == 0 {
+		id.state = stateAddrBound
+		if len(errs) == 0 {
+			return fmt.Errorf("rdmacm: listen: %w", ErrNoDevice)
+		}
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// newConn makes the ID of an incoming request on listener l. m.mu is held.
+func (m *Manager) newConn(l *ID, t transport, local, remote netip.AddrPort) *ID {
+	c := m.newID(l.ps, l.qpType)
+	c.tr, c.listener, c.state = t, l, stateConnect
+	c.local, c.remote = local, remote
+	c.tos = l.tos
+	return c
+}
+
+// deliverRequest hands a new connection's request to its listener; it reports
+// false (and counts) when the backlog is full. m.mu is held.
+func (m *Manager) deliverRequest(l, c *ID, ev Event) bool {
+	if l.pending >= l.backlog || len(l.events) == cap(l.events) {
+		m.counters.RequestsRefused++
+		return false
+	}
+	ev.Type, ev.ID, ev.Listener = EventConnectRequest, c, l
+	l.pending++
+	c.counted = true
+	m.push(l, ev)
+	return true
+}
+
+// answered releases a connection's place in its listener's backlog. m.mu is held.
+func (id *ID) answered() {
+	if id.counted && id.listener != nil {
+		id.counted = false
+		id.listener.pending--
+	}
+}
+
+// Accept accepts a connection request (rdma_accept). RoCE moves the QP to RTS
+// and sends the REP (EventEstablished follows at the RTU), or for UD the
+// SIDR_REP; iWARP sends the MPA reply (EventEstablished follows).
+func (id *ID) Accept(p ConnParam) error {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id.state != stateConnect || id.listener == nil {
+		return id.errState("accept")
+	}
+	if id.qp == nil {
+		return fmt.Errorf("rdmacm: accept without a QP: %w", ErrInvalidState)
+	}
+	id.answered()
+	return id.tr.accept(id, &p)
+}
+
+// Reject rejects a connection request with private data (rdma_reject): RoCE
+// sends a REJ with the reason "consumer reject" (28; a SIDR_REP "rejected" for
+// UD), iWARP an MPA reply with the Reject bit.
+func (id *ID) Reject(privateData []byte) error {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id.state != stateConnect || id.listener == nil {
+		return id.errState("reject")
+	}
+	id.answered()
+	if err := id.tr.reject(id, privateData); err != nil {
+		return err
+	}
+	id.state = stateDisconnect
+	return nil
+}
+
+// Disconnect ends the connection (rdma_disconnect): the QP moves to ERR
+// (its WRs flush), RoCE sends the DREQ (or the DREP to the peer's DREQ),
+// iWARP closes the TCP connection. EventDisconnected follows unless it came
+// already.
+func (id *ID) Disconnect() error {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch id.state {
+	case stateConnect, stateAccepted, stateEstablished, stateDisconnect:
+	default:
+		return id.errState("disconnect")
+	}
+	if id.qpType == ibtransport.QPTypeUD {
+		return nil
+	}
+	return id.tr.disconnect(id)
+}
+
+// disconnected reports EventDisconnected once. m.mu is held.
+func (m *Manager) disconnected(id *ID, status int) {
+	if id.disconnected {
+		return
+	}
+	id.disconnected = true
+	id.state = stateDisconnect
+	m.push(id, Event{Type: EventDisconnected, Status: status})
+}
+
+// qpToError moves the ID's QP to ERR. m.mu is held.
+func (id *ID) qpToError() {
+	if id.qp != nil {
+		id.qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateErr}, ibtransport.QPAttrState)
+	}
+}
+
+// Destroy ends the ID (rdma_destroy_qp and rdma_destroy_id): a listener stops
+// listening, a connection is torn down as its state requires (the peer is
+// told), the QP is destroyed, the port released and the event channel closed.
+func (id *ID) Destroy() error {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id.state == stateDestroyed {
+		return nil
+	}
+	if id.state == stateListen {
+		for _, t := range m.transports {
+			if id.tr == nil || id.tr == t {
+				t.unlisten(id)
+			}
+		}
+	}
+	id.answered()
+	if id.tr != nil {
+		id.tr.destroy(id)
+	}
+	err := id.destroyQP()
+	if id.listener == nil {
+		m.unbind(id)
+	}
+	id.state = stateDestroyed
+	close(id.events)
+	return err
+}
+
+// Close destroys nothing but stops the Manager taking devices and IDs.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	return nil
+}
+
+// randomPSN returns a starting PSN (rdma_cm picks a random 24-bit one). m.mu is held.
+func (m *Manager) randomPSN() uint32 { return m.rng.Uint32() & ibtransport.PSNMask }

@@ -1,0 +1,525 @@
+package rdmacm
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/roce"
+)
+
+// The RoCE backend: rdma_cm over the IB CM of a roce.CMAgent, as the kernel's
+// cma.c drives ib_cm.
+
+// Sizes of the consumer's private data in the IB CM messages, after rdma_cm's
+// CMA header where it has one (IB_CM_*_PRIVATE_DATA_SIZE - sizeof(cma_hdr)).
+const (
+	MaxREQPrivateData     = roce.CMREQPrivateDataLen - roce.CMAHeaderLen     // 56
+	MaxREPPrivateData     = roce.CMREPPrivateDataLen                         // 196
+	MaxREJPrivateData     = roce.CMREJPrivateDataLen                         // 148
+	MaxSIDRREQPrivateData = roce.CMSIDRREQPrivateDataLen - roce.CMAHeaderLen // 180
+	MaxSIDRREPPrivateData = roce.CMSIDRREPPrivateDataLen                     // 136
+)
+
+// roceState is the RoCE part of an ID. Guarded by Manager.mu.
+type roceState struct {
+	cm    *roce.CMID
+	ah    ibtransport.AddressHandle // the QP's path
+	path  roce.CMPathFields         // the REQ's primary path (active)
+	mtu   int
+	psn   uint32 // the starting PSN this side expects
+	retry uint8  // the REQ's retry count (active)
+	req   *roce.CMREQFields
+}
+
+type roceTransport struct {
+	m       *Manager
+	agent   *roce.CMAgent
+	dev     *roce.Device
+	byCM    map[*roce.CMID]*ID
+	listens map[uint64]*roceListen
+}
+
+type roceListen struct {
+	l    *roce.CMListener
+	refs int
+}
+
+// AddRoCE adds a RoCE device through its CM agent. The agent and the device
+// must be driven (their Run methods, or Poll in a simulation) for anything to
+// happen; the agent must use the Manager's clock.
+func (m *Manager) AddRoCE(agent *roce.CMAgent) error {
+	t := &roceTransport{m: m, agent: agent, dev: agent.Device(), byCM: map[*roce.CMID]*ID{}, listens: map[uint64]*roceListen{}}
+	return m.addTransport(t)
+}
+
+func (t *roceTransport) kind() Transport               { return TransportRoCE }
+func (t *roceTransport) context() *ibtransport.Context { return t.dev.Context() }
+
+func (t *roceTransport) addrs() []netip.Addr {
+	gids := t.dev.GIDs()
+	out := make([]netip.Addr, 0, len(gids))
+	for _, g := range gids {
+		out = append(out, g.Unmap())
+	}
+	return out
+}
+
+func (t *roceTransport) resolveAddr(id *ID, dst netip.Addr, timeout time.Duration) {
+	gen := id.resolveGen
+	m := t.m
+	t.agent.ResolveNeighbor(dst, timeout, func(_ [6]byte, err error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.addrResolved(id, gen, err)
+	})
+}
+
+// sgidIndex returns the GID table index of local.
+func (t *roceTransport) sgidIndex(local netip.Addr) (uint8, bool) {
+	for i, g := range t.dev.GIDs() {
+		if g.Unmap() == local.Unmap() {
+			return uint8(i), true
+		}
+	}
+	return 0, false
+}
+
+// resolveRoute makes the path as rdma_cm's cma_resolve_iboe_route does: the
+// GIDs of the two addresses, hop limit 64, the ID's TOS as traffic class, SL
+// 0, the port's MTU, and the flow label from the two ports.
+func (t *roceTransport) resolveRoute(id *ID) error {
+	rs := &id.roce
+	ah, err := t.dev.AddressHandle(id.remote.Addr())
+	if err != nil {
+		return err
+	}
+	idx, ok := t.sgidIndex(id.local.Addr())
+	if !ok {
+		return fmt.Errorf("rdmacm: %v is no GID of the device: %w", id.local.Addr(), ErrNoDevice)
+	}
+	ah.SGIDIndex = idx
+	ah.TrafficClass = id.tos
+	ah.FlowLabel = roce.CMFlowLabel(id.local.Port(), id.remote.Port())
+	rs.ah = ah
+	rs.mtu = t.dev.PathMTU()
+	rs.path = roce.CMPathFields{
+		LocalLID: 0xFFFF, RemoteLID: 0xFFFF,
+		LocalGID: t.dev.GIDs()[idx].As16(), RemoteGID: id.remote.Addr().As16(),
+		FlowLabel: ah.FlowLabel, TrafficClass: id.tos, HopLimit: ah.HopLimit,
+	}
+	return nil
+}
+
+func (t *roceTransport) initQP(id *ID, qp *ibtransport.QP) error {
+	if qp.Type() == ibtransport.QPTypeUD {
+		return initUDQP(qp)
+	}
+	// cma_init_conn_qp: INIT with no remote access yet.
+	return qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1},
+		ibtransport.QPAttrState|ibtransport.QPAttrPKeyIndex|ibtransport.QPAttrPort|ibtransport.QPAttrAccessFlags)
+}
+
+// initUDQP brings a UD QP to RTS as cma_init_ud_qp does: Q_Key RDMA_UDP_QKEY,
+// send PSN 0.
+func initUDQP(qp *ibtransport.QP) error {
+	steps := []struct {
+		a ibtransport.QPAttr
+		m ibtransport.QPAttrMask
+	}{
+		{ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, QKey: UDPQKey},
+			ibtransport.QPAttrState | ibtransport.QPAttrPKeyIndex | ibtransport.QPAttrPort | ibtransport.QPAttrQKey},
+		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTR}, ibtransport.QPAttrState},
+		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTS}, ibtransport.QPAttrState | ibtransport.QPAttrSQPSN},
+	}
+	for _, s := range steps {
+		if err := qp.Modify(&s.a, s.m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// qpConn is what moving a connected QP to RTS needs.
+type qpConn struct {
+	peerReads               bool // the peer issues READs: grant remote read and atomics
+	destQPN, rqPSN, sqPSN   uint32
+	mtu                     int
+	maxDestRdAtomic, maxRd  uint8
+	timeout, retry, rnrRetr uint8
+}
+
+// connectQP moves a QP from INIT to RTS as cma_modify_qp_rtr and
+// cma_modify_qp_rts do (with ib_cm's attributes).
+func connectQP(ctx *ibtransport.Context, qp *ibtransport.QP, ah ibtransport.AddressHandle, c qpConn) error {
+	access := ibtransport.AccessRemoteWrite
+	if c.peerReads {
+		access |= ibtransport.AccessRemoteRead | ibtransport.AccessRemoteAtomic
+	}
+	maxRd := ctx.Config().MaxRdAtomic
+	steps := []struct {
+		a ibtransport.QPAttr
+		m ibtransport.QPAttrMask
+	}{
+		{ibtransport.QPAttr{QPState: ibtransport.QPStateInit, AccessFlags: access},
+			ibtransport.QPAttrState | ibtransport.QPAttrAccessFlags},
+		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: c.mtu, DestQPN: c.destQPN, RQPSN: c.rqPSN,
+			MaxDestRdAtomic: min(int(c.maxDestRdAtomic), maxRd)},
+			ibtransport.QPAttrState | ibtransport.QPAttrAH | ibtransport.QPAttrPathMTU | ibtransport.QPAttrDestQPN |
+				ibtransport.QPAttrRQPSN | ibtransport.QPAttrMaxDestRdAtomic | ibtransport.QPAttrMinRNRTimer},
+		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: c.sqPSN, Timeout: c.timeout, RetryCnt: min(c.retry, 7),
+			RNRRetry: min(c.rnrRetr, 7), MaxRdAtomic: min(int(c.maxRd), maxRd)},
+			ibtransport.QPAttrState | ibtransport.QPAttrSQPSN | ibtransport.QPAttrTimeout | ibtransport.QPAttrRetryCnt |
+				ibtransport.QPAttrRNRRetry | ibtransport.QPAttrMaxRdAtomic},
+	}
+	for _, s := range steps {
+		if err := qp.Modify(&s.a, s.m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cmaPrivateData returns the CMA header for id followed by pd.
+func cmaPrivateData(id *ID, pd []byte) []byte {
+	b := make([]byte, roce.CMAHeaderLen+len(pd))
+	roce.CMAHeader(b).Encode(&roce.CMAHeaderFields{SrcPort: id.local.Port(), Src: id.local.Addr(), Dst: id.remote.Addr()})
+	copy(b[roce.CMAHeaderLen:], pd)
+	return b
+}
+
+func (t *roceTransport) connect(id *ID, p *ConnParam) error {
+	rs := &id.roce
+	if id.qpType == ibtransport.QPTypeUD {
+		if len(p.PrivateData) > MaxSIDRREQPrivateData {
+			return fmt.Errorf("rdmacm: SIDR private data %d > %d: %w", len(p.PrivateData), MaxSIDRREQPrivateData, ErrInvalid)
+		}
+		cm, err := t.agent.SIDRRequest(&roce.SIDRRequestParams{
+			ServiceID: roce.CMAServiceID(roce.RDMAPortSpace(id.ps), id.remote.Port()),
+			To:        roce.MADAddress{Remote: id.remote.Addr(), Local: id.local.Addr()},
+			// rdma_cm's SIDR_REQ carries the CMA header too.
+			PrivateData: cmaPrivateData(id, p.PrivateData),
+		}, t.handle)
+		if err != nil {
+			return err
+		}
+		rs.cm = cm
+		t.byCM[cm] = id
+		return nil
+	}
+	if len(p.PrivateData) > MaxREQPrivateData {
+		return fmt.Errorf("rdmacm: REQ private data %d > %d: %w", len(p.PrivateData), MaxREQPrivateData, ErrInvalid)
+	}
+	rs.psn = t.m.randomPSN()
+	rs.retry = min(p.RetryCount, 7)
+	cm, err := t.agent.Connect(&roce.CMConnectParams{
+		ServiceID:          roce.CMAServiceID(roce.RDMAPortSpace(id.ps), id.remote.Port()),
+		Path:               rs.path,
+		PathMTU:            rs.mtu,
+		QPN:                id.qp.QPN(),
+		StartingPSN:        rs.psn,
+		ResponderResources: p.ResponderResources,
+		InitiatorDepth:     p.InitiatorDepth,
+		RetryCount:         p.RetryCount,
+		RNRRetryCount:      p.RNRRetryCount,
+		SRQ:                p.SRQ,
+		FlowControl:        p.FlowControl,
+		PrivateData:        cmaPrivateData(id, p.PrivateData),
+	}, t.handle)
+	if err != nil {
+		return err
+	}
+	rs.cm = cm
+	t.byCM[cm] = id
+	return nil
+}
+
+func (t *roceTransport) listen(id *ID) error {
+	sid := roce.CMAServiceID(roce.RDMAPortSpace(id.ps), id.local.Port())
+	rl := t.listens[sid]
+	if rl == nil {
+		l, err := t.agent.Listen(sid, t.handle)
+		if err != nil {
+			return err
+		}
+		rl = &roceListen{l: l}
+		t.listens[sid] = rl
+	}
+	rl.refs++
+	return nil
+}
+
+func (t *roceTransport) unlisten(id *ID) {
+	sid := roce.CMAServiceID(roce.RDMAPortSpace(id.ps), id.local.Port())
+	if rl := t.listens[sid]; rl != nil {
+		if rl.refs--; rl.refs <= 0 {
+			rl.l.Close()
+			delete(t.listens, sid)
+		}
+	}
+}
+
+func (t *roceTransport) accept(id *ID, p *ConnParam) error {
+	rs := &id.roce
+	if id.qpType == ibtransport.QPTypeUD {
+		if len(p.PrivateData) > MaxSIDRREPPrivateData {
+			return fmt.Errorf("rdmacm: SIDR_REP private data %d > %d: %w", len(p.PrivateData), MaxSIDRREPPrivateData, ErrInvalid)
+		}
+		if err := rs.cm.SIDRReply(&roce.SIDRReply{Status: roce.CMSIDRSuccess, QPN: id.qp.QPN(), QKey: UDPQKey, PrivateData: p.PrivateData}); err != nil {
+			return err
+		}
+		id.state = stateEstablished
+		return nil
+	}
+	if len(p.PrivateData) > MaxREPPrivateData {
+		return fmt.Errorf("rdmacm: REP private data %d > %d: %w", len(p.PrivateData), MaxREPPrivateData, ErrInvalid)
+	}
+	req := rs.req
+	rs.psn = t.m.randomPSN()
+	err := connectQP(t.dev.Context(), id.qp, rs.ah, qpConn{
+		peerReads: req.InitiatorDepth > 0,
+		destQPN:   req.LocalQPN, rqPSN: rs.psn, sqPSN: req.StartingPSN,
+		mtu:             roce.MTUFromCode(req.PathMTU),
+		maxDestRdAtomic: p.ResponderResources, maxRd: p.InitiatorDepth,
+		timeout: req.Primary.LocalACKTimeout, retry: req.RetryCount, rnrRetr: req.RNRRetryCount,
+	})
+	if err != nil {
+		// cma_accept: a QP that cannot be connected rejects the request.
+		id.qpToError()
+		rs.cm.Reject(roce.CMRejConsumer, nil, nil)
+		id.state = stateDisconnect
+		return fmt.Errorf("rdmacm: accept: %w", err)
+	}
+	err = rs.cm.Accept(&roce.CMReplyParams{
+		QPN: id.qp.QPN(), StartingPSN: rs.psn,
+		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
+		RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ, FlowControl: p.FlowControl,
+		PrivateData: p.PrivateData, QP: id.qp,
+	})
+	if err != nil {
+		return err
+	}
+	id.state = stateAccepted
+	return nil
+}
+
+func (t *roceTransport) reject(id *ID, pd []byte) error {
+	rs := &id.roce
+	if id.qpType == ibtransport.QPTypeUD {
+		if len(pd) > MaxSIDRREPPrivateData {
+			return fmt.Errorf("rdmacm: SIDR_REP private data %d > %d: %w", len(pd), MaxSIDRREPPrivateData, ErrInvalid)
+		}
+		return rs.cm.SIDRReply(&roce.SIDRReply{Status: roce.CMSIDRReject, PrivateData: pd})
+	}
+	if len(pd) > MaxREJPrivateData {
+		return fmt.Errorf("rdmacm: REJ private data %d > %d: %w", len(pd), MaxREJPrivateData, ErrInvalid)
+	}
+	return rs.cm.Reject(roce.CMRejConsumer, nil, pd)
+}
+
+func (t *roceTransport) disconnect(id *ID) error {
+	id.qpToError()
+	if id.roce.cm == nil {
+		return id.errState("disconnect")
+	}
+	if err := id.roce.cm.Disconnect(nil); err != nil && !errors.Is(err, roce.ErrCMClosed) {
+		return err
+	}
+	return nil
+}
+
+func (t *roceTransport) destroy(id *ID) {
+	if cm := id.roce.cm; cm != nil {
+		cm.Destroy()
+		delete(t.byCM, cm)
+		id.roce.cm = nil
+	}
+}
+
+// handle is the handler of every CMID of the transport's agent.
+func (t *roceTransport) handle(ev *roce.CMEvent) {
+	m := t.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch ev.Type {
+	case roce.CMEventREQ:
+		t.onREQ(ev)
+		return
+	case roce.CMEventSIDRREQ:
+		t.onSIDRREQ(ev)
+		return
+	}
+	id := t.byCM[ev.ID]
+	if id == nil || id.state == stateDestroyed {
+		return
+	}
+	switch ev.Type {
+	case roce.CMEventREP:
+		t.onREP(id, ev)
+	case roce.CMEventREQError, roce.CMEventREPError:
+		id.state = stateDisconnect
+		m.push(id, Event{Type: EventUnreachable, Status: StatusTimedOut})
+	case roce.CMEventREJ:
+		id.qpToError()
+		id.state = stateDisconnect
+		m.push(id, Event{Type: EventRejected, Status: int(ev.Reason), Param: ConnParam{PrivateData: ev.PrivateData},
+			Err: fmt.Errorf("rdmacm: rejected: %v", ev.Reason)})
+	case roce.CMEventRTU, roce.CMEventUserEstablished:
+		id.state = stateEstablished
+		m.push(id, Event{Type: EventEstablished})
+	case roce.CMEventDREQ, roce.CMEventDREP:
+		m.disconnected(id, 0)
+	case roce.CMEventDREQError:
+		m.disconnected(id, StatusTimedOut)
+	case roce.CMEventTimeWaitExit:
+		m.push(id, Event{Type: EventTimewaitExit})
+	case roce.CMEventSIDRREP:
+		t.onSIDRREP(id, ev)
+	case roce.CMEventSIDRREQError:
+		id.state = stateDisconnect
+		m.push(id, Event{Type: EventUnreachable, Status: StatusTimedOut})
+	}
+}
+
+// onREP finishes an active connection as cma_rep_recv does: QP to RTR and
+// RTS, then the RTU; a QP that cannot be connected rejects the REP.
+func (t *roceTransport) onREP(id *ID, ev *roce.CMEvent) {
+	rs := &id.roce
+	rep := ev.REP
+	if id.qp == nil {
+		ev.ID.Reject(roce.CMRejConsumer, nil, nil)
+		t.m.push(id, Event{Type: EventConnectError, Status: StatusInvalid, Err: errors.New("rdmacm: the QP is gone")})
+		return
+	}
+	err := connectQP(t.dev.Context(), id.qp, rs.ah, qpConn{
+		peerReads: rep.InitiatorDepth > 0,
+		destQPN:   rep.LocalQPN, rqPSN: rs.psn, sqPSN: rep.StartingPSN,
+		mtu:             rs.mtu,
+		maxDestRdAtomic: rep.InitiatorDepth, maxRd: rep.ResponderResources,
+		timeout: roce.LocalACKTimeout(t.agent.Config().PacketLifeTime, t.agent.Config().CAACKDelay),
+		retry:   rs.retry, rnrRetr: rep.RNRRetryCount,
+	})
+	if err != nil {
+		id.qpToError()
+		ev.ID.Reject(roce.CMRejConsumer, nil, nil)
+		id.state = stateDisconnect
+		t.m.push(id, Event{Type: EventConnectError, Status: StatusInvalid, Err: err})
+		return
+	}
+	if err := ev.ID.SendRTU(nil); err != nil {
+		t.m.push(id, Event{Type: EventConnectError, Status: StatusIO, Err: err})
+		return
+	}
+	id.state = stateEstablished
+	t.m.push(id, Event{Type: EventEstablished, Param: ConnParam{
+		PrivateData:        rep.PrivateData,
+		ResponderResources: rep.InitiatorDepth, InitiatorDepth: rep.ResponderResources,
+		FlowControl: rep.EndToEndFlowControl, RNRRetryCount: rep.RNRRetryCount, SRQ: rep.SRQ, QPNum: rep.LocalQPN,
+	}})
+}
+
+// requestTarget checks a request's CMA header and finds the listener it is for.
+func (t *roceTransport) requestTarget(serviceID uint64, pd []byte, want PortSpace) (l *ID, h roce.CMAHeader, port uint16, ok bool) {
+	h = roce.CMAHeader(pd)
+	if h.Check() != nil {
+		return nil, h, 0, false
+	}
+	ps, port, isCMA := roce.ParseCMAServiceID(serviceID)
+	if !isCMA || PortSpace(ps) != want {
+		return nil, h, 0, false
+	}
+	dst := h.DstAddr()
+	if t.m.transportFor(dst) != t {
+		return nil, h, 0, false
+	}
+	l = t.m.findListener(t, want, port, dst)
+	return l, h, port, l != nil
+}
+
+// onREQ makes the ID of an incoming connection (cma_ib_req_handler).
+func (t *roceTransport) onREQ(ev *roce.CMEvent) {
+	m := t.m
+	req := ev.REQ
+	l, h, port, ok := t.requestTarget(req.ServiceID, req.PrivateData, PortSpaceTCP)
+	if !ok || req.TransportServiceType != 0 {
+		// No rdma_cm ID takes it (a bad CMA header, another port space, an
+		// address no listener is bound to): the consumer's reject.
+		m.counters.RequestsRefused++
+		ev.ID.Reject(roce.CMRejConsumer, nil, nil)
+		return
+	}
+	c := m.newConn(l, t, netip.AddrPortFrom(h.DstAddr(), port), netip.AddrPortFrom(h.SrcAddr(), h.SrcPort()))
+	rs := &c.roce
+	rs.cm, rs.req = ev.ID, req
+	peer := ev.From.Remote
+	if !peer.IsValid() {
+		peer = netip.AddrFrom16(req.Primary.LocalGID).Unmap()
+	}
+	ah, err := t.dev.AddressHandle(peer)
+	if err != nil {
+		m.counters.RequestsRefused++
+		ev.ID.Reject(roce.CMRejConsumer, nil, nil)
+		return
+	}
+	if idx, ok := t.sgidIndex(netip.AddrFrom16(req.Primary.RemoteGID)); ok {
+		ah.SGIDIndex = idx
+	}
+	ah.FlowLabel, ah.HopLimit, ah.TrafficClass, ah.SL = req.Primary.FlowLabel, req.Primary.HopLimit, req.Primary.TrafficClass, req.Primary.SL
+	rs.ah = ah
+	rs.mtu = roce.MTUFromCode(req.PathMTU)
+	pd := req.PrivateData[roce.CMAHeaderLen:]
+	if !m.deliverRequest(l, c, Event{Param: ConnParam{
+		PrivateData:        pd,
+		ResponderResources: req.InitiatorDepth, InitiatorDepth: req.ResponderResources,
+		FlowControl: req.EndToEndFlowControl, RetryCount: req.RetryCount, RNRRetryCount: req.RNRRetryCount,
+		SRQ: req.SRQ, QPNum: req.LocalQPN,
+	}}) {
+		ev.ID.Drop() // the backlog is full: the REQ's retry asks again
+		return
+	}
+	t.byCM[ev.ID] = c
+}
+
+// onSIDRREQ makes the ID of an incoming UD request (cma_ib_req_handler for SIDR).
+func (t *roceTransport) onSIDRREQ(ev *roce.CMEvent) {
+	m := t.m
+	r := ev.SIDRREQ
+	l, h, port, ok := t.requestTarget(r.ServiceID, r.PrivateData, PortSpaceUDP)
+	if !ok {
+		m.counters.RequestsRefused++
+		ev.ID.SIDRReply(&roce.SIDRReply{Status: roce.CMSIDRReject})
+		return
+	}
+	ah, err := t.agent.GSI().AddressHandle(ev.From)
+	if err != nil {
+		m.counters.RequestsRefused++
+		ev.ID.SIDRReply(&roce.SIDRReply{Status: roce.CMSIDRReject})
+		return
+	}
+	c := m.newConn(l, t, netip.AddrPortFrom(h.DstAddr(), port), netip.AddrPortFrom(h.SrcAddr(), h.SrcPort()))
+	c.roce.cm = ev.ID
+	c.roce.ah = *ah
+	if !m.deliverRequest(l, c, Event{UD: UDParam{PrivateData: r.PrivateData[roce.CMAHeaderLen:], AH: *ah}}) {
+		ev.ID.Drop()
+		return
+	}
+	t.byCM[ev.ID] = c
+}
+
+// onSIDRREP ends an active UD resolution (cma_sidr_rep_handler).
+func (t *roceTransport) onSIDRREP(id *ID, ev *roce.CMEvent) {
+	rep := ev.SIDRREP
+	switch {
+	case rep.Status != roce.CMSIDRSuccess:
+		id.state = stateDisconnect
+		t.m.push(id, Event{Type: EventUnreachable, Status: int(rep.Status), UD: UDParam{PrivateData: rep.PrivateData}})
+	case rep.QKey != UDPQKey:
+		id.state = stateDisconnect
+		t.m.push(id, Event{Type: EventAddrError, Status: StatusInvalid, Err: fmt.Errorf("rdmacm: SIDR reply Q_Key %#x", rep.QKey)})
+	default:
+		id.state = stateEstablished
+		t.m.push(id, Event{Type: EventEstablished, UD: UDParam{PrivateData: rep.PrivateData, AH: id.roce.ah, QPNum: rep.QPN, QKey: rep.QKey}})
+	}
+}

@@ -1,0 +1,612 @@
+package rdmacm_test
+
+import (
+	"bytes"
+	"net/netip"
+	"testing"
+	"time"
+
+	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/rdmacm"
+	"github.com/softrdma/softrdma/roce"
+	"github.com/softrdma/softrdma/sim"
+)
+
+var (
+	macA = [6]byte{2, 0, 0, 0, 0xB, 1}
+	macB = [6]byte{2, 0, 0, 0, 0xB, 2}
+	ipA  = netip.MustParseAddr("10.0.0.1")
+	ipB  = netip.MustParseAddr("10.0.0.2")
+)
+
+const rpingPort = 7174
+
+// pair is A (the client) and B (the server, listening on rping's port).
+type pair struct {
+	*world
+	a, b *host
+	l    *rdmacm.ID
+}
+
+func newPair(t *testing.T, cfgA sim.LinkConfig) *pair {
+	w := newWorld(t, 1)
+	p := &pair{world: w}
+	p.a = w.host("a", macA, ipA, cfgA)
+	p.b = w.host("b", macB, ipB, sim.LinkConfig{})
+	p.l = w.listen(p.b, rdmacm.PortSpaceTCP, rpingPort)
+	return p
+}
+
+// connect runs the client side up to Connect.
+func (p *pair) connect(pd string) (*rdmacm.ID, *ib.QP) {
+	p.t.Helper()
+	id := p.resolve(p.a, rdmacm.PortSpaceTCP, netip.AddrPortFrom(ipB, rpingPort))
+	qp := p.a.createQP(p.t, id)
+	cp := rdmacm.DefaultConnParam()
+	cp.PrivateData = []byte(pd)
+	if err := id.Connect(cp); err != nil {
+		p.t.Fatal(err)
+	}
+	return id, qp
+}
+
+// request waits for the server's CONNECT_REQUEST.
+func (p *pair) request(limit time.Duration) rdmacm.Event {
+	p.t.Helper()
+	return p.next(p.l, rdmacm.EventConnectRequest, limit)
+}
+
+func (p *pair) accept(ev rdmacm.Event, pd string) *ib.QP {
+	p.t.Helper()
+	qp := p.b.createQP(p.t, ev.ID)
+	cp := rdmacm.DefaultConnParam()
+	cp.PrivateData = []byte(pd)
+	if err := ev.ID.Accept(cp); err != nil {
+		p.t.Fatal(err)
+	}
+	return qp
+}
+
+// TestRoCEConnectTrafficDisconnect is the whole life of a connection through
+// the rdmacm API: resolution, connect and accept with private data both
+// ways, the QPs' attributes, RC SEND, WRITE and READ after ESTABLISHED,
+// disconnect with DISCONNECTED and TIMEWAIT_EXIT on both sides, and nothing left.
+func TestRoCEConnectTrafficDisconnect(t *testing.T) {
+	p := newPair(t, sim.LinkConfig{Latency: 50 * time.Microsecond})
+	id, qa := p.connect("hello from a")
+	req := p.request(time.Second)
+	if err := prefix(req.Param.PrivateData, "hello from a"); err != nil || len(req.Param.PrivateData) != rdmacm.MaxREQPrivateData {
+		t.Errorf("CONNECT_REQUEST private data (%d bytes): %v", len(req.Param.PrivateData), err)
+	}
+	if req.Listener != p.l || req.ID.RemoteAddr() != id.LocalAddr() || req.ID.LocalAddr() != netip.AddrPortFrom(ipB, rpingPort) ||
+		req.Param.ResponderResources != 1 || req.Param.InitiatorDepth != 1 || req.Param.RetryCount != 7 || req.Param.QPNum != qa.QPN() {
+		t.Errorf("CONNECT_REQUEST %+v: remote %v (client %v) local %v", req.Param, req.ID.RemoteAddr(), id.LocalAddr(), req.ID.LocalAddr())
+	}
+	if port := id.LocalAddr().Port(); port < 32768 || port > 60999 {
+		t.Errorf("client port %d not ephemeral", port)
+	}
+	sid := req.ID
+	qb := p.accept(req, "hello from b")
+	est := p.next(id, rdmacm.EventEstablished, time.Second)
+	if err := prefix(est.Param.PrivateData, "hello from b"); err != nil || len(est.Param.PrivateData) != rdmacm.MaxREPPrivateData ||
+		est.Param.QPNum != qb.QPN() {
+		t.Errorf("ESTABLISHED %+v: %v", est.Param, err)
+	}
+	p.next(sid, rdmacm.EventEstablished, time.Second)
+
+	// The QPs are connected to each other as rdma_cm connects them.
+	aa, ba := qa.Query(), qb.Query()
+	if qa.State() != ib.QPStateRTS || qb.State() != ib.QPStateRTS || aa.DestQPN != qb.QPN() || ba.DestQPN != qa.QPN() ||
+		aa.SQPSN != ba.RQPSN || ba.SQPSN != aa.RQPSN || aa.PathMTU != 1024 || aa.Timeout != 19 || ba.Timeout != 19 ||
+		aa.RetryCnt != 7 || aa.RNRRetry != 7 || ba.RNRRetry != 7 || aa.AH.FlowLabel != roce.CMFlowLabel(id.LocalAddr().Port(), rpingPort) ||
+		ba.AH.FlowLabel != aa.AH.FlowLabel || aa.AccessFlags&ib.AccessRemoteRead == 0 || aa.MaxRdAtomic != 1 || ba.MaxDestRdAtomic != 1 {
+		t.Errorf("QP attributes:\nA %+v\nB %+v", aa, ba)
+	}
+
+	// Traffic: a SEND each way, then a WRITE and a READ from A into B's buffer.
+	copy(p.a.buf, "ping")
+	copy(p.b.buf[1024:], "pong")
+	copy(p.b.buf[8192:], "readable")
+	must(t, qb.PostRecv(ib.RecvWR{WRID: 1, SGL: []ib.SGE{p.b.mr.SGE(0, 1024)}}))
+	must(t, qa.PostRecv(ib.RecvWR{WRID: 2, SGL: []ib.SGE{p.a.mr.SGE(2048, 1024)}}))
+	must(t, qa.PostSend(ib.SendWR{WRID: 3, Opcode: ib.WRSend, SGL: []ib.SGE{p.a.mr.SGE(0, 4)}, Signaled: true}))
+	must(t, qb.PostSend(ib.SendWR{WRID: 4, Opcode: ib.WRSend, SGL: []ib.SGE{p.b.mr.SGE(1024, 4)}, Signaled: true}))
+	p.completions(p.a, 2)
+	p.completions(p.b, 2)
+	copy(p.a.buf[4096:], "written")
+	must(t, qa.PostSend(ib.SendWR{WRID: 5, Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{p.a.mr.SGE(4096, 7)}, Signaled: true,
+		RemoteAddr: p.b.mr.Addr() + 16384, RKey: p.b.mr.RKey()}))
+	must(t, qa.PostSend(ib.SendWR{WRID: 6, Opcode: ib.WRRDMARead, SGL: []ib.SGE{p.a.mr.SGE(12288, 8)}, Signaled: true,
+		RemoteAddr: p.b.mr.Addr() + 8192, RKey: p.b.mr.RKey()}))
+	p.completions(p.a, 2)
+	if string(p.b.buf[:4]) != "ping" || string(p.a.buf[2048:2052]) != "pong" || string(p.b.buf[16384:16391]) != "written" ||
+		string(p.a.buf[12288:12296]) != "readable" {
+		t.Errorf("data: %q %q %q %q", p.b.buf[:4], p.a.buf[2048:2052], p.b.buf[16384:16391], p.a.buf[12288:12296])
+	}
+
+	// A disconnects: B hears the DREQ, answers it with its own Disconnect.
+	must(t, id.Disconnect())
+	p.next(sid, rdmacm.EventDisconnected, time.Second)
+	must(t, sid.Disconnect())
+	if ev := p.next(id, rdmacm.EventDisconnected, time.Second); ev.Status != 0 {
+		t.Errorf("A DISCONNECTED status %d", ev.Status)
+	}
+	if qa.State() != ib.QPStateErr || qb.State() != ib.QPStateErr {
+		t.Errorf("QPs %v %v after disconnect", qa.State(), qb.State())
+	}
+	p.next(id, rdmacm.EventTimewaitExit, 10*time.Second)
+	p.next(sid, rdmacm.EventTimewaitExit, 10*time.Second)
+	noEvent(t, id)
+	noEvent(t, sid)
+	must(t, id.Destroy())
+	must(t, sid.Destroy())
+	must(t, p.l.Destroy())
+	p.settle(time.Minute)
+	noLeak(t, p.a, qa)
+	noLeak(t, p.b, qb)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRoCEReject: rdma_reject's private data reaches the client with
+// REJECTED and the IB CM reason 28 (consumer reject).
+func TestRoCEReject(t *testing.T) {
+	p := newPair(t, sim.LinkConfig{})
+	id, qa := p.connect("may I?")
+	req := p.request(time.Second)
+	must(t, req.ID.Reject([]byte("no you may not")))
+	ev := p.next(id, rdmacm.EventRejected, time.Second)
+	if ev.Status != int(roce.CMRejConsumer) || len(ev.Param.PrivateData) != rdmacm.MaxREJPrivateData || prefix(ev.Param.PrivateData, "no you may not") != nil {
+		t.Errorf("REJECTED status %d private data %q", ev.Status, ev.Param.PrivateData)
+	}
+	if qa.State() != ib.QPStateErr {
+		t.Errorf("client QP %v", qa.State())
+	}
+	must(t, id.Destroy())
+	must(t, req.ID.Destroy())
+	must(t, p.l.Destroy())
+	p.settle(5 * time.Minute)
+	noLeak(t, p.a, qa)
+	noLeak(t, p.b)
+}
+
+// TestRoCEUnknownService: nobody listens on the port: REJECTED with reason 8
+// (invalid service ID), from the server's CM.
+func TestRoCEUnknownService(t *testing.T) {
+	p := newPair(t, sim.LinkConfig{})
+	id := p.resolve(p.a, rdmacm.PortSpaceTCP, netip.AddrPortFrom(ipB, 9999))
+	qa := p.a.createQP(t, id)
+	must(t, id.Connect(rdmacm.DefaultConnParam()))
+	if ev := p.next(id, rdmacm.EventRejected, time.Second); ev.Status != int(roce.CMRejInvalidServiceID) {
+		t.Errorf("status %d", ev.Status)
+	}
+	must(t, id.Destroy())
+	p.settle(time.Minute)
+	noLeak(t, p.a, qa)
+}
+
+// dropFirst drops the first n frames with a CM MAD of attribute attr.
+func dropFirst(attr roce.CMAttribute, n int) sim.DropFunc {
+	return func(_ sim.Direction, frame []byte) bool {
+		var f roce.Frame
+		if n == 0 || f.DecodeEthernet(frame) != nil {
+			return false
+		}
+		var pk ib.Packet
+		if pk.Decode(f.IB) != nil {
+			return false
+		}
+		if m, err := roce.MADFromPacket(&pk); err == nil && m.CMAttribute() == attr {
+			n--
+			return true
+		}
+		return false
+	}
+}
+
+// TestRoCEHandshakeLoss: a lost REQ is retried after the CM response timeout;
+// a lost REP makes the client retry its REQ, which the server answers with
+// the same REP (one connection, one CONNECT_REQUEST); a lost RTU is covered
+// by the client's data: the server counts it established when its REP timer
+// finds the QP has received packets.
+func TestRoCEHandshakeLoss(t *testing.T) {
+	try := roce.CMTimeout(roce.DefaultCMResponseTimeout) + 2*roce.CMTimeout(roce.DefaultPacketLifeTime)
+	for _, lost := range []roce.CMAttribute{roce.CMAttrREQ, roce.CMAttrREP, roce.CMAttrRTU} {
+		t.Run(lost.String(), func(t *testing.T) {
+			p := newPair(t, sim.LinkConfig{DropFunc: dropFirst(lost, 1)})
+			start := p.net.Now()
+			id, qa := p.connect("x")
+			req := p.request(time.Minute)
+			qb := p.accept(req, "y")
+			p.next(id, rdmacm.EventEstablished, time.Minute)
+			if lost == roce.CMAttrRTU {
+				must(t, qb.PostRecv(ib.RecvWR{WRID: 1, SGL: []ib.SGE{p.b.mr.SGE(0, 64)}}))
+				must(t, qa.PostSend(ib.SendWR{WRID: 2, Opcode: ib.WRSend, SGL: []ib.SGE{p.a.mr.SGE(0, 8)}, Signaled: true}))
+			}
+			p.next(req.ID, rdmacm.EventEstablished, time.Minute)
+			if el := p.net.Now().Sub(start); lost != roce.CMAttrRTU && el < try {
+				t.Errorf("established after %v: before the retry at %v", el, try)
+			}
+			p.settle(time.Minute)
+			noEvent(t, p.l)
+			ca, cb := p.a.agent.Counters(), p.b.agent.Counters()
+			switch lost {
+			case roce.CMAttrREQ:
+				if ca.Retries != 1 || cb.Duplicates != 0 {
+					t.Errorf("A %+v\nB %+v", ca, cb)
+				}
+			case roce.CMAttrREP:
+				if ca.Retries != 1 || cb.Duplicates == 0 || cb.Sent[roce.CMAttrREP-roce.CMAttrREQ] < 2 {
+					t.Errorf("A %+v\nB %+v", ca, cb)
+				}
+			case roce.CMAttrRTU:
+				if cb.Retries != 0 || cb.Received[roce.CMAttrRTU-roce.CMAttrREQ] != 0 {
+					t.Errorf("B %+v", cb)
+				}
+			}
+		})
+	}
+}
+
+// TestRoCEPeerVanishes: a partition in the middle of the handshake ends in
+// UNREACHABLE (ETIMEDOUT) on the side left waiting, after every CM retry; its
+// Destroy leaves no QP and no CM state.
+func TestRoCEPeerVanishes(t *testing.T) {
+	budget := time.Duration(roce.DefaultMaxCMRetries+1) *
+		(roce.CMTimeout(roce.DefaultCMResponseTimeout) + 2*roce.CMTimeout(roce.DefaultPacketLifeTime))
+	t.Run("server gone before the REQ", func(t *testing.T) {
+		p := newPair(t, sim.LinkConfig{})
+		p.net.Partition(p.a.port, p.b.port, p.net.Now(), time.Time{})
+		id, qa := p.connect("anyone?")
+		ev := p.next(id, rdmacm.EventUnreachable, 2*budget)
+		if ev.Status != rdmacm.StatusTimedOut {
+			t.Errorf("status %d", ev.Status)
+		}
+		must(t, id.Destroy())
+		noLeak(t, p.a, qa)
+	})
+	t.Run("client gone after the REQ", func(t *testing.T) {
+		p := newPair(t, sim.LinkConfig{})
+		id, qa := p.connect("bye")
+		req := p.request(time.Second)
+		p.net.Partition(p.a.port, p.b.port, p.net.Now(), time.Time{})
+		qb := p.accept(req, "")
+		if ev := p.next(req.ID, rdmacm.EventUnreachable, 2*budget); ev.Status != rdmacm.StatusTimedOut {
+			t.Errorf("server: status %d", ev.Status)
+		}
+		if ev := p.next(id, rdmacm.EventUnreachable, 2*budget); ev.Status != rdmacm.StatusTimedOut {
+			t.Errorf("client: status %d", ev.Status)
+		}
+		must(t, req.ID.Destroy())
+		must(t, id.Destroy())
+		must(t, p.l.Destroy())
+		p.settle(time.Minute)
+		noLeak(t, p.b, qb)
+		noLeak(t, p.a, qa)
+	})
+}
+
+// TestRoCEBacklog: with the backlog full, a REQ is dropped unanswered and the
+// client's retry gets through once the server answered the first.
+func TestRoCEBacklog(t *testing.T) {
+	w := newWorld(t, 2)
+	a := w.host("a", macA, ipA, sim.LinkConfig{})
+	b := w.host("b", macB, ipB, sim.LinkConfig{})
+	l, _ := b.m.CreateID(rdmacm.PortSpaceTCP)
+	must(t, l.BindAddr(netip.AddrPortFrom(ipB, rpingPort)))
+	must(t, l.Listen(1))
+	var ids []*rdmacm.ID
+	for range 2 {
+		id := w.resolve(a, rdmacm.PortSpaceTCP, netip.AddrPortFrom(ipB, rpingPort))
+		a.createQP(t, id)
+		must(t, id.Connect(rdmacm.DefaultConnParam()))
+		ids = append(ids, id)
+	}
+	first := w.next(l, rdmacm.EventConnectRequest, time.Second)
+	w.settle(time.Second)
+	noEvent(t, l)
+	if b.m.Counters().RequestsRefused != 1 {
+		t.Errorf("counters %+v", b.m.Counters())
+	}
+	b.createQP(t, first.ID)
+	must(t, first.ID.Accept(rdmacm.DefaultConnParam()))
+	second := w.next(l, rdmacm.EventConnectRequest, time.Minute)
+	b.createQP(t, second.ID)
+	must(t, second.ID.Accept(rdmacm.DefaultConnParam()))
+	for _, id := range ids {
+		w.next(id, rdmacm.EventEstablished, time.Minute)
+	}
+}
+
+// TestRoCEUD: rdma_cm over UD (RDMA_PS_UDP): SIDR resolves the server's QPN
+// and Q_Key, private data both ways, then UD SENDs each way with the
+// addresses the events gave.
+func TestRoCEUD(t *testing.T) {
+	w := newWorld(t, 3)
+	a := w.host("a", macA, ipA, sim.LinkConfig{})
+	b := w.host("b", macB, ipB, sim.LinkConfig{})
+	l := w.listen(b, rdmacm.PortSpaceUDP, rpingPort)
+	id := w.resolve(a, rdmacm.PortSpaceUDP, netip.AddrPortFrom(ipB, rpingPort))
+	qa := a.createQP(t, id)
+	if qa.Type() != ib.QPTypeUD || qa.State() != ib.QPStateRTS || qa.Query().QKey != rdmacm.UDPQKey {
+		t.Fatalf("UD QP %v %v %+v", qa.Type(), qa.State(), qa.Query())
+	}
+	must(t, id.Connect(rdmacm.ConnParam{PrivateData: []byte("ud?")}))
+	req := w.next(l, rdmacm.EventConnectRequest, time.Second)
+	if prefix(req.UD.PrivateData, "ud?") != nil || len(req.UD.PrivateData) != rdmacm.MaxSIDRREQPrivateData {
+		t.Errorf("request private data %q", req.UD.PrivateData)
+	}
+	qb := b.createQP(t, req.ID)
+	must(t, req.ID.Accept(rdmacm.ConnParam{PrivateData: []byte("ud!")}))
+	est := w.next(id, rdmacm.EventEstablished, time.Second)
+	if est.UD.QPNum != qb.QPN() || est.UD.QKey != rdmacm.UDPQKey || prefix(est.UD.PrivateData, "ud!") != nil {
+		t.Fatalf("ESTABLISHED %+v", est.UD)
+	}
+	// A sends to B with the event's address; B answers to the sender's QP.
+	copy(a.buf, "datagram")
+	must(t, qb.PostRecv(ib.RecvWR{WRID: 1, SGL: []ib.SGE{b.mr.SGE(0, 40+256)}}))
+	ah := est.UD.AH
+	must(t, qa.PostSend(ib.SendWR{WRID: 2, Opcode: ib.WRSend, SGL: []ib.SGE{a.mr.SGE(0, 8)}, Signaled: true,
+		AH: &ah, RemoteQPN: est.UD.QPNum, RemoteQKey: est.UD.QKey}))
+	wcs := w.completions(b, 1)
+	if wcs[0].SrcQP != qa.QPN() || string(b.buf[40:48]) != "datagram" {
+		t.Fatalf("B received %v %q", wcs[0], b.buf[40:48])
+	}
+	w.completions(a, 1)
+	copy(b.buf[1024:], "reply")
+	must(t, qa.PostRecv(ib.RecvWR{WRID: 3, SGL: []ib.SGE{a.mr.SGE(1024, 40+256)}}))
+	back := req.UD.AH
+	must(t, qb.PostSend(ib.SendWR{WRID: 4, Opcode: ib.WRSend, SGL: []ib.SGE{b.mr.SGE(1024, 5)}, Signaled: true,
+		AH: &back, RemoteQPN: wcs[0].SrcQP, RemoteQKey: rdmacm.UDPQKey}))
+	w.completions(a, 1)
+	if string(a.buf[1024+40:1024+45]) != "reply" {
+		t.Errorf("A received %q", a.buf[1024+40:1024+45])
+	}
+	// A UD request nobody listens to: UNREACHABLE with the SIDR status.
+	id2 := w.resolve(a, rdmacm.PortSpaceUDP, netip.AddrPortFrom(ipB, 9))
+	a.createQP(t, id2)
+	must(t, id2.Connect(rdmacm.ConnParam{}))
+	if ev := w.next(id2, rdmacm.EventUnreachable, time.Second); ev.Status != int(roce.CMSIDRUnsupported) {
+		t.Errorf("status %d", ev.Status)
+	}
+	// A rejected one.
+	id3 := w.resolve(a, rdmacm.PortSpaceUDP, netip.AddrPortFrom(ipB, rpingPort))
+	a.createQP(t, id3)
+	must(t, id3.Connect(rdmacm.ConnParam{}))
+	r3 := w.next(l, rdmacm.EventConnectRequest, time.Second)
+	must(t, r3.ID.Reject([]byte("full")))
+	if ev := w.next(id3, rdmacm.EventUnreachable, time.Second); ev.Status != int(roce.CMSIDRReject) || prefix(ev.UD.PrivateData, "full") != nil {
+		t.Errorf("status %d %q", ev.Status, ev.UD.PrivateData)
+	}
+	for _, x := range []*rdmacm.ID{id, id2, id3, req.ID, r3.ID, l} {
+		must(t, x.Destroy())
+	}
+	w.settle(5 * time.Minute)
+	noLeak(t, a, qa)
+	noLeak(t, b, qb)
+}
+
+// TestRoCEResolveErrors: an address no neighbour knows is ADDR_ERROR after
+// the timeout; an address no device reaches fails at once; calls out of
+// order fail with ErrInvalidState.
+func TestRoCEResolveErrors(t *testing.T) {
+	w := newWorld(t, 4)
+	a := w.host("a", macA, ipA, sim.LinkConfig{})
+	id, _ := a.m.CreateID(rdmacm.PortSpaceTCP)
+	if err := id.Connect(rdmacm.ConnParam{}); err == nil {
+		t.Error("connect before resolution")
+	}
+	must(t, id.ResolveAddr(netip.Addr{}, netip.MustParseAddrPort("10.0.0.77:1"), 2*time.Second))
+	start := w.net.Now()
+	ev := w.next(id, rdmacm.EventAddrError, 10*time.Second)
+	if ev.Status != rdmacm.StatusHostUnreach || w.net.Now().Sub(start) > 3*time.Second {
+		t.Errorf("ADDR_ERROR status %d after %v", ev.Status, w.net.Now().Sub(start))
+	}
+	id2, _ := a.m.CreateID(rdmacm.PortSpaceTCP)
+	if err := id2.ResolveAddr(netip.Addr{}, netip.MustParseAddrPort("[fd00::1]:1"), time.Second); err == nil {
+		t.Error("IPv6 destination with no IPv6 device resolved")
+	}
+	if err := id2.ResolveRoute(time.Second); err == nil {
+		t.Error("route before address")
+	}
+	l1, _ := a.m.CreateID(rdmacm.PortSpaceTCP)
+	must(t, l1.BindAddr(netip.AddrPortFrom(ipA, 5000)))
+	l2, _ := a.m.CreateID(rdmacm.PortSpaceTCP)
+	if err := l2.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), 5000)); err == nil {
+		t.Error("wildcard bind over a bound port")
+	}
+	u, _ := a.m.CreateID(rdmacm.PortSpaceUDP)
+	must(t, u.BindAddr(netip.AddrPortFrom(ipA, 5000))) // another port space
+}
+
+// TestRoCEKernelREQ replays the kernel's rping client (rxe-rdma-cm-rping.pcap)
+// at a softrdma server through the whole stack: the captured REQ frame on the
+// wire, rdmacm's CONNECT_REQUEST from its CMA header, Accept, and the REP that
+// goes back is the kernel's REP but for the server's own comm ID, QPN and PSN;
+// then the captured RTU and DREQ (their comm IDs changed to the server's).
+func TestRoCEKernelREQ(t *testing.T) {
+	frames := captureFrames(t, "rxe-rdma-cm-rping.pcap")
+	w := newWorld(t, 5)
+	ip21, ip22 := netip.MustParseAddr("10.77.0.21"), netip.MustParseAddr("10.77.0.22")
+	kernel := w.raw("kernel", [6]byte{0x52, 0x54, 0, 0x77, 0, 2}, ip22, sim.LinkConfig{})
+	srv := w.host("server", [6]byte{0x52, 0x54, 0, 0x77, 0, 1}, ip21, sim.LinkConfig{})
+	l := w.listen(srv, rdmacm.PortSpaceTCP, rpingPort)
+	var kreq, krep, krtu, kdreq, kdrep capturedFrame
+	for _, f := range frames {
+		switch f.mad.CMAttribute() {
+		case roce.CMAttrREQ:
+			kreq = f
+		case roce.CMAttrREP:
+			krep = f
+		case roce.CMAttrRTU:
+			krtu = f
+		case roce.CMAttrDREQ:
+			kdreq = f
+		case roce.CMAttrDREP:
+			kdrep = f
+		}
+	}
+	inject(t, kernel, kreq.raw)
+	req := w.next(l, rdmacm.EventConnectRequest, time.Second)
+	if req.ID.RemoteAddr() != netip.MustParseAddrPort("10.77.0.22:47139") || req.Param.QPNum != 0x1b ||
+		req.Param.ResponderResources != 1 || !bytes.Equal(req.Param.PrivateData, make([]byte, 56)) {
+		t.Errorf("CONNECT_REQUEST from %v %+v", req.ID.RemoteAddr(), req.Param)
+	}
+	qp := srv.createQP(t, req.ID)
+	must(t, req.ID.Accept(rdmacm.DefaultConnParam()))
+	w.settle(time.Millisecond)
+	out := readMADs(t, kernel)
+	if len(out) != 1 || out[0].mad.CMAttribute() != roce.CMAttrREP {
+		t.Fatalf("the server sent %d MADs", len(out))
+	}
+	rep := out[0].mad
+	// The kernel's REP with this server's comm ID, QPN and PSN.
+	want := roce.MAD(bytes.Clone(krep.mad))
+	want.REP().SetLocalCommID(rep.REP().LocalCommID())
+	want.REP().SetLocalQPN(qp.QPN())
+	want.REP().SetStartingPSN(rep.REP().StartingPSN())
+	if !bytes.Equal(rep, want) {
+		t.Errorf("REP\n%x\nwant (the kernel's, with our IDs)\n%x", []byte(rep), []byte(want))
+	}
+	if qp.State() != ib.QPStateRTS || qp.Query().DestQPN != 0x1b || qp.Query().SQPSN != kreq.mad.REQ().StartingPSN() ||
+		qp.Query().RQPSN != rep.REP().StartingPSN() || qp.Query().AH.FlowLabel != kreq.mad.REQ().PrimaryPath().FlowLabel() {
+		t.Errorf("server QP %v %+v", qp.State(), qp.Query())
+	}
+	ours := rep.REP().LocalCommID()
+	inject(t, kernel, krtu.withIDs(t, func(m roce.MAD) { m.RTU().SetRemoteCommID(ours) }))
+	w.next(req.ID, rdmacm.EventEstablished, time.Second)
+	inject(t, kernel, kdreq.withIDs(t, func(m roce.MAD) { m.DREQ().SetRemoteCommID(ours); m.DREQ().SetRemoteQPN(qp.QPN()) }))
+	w.next(req.ID, rdmacm.EventDisconnected, time.Second)
+	must(t, req.ID.Disconnect())
+	w.settle(time.Millisecond)
+	out = readMADs(t, kernel)
+	if len(out) != 1 || out[0].mad.CMAttribute() != roce.CMAttrDREP {
+		t.Fatalf("the server sent %d MADs for the DREQ", len(out))
+	}
+	want = roce.MAD(bytes.Clone(kdrep.mad))
+	want.DREP().SetLocalCommID(ours)
+	if !bytes.Equal(out[0].mad, want) {
+		t.Errorf("DREP\n%x\nwant\n%x", []byte(out[0].mad), []byte(want))
+	}
+	w.next(req.ID, rdmacm.EventTimewaitExit, 10*time.Second)
+}
+
+// TestRoCEKernelREP connects a softrdma client through rdmacm to a kernel
+// rping server replayed from rxe-rdma-cm-rping.pcap: the REQ rdmacm builds is
+// the kernel client's REQ but for this client's comm ID, QPN, PSN and port
+// (the CMA header's source port and the flow label made from it); the
+// captured REP (addressed to this client's comm ID) connects the QP as the
+// kernel's QP was connected; the RTU and DREQ are the kernel's but for the IDs.
+func TestRoCEKernelREP(t *testing.T) {
+	frames := captureFrames(t, "rxe-rdma-cm-rping.pcap")
+	w := newWorld(t, 6)
+	ip21, ip22 := netip.MustParseAddr("10.77.0.21"), netip.MustParseAddr("10.77.0.22")
+	kernel := w.raw("kernel", [6]byte{0x52, 0x54, 0, 0x77, 0, 1}, ip21, sim.LinkConfig{})
+	cli := w.host("client", [6]byte{0x52, 0x54, 0, 0x77, 0, 2}, ip22, sim.LinkConfig{})
+	var kreq, krep, krtu, kdreq, kdrep capturedFrame
+	for _, f := range frames {
+		switch f.mad.CMAttribute() {
+		case roce.CMAttrREQ:
+			kreq = f
+		case roce.CMAttrREP:
+			krep = f
+		case roce.CMAttrRTU:
+			krtu = f
+		case roce.CMAttrDREQ:
+			kdreq = f
+		case roce.CMAttrDREP:
+			kdrep = f
+		}
+	}
+	id := w.resolve(cli, rdmacm.PortSpaceTCP, netip.AddrPortFrom(ip21, rpingPort))
+	qp := cli.createQP(t, id)
+	must(t, id.Connect(rdmacm.DefaultConnParam())) // rping's: one READ each way, 7 and 7 retries
+	w.settle(time.Millisecond)
+	out := readMADs(t, kernel)
+	if len(out) != 1 || out[0].mad.CMAttribute() != roce.CMAttrREQ {
+		t.Fatalf("the client sent %d MADs", len(out))
+	}
+	req := out[0].mad
+	port := id.LocalAddr().Port()
+	want := roce.MAD(bytes.Clone(kreq.mad))
+	want.SetTransactionID(req.TransactionID())
+	r := want.REQ()
+	r.SetLocalCommID(req.REQ().LocalCommID())
+	r.SetLocalQPN(qp.QPN())
+	r.SetStartingPSN(req.REQ().StartingPSN())
+	r.PrimaryPath().SetFlowLabel(roce.CMFlowLabel(port, rpingPort))
+	roce.CMAHeader(r.PrivateData()).SetSrcPort(port)
+	if !bytes.Equal(req, want) {
+		t.Errorf("REQ\n%x\nwant (the kernel's, with our IDs and port)\n%x", []byte(req), []byte(want))
+	}
+	ours := req.REQ().LocalCommID()
+	inject(t, kernel, krep.withIDs(t, func(m roce.MAD) { m.REP().SetRemoteCommID(ours) }))
+	est := w.next(id, rdmacm.EventEstablished, time.Second)
+	a := qp.Query()
+	if est.Param.QPNum != 0x1b || qp.State() != ib.QPStateRTS || a.DestQPN != 0x1b || a.SQPSN != krep.mad.REP().StartingPSN() ||
+		a.RQPSN != req.REQ().StartingPSN() || a.MaxRdAtomic != 1 || a.MaxDestRdAtomic != 1 || a.RNRRetry != 7 || a.Timeout != 19 {
+		t.Errorf("client QP %v %+v", qp.State(), a)
+	}
+	w.settle(time.Millisecond)
+	out = readMADs(t, kernel)
+	if len(out) != 1 || out[0].mad.CMAttribute() != roce.CMAttrRTU {
+		t.Fatalf("after the REP the client sent %d MADs", len(out))
+	}
+	want = roce.MAD(bytes.Clone(krtu.mad))
+	want.SetTransactionID(req.TransactionID())
+	want.RTU().SetLocalCommID(ours)
+	if !bytes.Equal(out[0].mad, want) {
+		t.Errorf("RTU\n%x\nwant\n%x", []byte(out[0].mad), []byte(want))
+	}
+	must(t, id.Disconnect())
+	w.settle(time.Millisecond)
+	out = readMADs(t, kernel)
+	if len(out) != 1 || out[0].mad.CMAttribute() != roce.CMAttrDREQ {
+		t.Fatalf("Disconnect sent %d MADs", len(out))
+	}
+	want = roce.MAD(bytes.Clone(kdreq.mad))
+	want.SetTransactionID(req.TransactionID())
+	want.DREQ().SetLocalCommID(ours)
+	if !bytes.Equal(out[0].mad, want) {
+		t.Errorf("DREQ\n%x\nwant\n%x", []byte(out[0].mad), []byte(want))
+	}
+	inject(t, kernel, kdrep.withIDs(t, func(m roce.MAD) { m.DREP().SetRemoteCommID(ours) }))
+	w.next(id, rdmacm.EventDisconnected, time.Second)
+	w.next(id, rdmacm.EventTimewaitExit, 10*time.Second)
+	must(t, id.Destroy())
+	noLeak(t, cli, qp)
+}
+
+// TestRoCEIPv6: the same over IPv6 (the CMA header's IP version 6, the GIDs
+// the addresses themselves).
+func TestRoCEIPv6(t *testing.T) {
+	w := newWorld(t, 8)
+	a6, b6 := netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")
+	a := w.host("a", macA, a6, sim.LinkConfig{})
+	b := w.host("b", macB, b6, sim.LinkConfig{})
+	l, _ := b.m.CreateID(rdmacm.PortSpaceTCP)
+	must(t, l.BindAddr(netip.AddrPortFrom(netip.IPv6Unspecified(), rpingPort)))
+	must(t, l.Listen(1))
+	id := w.resolve(a, rdmacm.PortSpaceTCP, netip.AddrPortFrom(b6, rpingPort))
+	qa := a.createQP(t, id)
+	must(t, id.Connect(rdmacm.ConnParam{PrivateData: []byte("v6"), RetryCount: 7}))
+	req := w.next(l, rdmacm.EventConnectRequest, time.Second)
+	if req.ID.RemoteAddr().Addr() != a6 || req.ID.LocalAddr().Addr() != b6 || prefix(req.Param.PrivateData, "v6") != nil {
+		t.Errorf("request from %v to %v", req.ID.RemoteAddr(), req.ID.LocalAddr())
+	}
+	qb := b.createQP(t, req.ID)
+	must(t, req.ID.Accept(rdmacm.ConnParam{}))
+	w.next(id, rdmacm.EventEstablished, time.Second)
+	w.next(req.ID, rdmacm.EventEstablished, time.Second)
+	must(t, qb.PostRecv(ib.RecvWR{WRID: 1, SGL: []ib.SGE{b.mr.SGE(0, 64)}}))
+	must(t, qa.PostSend(ib.SendWR{WRID: 2, Opcode: ib.WRSend, SGL: []ib.SGE{a.mr.SGE(0, 8)}, Signaled: true}))
+	w.completions(b, 1)
+	if ah := qa.Query().AH; netip.AddrFrom16(ah.DGID) != b6 || ah.FlowLabel != roce.CMFlowLabel(id.LocalAddr().Port(), rpingPort) {
+		t.Errorf("AH %+v", ah)
+	}
+}
