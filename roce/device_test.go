@@ -194,6 +194,13 @@ func TestDeviceDropsBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	roce.SetICRC(&f)
+	wrongPKey := bytes.Clone(good)
+	ibtransport.BTH(wrongPKey[h.Len():]).SetDestQP(p.qb.QPN())
+	ibtransport.BTH(wrongPKey[h.Len():]).SetPKey(0x8001)
+	if err := f.DecodeEthernet(wrongPKey); err != nil {
+		t.Fatal(err)
+	}
+	roce.SetICRC(&f)
 	notForUs := roce.FrameHeaders{DstMAC: p.macB, Src: p.ipA, Dst: netip.MustParseAddr("10.1.0.99"), HopLimit: 64, SrcPort: 0xc000}
 	other := make([]byte, notForUs.Len()+len(ib)+roce.ICRCLen)
 	copy(other[notForUs.Len():], ib)
@@ -205,7 +212,8 @@ func TestDeviceDropsBadInput(t *testing.T) {
 	arp[12], arp[13] = 0x08, 0x06
 
 	before := p.b.Counters()
-	junk := [][]byte{badICRC, truncated, unknownQP, other, arp, badICRC}
+	pkeyDropsBefore := p.qb.Counters().Drops[ibtransport.DropPKey]
+	junk := [][]byte{badICRC, truncated, unknownQP, other, arp, badICRC, wrongPKey}
 	if _, err := p.bad.Write(junk, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +225,8 @@ func TestDeviceDropsBadInput(t *testing.T) {
 	}{
 		{"BadICRC", c.BadICRC - before.BadICRC, 2},
 		{"Malformed", c.Malformed - before.Malformed, 1},
-		{"EngineDrops (unknown QP)", c.EngineDrops - before.EngineDrops, 1},
+		{"EngineDrops (unknown QP, wrong P_Key)", c.EngineDrops - before.EngineDrops, 2},
+		{"QP drops for P_Key", p.qb.Counters().Drops[ibtransport.DropPKey] - pkeyDropsBefore, 1},
 		{"NotForUs", c.NotForUs - before.NotForUs, 1},
 		{"NotRoCE", c.NotRoCE - before.NotRoCE, 1},
 	} {

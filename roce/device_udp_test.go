@@ -3,6 +3,7 @@ package roce_test
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -104,4 +105,33 @@ func TestDeviceOverUDP(t *testing.T) {
 			t.Errorf("device %s counters %+v", name, c)
 		}
 	}
+
+	// Junk datagrams aimed at b's port: a short one, random bytes, and a real
+	// packet for an unknown QP whose ICRC is wrong. Each is counted under its
+	// reason and dropped; the connection carries on.
+	junk, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(ipB, netio.RoCEv2Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer junk.Close()
+	bth := make([]byte, ibtransport.BTHLen+8)
+	ibtransport.BTH(bth).Encode(&ibtransport.BTHFields{Opcode: ibtransport.OpcodeRCSendOnly, PKey: 0xffff, DestQP: 0x123456})
+	before := b.Counters()
+	for _, d := range [][]byte{{1, 2, 3}, bytes.Repeat([]byte{0xa5}, 200), bth} {
+		if _, err := junk.Write(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); b.Counters().FramesIn < before.FramesIn+3 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	c := b.Counters()
+	if got := (c.Malformed + c.BadICRC) - (before.Malformed + before.BadICRC); got != 3 {
+		t.Errorf("junk datagrams: malformed+bad ICRC grew by %d, want 3 (%+v)", got, c)
+	}
+	if err := qa.PostSend(ibtransport.SendWR{WRID: 30, Opcode: ibtransport.WRRDMAWrite, Signaled: true,
+		SGL: []ibtransport.SGE{mra.SGE(0, size)}, RemoteAddr: mrb.Addr(), RKey: mrb.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	wait(cqa, ibtransport.WCRDMAWrite)
 }
