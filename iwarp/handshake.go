@@ -175,7 +175,7 @@ func negotiateAsInitiator(p *ConnParams, req, rep MPAFrame, ird, ord int) (neg N
 		return neg, peerPD, nil, &RejectError{Reason: "the peer asks for markers"}
 	}
 	neg.SendMarkers, neg.RecvMarkers = rep.Markers(), req.Markers()
-	neg.Extensions = req.Reserved()&MPAFlagSoftRDMAExtensions != 0 && rep.Reserved()&MPAFlagSoftRDMAExtensions != 0
+	neg.Extensions = req.Reserved()&MPAFlagSoftRDMAExtensions != 0 && rep.Reserved()&MPAFlagSoftRDMAExtensionsAck != 0
 	if !neg.Enhanced {
 		return neg, peerPD, nil, nil
 	}
@@ -255,8 +255,8 @@ func replyFrame(p *ConnParams, req MPAFrame, v requestVerdict, ird, ord int, rej
 	}
 	f := &MPAFrameFields{Revision: v.rev, Reject: reject,
 		CRC: req.CRC() || p.CRC != CRCAccept, Markers: p.Markers == MarkersRequest}
-	if !p.NoExtensions {
-		f.Reserved = MPAFlagSoftRDMAExtensions
+	if !p.NoExtensions && req.Reserved()&MPAFlagSoftRDMAExtensions != 0 {
+		f.Reserved = MPAFlagSoftRDMAExtensionsAck
 	}
 	if v.enhanced {
 		f.Enhanced = true

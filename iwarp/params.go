@@ -234,6 +234,13 @@ func (p *ConnParams) maxRecvULPDU() int {
 // unaffected.
 const MPAFlagSoftRDMAExtensions = 0x01
 
+// MPAFlagSoftRDMAExtensionsAck is the reserved bit a softrdma responder sets in
+// its Reply to accept the extensions. It differs from the offer bit because
+// Linux siw echoes the Request's reserved bits in its Reply (seen against siw:
+// Request flags 0x11, Reply 0x11), so an echoed offer must not read as an
+// acceptance.
+const MPAFlagSoftRDMAExtensionsAck = 0x02
+
 // Negotiated is what the MPA exchange of a connection settled.
 type Negotiated struct {
 	// Revision is the MPA revision in use (1 or 2).

@@ -34,13 +34,14 @@ type demoOptions struct {
 	seed      uint64
 	pcap      string
 	json      bool
+	crc       string
 }
 
 func demoCmd(args []string, stdout, stderr io.Writer) int {
 	var o demoOptions
 	fs := pflag.NewFlagSet("demo", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.transport, "transport", "roce", "transport: roce (iwarp is not built yet)")
+	fs.StringVar(&o.transport, "transport", "roce", "transport: roce (simulated link) or iwarp (two devices over loopback TCP)")
 	fs.IntVarP(&o.messages, "messages", "n", 200, "messages per operation")
 	fs.IntVarP(&o.size, "size", "s", 16384, "bytes per SEND, WRITE and READ message")
 	fs.IntVar(&o.depth, "depth", 32, "work requests in flight")
@@ -52,21 +53,37 @@ func demoCmd(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&o.seed, "seed", 1, "simulator seed: the same seed gives the same run")
 	fs.StringVar(&o.pcap, "pcap", "", "write the link's traffic to this pcap file")
 	fs.BoolVar(&o.json, "json", false, "print the result as JSON")
+	fs.StringVar(&o.crc, "crc", "accept", "iwarp: MPA CRC policy of both sides: accept, request or require")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if o.transport != "roce" {
-		fmt.Fprintf(stderr, "softrdma demo: --transport %s: only roce is implemented so far\n", o.transport)
+	switch o.transport {
+	case "roce":
+	case "iwarp":
+		if o.loss != 0 || o.corrupt != 0 {
+			fmt.Fprintln(stderr, "softrdma demo: --loss and --corrupt need the simulated link (--transport roce); iwarp runs over real loopback TCP")
+			return 2
+		}
+		if _, err := parseCRCPolicy(o.crc); err != nil {
+			fmt.Fprintf(stderr, "softrdma demo: %v\n", err)
+			return 2
+		}
+	default:
+		fmt.Fprintf(stderr, "softrdma demo: --transport %s: want roce or iwarp\n", o.transport)
 		return 2
 	}
 	if o.messages < 1 || o.size < 8 || o.depth < 1 {
 		fmt.Fprintln(stderr, "softrdma demo: --messages and --depth must be ≥ 1, --size ≥ 8")
 		return 2
 	}
-	res, err := runDemo(o)
+	run := runDemo
+	if o.transport == "iwarp" {
+		run = runDemoIWARP
+	}
+	res, err := run(o)
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -97,6 +114,8 @@ type demoResult struct {
 	BadICRC     uint64        `json:"bad_icrc_dropped"`
 	Verified    bool          `json:"verified"`
 	Error       string        `json:"error,omitempty"`
+	// Notes are transport-specific lines (iwarp: what MPA negotiated).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // demoOpStats is one row of the demo's table.
@@ -110,7 +129,11 @@ type demoOpStats struct {
 }
 
 func (r *demoResult) print(w io.Writer) {
-	fmt.Fprintf(w, "softrdma demo: %s, two nodes on a simulated link (%s)\n\n", r.Transport, r.Link)
+	if r.Notes != nil {
+		fmt.Fprintf(w, "softrdma demo: %s, two devices in one process (%s)\n\n", r.Transport, r.Link)
+	} else {
+		fmt.Fprintf(w, "softrdma demo: %s, two nodes on a simulated link (%s)\n\n", r.Transport, r.Link)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "operation\tmessages\tbytes\tretransmissions\tverified\t")
 	for _, op := range r.Operations {
@@ -126,8 +149,16 @@ func (r *demoResult) print(w io.Writer) {
 			fmt.Fprintf(w, "%s: %s\n", op.Operation, op.Detail)
 		}
 	}
-	fmt.Fprintf(w, "\nframes on the link %d, dropped %d, corrupted %d (ICRC rejected %d)\n", r.Frames, r.Dropped, r.Corrupted, r.BadICRC)
-	fmt.Fprintf(w, "virtual time %v, wall time %v\n", r.VirtualTime.Round(time.Microsecond), r.WallTime.Round(time.Millisecond))
+	if r.Notes != nil {
+		fmt.Fprintln(w)
+		for _, n := range r.Notes {
+			fmt.Fprintln(w, n)
+		}
+		fmt.Fprintf(w, "wall time %v\n", r.WallTime.Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(w, "\nframes on the link %d, dropped %d, corrupted %d (ICRC rejected %d)\n", r.Frames, r.Dropped, r.Corrupted, r.BadICRC)
+		fmt.Fprintf(w, "virtual time %v, wall time %v\n", r.VirtualTime.Round(time.Microsecond), r.WallTime.Round(time.Millisecond))
+	}
 	if r.Verified {
 		fmt.Fprintln(w, "every byte verified")
 	} else {
@@ -303,68 +334,93 @@ func runDemo(o demoOptions) (*demoResult, error) {
 // runPhase posts every message of one phase, keeping o.depth in flight, and
 // drives the network until all have completed on both sides.
 func runPhase(net *sim.Network, a, b *demoNode, ph demoPhase, o demoOptions) error {
-	posted, completed, recvPosted, received := 0, 0, 0, 0
-	var failure error
-	if ph.recv != nil {
-		for recvPosted < min(o.depth, o.messages) {
-			if err := ph.recv(recvPosted); err != nil {
-				return err
-			}
-			recvPosted++
-		}
+	r := newPhaseRun(a, b, ph, o, min(o.depth, o.messages))
+	if r.failure != nil {
+		return r.failure
 	}
-	done := func() bool {
-		return failure != nil || (completed == o.messages && (ph.recv == nil || received == o.messages))
-	}
-	step := func(now time.Time) bool {
-		moved := false
-		for posted < o.messages && posted-completed < o.depth {
-			if err := ph.post(posted); err != nil {
-				failure = err
-				return true
-			}
-			posted++
-			moved = true
-		}
-		for _, wc := range a.wcBuf[:a.cq.Poll(a.wcBuf)] {
-			moved = true
-			if wc.Status != ibtransport.WCSuccess {
-				failure = fmt.Errorf("requester completion: %v", wc)
-				return true
-			}
-			if err := ph.done(wc); err != nil {
-				failure = err
-				return true
-			}
-			completed++
-		}
-		for _, wc := range b.wcBuf[:b.cq.Poll(b.wcBuf)] {
-			moved = true
-			if wc.Status != ibtransport.WCSuccess {
-				failure = fmt.Errorf("responder completion: %v", wc)
-				return true
-			}
-			if ph.got != nil {
-				if err := ph.got(wc); err != nil {
-					failure = err
-					return true
-				}
-			}
-			received++
-			if recvPosted < o.messages {
-				if err := ph.recv(recvPosted); err != nil {
-					failure = err
-					return true
-				}
-				recvPosted++
-			}
-		}
-		return moved
-	}
-	if err := net.Drive(10*time.Minute, done, step, a.dev, b.dev); err != nil {
+	if err := net.Drive(10*time.Minute, r.done, func(time.Time) bool { return r.step() }, a.dev, b.dev); err != nil {
 		return err
 	}
-	return failure
+	return r.failure
+}
+
+// phaseRun is the progress of one phase: what is posted, completed and received.
+type phaseRun struct {
+	a, b                                    *demoNode
+	ph                                      demoPhase
+	o                                       demoOptions
+	posted, completed, recvPosted, received int
+	failure                                 error
+}
+
+// newPhaseRun starts a phase with recvDepth receives posted at the responder
+// (if the phase has receives).
+func newPhaseRun(a, b *demoNode, ph demoPhase, o demoOptions, recvDepth int) *phaseRun {
+	r := &phaseRun{a: a, b: b, ph: ph, o: o}
+	if ph.recv != nil {
+		for r.recvPosted < recvDepth {
+			if err := ph.recv(r.recvPosted); err != nil {
+				r.failure = err
+				return r
+			}
+			r.recvPosted++
+		}
+	}
+	return r
+}
+
+// done reports whether the phase has ended, by success or failure.
+func (r *phaseRun) done() bool {
+	return r.failure != nil || (r.completed == r.o.messages && (r.ph.recv == nil || r.received == r.o.messages))
+}
+
+// step posts what the depth allows and polls both CQs; it reports whether
+// anything happened.
+func (r *phaseRun) step() bool {
+	a, b, ph, o := r.a, r.b, r.ph, r.o
+	moved := false
+	for r.posted < o.messages && r.posted-r.completed < o.depth {
+		if err := ph.post(r.posted); err != nil {
+			r.failure = err
+			return true
+		}
+		r.posted++
+		moved = true
+	}
+	for _, wc := range a.wcBuf[:a.cq.Poll(a.wcBuf)] {
+		moved = true
+		if wc.Status != ibtransport.WCSuccess {
+			r.failure = fmt.Errorf("requester completion: %v", wc)
+			return true
+		}
+		if err := ph.done(wc); err != nil {
+			r.failure = err
+			return true
+		}
+		r.completed++
+	}
+	for _, wc := range b.wcBuf[:b.cq.Poll(b.wcBuf)] {
+		moved = true
+		if wc.Status != ibtransport.WCSuccess {
+			r.failure = fmt.Errorf("responder completion: %v", wc)
+			return true
+		}
+		if ph.got != nil {
+			if err := ph.got(wc); err != nil {
+				r.failure = err
+				return true
+			}
+		}
+		r.received++
+		if r.recvPosted < o.messages {
+			if err := ph.recv(r.recvPosted); err != nil {
+				r.failure = err
+				return true
+			}
+			r.recvPosted++
+		}
+	}
+	return moved
 }
 
 func demoPhases(a, b *demoNode, o demoOptions) []demoPhase {

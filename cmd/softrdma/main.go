@@ -27,6 +27,8 @@ func run(args []string) int {
 		return pingpongCmd(args[1:], os.Stdout, os.Stderr)
 	case "perf":
 		return perfCmd(args[1:], os.Stdout, os.Stderr)
+	case "rping":
+		return rpingCmd(args[1:], os.Stdout, os.Stderr)
 	}
 	fmt.Fprintf(os.Stderr, "softrdma: unknown command %q\n%s\n", args[0], usage)
 	return 2
@@ -38,5 +40,6 @@ commands:
   decode FILE   explain a pcap/pcapng capture of RoCE and iWARP traffic, flow by flow
   demo          two nodes on a simulated network: SEND, WRITE, READ and atomics, verified
   pingpong      ibv_rc_pingpong / ibv_ud_pingpong / ibv_uc_pingpong over RoCEv2: pingpong [rc|ud|uc] [HOST]
+  rping         rdma-core's rping over iWARP: rping -s [-a ADDR] | rping -c -a ADDR [-p PORT] [-C N] [-S SIZE] [-vV]
   perf          perftest's ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat,
                 ib_send_lat over RoCEv2: perf write_bw|read_bw|send_bw|atomic_bw|write_lat|read_lat|send_lat [HOST]`

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/iwarp"
+)
+
+// parseCRCPolicy reads an MPA CRC policy flag: accept, request or require.
+func parseCRCPolicy(s string) (iwarp.CRCPolicy, error) {
+	switch s {
+	case "accept", "":
+		return iwarp.CRCAccept, nil
+	case "request":
+		return iwarp.CRCRequest, nil
+	case "require":
+		return iwarp.CRCRequire, nil
+	}
+	return 0, fmt.Errorf("--crc %q: want accept, request or require", s)
+}
+
+// newIWARPDemoNode is one side of the iWARP demo: the same verbs objects as the
+// RoCE demo's, on an iwarp device. Its receive queue holds a receive for every
+// message of a phase: iWARP has no RNR flow control (a SEND that finds no receive
+// ends the connection), so the responder posts them all before the phase.
+func newIWARPDemoNode(o demoOptions, seed uint64) (*demoNode, error) {
+	dev, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: seed}})
+	if err != nil {
+		return nil, err
+	}
+	ctx := dev.Context()
+	n := &demoNode{pd: ctx.AllocPD(), wcBuf: make([]ibtransport.WC, 64)}
+	recvDepth := max(o.depth, o.messages)
+	if n.cq, err = ctx.CreateCQ(2*o.depth + recvDepth); err != nil {
+		return nil, err
+	}
+	if n.qp, err = ctx.CreateQP(n.pd, ibtransport.QPInitAttr{
+		Type: ibtransport.QPTypeRC, SendCQ: n.cq, RecvCQ: n.cq,
+		Cap: ibtransport.QPCap{MaxSendWR: o.depth, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1},
+	}); err != nil {
+		return nil, err
+	}
+	access := ibtransport.AccessLocalWrite | ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead | ibtransport.AccessRemoteAtomic
+	if n.data, err = n.pd.RegMR(make([]byte, o.messages*o.size), access); err != nil {
+		return nil, err
+	}
+	if n.atom, err = n.pd.RegMR(make([]byte, 8*o.messages), access); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// runDemoIWARP runs the demo's phases between two iwarp devices in this process,
+// connected over loopback TCP (Listen/Accept and Dial, as rdma_cm would), with
+// the RFC 7306 atomics softrdma offers its own peers.
+func runDemoIWARP(o demoOptions) (*demoResult, error) {
+	start := time.Now()
+	crc, err := parseCRCPolicy(o.crc)
+	if err != nil {
+		return nil, err
+	}
+	res := &demoResult{Transport: "iWARP (RDMAP/DDP/MPA over TCP)", Link: "loopback TCP, CRC " + crc.String()}
+	params := iwarp.ConnParams{CRC: crc}
+	dialParams := params
+	var capture *tcpPcap
+	if o.pcap != "" {
+		f, err := os.Create(o.pcap)
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		if capture, err = newTCPPcap(f); err != nil {
+			return res, err
+		}
+		// One side's view has both directions: capture the initiator's.
+		dialParams.Observe = capture.Observe
+	}
+	a, err := newIWARPDemoNode(o, o.seed*2+1)
+	if err != nil {
+		return res, err
+	}
+	b, err := newIWARPDemoNode(o, o.seed*2+2)
+	if err != nil {
+		return res, err
+	}
+	ln, err := iwarp.Listen("127.0.0.1:0", params)
+	if err != nil {
+		return res, err
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	accepted := make(chan error, 1)
+	var bConn *iwarp.Conn
+	go func() {
+		var err error
+		bConn, err = ln.Accept(ctx, b.qp)
+		accepted <- err
+	}()
+	aConn, derr := iwarp.Dial(ctx, a.qp, ln.Addr().String(), dialParams)
+	aerr := <-accepted
+	if derr != nil || aerr != nil {
+		if aConn != nil {
+			aConn.Abort()
+		}
+		if bConn != nil {
+			bConn.Abort()
+		}
+		return res, fmt.Errorf("connect: %w", errors.Join(derr, aerr))
+	}
+	neg := aConn.Negotiated()
+	res.Notes = append(res.Notes, fmt.Sprintf("MPA revision %d, CRC %v, markers %v, IRD %d ORD %d, RFC 7306 extensions %v, MULPDU %d",
+		neg.Revision, neg.CRC, neg.SendMarkers || neg.RecvMarkers, neg.IRD, neg.ORD, neg.Extensions, neg.MULPDU))
+
+	res.Verified = true
+	for _, ph := range demoPhases(a, b, o) {
+		err := runPhaseLive(a, b, ph, o)
+		if err == nil {
+			// An iWARP WRITE completes when it is handed to TCP, not when it is
+			// placed: check the responder's memory after a SEND has followed
+			// (RFC 5040 §5.5: a Send is delivered after every earlier message
+			// of the stream is placed).
+			err = demoBarrier(a, b)
+		}
+		st := demoOpStats{Operation: ph.name, Messages: o.messages, Bytes: ph.bytes, Verified: err == nil}
+		if err == nil && ph.verify != nil {
+			if err = ph.verify(); err != nil {
+				st.Verified = false
+			}
+		}
+		if err != nil {
+			st.Detail = err.Error()
+			res.Verified = false
+		}
+		res.Operations = append(res.Operations, st)
+		if err != nil && a.qp.State() == ibtransport.QPStateErr {
+			break
+		}
+	}
+	aConn.Close()
+	select {
+	case <-bConn.Done():
+	case <-time.After(5 * time.Second):
+	}
+	bConn.Close()
+	<-aConn.Done()
+	if e := bConn.Err(); e != nil && !errors.Is(e, iwarp.ErrPeerClosed) {
+		res.Notes = append(res.Notes, "responder's connection ended with: "+e.Error())
+	}
+	if capture != nil {
+		if err := capture.Err(); err != nil {
+			return res, fmt.Errorf("pcap: %w", err)
+		}
+	}
+	res.WallTime = time.Since(start)
+	return res, nil
+}
+
+// runPhaseLive runs one phase on QPs driven by their own goroutines: it polls
+// both CQs, and sleeps on their completion events when nothing happened.
+func runPhaseLive(a, b *demoNode, ph demoPhase, o demoOptions) error {
+	r := newPhaseRun(a, b, ph, o, o.messages)
+	deadline := time.Now().Add(2 * time.Minute)
+	idle := time.NewTimer(time.Hour)
+	defer idle.Stop()
+	for !r.done() {
+		if r.step() {
+			continue
+		}
+		a.cq.Notify(false)
+		b.cq.Notify(false)
+		if r.step() {
+			continue
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out: %d of %d completed, %d received", r.completed, o.messages, r.received)
+		}
+		idle.Reset(100 * time.Millisecond)
+		select {
+		case <-a.cq.Events():
+		case <-b.cq.Events():
+		case <-idle.C:
+		}
+	}
+	return r.failure
+}
+
+// demoBarrier sends a zero-length SEND from a to b and waits for both
+// completions.
+func demoBarrier(a, b *demoNode) error {
+	const id = 1 << 62
+	if err := b.qp.PostRecv(ibtransport.RecvWR{WRID: id}); err != nil {
+		return err
+	}
+	if err := a.qp.PostSend(ibtransport.SendWR{WRID: id, Opcode: ibtransport.WRSend, Signaled: true}); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, n := range []*demoNode{a, b} {
+		var wc [1]ibtransport.WC
+		for n.cq.Poll(wc[:]) == 0 {
+			if err := n.cq.Wait(ctx); err != nil {
+				return fmt.Errorf("barrier: %w", err)
+			}
+		}
+		if wc[0].Status != ibtransport.WCSuccess || wc[0].WRID != id {
+			return fmt.Errorf("barrier: completion %v", wc[0])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+)
+
+// rpingLine is the ping data rping.c prints for ping i of size octets.
+func rpingLine(i, size int) string {
+	b := []byte(fmt.Sprintf("rdma-ping-%d: ", i))
+	c := byte(65 + i%58)
+	for len(b) < size-1 {
+		b = append(b, c)
+		if c++; c > 122 {
+			c = 65
+		}
+	}
+	return string(b)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestRping runs softrdma rping server and client against each other over
+// loopback: both exit 0, both print rping.c's lines, and the client's capture
+// decodes with no error and holds the MPA exchange rdma_cm makes on iWARP
+// (IRD/ORD words only) and the 7 FPDUs of each ping.
+func TestRping(t *testing.T) {
+	for _, crc := range []string{"accept", "require"} {
+		t.Run(crc, func(t *testing.T) {
+			const count, size = 10, 64
+			port := strconv.Itoa(freePort(t))
+			pcap := filepath.Join(t.TempDir(), "rping.pcap")
+			var sOut, sErr bytes.Buffer
+			done := make(chan int, 1)
+			go func() {
+				done <- rpingCmd([]string{"-s", "-a", "127.0.0.1", "-p", port, "-v", "--crc", crc, "--timeout", "30s"}, &sOut, &sErr)
+			}()
+			var cOut, cErr bytes.Buffer
+			var code int
+			for try := 0; try < 50; try++ { // the server may not listen yet
+				cOut.Reset()
+				cErr.Reset()
+				code = rpingCmd([]string{"-c", "-a", "127.0.0.1", "-p", port, "-C", strconv.Itoa(count), "-S", strconv.Itoa(size),
+					"-v", "-V", "--crc", crc, "--pcap", pcap, "--timeout", "30s"}, &cOut, &cErr)
+				if code == 0 || !strings.Contains(cErr.String(), "refused") {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if code != 0 {
+				t.Fatalf("client exit %d\n%s%s", code, cOut.String(), cErr.String())
+			}
+			if sc := <-done; sc != 0 {
+				t.Fatalf("server exit %d\n%s%s", sc, sOut.String(), sErr.String())
+			}
+			var wantC, wantS strings.Builder
+			for i := range count {
+				fmt.Fprintf(&wantC, "ping data: %s\n", rpingLine(i, size))
+				fmt.Fprintf(&wantS, "server ping data: %s\n", rpingLine(i, size))
+			}
+			if cOut.String() != wantC.String() {
+				t.Errorf("client output:\n%s\nwant:\n%s", cOut.String(), wantC.String())
+			}
+			if sOut.String() != wantS.String() {
+				t.Errorf("server output:\n%s\nwant:\n%s", sOut.String(), wantS.String())
+			}
+			f, err := os.Open(pcap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			var text bytes.Buffer
+			res, err := decode.Run(f, &text, decode.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Errors) != 0 {
+				t.Fatalf("decode errors %v", res.Errors)
+			}
+			if res.Packets != 2+7*count {
+				t.Errorf("%d MPA frames, want %d\n%s", res.Packets, 2+7*count, text.String())
+			}
+			wantCRC := map[string]string{"accept": "---H", "require": "-C-H"}[crc]
+			if !strings.Contains(text.String(), "MPA Request rev=2 flags="+wantCRC+" IRD=1 ORD=1 private_data=4") {
+				t.Errorf("no MPA Request with flags %s, IRD=ORD=1 and only the IRD/ORD words:\n%s", wantCRC, text.String())
+			}
+		})
+	}
+}
+
+func TestRpingFlags(t *testing.T) {
+	for _, args := range [][]string{{}, {"-s", "-c"}, {"-c"}, {"-s", "-S", "22"}, {"-s", "-S", "65536"}, {"-s", "--transport", "roce"}, {"-s", "--crc", "x"}} {
+		var out, errOut bytes.Buffer
+		if code := rpingCmd(args, &out, io.Writer(&errOut)); code != 2 {
+			t.Errorf("rping %v: exit %d, want 2", args, code)
+		}
+	}
+	var out, errOut bytes.Buffer
+	rpingCmd([]string{"-s", "--transport", "roce"}, &out, &errOut)
+	if !strings.Contains(errOut.String(), "RoCE connection manager (issue 6)") {
+		t.Errorf("--transport roce says %q", errOut.String())
+	}
+}
