@@ -431,8 +431,12 @@ func TestPerfTAP(t *testing.T) {
 	ns := netnstest.New(t)
 	for _, c := range []perfCase{
 		{tool: "ib_write_bw", size: 65536, iters: 100},
+		{tool: "ib_read_bw", size: 65536, iters: 100},
 		{tool: "ib_send_bw", size: 5000, iters: 100},
+		{tool: "ib_atomic_bw", iters: 100, atomic: "FETCH_AND_ADD"},
+		{tool: "ib_write_lat", size: 64, iters: 50},
 		{tool: "ib_read_lat", size: 64, iters: 50},
+		{tool: "ib_send_lat", size: 64, iters: 50},
 	} {
 		c.server, c.mtu = true, 1024
 		t.Run(c.String(), func(t *testing.T) {
