@@ -2,7 +2,7 @@
 GO       ?= go
 BIN      := bin/softrdma
 # Engine packages run under the race detector.
-RACEPKGS := ./ibtransport/... ./roce/... ./iwarp/... ./netio/... ./sim/... ./rdmacm/... ./test
+RACEPKGS := ./ibtransport/... ./roce/... ./iwarp/... ./netio/... ./sim/... ./rdmacm/... ./conform/... ./test
 export CGO_ENABLED ?= 0
 
 .PHONY: all build demo test vet fmt-check unit race fuzz-short fuzz bench deps clean

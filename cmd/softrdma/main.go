@@ -29,6 +29,8 @@ func run(args []string) int {
 		return perfCmd(args[1:], os.Stdout, os.Stderr)
 	case "rping":
 		return rpingCmd(args[1:], os.Stdout, os.Stderr)
+	case "conform":
+		return conformCmd(args[1:], os.Stdout, os.Stderr)
 	}
 	fmt.Fprintf(os.Stderr, "softrdma: unknown command %q\n%s\n", args[0], usage)
 	return 2
@@ -42,4 +44,5 @@ commands:
   pingpong      ibv_rc_pingpong / ibv_ud_pingpong / ibv_uc_pingpong over RoCEv2: pingpong [rc|ud|uc] [HOST]
   rping         rdma-core's rping over iWARP: rping -s [-a ADDR] | rping -c -a ADDR [-p PORT] [-C N] [-S SIZE] [-vV]
   perf          perftest's ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat,
-                ib_send_lat over RoCEv2: perf write_bw|read_bw|send_bw|atomic_bw|write_lat|read_lat|send_lat [HOST]`
+                ib_send_lat over RoCEv2: perf write_bw|read_bw|send_bw|atomic_bw|write_lat|read_lat|send_lat [HOST]
+  conform       the protocol conformance suite: conform --self | conform --peer HOST | conform serve`

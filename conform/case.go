@@ -1,0 +1,117 @@
+package conform
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Result is the outcome of a case.
+type Result string
+
+// The outcomes.
+const (
+	// Pass means the peer answered as the specification requires.
+	Pass Result = "pass"
+	// Fail means it did not (or the case could not be set up); Verdict.Seen holds
+	// what it sent instead.
+	Fail Result = "fail"
+	// NotApplicable means the case could not run against this peer: it lacks a
+	// control the case needs, or the feature is optional and absent.
+	NotApplicable Result = "not applicable"
+)
+
+// Verdict is what a case concluded.
+type Verdict struct {
+	// Result is pass, fail or not applicable.
+	Result Result
+	// Reason says what was seen (pass), what was wrong (fail), or why the case
+	// does not apply.
+	Reason string
+	// Seen are the bytes that decided a failure: packets, each from the first
+	// byte of its transport header (for RoCE the BTH, without the ICRC), or the
+	// peer's memory as read back.
+	Seen [][]byte
+}
+
+// Passed returns a passing verdict.
+func Passed(format string, args ...any) Verdict {
+	return Verdict{Result: Pass, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Failed returns a failing verdict with the packets seen.
+func Failed(seen [][]byte, format string, args ...any) Verdict {
+	return Verdict{Result: Fail, Reason: fmt.Sprintf(format, args...), Seen: seen}
+}
+
+// NotApplicablef returns a not-applicable verdict.
+func NotApplicablef(format string, args ...any) Verdict {
+	return Verdict{Result: NotApplicable, Reason: fmt.Sprintf(format, args...)}
+}
+
+// SeenHex returns the packets seen in hex, one string each.
+func (v Verdict) SeenHex() []string {
+	out := make([]string, len(v.Seen))
+	for i, b := range v.Seen {
+		out[i] = hex.EncodeToString(b)
+	}
+	return out
+}
+
+// Case is one conformance check.
+type Case struct {
+	// ID names the case, e.g. "rc.psn.gap"; --case globs match it.
+	ID string
+	// Section is the part of the specification it checks, e.g.
+	// "IBTA Vol. 1 9.7.5.1, C9-105".
+	Section string
+	// Summary is one line about what is checked.
+	Summary string
+	// Sends describes what the tester sends.
+	Sends string
+	// Expects describes the answer the specification requires.
+	Expects string
+	// Run runs the case. It must return once ctx is done.
+	Run func(ctx context.Context) Verdict
+}
+
+// Mismatch is the error a case's steps return when the peer answered wrongly:
+// What says how, Seen holds the packets.
+type Mismatch struct {
+	What string
+	Seen [][]byte
+}
+
+// Error returns What.
+func (m *Mismatch) Error() string { return m.What }
+
+// mismatch returns a *Mismatch.
+func mismatch(seen [][]byte, format string, args ...any) error {
+	return &Mismatch{What: fmt.Sprintf(format, args...), Seen: seen}
+}
+
+// ErrNotApplicable is wrapped by errors that make a case not applicable.
+var ErrNotApplicable = errors.New("not applicable")
+
+// notApplicable returns an error wrapping ErrNotApplicable.
+func notApplicable(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrNotApplicable, fmt.Sprintf(format, args...))
+}
+
+// verdictOf turns the error a case's steps returned into a verdict: nil passes
+// with note, a *Mismatch fails with its packets, ErrNotApplicable does not apply,
+// and anything else fails as a setup error.
+func verdictOf(err error, note string) Verdict {
+	var m *Mismatch
+	switch {
+	case err == nil:
+		return Verdict{Result: Pass, Reason: note}
+	case errors.As(err, &m):
+		return Verdict{Result: Fail, Reason: m.What, Seen: m.Seen}
+	case errors.Is(err, ErrNotApplicable):
+		return Verdict{Result: NotApplicable, Reason: strings.TrimPrefix(err.Error(), ErrNotApplicable.Error()+": ")}
+	}
+	return Verdict{Result: Fail, Reason: "setup: " + err.Error()}
+}
