@@ -29,6 +29,8 @@ func run(args []string) int {
 		return perfCmd(args[1:], os.Stdout, os.Stderr)
 	case "rping":
 		return rpingCmd(args[1:], os.Stdout, os.Stderr)
+	case "cmatose":
+		return cmatoseCmd(args[1:], os.Stdout, os.Stderr)
 	case "conform":
 		return conformCmd(args[1:], os.Stdout, os.Stderr)
 	}
@@ -42,7 +44,8 @@ commands:
   decode FILE   explain a pcap/pcapng capture of RoCE and iWARP traffic, flow by flow
   demo          two nodes on a simulated network: SEND, WRITE, READ and atomics, verified
   pingpong      ibv_rc_pingpong / ibv_ud_pingpong / ibv_uc_pingpong over RoCEv2: pingpong [rc|ud|uc] [HOST]
-  rping         rdma-core's rping over iWARP: rping -s [-a ADDR] | rping -c -a ADDR [-p PORT] [-C N] [-S SIZE] [-vV]
+  rping         rdma-core's rping over iWARP (or --transport roce): rping -s [-a ADDR] | rping -c -a ADDR [-p PORT] [-C N] [-S SIZE] [-vV]
+  cmatose       librdmacm's ucmatose (RC) or, with --ud, udaddy (UD by SIDR) over RoCEv2: cmatose -b ADDR | cmatose -s HOST
   perf          perftest's ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat,
                 ib_send_lat over RoCEv2: perf write_bw|read_bw|send_bw|atomic_bw|write_lat|read_lat|send_lat [HOST]
   conform       the protocol conformance suite: conform --self | conform --peer HOST | conform serve`

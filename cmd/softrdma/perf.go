@@ -123,8 +123,10 @@ type perfParams struct {
 	duplex   bool
 	noPeak   bool
 	gbits    bool
-	gidIndex int // -x, or -1
-	mtu      int // -m in bytes, or 0
+	gidIndex int  // -x, or -1
+	mtu      int  // -m in bytes, or 0
+	rdmaCM   bool // -R: rdma_cm connects the test QPs
+	useCM    bool // -R or -z: the parameters travel over rdma_cm
 }
 
 func (p *perfParams) durationMode() bool { return p.duration > 0 }
@@ -193,8 +195,8 @@ func perfParseArgs(args []string, stderr io.Writer) (*perfOptions, error) {
 	fs.BoolVarP(&o.duplex, "bidirectional", "b", false, "measure both directions at once (_bw tests)")
 	fs.BoolVarP(&o.noPeak, "noPeak", "N", false, "do not compute the peak bandwidth")
 	fs.StringVarP(&o.conn, "connection", "c", "RC", "connection type; only RC is implemented")
-	fs.BoolVarP(&o.rdmaCM, "rdma_cm", "R", false, "connect the QPs with rdma_cm (not implemented)")
-	fs.BoolVarP(&o.useCM, "comm_rdma_cm", "z", false, "exchange the parameters over rdma_cm (not implemented)")
+	fs.BoolVarP(&o.rdmaCM, "rdma_cm", "R", false, "connect the test QPs with rdma_cm, and exchange the parameters over an rdma_cm QP (RoCE: IB CM on QP1)")
+	fs.BoolVarP(&o.useCM, "comm_rdma_cm", "z", false, "exchange the parameters over an rdma_cm QP; the test QPs are connected by their keys")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of perftest's table")
 	fs.StringVar(&o.transport, "transport", "roce", "roce or iwarp")
 	fs.StringVar(&o.backend, "backend", "udp", "how RoCE frames move: udp (a UDP socket on port 4791, no root), afpacket (raw frames on -d INTERFACE) or tap (a TAP device whose host has the address -d ADDR)")
@@ -261,15 +263,13 @@ func perfDerive(o *perfOptions) (*perfParams, error) {
 	default:
 		return nil, fmt.Errorf("--backend %q: want udp, afpacket or tap", o.backend)
 	}
-	if o.rdmaCM || o.useCM {
-		return nil, errors.New("-R/-z (rdma_cm): not yet: use perftest's TCP exchange (the default)")
-	}
 	if !strings.EqualFold(o.conn, "RC") {
 		return nil, fmt.Errorf("-c %s: only RC is implemented", o.conn)
 	}
 	t := o.test
 	p := &perfParams{test: t, bw: t.Bandwidth(), server: o.host == "", all: o.all, qps: o.qps,
-		duplex: o.duplex, noPeak: o.noPeak, gbits: o.gbits, gidIndex: o.gidIndex, outReads: o.outReads}
+		duplex: o.duplex, noPeak: o.noPeak, gbits: o.gbits, gidIndex: o.gidIndex, outReads: o.outReads,
+		rdmaCM: o.rdmaCM, useCM: o.rdmaCM || o.useCM}
 	switch t {
 	case perftest.WriteBW, perftest.WriteLat:
 		p.verb = perfWrite

@@ -116,8 +116,16 @@ func (ti *perfTestInfo) write(w io.Writer) {
 	} else {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", ti.outReads)
 	}
-	b.WriteString(" rdma_cm QPs\t : OFF\n")
-	b.WriteString(" Data ex. method : Ethernet\n")
+	if ti.p.rdmaCM {
+		b.WriteString(" rdma_cm QPs\t : ON\n")
+	} else {
+		b.WriteString(" rdma_cm QPs\t : OFF\n")
+	}
+	if ti.p.useCM {
+		b.WriteString(" Data ex. method : rdma_cm\n")
+	} else {
+		b.WriteString(" Data ex. method : Ethernet\n")
+	}
 	b.WriteString(perfResultLine)
 	io.WriteString(w, b.String())
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"runtime"
 	"strconv"
 	"time"
@@ -44,6 +45,9 @@ func perfRun(o *perfOptions, p *perfParams, stdout, stderr io.Writer) (err error
 		stdout = io.Discard
 	}
 
+	if o.rdmaCM || o.useCM {
+		return perfRunCM(o, p, res, stdout, stderr)
+	}
 	var conn net.Conn
 	if p.server {
 		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(o.port)))
@@ -162,6 +166,14 @@ type perfSession struct {
 
 	local, remote []perftest.Dest
 	wc            []ibtransport.WC
+
+	// -R (rdma_cm): the manager, the port and the server's address of the
+	// test connections; the exchange's result (the keys, printed once known).
+	cm          *perfCM
+	cmPort      int
+	cmPeer      netip.Addr
+	cmResult    *perftest.Result
+	keysPrinted bool
 }
 
 // init finds the GID index and the port MTU.
@@ -236,14 +248,17 @@ func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.D
 		return nil, fmt.Errorf("a buffer of %d bytes is too large", total)
 	}
 	c := s.ctx
-	s.pd = c.AllocPD()
 	var err error
 	nqp := p.qps
-	if s.sendCQ, err = c.CreateCQ(max(p.txDepth*nqp, 1) + 16); err != nil {
-		return nil, err
-	}
-	if s.recvCQ, err = c.CreateCQ(max(p.rxDepth*nqp, 1) + 16); err != nil {
-		return nil, err
+	cmQPs := s.cm != nil && len(s.qps) == nqp // -R: rdma_cm made the QPs (connectCM)
+	if !cmQPs {
+		s.pd = c.AllocPD()
+		if s.sendCQ, err = c.CreateCQ(max(p.txDepth*nqp, 1) + 16); err != nil {
+			return nil, err
+		}
+		if s.recvCQ, err = c.CreateCQ(max(p.rxDepth*nqp, 1) + 16); err != nil {
+			return nil, err
+		}
 	}
 	access := ibtransport.AccessLocalWrite
 	qpAccess := ibtransport.Access(0)
@@ -271,11 +286,17 @@ func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.D
 	if s.mr, err = s.pd.RegMR(s.mem, access); err != nil {
 		return nil, err
 	}
-	s.qps = make([]*ibtransport.QP, nqp)
+	if !cmQPs {
+		s.qps = make([]*ibtransport.QP, nqp)
+	}
 	dests := make([]perftest.Dest, nqp)
 	base := s.mr.Addr()
 	rkey := s.mr.RKey()
 	for i := range s.qps {
+		if cmQPs {
+			dests[i] = s.dest(i, s.qps[i], base, rkey)
+			continue
+		}
 		qp, err := c.CreateQP(s.pd, ibtransport.QPInitAttr{Type: ibtransport.QPTypeRC, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
 			Cap: ibtransport.QPCap{MaxSendWR: max(p.txDepth, 1), MaxRecvWR: max(p.rxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
@@ -286,15 +307,7 @@ func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.D
 			return nil, err
 		}
 		s.qps[i] = qp
-		dests[i] = perftest.Dest{
-			OutReads: uint32(s.outReads),
-			QPN:      qp.QPN(),
-			PSN:      rand.Uint32() & ibtransport.PSNMask,
-			RKey:     rkey,
-			VAddr:    base + s.targetOffset(i),
-			GID:      s.dev.dev.GIDs()[s.gidIndex].As16(),
-			GIDIndex: int32(s.gidIndex),
-		}
+		dests[i] = s.dest(i, qp, base, rkey)
 	}
 	s.local = dests
 	s.wc = make([]ibtransport.WC, 16) // CTX_POLL_BATCH
@@ -311,6 +324,19 @@ func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.D
 	ti := perfTestInfo{p: p, device: s.devName, mtu: s.mtu, gidIndex: s.gidIndex, outReads: s.outReads}
 	ti.write(s.stdout)
 	return dests, nil
+}
+
+// dest returns QP i's keys.
+func (s *perfSession) dest(i int, qp *ibtransport.QP, base uint64, rkey uint32) perftest.Dest {
+	return perftest.Dest{
+		OutReads: uint32(s.outReads),
+		QPN:      qp.QPN(),
+		PSN:      rand.Uint32() & ibtransport.PSNMask,
+		RKey:     rkey,
+		VAddr:    base + s.targetOffset(i),
+		GID:      s.dev.dev.GIDs()[s.gidIndex].As16(),
+		GIDIndex: int32(s.gidIndex),
+	}
 }
 
 // sendOffset and targetOffset are where QP i's messages come from and where the
@@ -359,18 +385,34 @@ func (s *perfSession) connect(_ context.Context, local, remote []perftest.Dest) 
 			}
 		}
 	}
+	s.printKeys(local, remote)
+	return nil
+}
+
+// printKeys prints both sides' keys and the table's header (after ctx_connect,
+// or with -R once the keys are known).
+func (s *perfSession) printKeys(local, remote []perftest.Dest) {
+	p := s.p
+	s.keysPrinted = true
+	// ctx_print_pingpong_data decides what to print by the verb of the
+	// exchange's parameters, which create_comm_struct sets to SEND when they
+	// travel over rdma_cm (-R, -z): no OUT, RKey or VAddr then, whatever the
+	// test (seen from ib_write_bw -R 4.5-0.17 against rxe).
+	verb := p.verb
+	if p.useCM {
+		verb = perfSend
+	}
 	for _, d := range local {
-		io.WriteString(s.stdout, perfDestLines("local", d, p.verb))
+		io.WriteString(s.stdout, perfDestLines("local", d, verb))
 	}
 	for _, d := range remote {
-		io.WriteString(s.stdout, perfDestLines("remote", d, p.verb))
+		io.WriteString(s.stdout, perfDestLines("remote", d, verb))
 	}
 	s.res.Local, s.res.Remote = perfJSONDests(local), perfJSONDests(remote)
 	// ib_read_lat's server prints no table: only the client posts READs.
 	if !(p.test == perftest.ReadLat && p.server) {
 		s.printTableHeader()
 	}
-	return nil
 }
 
 func (s *perfSession) printTableHeader() {

@@ -305,7 +305,7 @@ func TestPerfDerive(t *testing.T) {
 		{args: "write_bw -D 2 -f 1", wantErr: "DURATION > 2*MARGIN"},
 		{args: "write_bw -m 1000", wantErr: "Invalid MTU"},
 		{args: "write_bw --transport iwarp", wantErr: "not yet"},
-		{args: "write_bw -R", wantErr: "not yet"},
+		{args: "write_bw -R -c UC", wantErr: "only RC"},
 		{args: "write_bw -c UD", wantErr: "only RC"},
 		{args: "write_bw --backend xdp", wantErr: "--backend"},
 		{args: "read_bw -s 2K -D 3", size: 2048, iters: 1000, tx: 128, rx: 1, cqMod: 100, noPeak: true},

@@ -113,8 +113,7 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 	switch o.transport {
 	case "iwarp":
 	case "roce":
-		fmt.Fprintln(stderr, "softrdma rping: --transport roce needs the RoCE connection manager (issue 6), not yet")
-		return 2
+		return rpingRoCECmd(o, stdout, stderr) // rping_roce.go
 	default:
 		fmt.Fprintf(stderr, "softrdma rping: --transport %q: want iwarp or roce\n", o.transport)
 		return 2
@@ -184,11 +183,11 @@ type rping struct {
 	dev     *iwarp.Device
 	cq      *ib.CQ
 	qp      *ib.QP
-	conn    *iwarp.Conn
-	recvMR  *ib.MR // the info received
-	sendMR  *ib.MR // the info (client) or go-ahead (server) sent
-	rdmaMR  *ib.MR // server: READ sink and WRITE source; client: WRITE sink
-	startMR *ib.MR // client: READ source
+	conn    rpingConn // an *iwarp.Conn, or the RoCE connection (rping_roce.go)
+	recvMR  *ib.MR    // the info received
+	sendMR  *ib.MR    // the info (client) or go-ahead (server) sent
+	rdmaMR  *ib.MR    // server: READ sink and WRITE source; client: WRITE sink
+	startMR *ib.MR    // client: READ source
 
 	remoteAddr uint64
 	remoteKey  uint32
@@ -404,10 +403,12 @@ func (r *rping) runServer(ctx context.Context) error {
 	}
 	ln.Close()
 	r.debugf("accepting client connection request\n")
-	if r.conn, err = req.Accept(ctx, r.qp, nil); err != nil {
+	conn, err := req.Accept(ctx, r.qp, nil)
+	if err != nil {
 		return fmt.Errorf("connect error: %w", err)
 	}
-	r.debugf("ESTABLISHED (%+v)\n", r.conn.Negotiated())
+	r.conn = conn
+	r.debugf("ESTABLISHED (%+v)\n", conn.Negotiated())
 	defer r.conn.Close()
 	for {
 		err := r.serverPing(ctx)
@@ -471,12 +472,13 @@ func (r *rping) serverPing(ctx context.Context) error {
 func (r *rping) runClient(ctx context.Context) error {
 	var err error
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	r.conn, err = iwarp.Dial(dctx, r.qp, r.hostPort(), r.params)
+	conn, err := iwarp.Dial(dctx, r.qp, r.hostPort(), r.params)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("connect error: %w", err)
 	}
-	r.debugf("rdma_connect successful (%+v)\n", r.conn.Negotiated())
+	r.conn = conn
+	r.debugf("rdma_connect successful (%+v)\n", conn.Negotiated())
 	if r.o.settle > 0 {
 		select {
 		case <-time.After(r.o.settle):
@@ -484,6 +486,11 @@ func (r *rping) runClient(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+	return r.clientPings(ctx)
+}
+
+// clientPings is rping_test_client's loop, then rping_disconnect.
+func (r *rping) clientPings(ctx context.Context) error {
 	start := byte(65)
 	start0 := r.startMR.Buf()
 	for ping := 0; r.o.count == 0 || ping < r.o.count; ping++ {

@@ -115,7 +115,7 @@ func TestRpingFlags(t *testing.T) {
 	}
 	var out, errOut bytes.Buffer
 	rpingCmd([]string{"-s", "--transport", "roce"}, &out, &errOut)
-	if !strings.Contains(errOut.String(), "RoCE connection manager (issue 6)") {
+	if !strings.Contains(errOut.String(), "the server needs -a ADDR") {
 		t.Errorf("--transport roce says %q", errOut.String())
 	}
 }

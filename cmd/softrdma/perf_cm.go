@@ -1,0 +1,559 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/softrdma/softrdma/cmd/softrdma/oob"
+	"github.com/softrdma/softrdma/cmd/softrdma/oob/perftest"
+	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/rdmacm"
+	"github.com/softrdma/softrdma/roce"
+)
+
+// perf -R is perftest's rdma_cm mode (create_comm_struct, establish_connection
+// and create_rdma_cm_connection in perftest_communication.c): no TCP at all.
+//
+//   - The parameters travel on a "comm" connection of their own: an RC QP
+//     that rdma_cm connects to the server's port (-p, 18515), one SEND of each
+//     message's own size (a 56-byte pingpong_dest for the keys), one receive
+//     of 56 bytes kept posted on each side (posted before rdma_connect and
+//     rdma_accept). The server accepts one request and destroys its listening
+//     ID, which frees the port for the test connections.
+//   - Between the two all-zero handshakes (perftest.StepConnectCM), each test
+//     QP is connected by rdma_cm to the same port: the server listens with a
+//     backlog of -q, accepts each request with retry and RNR retry counts 7
+//     (and -o's READ depth, clamped to the peer's), then destroys the
+//     listener; the client connects each QP, retrying the whole series up to
+//     10 times 100 ms apart (a REJ for a port nobody listens on yet is the
+//     usual reason: both sides leave the first handshake at once).
+//   - After the closing handshake each side disconnects its test connections
+//     and waits for their DISCONNECTED events (rdma_cm_disconnect_nodes).
+
+// perfCMMsgSize is sizeof(struct pingpong_dest): the receive buffer of the
+// comm QP, and the largest message.
+const perfCMMsgSize = perftest.DestBinarySize
+
+// perfCM is one side's rdma_cm: the manager over the device's CM agent.
+type perfCM struct {
+	agent  *roce.CMAgent
+	m      *rdmacm.Manager
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	comm    *rdmacm.ID
+	carrier *perfQPCarrier
+	tests   []*rdmacm.ID
+}
+
+// perfStartCM puts a CM agent on QP1 of dev and a manager on it, and runs the
+// agent.
+func perfStartCM(dev *roce.Device) (*perfCM, error) {
+	agent, err := roce.NewCMAgent(roce.CMAgentConfig{Device: dev})
+	if err != nil {
+		return nil, err
+	}
+	m := rdmacm.NewManager(rdmacm.Config{})
+	if err := m.AddRoCE(agent); err != nil {
+		agent.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &perfCM{agent: agent, m: m, cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(c.done); agent.Run(ctx) }()
+	return c, nil
+}
+
+// close disconnects what is still connected (briefly waiting for the peer),
+// destroys the IDs and stops the agent.
+func (c *perfCM) close() {
+	if c.comm != nil {
+		perfCMDisconnect([]*rdmacm.ID{c.comm}, time.Second)
+		c.comm.Destroy()
+		c.comm = nil
+	}
+	for _, id := range c.tests {
+		id.Destroy()
+	}
+	c.tests = nil
+	// What the CM just queued on QP1 (a DREP, say) goes out before QP1 does.
+	c.agent.Device().Flush(time.Now())
+	c.m.Close()
+	c.cancel()
+	<-c.done
+	c.agent.Close()
+}
+
+// perfCMWait returns the next event of id of one of the wanted types; any
+// other event, or none within timeout, is an error.
+func perfCMWait(ctx context.Context, id *rdmacm.ID, timeout time.Duration, want ...rdmacm.EventType) (rdmacm.Event, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case ev := <-id.Events():
+			for _, w := range want {
+				if ev.Type == w {
+					return ev, nil
+				}
+			}
+			if ev.Type == rdmacm.EventTimewaitExit {
+				continue
+			}
+			msg := fmt.Sprintf("rdma_cm event %v (status %d)", ev.Type, ev.Status)
+			if ev.Err != nil {
+				msg += ": " + ev.Err.Error()
+			}
+			return ev, &perfCMEventError{Got: ev.Type, Status: ev.Status, msg: msg + fmt.Sprintf(", want %v", want)}
+		case <-t.C:
+			return rdmacm.Event{}, fmt.Errorf("no rdma_cm event %v in %v", want, timeout)
+		case <-ctx.Done():
+			return rdmacm.Event{}, ctx.Err()
+		}
+	}
+}
+
+// perfCMEventError is an unexpected rdma_cm event.
+type perfCMEventError struct {
+	Got    rdmacm.EventType
+	Status int
+	msg    string
+}
+
+func (e *perfCMEventError) Error() string { return e.msg }
+
+// perfCMDisconnect disconnects ids and waits up to timeout for each one's
+// EventDisconnected.
+func perfCMDisconnect(ids []*rdmacm.ID, timeout time.Duration) error {
+	for _, id := range ids {
+		id.Disconnect()
+	}
+	var first error
+	for _, id := range ids {
+		// A passive side's EventEstablished may still be unread.
+		ev, err := perfCMWait(context.Background(), id, timeout, rdmacm.EventDisconnected, rdmacm.EventEstablished)
+		if err == nil && ev.Type == rdmacm.EventEstablished {
+			_, err = perfCMWait(context.Background(), id, timeout, rdmacm.EventDisconnected)
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// perfCMStep is how long one rdma_cm step (an address, a route, an answer to
+// a REQ) may take: the IB CM's own retries (REQ timeouts of a few seconds)
+// come first.
+const perfCMStep = 30 * time.Second
+
+// perfCMResolve resolves dst's address and route on id.
+func perfCMResolve(ctx context.Context, id *rdmacm.ID, src netip.Addr, dst netip.AddrPort) error {
+	if err := id.ResolveAddr(src, dst, 2*time.Second); err != nil {
+		return err
+	}
+	if _, err := perfCMWait(ctx, id, perfCMStep, rdmacm.EventAddrResolved); err != nil {
+		return err
+	}
+	if err := id.ResolveRoute(2 * time.Second); err != nil {
+		return err
+	}
+	_, err := perfCMWait(ctx, id, perfCMStep, rdmacm.EventRouteResolved)
+	return err
+}
+
+// perfQPCarrier is perftest's message carrier over the comm QP: each message
+// one signalled SEND (rdma_write_data), each receive the completion of the
+// one receive kept posted, reposted after it is read (rdma_read_data).
+type perfQPCarrier struct {
+	qp             *ibtransport.QP
+	sendCQ, recvCQ *ibtransport.CQ
+	mr             *ibtransport.MR
+	mem            []byte // [0, 56): receive buffer; [56, 112): send buffer
+
+	sendMu, recvMu sync.Mutex
+	wc             [1]ibtransport.WC
+}
+
+// newPerfQPCarrier makes the comm QP's resources on id's device and its QP on
+// id, and posts the first receive.
+func newPerfQPCarrier(id *rdmacm.ID) (*perfQPCarrier, error) {
+	c := id.Context()
+	pd := c.AllocPD()
+	q := &perfQPCarrier{mem: make([]byte, 2*perfCMMsgSize)}
+	var err error
+	if q.sendCQ, err = c.CreateCQ(4); err != nil {
+		return nil, err
+	}
+	if q.recvCQ, err = c.CreateCQ(4); err != nil {
+		return nil, err
+	}
+	if q.mr, err = pd.RegMR(q.mem, ibtransport.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	if q.qp, err = id.CreateQP(pd, ibtransport.QPInitAttr{SendCQ: q.sendCQ, RecvCQ: q.recvCQ,
+		Cap: ibtransport.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return nil, err
+	}
+	if err := q.postRecv(); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+func (q *perfQPCarrier) postRecv() error {
+	return q.qp.PostRecv(ibtransport.RecvWR{WRID: 1, SGL: []ibtransport.SGE{q.mr.SGE(0, perfCMMsgSize)}})
+}
+
+// poll waits for cq's next completion.
+func (q *perfQPCarrier) poll(ctx context.Context, cq *ibtransport.CQ, what string) (ibtransport.WC, error) {
+	wc := make([]ibtransport.WC, 1)
+	for {
+		if cq.Poll(wc) == 1 {
+			if wc[0].Status != ibtransport.WCSuccess {
+				return wc[0], fmt.Errorf("perftest message %s: completion %s (status %d)", what, wc[0].Status, int(wc[0].Status))
+			}
+			return wc[0], nil
+		}
+		if err := waitCQ(ctx, cq, time.Time{}); err != nil {
+			return ibtransport.WC{}, fmt.Errorf("perftest message %s: %w", what, err)
+		}
+	}
+}
+
+// Send sends msg as one SEND and waits for its completion.
+func (q *perfQPCarrier) Send(ctx context.Context, msg []byte) error {
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	if len(msg) > perfCMMsgSize {
+		return &oob.Error{Message: "perftest message", Field: "length", Value: strconv.Itoa(len(msg)),
+			Reason: fmt.Sprintf("> %d", perfCMMsgSize), Err: oob.ErrRange}
+	}
+	n := copy(q.mem[perfCMMsgSize:], msg)
+	if err := q.qp.PostSend(ibtransport.SendWR{WRID: 2, Opcode: ibtransport.WRSend, Signaled: true,
+		SGL: []ibtransport.SGE{q.mr.SGE(perfCMMsgSize, n)}}); err != nil {
+		return err
+	}
+	_, err := q.poll(ctx, q.sendCQ, "send")
+	return err
+}
+
+// Receive waits for the next SEND, copies it into buf and posts the receive
+// again.
+func (q *perfQPCarrier) Receive(ctx context.Context, buf []byte) (int, error) {
+	q.recvMu.Lock()
+	defer q.recvMu.Unlock()
+	wc, err := q.poll(ctx, q.recvCQ, "receive")
+	if err != nil {
+		return 0, err
+	}
+	n := int(wc.ByteLen)
+	copy(buf, q.mem[:n])
+	if err := q.postRecv(); err != nil {
+		return 0, err
+	}
+	if n > len(buf) {
+		return len(buf), &oob.Error{Message: "perftest message", Field: "length", Value: strconv.Itoa(n),
+			Reason: fmt.Sprintf("> the %d expected", len(buf)), Err: oob.ErrRange}
+	}
+	return n, nil
+}
+
+var _ perftest.Carrier = (*perfQPCarrier)(nil)
+
+// perfCMServeComm listens on port for perftest's comm connection and accepts
+// one (rdma_server_connect).
+// It returns the port (port 0 binds an ephemeral one, which the test
+// connections then use too).
+func (c *perfCM) serveComm(ctx context.Context, port int, listening func(net.Addr), stdout io.Writer) (int, error) {
+	l, err := c.m.CreateID(rdmacm.PortSpaceTCP)
+	if err != nil {
+		return 0, err
+	}
+	defer l.Destroy()
+	if err := l.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(port))); err != nil {
+		return 0, fmt.Errorf(" rdma_bind_addr failed: %w", err)
+	}
+	if err := l.Listen(1); err != nil {
+		return 0, fmt.Errorf("rdma_listen failed: %w", err)
+	}
+	port = int(l.LocalAddr().Port())
+	if listening != nil {
+		listening(&net.TCPAddr{IP: net.IPv4zero, Port: port})
+	}
+	io.WriteString(stdout, perfWaitingBanner)
+	var ev rdmacm.Event
+	select {
+	case ev = <-l.Events():
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	if ev.Type != rdmacm.EventConnectRequest {
+		return 0, fmt.Errorf("bad event waiting for connect request %v", ev.Type)
+	}
+	id := ev.ID
+	q, err := newPerfQPCarrier(id)
+	if err != nil {
+		id.Reject(nil)
+		id.Destroy()
+		return 0, err
+	}
+	if err := id.Accept(rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		id.Destroy()
+		return 0, fmt.Errorf("Function rdma_accept failed: %w", err)
+	}
+	c.comm, c.carrier = id, q
+	return port, nil
+}
+
+// dialComm connects the comm QP to the server (rdma_client_connect),
+// retrying a server that is not listening yet for wait.
+func (c *perfCM) dialComm(ctx context.Context, src netip.Addr, dst netip.AddrPort, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := c.dialCommOnce(ctx, src, dst)
+		if err == nil {
+			return nil
+		}
+		var ee *perfCMEventError
+		if !errors.As(err, &ee) || time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("Unable to perform rdma_client function: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *perfCM) dialCommOnce(ctx context.Context, src netip.Addr, dst netip.AddrPort) error {
+	id, err := c.m.CreateID(rdmacm.PortSpaceTCP)
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			id.Destroy()
+		}
+	}()
+	if err := perfCMResolve(ctx, id, src, dst); err != nil {
+		return err
+	}
+	q, err := newPerfQPCarrier(id)
+	if err != nil {
+		return err
+	}
+	if err := id.Connect(rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		return fmt.Errorf("Function rdma_connect failed: %w", err)
+	}
+	if _, err := perfCMWait(ctx, id, perfCMStep, rdmacm.EventEstablished); err != nil {
+		return err
+	}
+	ok = true
+	c.comm, c.carrier = id, q
+	return nil
+}
+
+// perfCMConnParam is what perftest offers for a test connection.
+func (s *perfSession) cmConnParam(peer *rdmacm.ConnParam) rdmacm.ConnParam {
+	cp := rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7}
+	if s.p.verb == perfRead || s.p.verb == perfAtomic {
+		rr, id := uint8(s.outReads), uint8(s.outReads)
+		if peer != nil {
+			rr, id = min(rr, peer.InitiatorDepth), min(id, peer.ResponderResources)
+		}
+		cp.ResponderResources, cp.InitiatorDepth = rr, id
+	}
+	return cp
+}
+
+// connectCM is the ConnectCM hook: the CQs and one rdma_cm connection per
+// test QP (create_rdma_cm_connection between its two handshakes).
+func (s *perfSession) connectCM(ctx context.Context) error {
+	p := s.p
+	c := s.ctx
+	s.pd = c.AllocPD()
+	var err error
+	if s.sendCQ, err = c.CreateCQ(max(p.txDepth*p.qps, 1) + 16); err != nil {
+		return err
+	}
+	if s.recvCQ, err = c.CreateCQ(max(p.rxDepth*p.qps, 1) + 16); err != nil {
+		return err
+	}
+	attr := ibtransport.QPInitAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
+		Cap: ibtransport.QPCap{MaxSendWR: max(p.txDepth, 1), MaxRecvWR: max(p.rxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1}}
+	if p.server {
+		return s.acceptTests(ctx, attr)
+	}
+	for try := 0; ; try++ {
+		err := s.dialTests(ctx, attr)
+		if err == nil {
+			return nil
+		}
+		for _, id := range s.cm.tests {
+			id.Destroy()
+		}
+		s.cm.tests, s.qps = nil, nil
+		var ee *perfCMEventError
+		if try == 9 || !errors.As(err, &ee) {
+			return fmt.Errorf("Failed to connect RDMA CM client, tried %d times: %w", try+1, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (s *perfSession) acceptTests(ctx context.Context, attr ibtransport.QPInitAttr) error {
+	l, err := s.cm.m.CreateID(rdmacm.PortSpaceTCP)
+	if err != nil {
+		return err
+	}
+	defer l.Destroy()
+	if err := l.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(s.cmPort))); err != nil {
+		return fmt.Errorf("Failed to bind RDMA CM address on the server: %w", err)
+	}
+	if err := l.Listen(s.p.qps); err != nil {
+		return fmt.Errorf("Failed to listen on RDMA CM server listen ID: %w", err)
+	}
+	for len(s.qps) < s.p.qps {
+		ev, err := perfCMWait(ctx, l, perfNoProgress, rdmacm.EventConnectRequest)
+		if err != nil {
+			return err
+		}
+		qp, err := ev.ID.CreateQP(s.pd, attr)
+		if err != nil {
+			ev.ID.Reject(nil)
+			return fmt.Errorf("Failed to create QP: %w", err)
+		}
+		s.cm.tests = append(s.cm.tests, ev.ID)
+		if err := ev.ID.Accept(s.cmConnParam(&ev.Param)); err != nil {
+			return fmt.Errorf("Failed to accept RDMA CM connection: %w", err)
+		}
+		s.qps = append(s.qps, qp)
+	}
+	return nil
+}
+
+func (s *perfSession) dialTests(ctx context.Context, attr ibtransport.QPInitAttr) error {
+	dst := netip.AddrPortFrom(s.cmPeer, uint16(s.cmPort))
+	for range s.p.qps {
+		id, err := s.cm.m.CreateID(rdmacm.PortSpaceTCP)
+		if err != nil {
+			return err
+		}
+		s.cm.tests = append(s.cm.tests, id)
+		if err := perfCMResolve(ctx, id, s.dev.local, dst); err != nil {
+			return err
+		}
+		qp, err := id.CreateQP(s.pd, attr)
+		if err != nil {
+			return fmt.Errorf("Failed to create QP: %w", err)
+		}
+		s.qps = append(s.qps, qp)
+		if err := id.Connect(s.cmConnParam(nil)); err != nil {
+			return fmt.Errorf("Failed to connect through RDMA CM: %w", err)
+		}
+	}
+	for _, id := range s.cm.tests {
+		if _, err := perfCMWait(ctx, id, perfCMStep, rdmacm.EventEstablished); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// perfRunCM is perfRun with -R or -z: the exchange over the comm QP, the test
+// QPs connected by rdma_cm (-R) or by their keys (-z).
+func perfRunCM(o *perfOptions, p *perfParams, res *perfResult, stdout, stderr io.Writer) (err error) {
+	ctx := context.Background()
+	var peer netip.Addr
+	if !p.server {
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip4", o.host)
+		if err != nil || len(ips) == 0 {
+			return fmt.Errorf("Problem in resolving basic address and port: %s: %v", o.host, err)
+		}
+		peer = ips[0].Unmap()
+	}
+	dev, err := perfOpenDevice(o, p, peer)
+	if err != nil {
+		return err
+	}
+	cm, err := perfStartCM(dev.dev)
+	if err != nil {
+		dev.close()
+		return err
+	}
+	defer func() {
+		cm.close()
+		if cerr := dev.close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing the device: %w", cerr)
+		}
+	}()
+	s := &perfSession{p: p, dev: dev, stdout: stdout, stderr: stderr, res: res, cm: cm, cmPort: o.port, cmPeer: peer}
+	if err := s.init(); err != nil {
+		return err
+	}
+	res.Device = s.devName
+	if p.server {
+		s.cmPort, err = cm.serveComm(ctx, o.port, o.listening, stdout)
+	} else {
+		err = cm.dialComm(ctx, dev.local, netip.AddrPortFrom(peer, uint16(o.port)), o.wait)
+	}
+	if err != nil {
+		return err
+	}
+
+	cfg := perftest.Config{
+		Test:       p.test,
+		Role:       perftest.RoleClient,
+		MTU:        s.portMTU,
+		NumQPs:     p.qps,
+		Size:       p.size,
+		RunAll:     p.all,
+		Duplex:     p.duplex,
+		Duration:   p.durationMode(),
+		UseRDMACM:  true,
+		WorkRDMACM: o.rdmaCM,
+		WithGID:    true,
+	}
+	if p.server {
+		cfg.Role = perftest.RoleServer
+	}
+	keys := func() {
+		if !s.keysPrinted && s.cmResult != nil {
+			s.remote = s.cmResult.Remote
+			s.printKeys(s.cmResult.Local, s.cmResult.Remote)
+		}
+	}
+	hooks := perftest.Hooks{
+		Setup: func(ctx context.Context, r *perftest.Result) ([]perftest.Dest, error) {
+			s.cmResult = r
+			return s.setup(ctx, r)
+		},
+		PostReceives: func(ctx context.Context, size uint64) error { keys(); return s.postReceives(ctx, size) },
+		Run:          func(ctx context.Context, size uint64) (perftest.BWReport, error) { keys(); return s.run(ctx, size) },
+	}
+	if o.rdmaCM {
+		hooks.ConnectCM = s.connectCM
+	} else {
+		hooks.Connect = s.connect
+	}
+	r, err := perftest.Run(ctx, cm.carrier, cfg, hooks)
+	if err != nil {
+		return err
+	}
+	keys()
+	s.finish(r)
+	// rdma_cm_disconnect_nodes: both sides disconnect every test connection
+	// and wait for their DISCONNECTED events.
+	if len(cm.tests) > 0 {
+		if err := perfCMDisconnect(cm.tests, perfCMStep); err != nil {
+			fmt.Fprintf(stderr, "softrdma perf: disconnecting: %v\n", err)
+		}
+	}
+	return nil
+}
