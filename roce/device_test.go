@@ -120,7 +120,9 @@ func connect(t *testing.T, d *roce.Device, qp, peer *ibtransport.QP, peerIP neti
 			ibtransport.QPAttrState | ibtransport.QPAttrPKeyIndex | ibtransport.QPAttrPort | ibtransport.QPAttrAccessFlags},
 		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: d.PathMTU(), DestQPN: peer.QPN(), RQPSN: rq, MaxDestRdAtomic: 4, MinRNRTimer: 1},
 			ibtransport.QPAttrState | ibtransport.QPAttrAH | ibtransport.QPAttrPathMTU | ibtransport.QPAttrDestQPN | ibtransport.QPAttrRQPSN | ibtransport.QPAttrMaxDestRdAtomic | ibtransport.QPAttrMinRNRTimer},
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: sq, Timeout: 10, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+		// Timeout 17 (0.54 s, 4.3 s with the retries): a veth or socket path right after
+		// setup can lose the first frames for a good part of a second under load (seen in CI).
+		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: sq, Timeout: 17, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
 			ibtransport.QPAttrState | ibtransport.QPAttrSQPSN | ibtransport.QPAttrTimeout | ibtransport.QPAttrRetryCnt | ibtransport.QPAttrRNRRetry | ibtransport.QPAttrMaxRdAtomic},
 	} {
 		if err := qp.Modify(&s.a, s.m); err != nil {
