@@ -416,7 +416,8 @@ func TestDeviceDropsUnresolved(t *testing.T) {
 	}
 	qa, cq, mr := setupQP(t, d)
 	peer, _, _ := setupQP(t, d) // only for a QPN
-	connect(t, d, qa, peer, netip.MustParseAddr("10.1.0.99"), 1, 1)
+	// A short timeout: the QP must give up long before ARP does.
+	connectTimeout(t, d, qa, peer, netip.MustParseAddr("10.1.0.99"), 1, 1, 10)
 	if err := qa.PostSend(ibtransport.SendWR{WRID: 1, Opcode: ibtransport.WRRDMAWrite, Signaled: true,
 		SGL: []ibtransport.SGE{mr.SGE(0, 100)}, RemoteAddr: 0x1000, RKey: 1}); err != nil {
 		t.Fatal(err)

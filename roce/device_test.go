@@ -108,6 +108,14 @@ func setupQP(t *testing.T, d *roce.Device) (*ibtransport.QP, *ibtransport.CQ, *i
 
 func connect(t *testing.T, d *roce.Device, qp, peer *ibtransport.QP, peerIP netip.Addr, sq, rq uint32) {
 	t.Helper()
+	// Timeout 17 (0.54 s, 4.3 s with the retries): a veth or socket path right after
+	// setup can lose the first frames for a good part of a second under load (seen in CI).
+	connectTimeout(t, d, qp, peer, peerIP, sq, rq, 17)
+}
+
+// connectTimeout is connect with the QP's local ACK timeout given.
+func connectTimeout(t *testing.T, d *roce.Device, qp, peer *ibtransport.QP, peerIP netip.Addr, sq, rq uint32, timeout uint8) {
+	t.Helper()
 	ah, err := d.AddressHandle(peerIP)
 	if err != nil {
 		t.Fatal(err)
@@ -120,9 +128,7 @@ func connect(t *testing.T, d *roce.Device, qp, peer *ibtransport.QP, peerIP neti
 			ibtransport.QPAttrState | ibtransport.QPAttrPKeyIndex | ibtransport.QPAttrPort | ibtransport.QPAttrAccessFlags},
 		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: d.PathMTU(), DestQPN: peer.QPN(), RQPSN: rq, MaxDestRdAtomic: 4, MinRNRTimer: 1},
 			ibtransport.QPAttrState | ibtransport.QPAttrAH | ibtransport.QPAttrPathMTU | ibtransport.QPAttrDestQPN | ibtransport.QPAttrRQPSN | ibtransport.QPAttrMaxDestRdAtomic | ibtransport.QPAttrMinRNRTimer},
-		// Timeout 17 (0.54 s, 4.3 s with the retries): a veth or socket path right after
-		// setup can lose the first frames for a good part of a second under load (seen in CI).
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: sq, Timeout: 17, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: sq, Timeout: timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
 			ibtransport.QPAttrState | ibtransport.QPAttrSQPSN | ibtransport.QPAttrTimeout | ibtransport.QPAttrRetryCnt | ibtransport.QPAttrRNRRetry | ibtransport.QPAttrMaxRdAtomic},
 	} {
 		if err := qp.Modify(&s.a, s.m); err != nil {
