@@ -51,6 +51,11 @@ type perfCM struct {
 	comm    *rdmacm.ID
 	carrier *perfQPCarrier
 	tests   []*rdmacm.ID
+	// listen is the server's listener, kept after the comm connection so that
+	// it already listens when the client connects the test QPs right after
+	// the first all-zero handshake (a fresh listener there races the client:
+	// seen in CI as the kernel's REQ answered with REJ 8, invalid service ID).
+	listen *rdmacm.ID
 }
 
 // perfStartCM puts a CM agent on QP1 of dev and a manager on it, and runs the
@@ -83,6 +88,10 @@ func (c *perfCM) close() {
 		id.Destroy()
 	}
 	c.tests = nil
+	if c.listen != nil {
+		c.listen.Destroy()
+		c.listen = nil
+	}
 	// What the CM just queued on QP1 (a DREP, say) goes out before QP1 does.
 	c.agent.Device().Flush(time.Now())
 	c.m.Close()
@@ -277,11 +286,11 @@ func (c *perfCM) serveComm(ctx context.Context, port int, listening func(net.Add
 	if err != nil {
 		return 0, err
 	}
-	defer l.Destroy()
+	c.listen = l // destroyed by close
 	if err := l.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(port))); err != nil {
 		return 0, fmt.Errorf(" rdma_bind_addr failed: %w", err)
 	}
-	if err := l.Listen(1); err != nil {
+	if err := l.Listen(16); err != nil {
 		return 0, fmt.Errorf("rdma_listen failed: %w", err)
 	}
 	port = int(l.LocalAddr().Port())
@@ -408,16 +417,19 @@ func (s *perfSession) connectCM(ctx context.Context) error {
 }
 
 func (s *perfSession) acceptTests(ctx context.Context, attr ibtransport.QPInitAttr) error {
-	l, err := s.cm.m.CreateID(rdmacm.PortSpaceTCP)
-	if err != nil {
-		return err
-	}
-	defer l.Destroy()
-	if err := l.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(s.cmPort))); err != nil {
-		return fmt.Errorf("Failed to bind RDMA CM address on the server: %w", err)
-	}
-	if err := l.Listen(s.p.qps); err != nil {
-		return fmt.Errorf("Failed to listen on RDMA CM server listen ID: %w", err)
+	l := s.cm.listen
+	if l == nil {
+		var err error
+		if l, err = s.cm.m.CreateID(rdmacm.PortSpaceTCP); err != nil {
+			return err
+		}
+		defer l.Destroy()
+		if err := l.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(s.cmPort))); err != nil {
+			return fmt.Errorf("Failed to bind RDMA CM address on the server: %w", err)
+		}
+		if err := l.Listen(s.p.qps); err != nil {
+			return fmt.Errorf("Failed to listen on RDMA CM server listen ID: %w", err)
+		}
 	}
 	for len(s.qps) < s.p.qps {
 		ev, err := perfCMWait(ctx, l, perfNoProgress, rdmacm.EventConnectRequest)
