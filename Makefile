@@ -5,7 +5,7 @@ BIN      := bin/softrdma
 RACEPKGS := ./ibtransport/... ./roce/... ./iwarp/... ./netio/... ./sim/... ./rdmacm/... ./conform/... ./test
 export CGO_ENABLED ?= 0
 
-.PHONY: all build demo test vet fmt-check unit race fuzz-short fuzz bench deps clean
+.PHONY: all build demo test vet fmt-check unit race fuzz-short fuzz bench bench-go bench-kernel deps clean interop
 
 all: build
 
@@ -39,8 +39,29 @@ fuzz-short:
 fuzz:
 	FUZZTIME=$${FUZZTIME:-60s} ./scripts/fuzz.sh
 
-bench:
+# The benchmark suite: softrdma against the raw path (UDP blaster, TCP stream)
+# between two network namespaces it creates; one table (BENCHFLAGS=--json for
+# JSON). Needs root; without it, one line says so and it succeeds.
+bench: build
+	./$(BIN) bench $(BENCHFLAGS)
+
+# The Go benchmarks (go test -bench), allocations reported.
+bench-go:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
+
+# softrdma perf against perftest over the kernel's rxe and siw inside one
+# guest of the interop harness (../shared/interop), same sizes and iterations;
+# prints softrdma/rxe and softrdma/siw. Skips (one line) without the harness.
+bench-kernel:
+	./scripts/bench-kernel.sh
+
+# The interop suite against the kernel's rxe and siw: interop/setup (packages,
+# the stock Debian kernel, siw built out of tree, the guest image; ~1 min cold),
+# then test/interop with the project's harness. Needs root: `sudo make interop`.
+# INTEROPFLAGS adds go test flags (e.g. INTEROPFLAGS='-run TestOwnHarness').
+interop:
+	./interop/setup
+	SOFTRDMA_INTEROP_HARNESS=$(CURDIR)/interop $(GO) test -count=1 -v -timeout 90m $(INTEROPFLAGS) ./test/interop/...
 
 clean:
 	rm -rf bin

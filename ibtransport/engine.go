@@ -19,9 +19,19 @@ type OutputPacket struct {
 	// Buf holds the packet at Buf[Offset:]: BTH, extension headers, payload and pad,
 	// without ICRC. Buf[:Offset] is free headroom for the device's headers, and
 	// cap(Buf)-len(Buf) is at least the batch's tailroom (for the ICRC).
+	// If Payload is not nil, Buf[Offset:] holds the headers only.
 	Buf []byte
 	// Offset is where the BTH starts: the batch's headroom.
 	Offset int
+	// Payload, in a batch that gathers (OutputBatch.Gather), is the packet's
+	// payload where it lies — slices of the registered memory regions the work
+	// request names, or of its inline data — to be sent after Buf[Offset:] and
+	// followed by Pad zero bytes, without a copy. The slices are valid until the
+	// application reuses the memory: send them before Output is called again.
+	// Nil when the payload is in Buf (always, in a batch that does not gather).
+	Payload [][]byte
+	// Pad is the number of pad bytes after Payload (the BTH's PadCount).
+	Pad int
 	// AH is the destination address (the QP's path, or the UD WR's AH).
 	AH *AddressHandle
 	// SrcQPN is the sending QP (rxe derives the UDP source port from it).
@@ -30,8 +40,21 @@ type OutputPacket struct {
 	DestQPN uint32
 }
 
-// Packet returns the IB transport packet: Buf[Offset:].
+// Packet returns the IB transport packet: Buf[Offset:] (only its headers when
+// Payload is set).
 func (p *OutputPacket) Packet() []byte { return p.Buf[p.Offset:] }
+
+// Len returns the IB transport packet's length: headers, payload and pad.
+func (p *OutputPacket) Len() int {
+	n := len(p.Buf) - p.Offset
+	if p.Payload != nil {
+		for _, s := range p.Payload {
+			n += len(s)
+		}
+		n += p.Pad
+	}
+	return n
+}
 
 // OutputBatch is a caller-owned batch of packet buffers that Output fills. Its
 // buffers are allocated once by NewOutputBatch and reused after Reset: filling a
@@ -42,6 +65,30 @@ type OutputBatch struct {
 	headroom int
 	tailroom int
 	bufs     [][]byte
+	pieces   [][]byte // Gather: the Payload slices, perPkt per packet
+	perPkt   int
+}
+
+// Gather makes the batch hand out payloads in place (OutputPacket.Payload)
+// instead of copying them next to the headers, for a device whose endpoint
+// sends a frame from several buffers (scatter/gather); a payload in more than
+// maxPieces pieces is copied anyway. maxPieces 0 turns gathering off.
+func (b *OutputBatch) Gather(maxPieces int) {
+	b.perPkt = max(maxPieces, 0)
+	b.pieces = nil
+	if b.perPkt > 0 {
+		b.pieces = make([][]byte, b.perPkt*len(b.bufs))
+	}
+}
+
+// pieceSpace returns room for the next packet's payload slices, or nil when
+// the batch copies payloads.
+func (b *OutputBatch) pieceSpace() [][]byte {
+	if b.perPkt == 0 {
+		return nil
+	}
+	i := len(b.Packets) * b.perPkt
+	return b.pieces[i : i : i+b.perPkt]
 }
 
 // NewOutputBatch returns a batch of up to capacity packets, each buffer with
@@ -64,8 +111,12 @@ func NewOutputBatch(capacity, headroom, tailroom int) *OutputBatch {
 	return b
 }
 
-// Reset empties the batch, keeping its buffers.
-func (b *OutputBatch) Reset() { b.Packets = b.Packets[:0] }
+// Reset empties the batch, keeping its buffers (and dropping its references
+// to payloads).
+func (b *OutputBatch) Reset() {
+	b.Packets = b.Packets[:0]
+	clear(b.pieces)
+}
 
 // Len returns the number of packets in the batch.
 func (b *OutputBatch) Len() int { return len(b.Packets) }
@@ -85,12 +136,15 @@ func (b *OutputBatch) space() []byte {
 	return buf[b.headroom : b.headroom+MaxPacketLen]
 }
 
-// commit adds the next packet, n bytes long, to the batch.
-func (b *OutputBatch) commit(n int, ah *AddressHandle, src, dst uint32) {
+// commit adds the next packet, n bytes long in its buffer, to the batch;
+// payload, if not nil, is its payload in place, followed by pad bytes.
+func (b *OutputBatch) commit(n int, payload [][]byte, pad int, ah *AddressHandle, src, dst uint32) {
 	buf := b.bufs[len(b.Packets)]
 	b.Packets = append(b.Packets, OutputPacket{
 		Buf:     buf[:b.headroom+n],
 		Offset:  b.headroom,
+		Payload: payload,
+		Pad:     pad,
 		AH:      ah,
 		SrcQPN:  src,
 		DestQPN: dst,
@@ -347,7 +401,20 @@ func (qp *QP) outputOne(now time.Time, out *OutputBatch) bool {
 
 // emit commits a built packet and counts it.
 func (qp *QP) emit(out *OutputBatch, n int, ah *AddressHandle, dst uint32) {
-	out.commit(n, ah, qp.qpn, dst)
+	qp.emitPayload(out, n, nil, 0, ah, dst)
+}
+
+// emitPayload commits a packet whose headers are n bytes in the batch's buffer
+// and whose payload is in place (nil: in the buffer, counted in n), and counts it.
+func (qp *QP) emitPayload(out *OutputBatch, n int, payload [][]byte, pad int, ah *AddressHandle, dst uint32) {
+	out.commit(n, payload, pad, ah, qp.qpn, dst)
+	total := n
+	if payload != nil {
+		for _, s := range payload {
+			total += len(s)
+		}
+		total += pad
+	}
 	qp.counters.PacketsOut++
-	qp.counters.BytesOut += uint64(n)
+	qp.counters.BytesOut += uint64(total)
 }

@@ -275,12 +275,13 @@ func (qp *QP) checkLocalSGL(w *sendWQE) accessFault {
 // sendPacket builds and appends the WQE's packet at the send cursor.
 func (qp *QP) sendPacket(now time.Time, w *sendWQE, out *OutputBatch) bool {
 	psn := qp.req.psn
-	var n int
+	var n, pad int
+	var payload [][]byte
 	var ok bool
 	if w.wr.Opcode.readLike() {
 		n, ok = qp.buildReadLike(w, psn, out.space())
 	} else {
-		n, ok = qp.buildSendWrite(w, psn, out.space())
+		n, payload, pad, ok = qp.buildSendWrite(w, psn, out)
 	}
 	if !ok {
 		return false // the WQE failed (bad local memory); the QP changed state
@@ -289,7 +290,7 @@ func (qp *QP) sendPacket(now time.Time, w *sendWQE, out *OutputBatch) bool {
 	if qp.typ.datagram() {
 		ah, dst = w.wr.AH, w.wr.RemoteQPN
 	}
-	qp.emit(out, n, ah, dst)
+	qp.emitPayload(out, n, payload, pad, ah, dst)
 	if PSNLess(psn, qp.req.sentHigh) {
 		qp.counters.Retransmissions++
 	}
@@ -389,8 +390,12 @@ func sendWriteOpcode(t QPType, op WROpcode, first, last bool) Opcode {
 	return o
 }
 
-// buildSendWrite writes the SEND or RDMA WRITE packet with PSN psn into b.
-func (qp *QP) buildSendWrite(w *sendWQE, psn uint32, b []byte) (int, bool) {
+// buildSendWrite writes the SEND or RDMA WRITE packet with PSN psn into the
+// batch's next buffer: its headers, and its payload and pad too unless the batch
+// gathers, when the payload is returned in place (nil: it is in the buffer after
+// all) with the pad's length.
+func (qp *QP) buildSendWrite(w *sendWQE, psn uint32, out *OutputBatch) (int, [][]byte, int, bool) {
+	b := out.space()
 	idx := uint32(PSNDiff(psn, w.firstPSN))
 	first, last := idx == 0, idx == w.npkts-1
 	off := uint64(idx) * uint64(qp.mtu)
@@ -418,14 +423,24 @@ func (qp *QP) buildSendWrite(w *sendWQE, psn uint32, b []byte) (int, bool) {
 		f.DETH = DETHFields{QKey: qkey, SrcQP: qp.qpn}
 	}
 	n := f.EncodeHeaders(b)
+	pad := int(f.BTH.PadCount)
+	if ps := out.pieceSpace(); ps != nil && plen > 0 {
+		pieces, fault := qp.gatherInPlace(w, off, plen, ps)
+		if fault != faultNone {
+			qp.fail(w, WCLocProtErr)
+			return 0, nil, 0, false
+		}
+		if pieces != nil {
+			return n, pieces, pad, true
+		}
+	}
 	if fault := qp.gather(w, off, b[n:n+plen]); fault != faultNone {
 		qp.fail(w, WCLocProtErr)
-		return 0, false
+		return 0, nil, 0, false
 	}
 	n += plen
-	pad := int(f.BTH.PadCount)
 	clear(b[n : n+pad])
-	return n + pad, true
+	return n + pad, nil, 0, true
 }
 
 // buildReadLike writes the READ, atomic, ATOMIC WRITE or FLUSH request with PSN
@@ -467,8 +482,10 @@ func (qp *QP) buildReadLike(w *sendWQE, psn uint32, b []byte) (int, bool) {
 
 // gather copies the WQE's message bytes [off, off+len(dst)) into dst, checking
 // every L_Key again: the region may have been deregistered since the post. This
-// is the send path's one copy (region → packet buffer); it is also what lets a
-// retransmission rebuild the packet without a send buffer.
+// is the send path's one copy (region → packet buffer) for devices that cannot
+// send from several buffers (gatherInPlace is the others'); rebuilding packets
+// from the WQE and the region is also what lets a retransmission do without a
+// send buffer.
 func (qp *QP) gather(w *sendWQE, off uint64, dst []byte) accessFault {
 	if w.wr.Inline {
 		copy(dst, w.inline[off:])
@@ -492,6 +509,39 @@ func (qp *QP) gather(w *sendWQE, off uint64, dst []byte) accessFault {
 		off = 0
 	}
 	return faultNone
+}
+
+// gatherInPlace is gather without the copy, for a batch that gathers: it
+// appends to pieces the slices of the WQE's message bytes [off, off+n) where
+// they lie — registered memory (its L_Keys checked again, as gather does) or the
+// inline copy — and returns them; nil (and no fault) if they take more slices
+// than pieces has room for, so that the caller copies them instead.
+func (qp *QP) gatherInPlace(w *sendWQE, off uint64, n int, pieces [][]byte) ([][]byte, accessFault) {
+	if w.wr.Inline {
+		return append(pieces, w.inline[off:off+uint64(n)]), faultNone
+	}
+	left := uint64(n)
+	for _, s := range w.wr.SGL {
+		if left == 0 {
+			break
+		}
+		if off >= uint64(s.Length) {
+			off -= uint64(s.Length)
+			continue
+		}
+		k := min(left, uint64(s.Length)-off)
+		mem, f := qp.ctx.lookupLocal(qp.pd, s.LKey, s.Addr+off, k, false)
+		if f != faultNone {
+			return nil, f
+		}
+		if len(pieces) == cap(pieces) {
+			return nil, faultNone
+		}
+		pieces = append(pieces, mem)
+		left -= k
+		off = 0
+	}
+	return pieces, faultNone
 }
 
 // scatter copies src into the SGL sgl at byte offset off, checking every L_Key for

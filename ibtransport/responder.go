@@ -643,7 +643,8 @@ func (qp *QP) responderOutput(out *OutputBatch) bool {
 	f.BTH = BTHFields{PKey: qp.pkey, DestQP: qp.attr.DestQPN, PSN: it.psn}
 	f.AETH = AETHFields{Syndrome: it.syn, MSN: it.msn}
 	done := true
-	n := 0
+	n, pad := 0, 0
+	var payload [][]byte
 	switch it.kind {
 	case respAck, respNAK:
 		f.BTH.Opcode = OpcodeRCAcknowledge
@@ -660,12 +661,12 @@ func (qp *QP) responderOutput(out *OutputBatch) bool {
 		n = f.EncodeHeaders(b)
 	case respRead:
 		var ok bool
-		n, done, ok = qp.buildReadResponse(it, &f, b)
+		n, payload, pad, done, ok = qp.buildReadResponse(it, &f, b, out.pieceSpace())
 		if !ok {
 			return qp.responderOutput(out) // the READ failed; its NAK is queued next
 		}
 	}
-	qp.emit(out, n, qp.ah, qp.attr.DestQPN)
+	qp.emitPayload(out, n, payload, pad, qp.ah, qp.attr.DestQPN)
 	if done {
 		r.itemHead++
 		if r.itemHead == len(r.items) {
@@ -677,8 +678,10 @@ func (qp *QP) responderOutput(out *OutputBatch) bool {
 
 // buildReadResponse writes the next packet of a READ response. The memory is
 // read now, through the R_Key again: if the region went away since the request,
-// the READ is answered with a remote access NAK at this packet's PSN.
-func (qp *QP) buildReadResponse(it *respItem, f *PacketFields, b []byte) (n int, done, ok bool) {
+// the READ is answered with a remote access NAK at this packet's PSN. With
+// pieces (a batch that gathers) the payload is not copied but returned in place,
+// with the pad's length.
+func (qp *QP) buildReadResponse(it *respItem, f *PacketFields, b []byte, pieces [][]byte) (n int, payload [][]byte, pad int, done, ok bool) {
 	mtu := qp.mtu
 	idx := it.off / mtu
 	psn := PSNAdd(it.psn, int(idx))
@@ -701,12 +704,15 @@ func (qp *QP) buildReadResponse(it *respItem, f *PacketFields, b []byte) (n int,
 	if fault != faultNone {
 		qp.resp.itemHead++
 		qp.rcError(psn, faultRemoteAccess)
-		return 0, false, false
+		return 0, nil, 0, false, false
 	}
 	n = f.EncodeHeaders(b)
-	n += copy(b[n:n+int(plen)], mem) // the send path's one copy: region → packet
-	pad := int(f.BTH.PadCount)
-	clear(b[n : n+pad])
+	pad = int(f.BTH.PadCount)
 	it.off += plen
-	return n + pad, last, true
+	if pieces != nil && plen > 0 {
+		return n, append(pieces, mem), pad, last, true // no copy: the device sends from the region
+	}
+	n += copy(b[n:n+int(plen)], mem) // the send path's one copy: region → packet
+	clear(b[n : n+pad])
+	return n + pad, nil, 0, last, true
 }

@@ -125,11 +125,14 @@ type PacketEndpoint struct {
 	readMu  sync.Mutex
 	cur     int // block being consumed
 	pktLeft int // packets of block cur not yet consumed; 0: cur not started
+	held    int // blocks before cur consumed by ReadFrames, not yet handed back
 	pktOff  int // offset in block cur of the next packet
 
 	writeMu sync.Mutex
 	hdrs    []unix.Mmsghdr
-	iovs    []unix.Iovec
+	iovs    []unix.Iovec // MaxWritePieces per message
+	send    *packetSend
+	waitFn  func(uintptr) bool // a blocked read's poller check, made once
 
 	statsMu     sync.Mutex // guards the kernel counters
 	kernel      PacketStats
@@ -143,8 +146,10 @@ type packetCounters struct {
 }
 
 var (
-	_ Endpoint = (*PacketEndpoint)(nil)
-	_ Poller   = (*PacketEndpoint)(nil)
+	_ VectorWriter = (*PacketEndpoint)(nil)
+	_ FrameReader  = (*PacketEndpoint)(nil)
+	_ Endpoint     = (*PacketEndpoint)(nil)
+	_ Poller       = (*PacketEndpoint)(nil)
 )
 
 // RoCEFilter returns the classic BPF program of a PacketEndpoint: accept
@@ -291,7 +296,9 @@ func NewPacket(cfg PacketConfig) (*PacketEndpoint, error) {
 		return nil, fmt.Errorf("netio: packet: %w", err)
 	}
 	e.hdrs = make([]unix.Mmsghdr, e.batch)
-	e.iovs = make([]unix.Iovec, e.batch)
+	e.iovs = make([]unix.Iovec, e.batch*MaxWritePieces)
+	e.send = newPacketSend(e)
+	e.waitFn = func(uintptr) bool { return e.closed.Load() || e.blockReady(e.cur) }
 	return e, nil
 }
 
@@ -371,15 +378,16 @@ func (e *PacketEndpoint) read(bufs [][]byte, sizes []int, offset int, block bool
 	e.readMu.Lock()
 	defer e.readMu.Unlock()
 	want := min(len(bufs), len(sizes))
+	e.releaseHeld()
 	for {
 		if e.closed.Load() {
 			return 0, net.ErrClosed
 		}
-		n, err := e.drain(bufs[:want], sizes, offset)
+		n, err := e.drain(bufs[:want], sizes, offset, false)
 		if n > 0 || err != nil || !block || want == 0 {
 			return n, err
 		}
-		werr := e.rc.Read(func(uintptr) bool { return e.closed.Load() || e.blockReady(e.cur) })
+		werr := e.rc.Read(e.waitFn)
 		if werr != nil {
 			if e.closed.Load() || errors.Is(werr, os.ErrClosed) {
 				return 0, net.ErrClosed
@@ -407,22 +415,69 @@ func (e *PacketEndpoint) blockReady(i int) bool {
 	return atomic.LoadUint32(e.blockStatus(i))&unix.TP_STATUS_USER != 0
 }
 
-// drain copies frames from ready blocks into bufs, handing each block back
-// to the kernel once all its frames are consumed.
-func (e *PacketEndpoint) drain(bufs [][]byte, sizes []int, offset int) (int, error) {
+// ReadFrames returns up to len(frames) frames where they lie in the ring,
+// blocking until at least one is there: no copy. They stay valid until the
+// next read of any kind, which hands their blocks back to the kernel. See
+// FrameReader.
+func (e *PacketEndpoint) ReadFrames(frames [][]byte) (int, error) {
+	return e.readFrames(frames, true)
+}
+
+// TryReadFrames is ReadFrames without blocking: it returns 0, nil when no
+// frame is waiting.
+func (e *PacketEndpoint) TryReadFrames(frames [][]byte) (int, error) {
+	return e.readFrames(frames, false)
+}
+
+func (e *PacketEndpoint) readFrames(frames [][]byte, block bool) (int, error) {
+	e.readMu.Lock()
+	defer e.readMu.Unlock()
+	e.releaseHeld()
+	for {
+		if e.closed.Load() {
+			return 0, net.ErrClosed
+		}
+		n, err := e.drain(frames, nil, 0, true)
+		if n > 0 || err != nil || !block || len(frames) == 0 {
+			return n, err
+		}
+		werr := e.rc.Read(e.waitFn)
+		if werr != nil {
+			if e.closed.Load() || errors.Is(werr, os.ErrClosed) {
+				return 0, net.ErrClosed
+			}
+			return 0, werr
+		}
+	}
+}
+
+// releaseHeld hands back to the kernel the blocks whose frames ReadFrames
+// returned last time.
+func (e *PacketEndpoint) releaseHeld() {
+	for ; e.held > 0; e.held-- {
+		i := (e.cur - e.held + e.blockNr) % e.blockNr
+		atomic.StoreUint32(e.blockStatus(i), unix.TP_STATUS_KERNEL)
+		e.c.blocks.Add(1)
+	}
+}
+
+// drain copies frames from ready blocks into bufs (or, inPlace, points
+// bufs[i] at them in the ring, sizes unused), handing each block back to the
+// kernel once all its frames are consumed (inPlace: at the next read).
+func (e *PacketEndpoint) drain(bufs [][]byte, sizes []int, offset int, inPlace bool) (int, error) {
 	n := 0
 	var rerr error
 	ne := binary.NativeEndian
 	for n < len(bufs) {
 		base := e.cur * e.blockSize
 		if e.pktLeft == 0 {
-			if !e.blockReady(e.cur) {
+			if e.held == e.blockNr || !e.blockReady(e.cur) {
 				break
 			}
 			e.pktLeft = int(ne.Uint32(e.ring[base+blockNumPktsOff:]))
 			e.pktOff = int(ne.Uint32(e.ring[base+blockFirstPktOff:]))
 			if e.pktLeft == 0 {
-				e.releaseBlock()
+				e.doneBlock(inPlace)
 				continue
 			}
 		}
@@ -435,6 +490,9 @@ func (e *PacketEndpoint) drain(bufs [][]byte, sizes []int, offset int) (int, err
 			e.c.droppedOutgoing.Add(1)
 		case snap < length || mac+snap > base+e.blockSize:
 			e.c.droppedTruncated.Add(1)
+		case inPlace:
+			bufs[n] = e.ring[mac : mac+snap : mac+snap]
+			n++
 		default:
 			m, err := CopyFrame(bufs[n], offset, e.ring[mac:mac+snap])
 			if err != nil {
@@ -450,11 +508,23 @@ func (e *PacketEndpoint) drain(bufs [][]byte, sizes []int, offset int) (int, err
 		e.pktLeft--
 		e.pktOff += int(h.Next_offset)
 		if e.pktLeft == 0 {
-			e.releaseBlock()
+			e.doneBlock(inPlace)
 		}
 	}
 	e.c.framesReceived.Add(uint64(n))
 	return n, rerr
+}
+
+// doneBlock moves past block cur, handing it back to the kernel now, or
+// (inPlace: its frames are still in use) at the next read.
+func (e *PacketEndpoint) doneBlock(inPlace bool) {
+	if !inPlace {
+		e.releaseBlock()
+		return
+	}
+	e.held++
+	e.cur = (e.cur + 1) % e.blockNr
+	e.pktLeft, e.pktOff = 0, 0
 }
 
 // releaseBlock hands block cur back to the kernel and moves to the next.
@@ -515,18 +585,81 @@ func (e *PacketEndpoint) Write(bufs [][]byte, offset int) (int, error) {
 	return done, nil
 }
 
+// packetSend is sendmmsg's closure and its arguments and results, made
+// once: a closure handed to RawConn.Write escapes, and made per call it would
+// allocate. writeMu guards it.
+type packetSend struct {
+	from, count int
+	n           int
+	errno       syscall.Errno
+	fn          func(fd uintptr) bool
+}
+
+func newPacketSend(e *PacketEndpoint) *packetSend {
+	s := &packetSend{}
+	s.fn = func(fd uintptr) bool {
+		r, _, en := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&e.hdrs[s.from])), uintptr(s.count), 0, 0, 0)
+		s.n, s.errno = int(r), en
+		return en != unix.EAGAIN
+	}
+	return s
+}
+
+// WriteVectors sends each frame from its pieces, gathered by the kernel
+// (sendmmsg with one iovec per piece): nothing is copied. Frames with more
+// than MaxWritePieces pieces, longer than MaxFrameLen(MTU()) or empty are
+// dropped and counted. See VectorWriter.
+func (e *PacketEndpoint) WriteVectors(frames [][][]byte) (int, error) {
+	if e.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	done := 0
+	for done < len(frames) {
+		k := 0
+		end := done
+		for end < len(frames) && k < e.batch {
+			f := frames[end]
+			end++
+			n := 0
+			for _, p := range f {
+				n += len(p)
+			}
+			if len(f) > MaxWritePieces || n == 0 || n > MaxFrameLen(e.mtu) {
+				e.c.droppedOversize.Add(1)
+				continue
+			}
+			iov := e.iovs[k*MaxWritePieces : k*MaxWritePieces]
+			for _, p := range f {
+				if len(p) > 0 {
+					iov = append(iov, unix.Iovec{Base: &p[0]})
+					iov[len(iov)-1].SetLen(len(p))
+				}
+			}
+			e.hdrs[k] = unix.Mmsghdr{}
+			e.hdrs[k].Hdr.Iov = &iov[0]
+			e.hdrs[k].Hdr.SetIovlen(len(iov))
+			k++
+		}
+		err := e.sendmmsg(k)
+		clear(e.iovs[:k*MaxWritePieces]) // keep no reference to the caller's buffers
+		if err != nil {
+			return done, err
+		}
+		done = end
+	}
+	return done, nil
+}
+
 // sendmmsg sends e.hdrs[:k], dropping (and counting) frames the kernel
 // refuses. It returns an error only if the endpoint is closed.
 func (e *PacketEndpoint) sendmmsg(k int) error {
 	sent := 0
 	for sent < k {
-		var n int
-		var errno syscall.Errno
-		err := e.rc.Write(func(fd uintptr) bool {
-			r, _, en := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&e.hdrs[sent])), uintptr(k-sent), 0, 0, 0)
-			n, errno = int(r), en
-			return errno != unix.EAGAIN
-		})
+		e.send.from, e.send.count = sent, k-sent
+		err := e.rc.Write(e.send.fn)
+		n, errno := e.send.n, e.send.errno
 		if err != nil {
 			if e.closed.Load() || errors.Is(err, os.ErrClosed) {
 				return net.ErrClosed

@@ -213,10 +213,19 @@ func (c *Capture) Write(bufs [][]byte, offset int) (int, error) {
 	if len(bufs) == 0 {
 		return c.ep.Write(bufs, offset)
 	}
+	// Recorded before they are written: an endpoint may change what it
+	// sends (a UDP endpoint's IPv4GSO hook changes the ICRC of GSO segments
+	// for the IDs the kernel gives them, which the capture cannot show).
 	ts := c.clock.Now()
-	n, err := c.ep.Write(bufs, offset)
-	c.recordAt(ts, bufs[:n], nil, offset)
-	return n, err
+	valid := len(bufs)
+	for i, b := range bufs {
+		if offset < 0 || offset > len(b) {
+			valid = i
+			break
+		}
+	}
+	c.recordAt(ts, bufs[:valid], nil, offset)
+	return c.ep.Write(bufs, offset)
 }
 
 func (c *Capture) record(bufs [][]byte, sizes []int, offset int) {

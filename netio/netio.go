@@ -3,6 +3,7 @@ package netio
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 )
 
 // EthernetHeaderLen is the length of an untagged Ethernet II header
@@ -81,6 +82,65 @@ type IPv4IDPolicy interface {
 	// The RoCE layer then recovers it from the ICRC, which is linear in
 	// those 16 bits.
 	UnknownIPv4ID() bool
+}
+
+// Datagram is a UDP datagram received by a DatagramReader, in the
+// endpoint's own buffer.
+type Datagram struct {
+	// Payload is the UDP payload. It stays valid until the next read from
+	// the endpoint.
+	Payload []byte
+	// Src and Dst are the datagram's source and destination addresses.
+	Src, Dst netip.AddrPort
+	// TOS is the IPv4 TOS or IPv6 traffic class byte, TTL the IPv4 TTL or
+	// IPv6 hop limit.
+	TOS, TTL uint8
+}
+
+// DatagramReader is implemented by endpoints that receive UDP datagrams
+// (the UDP socket backend) and can hand them over where the kernel put
+// them, instead of copying each into the caller's buffer behind synthesised
+// Ethernet, IP and UDP headers as Read does. Reads of either kind may be
+// mixed; like Read, only one goroutine may read at a time.
+type DatagramReader interface {
+	// ReadDatagrams blocks until at least one datagram is available and
+	// returns up to len(d) of them. Their payloads stay valid until the next
+	// read. After Close it returns net.ErrClosed.
+	ReadDatagrams(d []Datagram) (int, error)
+	// TryReadDatagrams is ReadDatagrams without blocking: it returns 0, nil
+	// when nothing is waiting.
+	TryReadDatagrams(d []Datagram) (int, error)
+}
+
+// FrameReader is implemented by endpoints that can hand over received
+// frames where they lie (the AF_PACKET ring) instead of copying them into
+// the caller's buffers as Read does. Reads of either kind may be mixed; only
+// one goroutine may read at a time.
+type FrameReader interface {
+	// ReadFrames blocks until at least one frame is available and sets
+	// frames[:n] to the frames, which stay valid until the next read. After
+	// Close it returns net.ErrClosed.
+	ReadFrames(frames [][]byte) (n int, err error)
+	// TryReadFrames is ReadFrames without blocking: it returns 0, nil when
+	// nothing is waiting.
+	TryReadFrames(frames [][]byte) (n int, err error)
+}
+
+// MaxWritePieces is the most pieces a frame given to a VectorWriter may
+// have.
+const MaxWritePieces = 8
+
+// VectorWriter is implemented by endpoints that send a frame given in
+// pieces, gathered by the kernel (sendmsg's iovecs), so that a payload need
+// not be copied next to its headers first.
+type VectorWriter interface {
+	// WriteVectors writes each frames[i] — the concatenation of its at most
+	// MaxWritePieces pieces — as one frame, and returns how many frames it
+	// consumed, as Write does with offset 0. The first piece must hold every
+	// header the endpoint reads (for a UDP endpoint: Ethernet, IP and UDP);
+	// a frame that does not is dropped and counted. Like Write, WriteVectors
+	// keeps no reference to the frames after it returns.
+	WriteVectors(frames [][][]byte) (int, error)
 }
 
 // ErrShortBuffer reports a frame longer than the buffer offered to Read; the

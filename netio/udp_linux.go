@@ -10,14 +10,13 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
 
-	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 )
 
@@ -60,8 +59,12 @@ const DefaultMaxSourcePorts = 4096
 const udpMaxSegments = 64
 
 // udpMaxGSOPayload bounds the UDP payload of one GSO send: the IPv6 payload
-// length is 16 bits and includes the UDP header.
-const udpMaxGSOPayload = 65535 - udpHeaderLen
+// length is 16 bits and includes the UDP header; the IPv4 total length
+// includes the IPv4 header too (__ip_append_data refuses more with EMSGSIZE).
+const (
+	udpMaxGSOPayload   = 65535 - udpHeaderLen
+	udpMaxGSOPayloadV4 = 65535 - ipv4HeaderLen - udpHeaderLen
+)
 
 // groSlotLen is the receive buffer of one message when UDP_GRO is on: the
 // kernel may hand over up to 64 KiB of coalesced datagrams at once.
@@ -103,8 +106,21 @@ type UDPConfig struct {
 	// DisableGSO turns off UDP generic segmentation offload on send
 	// (UDP_SEGMENT), and DisableGRO the coalescing of received datagrams
 	// (UDP_GRO); both are otherwise used where the kernel supports them.
-	// GSO is used for IPv6 only (see UDPEndpoint).
+	// GSO is used for IPv4 only with IPv4GSO (see UDPEndpoint).
 	DisableGSO, DisableGRO bool
+
+	// IPv4GSO, if not nil, lets IPv4 datagrams leave as UDP GSO messages
+	// too. The kernel numbers the IPv4 Identification of the segments of one
+	// GSO send 0, 1, 2, ... (see UDPEndpoint), and RoCE's ICRC covers that
+	// field: before the datagram that will be segment id (1 and up) of a GSO
+	// send goes out, the endpoint calls IPv4GSO with its last four bytes (the
+	// ICRC, which it changes in the caller's frame), its UDP payload length
+	// and id, and IPv4GSO must change the four bytes to match Identification
+	// id instead of 0. Called again with the same arguments it must undo the
+	// change (a CRC is linear: applying the same difference twice does), as
+	// the endpoint does when the kernel refuses GSO and the datagram leaves
+	// alone with ID 0. roce.PatchICRCIPv4ID is the function for RoCE frames.
+	IPv4GSO func(icrc []byte, payloadLen int, id uint16)
 
 	// MaxSourcePorts bounds the number of send sockets, one per distinct UDP
 	// source port; 0 means DefaultMaxSourcePorts. Frames from further source
@@ -155,11 +171,18 @@ type udpCounters struct {
 // unconnected socket (ip_select_ident_segs in include/net/ip.h), so the
 // endpoint sends from unconnected sockets with IP_PMTUDISC_DO, and Write
 // accepts only IPv4 frames with Identification 0 and DF set (IPv4IDZero),
-// which the wire then matches bit for bit. For the same reason UDP GSO is
-// not used for IPv4: software segmentation numbers the segments 0, 1, 2 ...
-// (inet_gso_segment: UDP GSO is not SKB_GSO_TCP_FIXEDID), which would
-// break the ICRC of all but the first (TestKernelIPv4GSOIdentification
-// watches a TAP: 0, 1, 2, 3). IPv6 has no such field and uses GSO.
+// which the wire then matches bit for bit. UDP GSO numbers the segments
+// of one send 0, 1, 2 ... instead (inet_gso_segment: UDP GSO is not
+// SKB_GSO_TCP_FIXEDID; TestKernelIPv4GSOIdentification watches a TAP: 0,
+// 1, 2, 3), which would break the ICRC of all but the first: IPv4 uses GSO
+// only when UDPConfig.IPv4GSO is there to fix the ICRC of each segment for
+// the ID it will carry. IPv6 has no such field and uses GSO.
+//
+// Write gathers each datagram from the frame's bytes after the UDP header
+// with the kernel's iovecs, and WriteVectors from a frame in pieces (headers
+// in the first, the payload where it lies): nothing is copied on the way.
+// Message headers, iovecs, socket addresses and control buffers are
+// allocated once: recvmmsg and sendmmsg run on the socket's RawConn.
 //
 // Source ports: rxe sends from 0xC000 + (hash(QPN) & 0x3fff), and the
 // source port is covered by the ICRC too, so it must leave exactly as
@@ -191,7 +214,12 @@ type udpCounters struct {
 // message, so datagrams are received into the endpoint's own 64 KiB buffers
 // and copied out segment by segment: one deliberate copy, traded for far
 // fewer system calls and socket buffers; segments that do not fit the
-// caller's batch wait for the next Read.
+// caller's batch wait for the next Read. ReadDatagrams (DatagramReader)
+// needs neither the copy nor the synthesised headers: it hands out each
+// datagram, or each segment of a coalesced one, where the kernel put it,
+// with its addresses beside it — what the RoCE device reads with, so that
+// the payload's only copy after the kernel's is the one into the memory
+// region.
 type UDPEndpoint struct {
 	is6      bool
 	local    netip.AddrPort // bound address and port
@@ -203,6 +231,8 @@ type UDPEndpoint struct {
 	bufSize  int
 	localMAC [6]byte
 	peerMAC  [6]byte
+	zone     uint32 // the IPv6 scope of a link-local address: its interface index
+	ipv4GSO  func(icrc []byte, payloadLen int, id uint16)
 
 	netns netnsHandle // where NewUDP ran: send sockets are opened there too
 
@@ -289,14 +319,7 @@ func (h *netnsHandle) close() {
 // udpSocket is one UDP socket with its batch reader/writer.
 type udpSocket struct {
 	conn *net.UDPConn
-	pc   batchConn
-}
-
-// batchConn is implemented by ipv4.PacketConn and ipv6.PacketConn (their
-// Message types are the same).
-type batchConn interface {
-	ReadBatch(ms []ipv4.Message, flags int) (int, error)
-	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+	mm   mmsgConn
 }
 
 // sourcePortSocket is a send socket for one source port, or a record that
@@ -307,9 +330,11 @@ type sourcePortSocket struct {
 }
 
 var (
-	_ Endpoint     = (*UDPEndpoint)(nil)
-	_ Poller       = (*UDPEndpoint)(nil)
-	_ IPv4IDPolicy = (*UDPEndpoint)(nil)
+	_ Endpoint       = (*UDPEndpoint)(nil)
+	_ Poller         = (*UDPEndpoint)(nil)
+	_ IPv4IDPolicy   = (*UDPEndpoint)(nil)
+	_ DatagramReader = (*UDPEndpoint)(nil)
+	_ VectorWriter   = (*UDPEndpoint)(nil)
 )
 
 // NewUDP opens the receiving socket of a UDP endpoint. Send sockets for
@@ -335,6 +360,14 @@ func NewUDP(cfg UDPConfig) (*UDPEndpoint, error) {
 		maxPorts: cfg.MaxSourcePorts,
 		bufSize:  cfg.SocketBuffer,
 		socks:    make(map[uint16]*sourcePortSocket),
+		ipv4GSO:  cfg.IPv4GSO,
+	}
+	if z := addr.Zone(); z != "" {
+		if ifi, err := net.InterfaceByName(z); err == nil {
+			e.zone = uint32(ifi.Index)
+		} else if i, err := strconv.ParseUint(z, 10, 32); err == nil {
+			e.zone = uint32(i)
+		}
 	}
 	if e.mtu <= 0 {
 		e.mtu = DefaultMTU
@@ -373,7 +406,7 @@ func NewUDP(cfg UDPConfig) (*UDPEndpoint, error) {
 	if !cfg.DisableGRO {
 		e.gro = rx.setInt(unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil
 	}
-	if !cfg.DisableGSO && e.is6 {
+	if !cfg.DisableGSO && (e.is6 || cfg.IPv4GSO != nil) {
 		e.gso.Store(rx.gsoSupported())
 	}
 	e.r.init(e)
@@ -403,13 +436,12 @@ func (e *UDPEndpoint) listen(port uint16, receiver bool) (*udpSocket, error) {
 		return nil, err
 	}
 	conn := pc.(*net.UDPConn)
-	s := &udpSocket{conn: conn}
-	if e.is6 {
-		s.pc = ipv6.NewPacketConn(conn)
-	} else {
-		s.pc = ipv4.NewPacketConn(conn)
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		conn.Close()
+		return nil, err
 	}
-	return s, nil
+	return &udpSocket{conn: conn, mm: newRawMmsg(rc)}, nil
 }
 
 func (e *UDPEndpoint) setSocketOptions(fd int, receiver bool) error {
@@ -617,10 +649,13 @@ type pendingDatagram struct {
 }
 
 type udpReader struct {
-	msgs []ipv4.Message
-	iov  [][]byte // one Buffers slot per message
-	oob  [][]byte
-	// GRO path only.
+	bufs  [][]byte // Read's view of the caller's buffers
+	hdrs  []unix.Mmsghdr
+	iov   []unix.Iovec // one per message
+	names []sockaddrBuf
+	oob   [][]byte
+	// slots receive the messages of ReadDatagrams, and of Read with
+	// UDP_GRO; pending are the datagrams in them not yet handed out.
 	slots   [][]byte
 	pending []pendingDatagram
 	head    int
@@ -630,22 +665,58 @@ type udpReader struct {
 const udpOOBLen = 160
 
 func (r *udpReader) init(e *UDPEndpoint) {
-	r.msgs = make([]ipv4.Message, e.batch)
-	r.iov = make([][]byte, e.batch)
+	r.bufs = make([][]byte, e.batch)
+	r.hdrs = make([]unix.Mmsghdr, e.batch)
+	r.iov = make([]unix.Iovec, e.batch)
+	r.names = make([]sockaddrBuf, e.batch)
 	r.oob = make([][]byte, e.batch)
 	oob := make([]byte, e.batch*udpOOBLen)
 	for i := range r.oob {
 		r.oob[i] = oob[i*udpOOBLen : (i+1)*udpOOBLen : (i+1)*udpOOBLen]
 	}
+	// One allocation; pages are only touched as datagrams land. Without
+	// GRO a slot holds one datagram of the MTU.
+	slotLen := MaxFrameLen(e.mtu)
 	if e.gro {
-		// One allocation; pages are only touched as datagrams land.
-		slab := make([]byte, e.batch*groSlotLen)
-		r.slots = make([][]byte, e.batch)
-		for i := range r.slots {
-			r.slots[i] = slab[i*groSlotLen : (i+1)*groSlotLen : (i+1)*groSlotLen]
-		}
-		r.pending = make([]pendingDatagram, 0, e.batch)
+		slotLen = groSlotLen
 	}
+	slab := make([]byte, e.batch*slotLen)
+	r.slots = make([][]byte, e.batch)
+	for i := range r.slots {
+		r.slots[i] = slab[i*slotLen : (i+1)*slotLen : (i+1)*slotLen]
+	}
+	r.pending = make([]pendingDatagram, 0, e.batch)
+}
+
+// recv receives up to len(bufs) messages, message i into bufs[i], with
+// recvmmsg, and returns how many arrived; (0, nil) for MSG_DONTWAIT with
+// nothing queued. The caller holds readMu.
+func (e *UDPEndpoint) recv(bufs [][]byte, flags int) (int, error) {
+	r := &e.r
+	k := min(len(bufs), len(r.hdrs))
+	for i := 0; i < k; i++ {
+		setIov(&r.iov[i], bufs[i])
+		setMsg(&r.hdrs[i].Hdr, r.iov[i:i+1], &r.names[i], uint32(len(r.names[i])), r.oob[i])
+		r.hdrs[i].Len = 0
+	}
+	n, err := e.rx.mm.recvmmsg(r.hdrs[:k], flags)
+	clear(r.iov[:k]) // keep no reference to the caller's buffers
+	if err != nil {
+		if flags&unix.MSG_DONTWAIT != 0 && errors.Is(err, unix.EAGAIN) {
+			return 0, nil
+		}
+		return 0, e.closedErr(err)
+	}
+	e.stats.recvCalls.Add(1)
+	return n, nil
+}
+
+// message returns what the kernel said about received message i: its
+// length, whether it was truncated, its source and control messages.
+func (r *udpReader) message(i int, m *rxMeta) (n int, trunc bool, src netip.AddrPort) {
+	h := &r.hdrs[i]
+	parseRxControl(r.oob[i][:min(int(h.Hdr.Controllen), len(r.oob[i]))], m)
+	return int(h.Len), h.Hdr.Flags&unix.MSG_TRUNC != 0, r.names[i].addrPort(h.Hdr.Namelen)
 }
 
 // Read receives up to len(bufs) frames (at most BatchSize), blocking until
@@ -672,88 +743,92 @@ func (e *UDPEndpoint) read(bufs [][]byte, sizes []int, offset, flags int) (int, 
 	if offset < 0 {
 		return 0, fmt.Errorf("netio: udp: negative read offset %d", offset)
 	}
-	if e.gro {
+	r := &e.r
+	if e.gro || r.head < len(r.pending) {
+		// Coalesced messages (or datagrams an earlier ReadDatagrams left)
+		// are cut into frames from the slots.
 		return e.readGRO(bufs[:want], sizes, offset, flags)
 	}
-	r := &e.r
-	ms := r.msgs[:want]
-	for i := range ms {
+	// Each datagram lands straight in the caller's buffer, after room for
+	// the headers synthesised in front of it.
+	in := r.bufs[:want]
+	for i := range in {
 		if start := offset + e.hdrLen; start <= len(bufs[i]) {
-			r.iov[i] = bufs[i][start:]
+			in[i] = bufs[i][start:]
 		} else {
-			r.iov[i] = nil // receives nothing: reported as a short buffer
+			in[i] = nil // receives nothing: reported as a short buffer
 		}
-		ms[i] = ipv4.Message{Buffers: r.iov[i : i+1], OOB: r.oob[i]}
 	}
-	n, err := e.rx.pc.ReadBatch(ms, flags)
-	clear(r.iov[:want]) // keep no reference to the caller's buffers
-	if err != nil {
-		if flags&unix.MSG_DONTWAIT != 0 && errors.Is(err, unix.EAGAIN) {
-			return 0, nil
-		}
-		return 0, e.closedErr(err)
+	n, err := e.recv(in, flags)
+	clear(in)
+	if err != nil || n == 0 {
+		return 0, err
 	}
-	e.stats.recvCalls.Add(1)
 	out := 0
 	var rerr error
 	for i := 0; i < n; i++ {
-		m := &ms[i]
-		if m.Flags&unix.MSG_TRUNC != 0 {
+		var meta rxMeta
+		m, trunc, src := r.message(i, &meta)
+		if trunc {
 			e.stats.droppedShortBuffer.Add(1)
 			if rerr == nil {
-				rerr = shortBufferError(e.hdrLen+m.N, max(len(bufs[i])-offset, 0))
+				rerr = shortBufferError(e.hdrLen+m, max(len(bufs[i])-offset, 0))
 			}
 			continue
 		}
 		if out != i { // close the gap left by a dropped datagram
-			if offset+e.hdrLen+m.N > len(bufs[out]) {
+			if offset+e.hdrLen+m > len(bufs[out]) {
 				// The gap is too small for this one: drop it too.
 				e.stats.droppedShortBuffer.Add(1)
 				continue
 			}
-			copy(bufs[out][offset+e.hdrLen:], bufs[i][offset+e.hdrLen:offset+e.hdrLen+m.N])
+			copy(bufs[out][offset+e.hdrLen:], bufs[i][offset+e.hdrLen:offset+e.hdrLen+m])
 		}
-		var meta rxMeta
-		parseRxControl(m.OOB[:m.NN], &meta)
-		sizes[out] = e.synthesise(bufs[out][offset:], &meta, udpAddrPort(m.Addr), m.N)
+		sizes[out] = e.synthesise(bufs[out][offset:], &meta, src, m)
 		out++
 	}
 	e.stats.framesReceived.Add(uint64(out))
 	return out, rerr
 }
 
+// fill receives a batch of messages into the slots and queues their
+// datagrams (the segments of coalesced ones) in pending, unless datagrams
+// are still pending. The caller holds readMu.
+func (e *UDPEndpoint) fill(want, flags int) error {
+	r := &e.r
+	if r.head < len(r.pending) {
+		return nil
+	}
+	r.pending, r.head = r.pending[:0], 0
+	n, err := e.recv(r.slots[:min(want, len(r.slots))], flags)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		var p pendingDatagram
+		m, trunc, src := r.message(i, &p.meta)
+		if trunc {
+			e.stats.droppedShortBuffer.Add(1)
+			continue
+		}
+		p.data, p.src = r.slots[i][:m], src
+		p.seg = p.meta.gsoSize
+		if p.seg <= 0 || p.seg >= m {
+			p.seg = m
+		} else {
+			e.stats.groReceives.Add(1)
+		}
+		r.pending = append(r.pending, p)
+	}
+	return nil
+}
+
 // readGRO is read for a socket with UDP_GRO: messages land in the
 // endpoint's slots and are cut into frames in the caller's buffers.
 func (e *UDPEndpoint) readGRO(bufs [][]byte, sizes []int, offset, flags int) (int, error) {
 	r := &e.r
-	if r.head == len(r.pending) {
-		r.pending, r.head = r.pending[:0], 0
-		k := min(len(bufs), len(r.slots))
-		ms := r.msgs[:k]
-		for i := range ms {
-			r.iov[i] = r.slots[i]
-			ms[i] = ipv4.Message{Buffers: r.iov[i : i+1], OOB: r.oob[i]}
-		}
-		n, err := e.rx.pc.ReadBatch(ms, flags)
-		if err != nil {
-			if flags&unix.MSG_DONTWAIT != 0 && errors.Is(err, unix.EAGAIN) {
-				return 0, nil
-			}
-			return 0, e.closedErr(err)
-		}
-		e.stats.recvCalls.Add(1)
-		for i := 0; i < n; i++ {
-			m := &ms[i]
-			p := pendingDatagram{data: r.slots[i][:m.N], src: udpAddrPort(m.Addr)}
-			parseRxControl(m.OOB[:m.NN], &p.meta)
-			p.seg = p.meta.gsoSize
-			if p.seg <= 0 || p.seg >= m.N {
-				p.seg = m.N
-			} else {
-				e.stats.groReceives.Add(1)
-			}
-			r.pending = append(r.pending, p)
-		}
+	if err := e.fill(len(bufs), flags); err != nil {
+		return 0, err
 	}
 	out := 0
 	var rerr error
@@ -779,13 +854,54 @@ func (e *UDPEndpoint) readGRO(bufs [][]byte, sizes []int, offset, flags int) (in
 	return out, rerr
 }
 
-// udpAddrPort converts a source address from ReadBatch.
-func udpAddrPort(a net.Addr) netip.AddrPort {
-	if ua, ok := a.(*net.UDPAddr); ok {
-		ip, _ := netip.AddrFromSlice(ua.IP)
-		return netip.AddrPortFrom(ip.Unmap(), uint16(ua.Port))
+// ReadDatagrams receives up to len(d) datagrams (at most BatchSize, or the
+// segments of that many coalesced messages), blocking until at least one
+// arrives, and returns them in the endpoint's own buffers: nothing is
+// copied. See DatagramReader.
+func (e *UDPEndpoint) ReadDatagrams(d []Datagram) (int, error) {
+	return e.readDatagrams(d, 0)
+}
+
+// TryReadDatagrams is ReadDatagrams without blocking: it returns 0, nil
+// when nothing is queued.
+func (e *UDPEndpoint) TryReadDatagrams(d []Datagram) (int, error) {
+	return e.readDatagrams(d, unix.MSG_DONTWAIT)
+}
+
+func (e *UDPEndpoint) readDatagrams(d []Datagram, flags int) (int, error) {
+	if e.closed.Load() {
+		return 0, net.ErrClosed
 	}
-	return netip.AddrPort{}
+	e.readMu.Lock()
+	defer e.readMu.Unlock()
+	if len(d) == 0 {
+		return 0, nil
+	}
+	if err := e.fill(min(len(d), e.batch), flags); err != nil {
+		return 0, err
+	}
+	r := &e.r
+	out := 0
+	for out < len(d) && r.head < len(r.pending) {
+		p := &r.pending[r.head]
+		l := min(p.seg, len(p.data))
+		dst := e.local
+		if p.meta.haveDst {
+			if e.is6 {
+				dst = netip.AddrPortFrom(netip.AddrFrom16(p.meta.dst), e.local.Port())
+			} else {
+				dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(p.meta.dst[:4])), e.local.Port())
+			}
+		}
+		d[out] = Datagram{Payload: p.data[:l:l], Src: p.src, Dst: dst, TOS: p.meta.tos, TTL: p.meta.ttl}
+		out++
+		p.data = p.data[l:]
+		if len(p.data) == 0 {
+			r.head++
+		}
+	}
+	e.stats.framesReceived.Add(uint64(out))
+	return out, nil
 }
 
 // parseRxControl reads the control messages of one received datagram
@@ -911,7 +1027,9 @@ func ipv4Checksum(h []byte) uint16 {
 
 // txFrame is one parsed frame of a Write chunk.
 type txFrame struct {
-	payload []byte
+	payload []byte   // the UDP payload, or its part in the frame's first piece
+	rest    [][]byte // the frame's further pieces (WriteVectors)
+	plen    int      // the UDP payload length
 	dst     netip.AddrPort
 	src     netip.Addr // set only for wildcard endpoints
 	srcPort uint16
@@ -919,6 +1037,9 @@ type txFrame struct {
 	ttl     uint8
 	sock    *udpSocket // nil: dropped
 	next    int        // next frame of the same socket, -1 at the end
+	iov0    int        // its iovecs: w.iov[iov0 : iov0+iovN]
+	iovN    int
+	segID   uint16 // IPv4 GSO: the Identification its ICRC was changed for
 }
 
 // txGroup is the frames of one Write chunk that leave through one socket.
@@ -931,15 +1052,18 @@ type udpWriter struct {
 	frames   []txFrame
 	groups   []txGroup
 	consumed []bool
-	msgs     []ipv4.Message
+	hdrs     []unix.Mmsghdr
 	msgFrame []int // msgFrame[k]: index in order of message k's first frame
 	msgSegs  []int // datagrams in message k
+	msgIov   []int // message k's first iovec
 	order    []int // frame indices in message order
-	iov      [][]byte
+	iov      []unix.Iovec
+	niov     int
 	oob      [][]byte
-	addrs    []net.UDPAddr
-	ips      [][16]byte
-	single   [1]ipv4.Message
+	names    []sockaddrBuf
+	namelen  []uint32
+	single   [1]unix.Mmsghdr
+	oneFrame [1][]byte // Write's frames, for writeChunk
 }
 
 // udpWriteChunk is the most frames one Write pass handles: a full GSO
@@ -951,18 +1075,19 @@ func (w *udpWriter) init(e *UDPEndpoint) {
 	w.frames = make([]txFrame, n)
 	w.groups = make([]txGroup, 0, n)
 	w.consumed = make([]bool, n)
-	w.msgs = make([]ipv4.Message, n)
+	w.hdrs = make([]unix.Mmsghdr, n)
 	w.msgFrame = make([]int, n)
 	w.msgSegs = make([]int, n)
+	w.msgIov = make([]int, n)
 	w.order = make([]int, 0, n)
-	w.iov = make([][]byte, n)
+	w.iov = make([]unix.Iovec, n*(MaxWritePieces+1))
 	w.oob = make([][]byte, n)
 	oob := make([]byte, n*udpOOBLen)
 	for i := range w.oob {
 		w.oob[i] = oob[i*udpOOBLen : i*udpOOBLen : (i+1)*udpOOBLen]
 	}
-	w.addrs = make([]net.UDPAddr, n)
-	w.ips = make([][16]byte, n)
+	w.names = make([]sockaddrBuf, n)
+	w.namelen = make([]uint32, n)
 }
 
 // Write sends each bufs[i][offset:] as one UDP datagram. Frames are
@@ -970,7 +1095,9 @@ func (w *udpWriter) init(e *UDPEndpoint) {
 // not IP/UDP of the endpoint's family, when an IPv4 frame's Identification
 // is not 0 or its flags not DF alone (see IPv4IDZero), when the source
 // address is not the endpoint's, when no socket can be bound to the source
-// port, and when the kernel refuses them. See Endpoint.
+// port, and when the kernel refuses them. With UDPConfig.IPv4GSO set, the
+// last four bytes of IPv4 frames sent as segments of a GSO message are
+// changed (see there). See Endpoint.
 func (e *UDPEndpoint) Write(bufs [][]byte, offset int) (int, error) {
 	if e.closed.Load() {
 		return 0, net.ErrClosed
@@ -986,7 +1113,7 @@ func (e *UDPEndpoint) Write(bufs [][]byte, offset int) (int, error) {
 	}
 	for start := 0; start < valid; start += udpWriteChunk {
 		end := min(start+udpWriteChunk, valid)
-		if n, err := e.writeChunk(bufs[start:end], offset); err != nil {
+		if n, err := e.writeChunk(bufs[start:end], nil, offset); err != nil {
 			return start + n, err
 		}
 	}
@@ -996,17 +1123,48 @@ func (e *UDPEndpoint) Write(bufs [][]byte, offset int) (int, error) {
 	return valid, nil
 }
 
-// writeChunk sends up to udpWriteChunk frames. On a fatal error it returns
-// how many leading frames were consumed.
-func (e *UDPEndpoint) writeChunk(bufs [][]byte, offset int) (int, error) {
+// WriteVectors sends each frames[i], the concatenation of its pieces, as
+// one UDP datagram, gathering the pieces with the kernel's iovecs: the
+// payload is never copied. The first piece must hold the Ethernet, IP and
+// UDP headers. Frames are dropped as Write drops them, and also when they
+// have more than MaxWritePieces pieces. See VectorWriter.
+func (e *UDPEndpoint) WriteVectors(frames [][][]byte) (int, error) {
+	if e.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	for start := 0; start < len(frames); start += udpWriteChunk {
+		end := min(start+udpWriteChunk, len(frames))
+		if n, err := e.writeChunk(nil, frames[start:end], 0); err != nil {
+			return start + n, err
+		}
+	}
+	return len(frames), nil
+}
+
+// writeChunk sends up to udpWriteChunk frames: bufs[i][offset:], or the
+// vectors vecs[i]. On a fatal error it returns how many leading frames were
+// consumed.
+func (e *UDPEndpoint) writeChunk(bufs [][]byte, vecs [][][]byte, offset int) (int, error) {
 	w := &e.w
 	w.groups = w.groups[:0]
+	count := len(bufs)
+	if vecs != nil {
+		count = len(vecs)
+	}
 	e.sockMu.Lock()
-	for i, b := range bufs {
+	for i := 0; i < count; i++ {
 		f := &w.frames[i]
 		*f = txFrame{next: -1}
 		w.consumed[i] = true
-		if !e.parseTx(b[offset:], f) {
+		var ok bool
+		if vecs != nil {
+			ok = e.parseTxVector(vecs[i], f)
+		} else {
+			ok = e.parseTx(bufs[i][offset:], f)
+		}
+		if !ok {
 			continue
 		}
 		f.sock = e.sendSocketLocked(f.srcPort)
@@ -1032,44 +1190,68 @@ func (e *UDPEndpoint) writeChunk(bufs [][]byte, offset int) (int, error) {
 
 	// Keep no reference to the caller's buffers once done.
 	defer func() {
-		clear(w.frames[:len(bufs)])
-		clear(w.iov)
+		clear(w.frames[:count])
+		clear(w.iov[:w.niov])
+		w.niov = 0
 	}()
 	for _, g := range w.groups {
 		if err := e.sendGroup(g); err != nil {
 			n := 0
-			for n < len(bufs) && w.consumed[n] {
+			for n < count && w.consumed[n] {
 				n++
 			}
 			return n, err
 		}
 	}
-	return len(bufs), nil
+	return count, nil
+}
+
+// parseTxVector is parseTx for a frame in pieces.
+func (e *UDPEndpoint) parseTxVector(pieces [][]byte, f *txFrame) bool {
+	if len(pieces) == 0 || len(pieces) > MaxWritePieces {
+		e.stats.droppedMalformed.Add(1)
+		return false
+	}
+	total := 0
+	for _, p := range pieces {
+		total += len(p)
+	}
+	if !e.parseTxHeaders(pieces[0], total, f) {
+		return false
+	}
+	f.rest = pieces[1:]
+	return true
 }
 
 // parseTx reads the addresses and payload of one frame into f, or counts
 // the frame as dropped and returns false.
 func (e *UDPEndpoint) parseTx(frame []byte, f *txFrame) bool {
+	return e.parseTxHeaders(frame, len(frame), f)
+}
+
+// parseTxHeaders reads the headers of a frame of total bytes whose first
+// piece is first; f.payload is the UDP payload's part in first.
+func (e *UDPEndpoint) parseTxHeaders(first []byte, total int, f *txFrame) bool {
 	be := binary.BigEndian
 	c := &e.stats
-	if len(frame) > MaxFrameLen(e.mtu) {
+	if total > MaxFrameLen(e.mtu) {
 		c.droppedOversize.Add(1)
 		return false
 	}
-	if len(frame) < e.hdrLen {
+	if len(first) < e.hdrLen {
 		c.droppedMalformed.Add(1)
 		return false
 	}
-	var udp []byte
 	var src netip.Addr
+	var udpOff, udpLen int // the UDP header's offset in the frame; the IP payload length
 	if e.is6 {
-		ip := frame[EthernetHeaderLen:]
-		if be.Uint16(frame[12:]) != etherTypeIPv6 || ip[0]>>4 != 6 || ip[6] != ipProtoUDP {
+		ip := first[EthernetHeaderLen:]
+		if be.Uint16(first[12:]) != etherTypeIPv6 || ip[0]>>4 != 6 || ip[6] != ipProtoUDP {
 			c.droppedMalformed.Add(1)
 			return false
 		}
 		plen := int(be.Uint16(ip[4:]))
-		if ipv6HeaderLen+plen > len(ip) {
+		if EthernetHeaderLen+ipv6HeaderLen+plen > total {
 			c.droppedMalformed.Add(1)
 			return false
 		}
@@ -1077,15 +1259,15 @@ func (e *UDPEndpoint) parseTx(frame []byte, f *txFrame) bool {
 		f.ttl = ip[7]
 		src = netip.AddrFrom16([16]byte(ip[8:24]))
 		f.dst = netip.AddrPortFrom(netip.AddrFrom16([16]byte(ip[24:40])), 0)
-		udp = ip[ipv6HeaderLen : ipv6HeaderLen+plen]
+		udpOff, udpLen = EthernetHeaderLen+ipv6HeaderLen, plen
 	} else {
-		ip := frame[EthernetHeaderLen:]
-		if be.Uint16(frame[12:]) != etherTypeIPv4 || ip[0] != 0x45 || ip[9] != ipProtoUDP {
+		ip := first[EthernetHeaderLen:]
+		if be.Uint16(first[12:]) != etherTypeIPv4 || ip[0] != 0x45 || ip[9] != ipProtoUDP {
 			c.droppedMalformed.Add(1)
 			return false
 		}
 		tot := int(be.Uint16(ip[2:]))
-		if tot < ipv4HeaderLen+udpHeaderLen || tot > len(ip) {
+		if tot < ipv4HeaderLen+udpHeaderLen || EthernetHeaderLen+tot > total {
 			c.droppedMalformed.Add(1)
 			return false
 		}
@@ -1096,14 +1278,15 @@ func (e *UDPEndpoint) parseTx(frame []byte, f *txFrame) bool {
 		f.tos, f.ttl = ip[1], ip[8]
 		src = netip.AddrFrom4([4]byte(ip[12:16]))
 		f.dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[16:20])), 0)
-		udp = ip[ipv4HeaderLen:tot]
+		udpOff, udpLen = EthernetHeaderLen+ipv4HeaderLen, tot-ipv4HeaderLen
 	}
-	if len(udp) < udpHeaderLen {
+	if udpLen < udpHeaderLen {
 		c.droppedMalformed.Add(1)
 		return false
 	}
+	udp := first[udpOff:]
 	ulen := int(be.Uint16(udp[4:]))
-	if ulen < udpHeaderLen || ulen > len(udp) {
+	if ulen < udpHeaderLen || ulen > udpLen {
 		c.droppedMalformed.Add(1)
 		return false
 	}
@@ -1117,7 +1300,8 @@ func (e *UDPEndpoint) parseTx(frame []byte, f *txFrame) bool {
 	}
 	f.srcPort = be.Uint16(udp[0:])
 	f.dst = netip.AddrPortFrom(f.dst.Addr(), be.Uint16(udp[2:]))
-	f.payload = udp[udpHeaderLen:ulen]
+	f.plen = ulen - udpHeaderLen
+	f.payload = first[e.hdrLen:min(len(first), e.hdrLen+f.plen)]
 	return true
 }
 
@@ -1156,6 +1340,45 @@ func (e *UDPEndpoint) sendSocketLocked(port uint16) *udpSocket {
 
 func (e *UDPEndpoint) noteSendError(err error) { e.lastSendErr.Store(&err) }
 
+// appendIov appends frame fi's payload pieces to w.iov: exactly its UDP
+// payload length of them.
+func (w *udpWriter) appendIov(fi int) {
+	f := &w.frames[fi]
+	f.iov0 = w.niov
+	left := f.plen
+	add := func(p []byte) {
+		if left == 0 || len(p) == 0 {
+			return
+		}
+		p = p[:min(len(p), left)]
+		setIov(&w.iov[w.niov], p)
+		w.niov++
+		left -= len(p)
+	}
+	add(f.payload)
+	for _, p := range f.rest {
+		add(p)
+	}
+	f.iovN = w.niov - f.iov0
+}
+
+// icrcTail returns the last four bytes of frame f's UDP payload if they lie
+// in one piece (else nil): where RoCE's ICRC is.
+func (f *txFrame) icrcTail() []byte {
+	last, covered := f.payload, len(f.payload)
+	for _, p := range f.rest {
+		if covered >= f.plen {
+			break
+		}
+		last = p[:min(len(p), f.plen-covered)]
+		covered += len(last)
+	}
+	if covered != f.plen || len(last) < 4 {
+		return nil
+	}
+	return last[len(last)-4:]
+}
+
 // sendGroup builds the messages for the frames of one socket (merging runs
 // into GSO messages when on) and sends them with as few sendmmsg calls as
 // the kernel allows. It returns an error only when the endpoint is closed.
@@ -1163,6 +1386,7 @@ func (e *UDPEndpoint) sendGroup(g txGroup) error {
 	w := &e.w
 	nm := 0
 	w.order = w.order[:0]
+	w.niov = 0
 	gso := e.gso.Load()
 	seg := 0 // GSO segment size of message nm-1, 0 if it cannot grow
 	total := 0
@@ -1172,48 +1396,46 @@ func (e *UDPEndpoint) sendGroup(g txGroup) error {
 			// Messages of a group are built one after another and only the
 			// last grows, so its iovecs stay contiguous.
 			k := nm - 1
-			w.iov[len(w.order)] = f.payload
+			if !e.is6 {
+				// The kernel numbers this segment's IPv4 ID; the hook
+				// makes the ICRC match.
+				f.segID = uint16(w.msgSegs[k])
+				e.ipv4GSO(f.icrcTail(), f.plen, f.segID)
+			}
+			w.appendIov(i)
 			w.order = append(w.order, i)
 			w.msgSegs[k]++
-			w.msgs[k].Buffers = w.iov[w.msgFrame[k] : w.msgFrame[k]+w.msgSegs[k]]
-			total += len(f.payload)
-			if len(f.payload) < seg || w.msgSegs[k] == udpMaxSegments {
+			total += f.plen
+			if f.plen < seg || w.msgSegs[k] == udpMaxSegments {
 				seg = 0 // a short segment must be the last
 			}
 			continue
 		}
 		k := nm
 		nm++
-		w.iov[len(w.order)] = f.payload
 		w.msgFrame[k] = len(w.order)
 		w.msgSegs[k] = 1
+		w.msgIov[k] = w.niov
+		w.appendIov(i)
 		w.order = append(w.order, i)
-		a := &w.addrs[k]
-		ip := f.dst.Addr()
-		if e.is6 {
-			w.ips[k] = ip.As16()
-			a.IP = w.ips[k][:16]
-		} else {
-			b4 := ip.As4()
-			copy(w.ips[k][:4], b4[:])
-			a.IP = w.ips[k][:4]
-		}
-		a.Port = int(f.dst.Port())
-		a.Zone = e.local.Addr().Zone()
-		w.msgs[k] = ipv4.Message{
-			Buffers: w.iov[w.msgFrame[k] : w.msgFrame[k]+1],
-			Addr:    a,
-		}
-		seg, total = len(f.payload), len(f.payload)
+		w.namelen[k] = w.names[k].put(f.dst, e.is6, e.zone)
+		seg, total = f.plen, f.plen
 	}
-	// Control messages, now that the segment counts are known.
+	// Message headers and control messages, now that the segment counts are
+	// known.
 	for k := 0; k < nm; k++ {
 		f := &w.frames[w.order[w.msgFrame[k]]]
 		segSize := 0
 		if w.msgSegs[k] > 1 {
-			segSize = len(f.payload)
+			segSize = f.plen
 		}
-		w.msgs[k].OOB = e.appendTxControl(w.oob[k][:0], f, segSize)
+		end := w.niov
+		if k+1 < nm {
+			end = w.msgIov[k+1]
+		}
+		oob := e.appendTxControl(w.oob[k][:0], f, segSize)
+		setMsg(&w.hdrs[k].Hdr, w.iov[w.msgIov[k]:end], &w.names[k], w.namelen[k], oob)
+		w.hdrs[k].Len = 0
 	}
 	return e.sendMessages(g.sock, 0, nm)
 }
@@ -1223,10 +1445,24 @@ func (e *UDPEndpoint) sendGroup(g txGroup) error {
 func (e *UDPEndpoint) canJoin(k int, f *txFrame, seg, total int) bool {
 	w := &e.w
 	first := &w.frames[w.order[w.msgFrame[k]]]
-	return len(f.payload) <= seg && len(f.payload) > 0 &&
-		total+len(f.payload) <= udpMaxGSOPayload &&
+	if !e.is6 && (e.ipv4GSO == nil || f.icrcTail() == nil) {
+		return false
+	}
+	return f.plen <= seg && f.plen > 0 && w.niov+f.iovPieces() <= len(w.iov) &&
+		total+f.plen <= e.maxGSOPayload() &&
 		f.dst == first.dst && f.src == first.src && f.tos == first.tos && f.ttl == first.ttl
 }
+
+// maxGSOPayload returns the most UDP payload bytes of one GSO send.
+func (e *UDPEndpoint) maxGSOPayload() int {
+	if e.is6 {
+		return udpMaxGSOPayload
+	}
+	return udpMaxGSOPayloadV4
+}
+
+// iovPieces returns the most iovecs f's payload takes.
+func (f *txFrame) iovPieces() int { return 1 + len(f.rest) }
 
 // appendTxControl appends the control messages for a datagram like f:
 // TOS/traffic class, TTL/hop limit, source address for wildcard endpoints,
@@ -1283,16 +1519,16 @@ func appendCmsg(b []byte, level, typ int, data []byte) []byte {
 	return b
 }
 
-// sendMessages sends w.msgs[from:to] through s, retrying after partial
-// sends, dropping (and counting) messages the kernel refuses, and falling
-// back to plain datagrams if a GSO send is refused. It returns an error
-// only if the endpoint is closed.
+// sendMessages sends messages [from, to) of w.hdrs through s, retrying
+// after partial sends, dropping (and counting) messages the kernel refuses,
+// and falling back to plain datagrams if a GSO send is refused. It returns
+// an error only if the endpoint is closed.
 func (e *UDPEndpoint) sendMessages(s *udpSocket, from, to int) error {
 	w := &e.w
 	for from < to {
-		n, err := s.pc.WriteBatch(w.msgs[from:to], 0)
+		n, err := s.mm.sendmmsg(w.hdrs[from:to])
 		e.stats.sendCalls.Add(1)
-		n = max(n, 0) // x/net passes on sendmmsg's -1 with the error
+		n = max(n, 0)
 		if n == 0 && err == nil {
 			err = errors.New("sendmmsg sent nothing")
 		}
@@ -1340,21 +1576,22 @@ func (e *UDPEndpoint) consume(k int, ok bool) {
 	}
 }
 
-// sendUnsegmented resends GSO message k as one datagram per segment.
+// sendUnsegmented resends GSO message k as one datagram per segment; the
+// ICRCs changed for IPv4 segment IDs are changed back first.
 func (e *UDPEndpoint) sendUnsegmented(s *udpSocket, k int) error {
 	w := &e.w
 	first := w.msgFrame[k]
 	for j := 0; j < w.msgSegs[k]; j++ {
 		fi := w.order[first+j]
 		f := &w.frames[fi]
+		if f.segID != 0 {
+			e.ipv4GSO(f.icrcTail(), f.plen, f.segID) // undo: the datagram leaves with ID 0
+			f.segID = 0
+		}
 		var oob [udpOOBLen]byte
 		m := &w.single[0]
-		*m = ipv4.Message{
-			Buffers: w.iov[first+j : first+j+1],
-			Addr:    w.msgs[k].Addr,
-			OOB:     e.appendTxControl(oob[:0], f, 0),
-		}
-		_, err := s.pc.WriteBatch(w.single[:], 0)
+		setMsg(&m.Hdr, w.iov[f.iov0:f.iov0+f.iovN], &w.names[k], w.namelen[k], e.appendTxControl(oob[:0], f, 0))
+		_, err := s.mm.sendmmsg(w.single[:])
 		e.stats.sendCalls.Add(1)
 		w.consumed[fi] = true
 		switch {

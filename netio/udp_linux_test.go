@@ -16,9 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/gopacket/pcapgo"
-	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
 
@@ -808,24 +808,43 @@ func benchPath(n, batch int, send func(k int), recv func() (int, error), stop fu
 }
 
 // gsoRefuser stands for a kernel or device that cannot segment: it fails
-// every multi-datagram message with EIO, as udp_send_skb does.
+// every message with a UDP_SEGMENT control message with EIO, as
+// udp_send_skb does.
 type gsoRefuser struct {
-	batchConn
+	mmsgConn
 	refused int
 }
 
-func (g *gsoRefuser) WriteBatch(ms []ipv4.Message, flags int) (int, error) {
+// segmented reports whether a message asks for UDP_SEGMENT.
+func segmented(h *unix.Msghdr) bool {
+	if h.Control == nil {
+		return false
+	}
+	b := unsafe.Slice(h.Control, h.Controllen)
+	for len(b) >= unix.SizeofCmsghdr {
+		c, _, rest, err := unix.ParseOneSocketControlMessage(b)
+		if err != nil {
+			return false
+		}
+		if c.Level == unix.IPPROTO_UDP && c.Type == unix.UDP_SEGMENT {
+			return true
+		}
+		b = rest
+	}
+	return false
+}
+
+func (g *gsoRefuser) sendmmsg(ms []unix.Mmsghdr) (int, error) {
 	for i := range ms {
-		if len(ms[i].Buffers) > 1 {
-			n, err := g.batchConn.WriteBatch(ms[:i], flags)
-			if err != nil || n < i {
-				return n, err
+		if segmented(&ms[i].Hdr) {
+			if i > 0 {
+				return g.mmsgConn.sendmmsg(ms[:i])
 			}
 			g.refused++
-			return i, &net.OpError{Op: "write", Net: "udp", Err: os.NewSyscallError("sendmmsg", unix.EIO)}
+			return 0, unix.EIO
 		}
 	}
-	return g.batchConn.WriteBatch(ms, flags)
+	return g.mmsgConn.sendmmsg(ms)
 }
 
 func TestUDPGSOFallbackOnEIO(t *testing.T) {
@@ -843,8 +862,8 @@ func TestUDPGSOFallbackOnEIO(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.sockMu.Lock()
-	ref := &gsoRefuser{batchConn: a.socks[port].s.pc}
-	a.socks[port].s.pc = ref
+	ref := &gsoRefuser{mmsgConn: a.socks[port].s.mm}
+	a.socks[port].s.mm = ref
 	a.sockMu.Unlock()
 	var frames [][]byte
 	for i := 1; i <= 32; i++ {

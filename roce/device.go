@@ -157,11 +157,21 @@ type Device struct {
 	closeOnce sync.Once
 	closers   []io.Closer // what Open started, closed after the endpoint
 
-	mu       sync.Mutex // serialises Poll/Flush: buffers and counters
-	out      *ibtransport.OutputBatch
-	frames   [][]byte
-	rbufs    [][]byte
-	sizes    []int
+	mu         sync.Mutex // serialises Poll/Flush: buffers and counters
+	out        *ibtransport.OutputBatch
+	frames     [][]byte
+	rbufs      [][]byte
+	sizes      []int
+	dgrams     []netio.Datagram // Poll's datagrams (a DatagramReader endpoint)
+	pollFrames [][]byte         // Poll's frames in place (a FrameReader endpoint)
+	dghdr      datagramHeaders  // Poll's scratch headers for them
+
+	// Scatter/gather output (a VectorWriter endpoint): the engine hands out
+	// payloads in place and each frame is written as pieces.
+	vw       netio.VectorWriter
+	vecs     [][][]byte // the frames of one write
+	pieces   [][]byte   // their pieces, maxFramePieces per frame
+	icrcIn   [][]byte   // ICRC input: headers, payload pieces, pad
 	ipID     uint16
 	counters DeviceCounters
 	pending  []pendingFrame // frames waiting for their next hop, oldest first
@@ -175,6 +185,13 @@ type Device struct {
 // headroom is room for the longest header stack the device writes before a BTH:
 // Ethernet with a VLAN tag and IPv6 + UDP.
 const headroom = EthernetLen + VLANTagLen + IPv6Len + UDPLen
+
+// maxFramePieces is the most pieces of a frame the device writes: headers,
+// the payload in at most maxFramePieces-2 slices, then pad and ICRC.
+const maxFramePieces = netio.MaxWritePieces
+
+// zeroPad are the pad bytes of a gathered packet, for its ICRC.
+var zeroPad [3]byte
 
 // NewDevice returns a device on cfg.Endpoint.
 func NewDevice(cfg DeviceConfig) (*Device, error) {
@@ -230,6 +247,18 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 	d.ctx = ibtransport.NewContext(cfg.Engine)
 	d.out = ibtransport.NewOutputBatch(cfg.Batch, headroom, ICRCLen)
 	d.frames = make([][]byte, 0, cfg.Batch)
+	if vw, ok := cfg.Endpoint.(netio.VectorWriter); ok {
+		// No copy of the payload: the endpoint gathers it from the memory
+		// region (the pad and ICRC go in the packet buffer after the headers).
+		d.vw = vw
+		d.out.Gather(maxFramePieces - 2)
+		d.vecs = make([][][]byte, 0, cfg.Batch)
+		d.pieces = make([][]byte, cfg.Batch*maxFramePieces)
+		d.icrcIn = make([][]byte, 0, maxFramePieces)
+	}
+	if _, ok := cfg.Endpoint.(netio.DatagramReader); ok {
+		d.dgrams = make([]netio.Datagram, cfg.Batch)
+	}
 	frameLen := netio.MaxFrameLen(cfg.Endpoint.MTU()) + VLANTagLen
 	mem := make([]byte, frameLen*cfg.Batch)
 	d.rbufs = make([][]byte, cfg.Batch)
@@ -376,96 +405,259 @@ func ahVersion(ah *ibtransport.AddressHandle) Version {
 // packets to the engine, then sends what the engine has to send. It reports
 // whether it moved any frame in either direction.
 func (d *Device) Poll(now time.Time) (bool, error) {
-	p, ok := d.cfg.Endpoint.(netio.Poller)
-	if !ok {
-		return false, netio.ErrNotPollable
-	}
 	moved := false
-	for {
-		n, err := p.TryRead(d.rbufs, d.sizes, 0)
-		if n > 0 {
-			moved = true
-			d.Input(now, d.rbufs[:n], d.sizes[:n])
+	if dr, ok := d.cfg.Endpoint.(netio.DatagramReader); ok && d.dgrams != nil {
+		for {
+			n, err := dr.TryReadDatagrams(d.dgrams)
+			if n > 0 {
+				moved = true
+				d.inputDatagrams(now, d.dgrams[:n], &d.dghdr)
+			}
+			if err != nil {
+				return moved, err
+			}
+			if n < len(d.dgrams) {
+				break
+			}
 		}
-		if err != nil {
-			return moved, err
+	} else if fr, ok := d.cfg.Endpoint.(netio.FrameReader); ok {
+		if d.pollFrames == nil {
+			d.pollFrames = make([][]byte, len(d.rbufs)) // pointed into the ring
 		}
-		if n < len(d.rbufs) {
-			break
+		frames := d.pollFrames
+		for {
+			n, err := fr.TryReadFrames(frames)
+			if n > 0 {
+				moved = true
+				d.inputFrames(now, frames[:n])
+			}
+			if err != nil {
+				return moved, err
+			}
+			if n < len(frames) {
+				break
+			}
+		}
+	} else {
+		p, ok := d.cfg.Endpoint.(netio.Poller)
+		if !ok {
+			return false, netio.ErrNotPollable
+		}
+		for {
+			n, err := p.TryRead(d.rbufs, d.sizes, 0)
+			if n > 0 {
+				moved = true
+				d.Input(now, d.rbufs[:n], d.sizes[:n])
+			}
+			if err != nil {
+				return moved, err
+			}
+			if n < len(d.rbufs) {
+				break
+			}
 		}
 	}
 	sent, err := d.Flush(now)
 	return moved || sent > 0, err
 }
 
-// Input hands received frames to the engine: frames[i][:sizes[i]].
-func (d *Device) Input(now time.Time, frames [][]byte, sizes []int) {
-	var f Frame
-	for i, b := range frames {
-		d.input(now, &f, b[:sizes[i]])
-	}
-}
+// verdict is what became of a received frame: delivered to the engine, or
+// the counter of the reason it was not.
+type verdict uint8
 
-func (d *Device) input(now time.Time, f *Frame, b []byte) {
-	counter := d.check(now, f, b)
-	if counter == nil {
-		meta := ibtransport.InputMeta{
-			HasGRH:       true,
-			SGID:         f.Src.As16(),
-			DGID:         f.Dst.As16(),
-			TrafficClass: f.trafficClass(),
-			FlowLabel:    f.flowLabel(),
-			HopLimit:     f.hopLimit(),
-		}
-		var grh [GRHLen]byte
-		if ibtransport.BTH(f.IB).Opcode().Service() == ibtransport.ServiceUD {
-			switch {
-			case f.Version == RoCEv1:
-				meta.GRH = f.GRH
-			case len(f.IP) <= GRHLen:
-				// What rxe puts in the 40-byte GRH area of a UD receive: the IPv6
-				// header, or for IPv4 the IPv4 header in the last 20 bytes.
-				copy(grh[GRHLen-len(f.IP):], f.IP)
-				meta.GRH = grh[:]
-			}
-		}
-		if d.ctx.Input(now, f.IB, meta) != nil {
-			counter = &d.counters.EngineDrops
-		}
-	}
+const (
+	verdictDelivered verdict = iota
+	verdictNotRoCE
+	verdictMalformed
+	verdictNotForUs
+	verdictBadICRC
+	verdictNeighbor
+	verdictEngineDrop
+	numVerdicts
+)
+
+// tally counts the verdicts of a batch of frames, added to the device's
+// counters under one lock.
+type tally [numVerdicts]uint64
+
+func (d *Device) addTally(t *tally) {
 	d.mu.Lock()
-	d.counters.FramesIn++
-	if counter != nil {
-		*counter++
+	c := &d.counters
+	for _, n := range t {
+		c.FramesIn += n
 	}
+	c.NotRoCE += t[verdictNotRoCE]
+	c.Malformed += t[verdictMalformed]
+	c.NotForUs += t[verdictNotForUs]
+	c.BadICRC += t[verdictBadICRC]
+	c.Neighbor += t[verdictNeighbor]
+	c.EngineDrops += t[verdictEngineDrop]
 	d.mu.Unlock()
 }
 
-// check decodes a received frame and returns the counter of the reason to drop
-// it, or nil for a RoCE packet addressed to the device whose ICRC verifies.
-// Non-RoCE frames go to the neighbour protocol, if there is one.
-func (d *Device) check(now time.Time, f *Frame, b []byte) *uint64 {
+// Input hands received frames to the engine: frames[i][:sizes[i]].
+func (d *Device) Input(now time.Time, frames [][]byte, sizes []int) {
+	var f Frame
+	var t tally
+	for i, b := range frames {
+		t[d.input(now, &f, b[:sizes[i]])]++
+	}
+	d.addTally(&t)
+}
+
+// inputFrames is Input for frames a FrameReader handed over in place.
+func (d *Device) inputFrames(now time.Time, frames [][]byte) {
+	var f Frame
+	var t tally
+	for _, b := range frames {
+		t[d.input(now, &f, b)]++
+	}
+	clear(frames) // the ring's blocks go back to the kernel at the next read
+	d.addTally(&t)
+}
+
+func (d *Device) input(now time.Time, f *Frame, b []byte) verdict {
+	if v := d.check(now, f, b); v != verdictDelivered {
+		return v
+	}
+	return d.deliver(now, f)
+}
+
+// deliver hands a checked frame's IB packet to the engine.
+func (d *Device) deliver(now time.Time, f *Frame) verdict {
+	meta := ibtransport.InputMeta{
+		HasGRH:       true,
+		SGID:         f.Src.As16(),
+		DGID:         f.Dst.As16(),
+		TrafficClass: f.trafficClass(),
+		FlowLabel:    f.flowLabel(),
+		HopLimit:     f.hopLimit(),
+	}
+	var grh [GRHLen]byte
+	if ibtransport.BTH(f.IB).Opcode().Service() == ibtransport.ServiceUD {
+		switch {
+		case f.Version == RoCEv1:
+			meta.GRH = f.GRH
+		case len(f.IP) <= GRHLen:
+			// What rxe puts in the 40-byte GRH area of a UD receive: the IPv6
+			// header, or for IPv4 the IPv4 header in the last 20 bytes.
+			copy(grh[GRHLen-len(f.IP):], f.IP)
+			meta.GRH = grh[:]
+		}
+	}
+	if d.ctx.Input(now, f.IB, meta) != nil {
+		return verdictEngineDrop
+	}
+	return verdictDelivered
+}
+
+// check decodes a received frame and returns verdictDelivered for a RoCE
+// packet addressed to the device whose ICRC verifies, else the reason to drop
+// it. Non-RoCE frames go to the neighbour protocol, if there is one.
+func (d *Device) check(now time.Time, f *Frame, b []byte) verdict {
 	err := d.decode(f, b)
 	switch {
 	case errors.Is(err, ErrNotRoCE):
 		if d.proto != nil && d.proto.HandleFrame(now, b) {
-			return &d.counters.Neighbor
+			return verdictNeighbor
 		}
-		return &d.counters.NotRoCE
+		return verdictNotRoCE
 	case err != nil:
-		return &d.counters.Malformed
+		return verdictMalformed
+	}
+	return d.verify(f)
+}
+
+// verify checks a decoded frame's destination and ICRC.
+func (d *Device) verify(f *Frame) verdict {
+	switch {
 	case !d.isOurs(f.Dst):
-		return &d.counters.NotForUs
+		return verdictNotForUs
 	case d.unknownIPID && f.Version == RoCEv2 && !f.IPv6:
 		// The sender's IPv4 ID is covered by the ICRC but was not
 		// delivered: recover it, keeping 16 bits of the check.
 		if _, ok := RecoverIPv4ID(f); !ok {
-			return &d.counters.BadICRC
+			return verdictBadICRC
 		}
 	case VerifyICRC(f) != nil:
-		return &d.counters.BadICRC
+		return verdictBadICRC
 	}
-	return nil
+	return verdictDelivered
+}
+
+// datagramHeaders is room for the IP and UDP headers of a datagram that a
+// DatagramReader delivered without them: the ICRC covers them.
+type datagramHeaders [IPv6Len + UDPLen]byte
+
+// inputDatagrams hands received UDP datagrams to the engine, decoding each
+// where the endpoint received it (no copy; the engine's copy into the memory
+// region is the only one). hdr is scratch space for the headers.
+func (d *Device) inputDatagrams(now time.Time, dgs []netio.Datagram, hdr *datagramHeaders) {
+	var f Frame
+	var t tally
+	for i := range dgs {
+		v := d.datagramFrame(&f, &dgs[i], hdr)
+		if v == verdictDelivered {
+			v = d.verify(&f)
+		}
+		if v == verdictDelivered {
+			v = d.deliver(now, &f)
+		}
+		t[v]++
+	}
+	d.addTally(&t)
+}
+
+// datagramFrame makes f the RoCEv2 frame of a datagram: the IP and UDP
+// headers it came with (as netio.UDPEndpoint synthesises them for Read: IPv4
+// ID 0 and DF, UDP checksum 0, IPv6 flow label 0) written into hdr, and the
+// payload in place.
+func (d *Device) datagramFrame(f *Frame, dg *netio.Datagram, hdr *datagramHeaders) verdict {
+	*f = Frame{}
+	if dg.Dst.Port() != d.port {
+		return verdictNotRoCE
+	}
+	n := len(dg.Payload)
+	if n < minIBLen+ICRCLen || n > 0xFFFF-IPv6Len-UDPLen {
+		return verdictMalformed
+	}
+	be := binary.BigEndian
+	src, dst := dg.Src.Addr().Unmap(), dg.Dst.Addr().Unmap()
+	var ip []byte
+	switch {
+	case src.Is4() && dst.Is4():
+		ip = hdr[:IPv4Len]
+		ip[0], ip[1] = 0x45, dg.TOS
+		be.PutUint16(ip[2:], uint16(IPv4Len+UDPLen+n))
+		be.PutUint32(ip[4:], 0x4000) // ID 0 (unknown), DF
+		ip[8], ip[9] = dg.TTL, IPProtocolUDP
+		ip[10], ip[11] = 0, 0 // the checksum is not covered by the ICRC
+		a, b := src.As4(), dst.As4()
+		copy(ip[12:16], a[:])
+		copy(ip[16:20], b[:])
+	case src.Is6() && dst.Is6():
+		ip = hdr[:IPv6Len]
+		f.IPv6 = true
+		be.PutUint32(ip[0:], 6<<28|uint32(dg.TOS)<<20)
+		be.PutUint16(ip[4:], uint16(UDPLen+n))
+		ip[6], ip[7] = IPProtocolUDP, dg.TTL
+		a, b := src.As16(), dst.As16()
+		copy(ip[8:24], a[:])
+		copy(ip[24:40], b[:])
+	default:
+		return verdictMalformed
+	}
+	udp := hdr[len(ip) : len(ip)+UDPLen]
+	be.PutUint16(udp[0:], dg.Src.Port())
+	be.PutUint16(udp[2:], dg.Dst.Port())
+	be.PutUint16(udp[4:], uint16(UDPLen+n))
+	be.PutUint16(udp[6:], 0)
+	f.Version = RoCEv2
+	f.IP, f.UDP = ip[:len(ip):len(ip)], udp[:UDPLen:UDPLen]
+	f.Src, f.Dst = src, dst
+	f.SrcPort, f.DstPort = dg.Src.Port(), dg.Dst.Port()
+	f.setIB(dg.Payload)
+	return verdictDelivered
 }
 
 // decode is f.DecodeEthernet(b) for RoCEv2 on the device's UDP port. The
@@ -578,21 +770,59 @@ func (d *Device) Flush(now time.Time) (int, error) {
 			return total, nil
 		}
 		d.frames = d.frames[:0]
-		for i := range d.out.Packets {
-			if fr, ok := d.frame(now, &d.out.Packets[i]); ok {
-				d.frames = append(d.frames, fr)
+		var n int
+		var err error
+		if d.vw != nil {
+			d.vecs = d.vecs[:0]
+			for i := range d.out.Packets {
+				room := d.pieces[i*maxFramePieces : i*maxFramePieces : (i+1)*maxFramePieces]
+				if _, v, ok := d.frame(now, &d.out.Packets[i], room); ok {
+					d.vecs = append(d.vecs, v)
+				}
+			}
+			n, err = d.writeVectors(d.vecs)
+			clear(d.pieces) // keep no reference to the memory regions
+		} else {
+			for i := range d.out.Packets {
+				if fr, _, ok := d.frame(now, &d.out.Packets[i], nil); ok {
+					d.frames = append(d.frames, fr)
+				}
 			}
 		}
 		if d.proto != nil {
 			// The requests that resolving these frames' next hops started.
 			d.frames = d.proto.AppendFrames(now, d.frames)
 		}
-		n, err := d.write(d.frames)
+		if err == nil {
+			var m int
+			m, err = d.write(d.frames)
+			n += m
+		}
 		total += n
 		if err != nil {
 			return total, err
 		}
 	}
+}
+
+// writeVectors writes frames in pieces to the VectorWriter endpoint, in
+// batches of at most cfg.Batch.
+func (d *Device) writeVectors(frames [][][]byte) (int, error) {
+	total := 0
+	for len(frames) > 0 {
+		k := min(len(frames), d.cfg.Batch)
+		n, err := d.vw.WriteVectors(frames[:k])
+		d.counters.FramesOut += uint64(n)
+		total += n
+		if err != nil {
+			d.counters.WriteErrors++
+			clear(d.vecs)
+			return total, err
+		}
+		frames = frames[k:]
+	}
+	clear(d.vecs)
+	return total, nil
 }
 
 // write writes frames to the endpoint, in batches of at most cfg.Batch.
@@ -679,12 +909,14 @@ func (d *Device) waiting(nextHop netip.Addr) bool {
 // frame writes the RoCE headers and ICRC around one output packet, in its
 // headroom and tailroom: no copy of the packet. RoCEv2 takes the IP
 // addresses from the GIDs (unmapping IPv4-mapped ones); RoCEv1 puts the GIDs
-// themselves in the GRH.
-func (d *Device) frame(now time.Time, p *ibtransport.OutputPacket) ([]byte, bool) {
+// themselves in the GRH. It returns the frame in one piece, and, if pieces is
+// not nil, as pieces appended to it; a packet whose payload is in place
+// (OutputPacket.Payload) has pieces only.
+func (d *Device) frame(now time.Time, p *ibtransport.OutputPacket, pieces [][]byte) ([]byte, [][]byte, bool) {
 	ah := p.AH
 	if int(ah.SGIDIndex) >= len(d.gids) {
 		d.counters.Unroutable++
-		return nil, false
+		return nil, nil, false
 	}
 	ib := p.Packet()
 	h := FrameHeaders{
@@ -705,7 +937,7 @@ func (d *Device) frame(now time.Time, p *ibtransport.OutputPacket) ([]byte, bool
 		h.Src, h.Dst = d.gids[ah.SGIDIndex].Unmap(), nextHop
 		if h.Src.Is4() != h.Dst.Is4() {
 			d.counters.Unroutable++
-			return nil, false
+			return nil, nil, false
 		}
 		h.SrcPort, h.DstPort = d.srcPort(p, ib), d.port
 		if h.Src.Is4() && !d.zeroIPID {
@@ -729,26 +961,73 @@ func (d *Device) frame(now time.Time, p *ibtransport.OutputPacket) ([]byte, bool
 	}
 	if err != nil && !errors.Is(err, ErrNeighborPending) {
 		d.counters.Unresolved++
-		return nil, false
+		return nil, nil, false
 	}
 	hl := h.Len()
 	start := p.Offset - hl
+	if p.Payload != nil {
+		return d.frameGathered(now, p, &h, start, nextHop, !direct && err != nil, pieces)
+	}
 	buf := p.Buf[start : p.Offset+len(ib)+ICRCLen]
 	if _, err := h.EncodeFrame(buf, len(ib)); err != nil {
 		d.counters.Unroutable++
-		return nil, false
+		return nil, nil, false
 	}
 	if !direct && err != nil {
-		if d.pendingN+len(buf) > MaxPendingBytes {
-			d.counters.Unresolved++
-			return nil, false
-		}
-		d.counters.Queued++
-		d.pendingN += len(buf)
-		d.pending = append(d.pending, pendingFrame{nextHop: nextHop, frame: append([]byte(nil), buf...), since: now})
-		return nil, false
+		d.queue(now, nextHop, buf)
+		return nil, nil, false
 	}
-	return buf, true
+	if pieces != nil {
+		pieces = append(pieces, buf)
+	}
+	return buf, pieces, true
+}
+
+// frameGathered frames a packet whose payload is in place (a VectorWriter
+// endpoint): the headers in the headroom before the BTH, the pad and ICRC in
+// the buffer after the packet's headers, and the ICRC computed over the
+// payload where it lies. It returns the frame as pieces appended to pieces:
+// headers, payload, pad and ICRC; nothing is copied (but a frame that must
+// wait for its next hop).
+func (d *Device) frameGathered(now time.Time, p *ibtransport.OutputPacket, h *FrameHeaders, start int, nextHop netip.Addr,
+	wait bool, pieces [][]byte) ([]byte, [][]byte, bool) {
+	ibLen := p.Len()
+	end := len(p.Buf)
+	if _, err := h.Encode(p.Buf[start:p.Offset], ibLen); err != nil || cap(p.Buf)-end < p.Pad+ICRCLen {
+		d.counters.Unroutable++
+		return nil, nil, false
+	}
+	tail := p.Buf[end : end+p.Pad+ICRCLen]
+	copy(tail, zeroPad[:p.Pad])
+	in := append(d.icrcIn[:0], p.Packet())
+	in = append(in, p.Payload...)
+	in = append(in, tail[:p.Pad])
+	PutICRC(tail[p.Pad:], h.ICRC(p.Buf[start:p.Offset], in...))
+	clear(in)
+	if wait {
+		// The slow path: the frame waits in one piece, a copy.
+		frame := append([]byte(nil), p.Buf[start:end]...)
+		for _, s := range p.Payload {
+			frame = append(frame, s...)
+		}
+		d.queue(now, nextHop, append(frame, tail...))
+		return nil, nil, false
+	}
+	pieces = append(pieces, p.Buf[start:end])
+	pieces = append(pieces, p.Payload...)
+	return nil, append(pieces, tail), true
+}
+
+// queue keeps a copy of a frame until its next hop resolves, if there is
+// room.
+func (d *Device) queue(now time.Time, nextHop netip.Addr, buf []byte) {
+	if d.pendingN+len(buf) > MaxPendingBytes {
+		d.counters.Unresolved++
+		return
+	}
+	d.counters.Queued++
+	d.pendingN += len(buf)
+	d.pending = append(d.pending, pendingFrame{nextHop: nextHop, frame: append([]byte(nil), buf...), since: now})
 }
 
 // srcPort chooses the UDP source port as rxe does: UD QPs keep the port hashed
@@ -790,16 +1069,46 @@ func (d *Device) Run(ctx context.Context, clock netio.Clock) error {
 	errc := make(chan error, 1)
 	kick := make(chan struct{}, 1)
 	go func() {
-		bufs := make([][]byte, len(d.rbufs))
-		frameLen := cap(d.rbufs[0])
-		for i := range bufs {
-			bufs[i] = make([]byte, frameLen)
+		// The datagrams of a DatagramReader are decoded where they landed;
+		// other endpoints copy frames into these buffers.
+		dr, _ := d.cfg.Endpoint.(netio.DatagramReader)
+		fr, _ := d.cfg.Endpoint.(netio.FrameReader)
+		var dgs []netio.Datagram
+		var hdr datagramHeaders
+		var bufs [][]byte
+		var sizes []int
+		if dr != nil {
+			dgs = make([]netio.Datagram, len(d.rbufs))
+		} else if fr != nil {
+			bufs = make([][]byte, len(d.rbufs)) // pointed into the endpoint's ring
+		} else {
+			bufs = make([][]byte, len(d.rbufs))
+			frameLen := cap(d.rbufs[0])
+			for i := range bufs {
+				bufs[i] = make([]byte, frameLen)
+			}
+			sizes = make([]int, len(bufs))
 		}
-		sizes := make([]int, len(bufs))
 		for {
-			n, err := d.cfg.Endpoint.Read(bufs, sizes, 0)
+			var n int
+			var err error
+			if dr != nil {
+				n, err = dr.ReadDatagrams(dgs)
+				if n > 0 {
+					d.inputDatagrams(clock.Now(), dgs[:n], &hdr)
+				}
+			} else if fr != nil {
+				n, err = fr.ReadFrames(bufs)
+				if n > 0 {
+					d.inputFrames(clock.Now(), bufs[:n])
+				}
+			} else {
+				n, err = d.cfg.Endpoint.Read(bufs, sizes, 0)
+				if n > 0 {
+					d.Input(clock.Now(), bufs[:n], sizes[:n])
+				}
+			}
 			if n > 0 {
-				d.Input(clock.Now(), bufs[:n], sizes[:n])
 				select {
 				case kick <- struct{}{}:
 				default:

@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"encoding/binary"
 	"hash/crc32"
 	"sync"
 )
@@ -56,38 +57,83 @@ var xInvPow = func() (t [32]uint32) {
 	return t
 }()
 
-// unshiftCache remembers x^-8n for recent lengths: packets of one flow mostly
+// unshifts remembers x^-8n for recent lengths: packets of one flow mostly
 // have the same few lengths.
-var unshiftCache struct {
-	sync.Mutex
-	n [8]int
-	v [8]uint32
-	i int
-}
+var unshifts = powCache{pow: &xInvPow}
 
 // unshift returns d multiplied by x^-8n: the CRC register difference that,
 // followed by n zero-difference bytes, gives difference d.
-func unshift(d uint32, n int) uint32 {
-	unshiftCache.Lock()
-	for i, m := range unshiftCache.n {
+func unshift(d uint32, n int) uint32 { return unshifts.mul(d, n) }
+
+// powCache multiplies by x^(±8n) modulo the polynomial, remembering the
+// powers of recent lengths n, and for lengths seen often a byte-wise table
+// that multiplies without a loop over the bits (RecoverIPv4ID and
+// PatchICRCIPv4ID run for every IPv4 packet of a UDP device).
+type powCache struct {
+	pow *[32]uint32 // x^(±8·2^k)
+	mu  sync.Mutex
+	n   [8]int
+	v   [8]uint32
+	t   [8]*mulTable
+	use [8]int
+	i   int
+}
+
+// mulTable multiplies by a constant a byte at a time: [k][b] is the
+// constant times b placed in byte k of the register.
+type mulTable [4][256]uint32
+
+// mulTableAfter is how many uses of a length earn it a table.
+const mulTableAfter = 64
+
+func newMulTable(v uint32) *mulTable {
+	t := new(mulTable)
+	for k := range t {
+		for b := range 256 {
+			t[k][b] = multModP(v, uint32(b)<<(8*k))
+		}
+	}
+	return t
+}
+
+func (t *mulTable) mul(d uint32) uint32 {
+	return t[0][d&0xFF] ^ t[1][d>>8&0xFF] ^ t[2][d>>16&0xFF] ^ t[3][d>>24]
+}
+
+// mul returns d times x^(±8n).
+func (c *powCache) mul(d uint32, n int) uint32 {
+	c.mu.Lock()
+	for i, m := range c.n {
 		if m == n && n != 0 {
-			v := unshiftCache.v[i]
-			unshiftCache.Unlock()
+			v, t := c.v[i], c.t[i]
+			c.use[i]++
+			build := t == nil && c.use[i] == mulTableAfter
+			c.mu.Unlock()
+			if t != nil {
+				return t.mul(d)
+			}
+			if build {
+				t = newMulTable(v)
+				c.mu.Lock()
+				if c.n[i] == n {
+					c.t[i] = t
+				}
+				c.mu.Unlock()
+			}
 			return multModP(v, d)
 		}
 	}
-	unshiftCache.Unlock()
+	c.mu.Unlock()
 	v := uint32(1) << 31 // x^0
 	for k := 0; n>>k != 0; k++ {
 		if n>>k&1 != 0 {
-			v = multModP(v, xInvPow[k])
+			v = multModP(v, c.pow[k])
 		}
 	}
-	unshiftCache.Lock()
-	unshiftCache.n[unshiftCache.i] = n
-	unshiftCache.v[unshiftCache.i] = v
-	unshiftCache.i = (unshiftCache.i + 1) % len(unshiftCache.n)
-	unshiftCache.Unlock()
+	c.mu.Lock()
+	c.n[c.i], c.v[c.i], c.t[c.i], c.use[c.i] = n, v, nil, 0
+	c.i = (c.i + 1) % len(c.n)
+	c.mu.Unlock()
 	return multModP(v, d)
 }
 
@@ -126,4 +172,43 @@ func RecoverIPv4ID(f *Frame) (uint16, bool) {
 		return 0, false
 	}
 	return uint16(b0)<<8 | uint16(b1), true
+}
+
+// xPow[k] is x^(8·2^k) modulo the polynomial: 2^k zero bytes.
+var xPow = func() (t [32]uint32) {
+	t[0] = 1 << (31 - 8) // x^8 (x^0 is the top bit)
+	for k := 1; k < len(t); k++ {
+		t[k] = multModP(t[k-1], t[k-1])
+	}
+	return t
+}()
+
+// shifts remembers x^8n for recent lengths, as unshifts does x^-8n.
+var shifts = powCache{pow: &xPow}
+
+// shift returns d multiplied by x^8n: what a CRC register difference d
+// becomes after n more bytes that do not differ.
+func shift(d uint32, n int) uint32 { return shifts.mul(d, n) }
+
+// PatchICRCIPv4ID changes the ICRC of a RoCEv2-over-IPv4 packet (20-byte IPv4
+// header) for another IPv4 Identification: icrc holds its four ICRC bytes,
+// payloadLen is its UDP payload length (BTH through ICRC), and id is the
+// Identification to account for, XOR the one the ICRC was computed with. A
+// CRC is linear, so the change depends on nothing else, and applying it twice
+// undoes it. It is netio.UDPConfig.IPv4GSO for RoCE: a UDP socket cannot set
+// the ID of a datagram, but it knows that segment j of a GSO send leaves with
+// ID j where a datagram sent alone gets 0.
+func PatchICRCIPv4ID(icrc []byte, payloadLen int, id uint16) {
+	if len(icrc) < ICRCLen || id == 0 {
+		return
+	}
+	// The CRC register difference the two ID bytes make (see RecoverIPv4ID),
+	// then carried through the bytes after them: the rest of the IPv4 header
+	// (14), the UDP header (8) and the IB packet without its ICRC.
+	b0, b1 := uint8(id>>8), uint8(id)
+	t := crc32.IEEETable
+	d := t[uint8(t[b0])^b1] ^ t[b0]>>8
+	d = shift(d, IPv4Len-6+UDPLen+payloadLen-ICRCLen)
+	v := binary.LittleEndian.Uint32(icrc) ^ d
+	binary.LittleEndian.PutUint32(icrc, v)
 }

@@ -101,3 +101,70 @@ func BenchmarkRecoverIPv4ID(b *testing.B) {
 		RecoverIPv4ID(&f)
 	}
 }
+
+// TestPatchICRCIPv4ID takes every captured RoCEv2-over-IPv4 frame of rxe
+// (which numbers its datagrams), sets its ID to 0 and patches its ICRC for
+// the real ID from 0: the result is the ICRC rxe sent. Patching again for
+// the same ID restores the ICRC of ID 0, which then verifies with ID 0.
+func TestPatchICRCIPv4ID(t *testing.T) {
+	frames := 0
+	for _, name := range captureNames(t, "rxe-") {
+		for i, raw := range readCapture(t, name) {
+			var f Frame
+			if f.DecodeEthernet(raw) != nil || f.IPv6 {
+				continue
+			}
+			id := binary.BigEndian.Uint16(f.IP[4:])
+			b := bytes.Clone(raw)
+			var g Frame
+			if err := g.DecodeEthernet(b); err != nil {
+				t.Fatal(err)
+			}
+			g.IP[4], g.IP[5] = 0, 0
+			SetICRC(&g) // the ICRC a sender computes for ID 0
+			icrc := b[len(b)-len(g.Padding)-ICRCLen : len(b)-len(g.Padding)]
+			payloadLen := len(g.IB) + ICRCLen
+			PatchICRCIPv4ID(icrc, payloadLen, id)
+			if got := binary.LittleEndian.Uint32(icrc); got != f.ICRC {
+				t.Fatalf("%s frame %d: patched ICRC %#08x for ID %#04x, rxe sent %#08x", name, i+1, got, id, f.ICRC)
+			}
+			PatchICRCIPv4ID(icrc, payloadLen, id)
+			g.ICRC = binary.LittleEndian.Uint32(icrc)
+			if err := VerifyICRC(&g); err != nil {
+				t.Fatalf("%s frame %d: patched twice: %v", name, i+1, err)
+			}
+			frames++
+		}
+	}
+	if frames < 400 {
+		t.Fatalf("only %d IPv4 RoCE frames checked", frames)
+	}
+	buf := make([]byte, 4)
+	if n := testing.AllocsPerRun(100, func() { PatchICRCIPv4ID(buf, 1040, 7) }); n != 0 {
+		t.Errorf("%v allocations", n)
+	}
+}
+
+// TestPowCacheTables checks that the byte-wise tables a length earns
+// multiply as the bit loop does, and that shift and unshift undo each other.
+func TestPowCacheTables(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{1, 7, 1040 + 18, 65507} {
+		for i := 0; i < 3*mulTableAfter; i++ { // past the table's creation
+			d := rng.Uint32()
+			s := shift(d, n)
+			if u := unshift(s, n); u != d {
+				t.Fatalf("n %d: unshift(shift(%#x)) = %#x", n, d, u)
+			}
+			v := uint32(1) << 31
+			for k := 0; n>>k != 0; k++ {
+				if n>>k&1 != 0 {
+					v = multModP(v, xPow[k])
+				}
+			}
+			if want := multModP(v, d); s != want {
+				t.Fatalf("n %d: shift(%#x) = %#x, want %#x", n, d, s, want)
+			}
+		}
+	}
+}

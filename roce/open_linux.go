@@ -284,6 +284,9 @@ func openUDP(cfg *OpenConfig) (*deviceSetup, error) {
 		LocalAddr: netip.AddrPortFrom(bind, cfg.UDPPort),
 		LocalMAC:  mac[:],
 		MTU:       mtu,
+		// No IPv4GSO: a veth hands the GSO super-packet, unsegmented, to an AF_PACKET
+		// peer on the other end (TestPingpongNetns rc/ipv4/afpacket), which cannot
+		// split it; IPv4 datagrams go out one by one.
 	})
 	if err != nil {
 		return nil, fmt.Errorf("roce: open: %w", err)

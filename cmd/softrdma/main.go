@@ -31,6 +31,8 @@ func run(args []string) int {
 		return rpingCmd(args[1:], os.Stdout, os.Stderr)
 	case "cmatose":
 		return cmatoseCmd(args[1:], os.Stdout, os.Stderr)
+	case "bench":
+		return benchCmd(args[1:], os.Stdout, os.Stderr)
 	case "conform":
 		return conformCmd(args[1:], os.Stdout, os.Stderr)
 	}
@@ -48,4 +50,6 @@ commands:
   cmatose       librdmacm's ucmatose (RC) or, with --ud, udaddy (UD by SIDR) over RoCEv2: cmatose -b ADDR | cmatose -s HOST
   perf          perftest's ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat,
                 ib_send_lat over RoCEv2: perf write_bw|read_bw|send_bw|atomic_bw|write_lat|read_lat|send_lat [HOST]
-  conform       the protocol conformance suite: conform --self | conform --peer HOST | conform serve`
+  conform       the protocol conformance suite: conform --self | conform --peer HOST | conform serve
+  bench         the benchmark suite (make bench): softrdma against the raw UDP/TCP path between two
+                network namespaces it creates (root), one table of ratios`

@@ -156,6 +156,8 @@ func ppOpenBackend(cfg ppDeviceConfig, pcapFile *os.File) (*ppDevice, error) {
 		LocalAddr: netip.AddrPortFrom(local, netio.RoCEv2Port),
 		LocalMAC:  ifc.HardwareAddr,
 		MTU:       ifc.MTU,
+		// No IPv4GSO, as roce.Open: an AF_PACKET peer behind a veth would get
+		// the GSO super-packet unsegmented.
 	})
 	if err != nil {
 		return nil, fmt.Errorf("udp backend on %v: %w", local, err)
@@ -399,14 +401,17 @@ func (c *ppCapture) wireFrame(b []byte) []byte {
 	return s
 }
 
-// Write writes frames and records the ones written.
+// Write writes frames and records the ones written, as they left: a UDP
+// endpoint that sends IPv4 datagrams in GSO sends changes their ICRCs for the
+// IDs the kernel gives the segments (netio.UDPConfig.IPv4GSO), and the
+// capture recovers those IDs as it does for received frames.
 func (c *ppCapture) Write(bufs [][]byte, offset int) (int, error) {
 	now := time.Now()
 	n, err := c.ep.Write(bufs, offset)
 	if n > 0 {
 		c.mu.Lock()
 		for _, b := range bufs[:n] {
-			_ = c.w.WriteFrame(now, b[offset:])
+			_ = c.w.WriteFrame(now, c.wireFrame(b[offset:]))
 		}
 		c.mu.Unlock()
 	}

@@ -92,8 +92,13 @@ type Wire struct {
 	InputErr func(dir Direction, data []byte, err error)
 	// BatchSize is the Output batch capacity (default 32).
 	BatchSize int
+	// Gather, if positive, makes the Output batch gather payloads in place
+	// (OutputBatch.Gather with that many pieces) and the wire join each packet's
+	// headers, payload pieces and pad, as a scatter/gather send does.
+	Gather int
 
 	sent     [2]int
+	join     []byte // a gathered packet joined
 	seq      uint64
 	inflight []flight // sorted by delivery time, from head
 	head     int
@@ -111,13 +116,19 @@ type flight struct {
 	data []byte
 }
 
+// The sides' GIDs, parsed once (GID is called for every packet delivered).
+var (
+	gidA = netip.MustParseAddr("::ffff:10.0.0.1").As16()
+	gidB = netip.MustParseAddr("::ffff:10.0.0.2").As16()
+)
+
 // GID returns the GID the wire gives each side: ::ffff:10.0.0.1 for A and
 // ::ffff:10.0.0.2 for B.
 func GID(d Direction) [16]byte {
 	if d == AToB {
-		return netip.MustParseAddr("::ffff:10.0.0.1").As16()
+		return gidA
 	}
-	return netip.MustParseAddr("::ffff:10.0.0.2").As16()
+	return gidB
 }
 
 // NewWire returns a wire between a and b on a fresh clock.
@@ -184,6 +195,7 @@ func (w *Wire) Pump() bool {
 			n = 32
 		}
 		w.batch = ibtransport.NewOutputBatch(n, 0, 0)
+		w.batch.Gather(w.Gather)
 	}
 	moved := w.collect(AToB, w.A)
 	moved = w.collect(BToA, w.B) || moved
@@ -205,6 +217,9 @@ func (w *Wire) Pump() bool {
 	return moved
 }
 
+// zeros are pad bytes.
+var zeros [4]byte
+
 func (w *Wire) collect(dir Direction, c *ibtransport.Context) bool {
 	now := w.Clock.Now()
 	moved := false
@@ -215,7 +230,17 @@ func (w *Wire) collect(dir Direction, c *ibtransport.Context) bool {
 		}
 		moved = true
 		for i := range w.batch.Packets {
-			w.send(dir, w.batch.Packets[i].Packet())
+			p := &w.batch.Packets[i]
+			if p.Payload == nil {
+				w.send(dir, p.Packet())
+				continue
+			}
+			w.join = append(w.join[:0], p.Packet()...)
+			for _, s := range p.Payload {
+				w.join = append(w.join, s...)
+			}
+			w.join = append(w.join, zeros[:p.Pad]...)
+			w.send(dir, w.join)
 		}
 	}
 }

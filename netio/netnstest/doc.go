@@ -1,7 +1,8 @@
 // Package netnstest gives tests private Linux network namespaces joined by
-// veth pairs, so that raw-socket, TAP and multi-host tests run as root
-// without touching the host's own network configuration and without a
-// second process: a socket created inside a namespace (NS.Do) stays there.
+// veth pairs (package netio/netns), so that raw-socket, TAP and multi-host
+// tests run as root without touching the host's own network configuration
+// and without a second process: a socket created inside a namespace (NS.Do)
+// stays there.
 //
 // Everything the package configures lives inside the namespaces it creates;
 // the root namespace is never modified. Namespaces are held by file

@@ -3,21 +3,9 @@
 package netnstest
 
 import (
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
-	"errors"
-	"fmt"
-	"net"
-	"net/netip"
-	"os"
-	"path/filepath"
-	"runtime"
-	"sync"
 	"testing"
-	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/softrdma/softrdma/netio/netns"
 )
 
 // NamePrefix starts the name of every namespace this package creates.
@@ -25,50 +13,34 @@ const NamePrefix = "softrdma-test-"
 
 // MountEnv is the environment variable that, set to "1", makes New also
 // bind-mount each namespace at /run/netns/NAME (see the package comment).
-const MountEnv = "SOFTRDMA_NETNS_MOUNT"
+const MountEnv = netns.MountEnv
 
-// netnsRunDir is where iproute2 keeps named namespaces.
-const netnsRunDir = "/run/netns"
+// Veth interface names in the two namespaces of a Pair.
+const (
+	LinkA = netns.LinkA
+	LinkB = netns.LinkB
+)
+
+// NS is a network namespace made for a test (see netns.NS).
+type NS = netns.NS
+
+// Side is one end of a Pair: a namespace and the veth interface in it.
+type Side = netns.Side
+
+// Pair is two namespaces joined by a veth pair, each end up and addressed.
+type Pair = netns.Pair
+
+// PairConfig tunes NewPair. The zero value is valid; an empty Prefix means
+// NamePrefix.
+type PairConfig = netns.PairConfig
 
 // Require skips the test, with a one-line reason, unless the process may
 // create network namespaces (it runs as root and unshare(CLONE_NEWNET) works).
 func Require(tb testing.TB) {
 	tb.Helper()
-	if err := probe(); err != nil {
+	if err := netns.Check(); err != nil {
 		tb.Skipf("netnstest: cannot create network namespaces: %v", err)
 	}
-}
-
-var (
-	probeOnce sync.Once
-	probeErr  error
-)
-
-// probe checks once that a namespace can be created.
-func probe() error {
-	probeOnce.Do(func() {
-		if os.Geteuid() != 0 {
-			probeErr = errors.New("not running as root")
-			return
-		}
-		ns, err := create("")
-		if err != nil {
-			probeErr = err
-			return
-		}
-		ns.Close()
-	})
-	return probeErr
-}
-
-// NS is a network namespace made for a test. Its methods are safe for
-// concurrent use.
-type NS struct {
-	name  string
-	file  *os.File // the namespace itself (nsfs), open for as long as NS lives
-	mount string   // bind mount path under /run/netns, or ""
-
-	closeOnce sync.Once
 }
 
 // New creates a fresh, empty network namespace with a unique name (NamePrefix
@@ -77,270 +49,13 @@ type NS struct {
 func New(tb testing.TB) *NS {
 	tb.Helper()
 	Require(tb)
-	name := NamePrefix + randomHex(4)
-	ns, err := create(name)
+	ns, err := netns.New(NamePrefix)
 	if err != nil {
-		tb.Fatalf("netnstest: creating namespace %s: %v", name, err)
+		tb.Fatalf("netnstest: %v", err)
 	}
 	tb.Cleanup(func() { ns.Close() })
-	if err := ns.Do(quietIPv6); err != nil {
-		tb.Fatalf("netnstest: %s: %v", name, err)
-	}
-	if err := ns.LinkUp("lo"); err != nil {
-		tb.Fatalf("netnstest: %s: bringing lo up: %v", name, err)
-	}
 	return ns
 }
-
-// quietIPv6 turns off, for interfaces created later in the calling thread's
-// namespace, IPv6 duplicate address detection (so link-local addresses are
-// usable at once and the first neighbour solicitation is not lost) and
-// router solicitations (less traffic for tests to ignore).
-func quietIPv6() error {
-	for _, kv := range [][2]string{
-		{"default/accept_dad", "0"},
-		{"all/accept_dad", "0"},
-		{"default/router_solicitations", "0"},
-	} {
-		path := "/proc/sys/net/ipv6/conf/" + kv[0]
-		if err := os.WriteFile(path, []byte(kv[1]), 0o644); err != nil && !os.IsNotExist(err) {
-			return err
-		}
-	}
-	return nil
-}
-
-// create makes a namespace on a dedicated OS thread. The thread is never
-// unlocked, so when its goroutine ends the Go runtime terminates it instead
-// of reusing a thread that sits in the wrong namespace.
-func create(name string) (*NS, error) {
-	type result struct {
-		ns  *NS
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: see above
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			done <- result{err: fmt.Errorf("unshare(CLONE_NEWNET): %w", err)}
-			return
-		}
-		self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-		f, err := os.Open(self)
-		if err != nil {
-			done <- result{err: err}
-			return
-		}
-		ns := &NS{name: name, file: f}
-		if name != "" && os.Getenv(MountEnv) == "1" {
-			if err := ns.bindMount(self); err != nil {
-				f.Close()
-				done <- result{err: err}
-				return
-			}
-		}
-		done <- result{ns: ns}
-	}()
-	r := <-done
-	return r.ns, r.err
-}
-
-// bindMount makes the namespace visible to `ip netns` as ns.name.
-func (ns *NS) bindMount(self string) error {
-	if err := os.MkdirAll(netnsRunDir, 0o755); err != nil {
-		return err
-	}
-	path := filepath.Join(netnsRunDir, ns.name)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
-	if err != nil {
-		return err
-	}
-	f.Close()
-	if err := unix.Mount(self, path, "none", unix.MS_BIND, ""); err != nil {
-		os.Remove(path)
-		return fmt.Errorf("bind-mounting %s on %s: %w", self, path, err)
-	}
-	ns.mount = path
-	return nil
-}
-
-// Name returns the namespace's name, NamePrefix followed by random digits.
-func (ns *NS) Name() string { return ns.name }
-
-// Close drops this process's handle on the namespace (and its bind mount,
-// if any). The kernel destroys the namespace, with the virtual interfaces
-// in it, once no socket or process refers to it any more. Close is
-// idempotent; New arranges for it to run at cleanup.
-func (ns *NS) Close() error {
-	var err error
-	ns.closeOnce.Do(func() {
-		if ns.mount != "" {
-			if e := unix.Unmount(ns.mount, unix.MNT_DETACH); e != nil {
-				err = fmt.Errorf("netnstest: unmounting %s: %w", ns.mount, e)
-			}
-			os.Remove(ns.mount)
-		}
-		if e := ns.file.Close(); e != nil && err == nil {
-			err = e
-		}
-	})
-	return err
-}
-
-// Do runs f on an OS thread switched into the namespace and returns f's
-// error. Sockets, TAP devices and netlink sockets that f creates belong to
-// the namespace for their whole life, wherever they are used afterwards;
-// goroutines that f starts do not run in the namespace. The thread is
-// discarded afterwards, never returned to the Go scheduler.
-func (ns *NS) Do(f func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
-		if err := unix.Setns(int(ns.file.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- fmt.Errorf("netnstest: setns into %s: %w", ns.name, err)
-			return
-		}
-		done <- f()
-	}()
-	return <-done
-}
-
-// MustDo is Do that fails the test if f returns an error.
-func (ns *NS) MustDo(tb testing.TB, f func() error) {
-	tb.Helper()
-	if err := ns.Do(f); err != nil {
-		tb.Fatalf("netnstest: in %s: %v", ns.name, err)
-	}
-}
-
-// LinkUp sets the interface called name inside the namespace up.
-func (ns *NS) LinkUp(name string) error {
-	return ns.withRTNL(func(r *rtnl) error {
-		idx, err := interfaceIndex(name)
-		if err != nil {
-			return err
-		}
-		return r.setLink(idx, unix.IFF_UP, 0)
-	})
-}
-
-// SetMTU sets the MTU of the interface called name inside the namespace.
-func (ns *NS) SetMTU(name string, mtu int) error {
-	return ns.withRTNL(func(r *rtnl) error {
-		idx, err := interfaceIndex(name)
-		if err != nil {
-			return err
-		}
-		return r.setLink(idx, 0, mtu)
-	})
-}
-
-// AddAddress assigns p (for example 10.99.1.1/24 or fd99::1/64) to the
-// interface called name inside the namespace. IPv6 addresses skip duplicate
-// address detection, so they can be bound at once.
-func (ns *NS) AddAddress(name string, p netip.Prefix) error {
-	return ns.withRTNL(func(r *rtnl) error {
-		idx, err := interfaceIndex(name)
-		if err != nil {
-			return err
-		}
-		return r.addAddress(idx, p)
-	})
-}
-
-// AddNeighbor adds a permanent neighbour (ARP or NDP) entry mapping ip to
-// mac on the interface called name inside the namespace, so that the
-// kernel sends to ip without resolving it first.
-func (ns *NS) AddNeighbor(name string, ip netip.Addr, mac net.HardwareAddr) error {
-	return ns.withRTNL(func(r *rtnl) error {
-		idx, err := interfaceIndex(name)
-		if err != nil {
-			return err
-		}
-		return r.addNeighbor(idx, ip, mac)
-	})
-}
-
-// WaitRunning waits until the interface called name inside the namespace
-// is operationally up (IFF_RUNNING): the kernel handles carrier changes
-// asynchronously, up to a second later, and drops frames sent before.
-func (ns *NS) WaitRunning(name string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ifi, err := ns.Interface(name)
-		if err != nil {
-			return err
-		}
-		if ifi.Flags&net.FlagRunning != 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %s not running after %v (flags %v)", ns.name, name, timeout, ifi.Flags)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// Interface looks up the interface called name inside the namespace.
-func (ns *NS) Interface(name string) (*net.Interface, error) {
-	var ifi *net.Interface
-	err := ns.Do(func() error {
-		var err error
-		ifi, err = net.InterfaceByName(name)
-		return err
-	})
-	return ifi, err
-}
-
-// withRTNL runs f with a route netlink socket opened inside the namespace.
-func (ns *NS) withRTNL(f func(*rtnl) error) error {
-	return ns.Do(func() error {
-		r, err := dialRTNL()
-		if err != nil {
-			return err
-		}
-		defer r.close()
-		return f(r)
-	})
-}
-
-// interfaceIndex returns the index of the named interface in the calling
-// thread's namespace.
-func interfaceIndex(name string) (int, error) {
-	ifi, err := net.InterfaceByName(name)
-	if err != nil {
-		return 0, err
-	}
-	return ifi.Index, nil
-}
-
-// Side is one end of a Pair: a namespace and the veth interface in it.
-type Side struct {
-	NS    *NS
-	Link  string           // interface name inside NS
-	Index int              // interface index inside NS
-	MAC   net.HardwareAddr // the interface's Ethernet address
-	IPv4  netip.Prefix     // IPv4 address and prefix, e.g. 10.99.7.1/24
-	IPv6  netip.Prefix     // IPv6 address and prefix, e.g. fd99:0:0:7::1/64
-	MTU   int              // the interface MTU
-}
-
-// Pair is two namespaces joined by a veth pair, each end up and addressed.
-type Pair struct {
-	A, B Side
-}
-
-// PairConfig tunes NewPair. The zero value is valid.
-type PairConfig struct {
-	// MTU of both veth ends; 0 keeps the kernel default (1500).
-	MTU int
-}
-
-// Veth interface names in the two namespaces of a Pair.
-const (
-	LinkA = "veth0"
-	LinkB = "veth1"
-)
 
 // NewPair creates two namespaces (see New) joined by a veth pair: LinkA in
 // A with 10.99.X.1/24 and fd99:0:0:X::1/64, LinkB in B with 10.99.X.2/24 and
@@ -349,240 +64,14 @@ const (
 // namespaces cannot be created.
 func NewPair(tb testing.TB, cfg PairConfig) *Pair {
 	tb.Helper()
-	a, b := New(tb), New(tb)
-	x := randomByte()
-	p := &Pair{
-		A: Side{NS: a, Link: LinkA,
-			IPv4: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 99, x, 1}), 24),
-			IPv6: netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0x99, 6: 0, 7: x, 15: 1}), 64)},
-		B: Side{NS: b, Link: LinkB,
-			IPv4: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 99, x, 2}), 24),
-			IPv6: netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0x99, 6: 0, 7: x, 15: 2}), 64)},
+	Require(tb)
+	if cfg.Prefix == "" {
+		cfg.Prefix = NamePrefix
 	}
-	err := a.withRTNL(func(r *rtnl) error {
-		return r.addVeth(LinkA, LinkB, int(b.file.Fd()), cfg.MTU)
-	})
+	p, err := netns.NewPair(cfg)
 	if err != nil {
-		tb.Fatalf("netnstest: creating veth pair %s/%s: %v", a.name, b.name, err)
+		tb.Fatalf("netnstest: %v", err)
 	}
-	for _, s := range []*Side{&p.A, &p.B} {
-		for _, pfx := range []netip.Prefix{s.IPv4, s.IPv6} {
-			if err := s.NS.AddAddress(s.Link, pfx); err != nil {
-				tb.Fatalf("netnstest: %s: adding %v to %s: %v", s.NS.name, pfx, s.Link, err)
-			}
-		}
-		if err := s.NS.LinkUp(s.Link); err != nil {
-			tb.Fatalf("netnstest: %s: bringing %s up: %v", s.NS.name, s.Link, err)
-		}
-	}
-	for _, s := range []*Side{&p.A, &p.B} {
-		if err := s.NS.WaitRunning(s.Link, 5*time.Second); err != nil {
-			tb.Fatalf("netnstest: %v", err)
-		}
-		ifi, err := s.NS.Interface(s.Link)
-		if err != nil {
-			tb.Fatalf("netnstest: %s: %v", s.NS.name, err)
-		}
-		s.Index, s.MAC, s.MTU = ifi.Index, ifi.HardwareAddr, ifi.MTU
-	}
+	tb.Cleanup(func() { p.Close() })
 	return p
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func randomByte() byte {
-	var b [1]byte
-	rand.Read(b[:])
-	return b[0]
-}
-
-// rtnl is a minimal route netlink client: one request at a time, each
-// acknowledged.
-type rtnl struct {
-	fd  int
-	seq uint32
-}
-
-func dialRTNL() (*rtnl, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
-	if err != nil {
-		return nil, fmt.Errorf("netlink socket: %w", err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("netlink bind: %w", err)
-	}
-	return &rtnl{fd: fd}, nil
-}
-
-func (r *rtnl) close() { unix.Close(r.fd) }
-
-// request sends one message of type typ with body and waits for its
-// acknowledgement.
-func (r *rtnl) request(typ uint16, flags uint16, body []byte) error {
-	r.seq++
-	msg := make([]byte, unix.SizeofNlMsghdr, unix.SizeofNlMsghdr+len(body))
-	msg = append(msg, body...)
-	ne := binary.NativeEndian
-	ne.PutUint32(msg[0:], uint32(len(msg)))
-	ne.PutUint16(msg[4:], typ)
-	ne.PutUint16(msg[6:], flags|unix.NLM_F_REQUEST|unix.NLM_F_ACK)
-	ne.PutUint32(msg[8:], r.seq)
-	if err := unix.Sendto(r.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("netlink send: %w", err)
-	}
-	buf := make([]byte, 65536)
-	for {
-		n, _, err := unix.Recvfrom(r.fd, buf, 0)
-		if err != nil {
-			return fmt.Errorf("netlink receive: %w", err)
-		}
-		for b := buf[:n]; len(b) >= unix.SizeofNlMsghdr; {
-			l := int(ne.Uint32(b[0:]))
-			if l < unix.SizeofNlMsghdr || l > len(b) {
-				return fmt.Errorf("netlink: bad message length %d", l)
-			}
-			mtyp, seq := ne.Uint16(b[4:]), ne.Uint32(b[8:])
-			if mtyp == unix.NLMSG_ERROR && seq == r.seq && l >= unix.SizeofNlMsghdr+4 {
-				if code := int32(ne.Uint32(b[unix.SizeofNlMsghdr:])); code != 0 {
-					return unix.Errno(-code)
-				}
-				return nil
-			}
-			b = b[nlAlign(l):]
-		}
-	}
-}
-
-func nlAlign(n int) int { return (n + 3) &^ 3 }
-
-// appendAttr appends a route attribute.
-func appendAttr(b []byte, typ uint16, data []byte) []byte {
-	var h [4]byte
-	binary.NativeEndian.PutUint16(h[0:], uint16(4+len(data)))
-	binary.NativeEndian.PutUint16(h[2:], typ)
-	b = append(b, h[:]...)
-	b = append(b, data...)
-	for len(b)%4 != 0 {
-		b = append(b, 0)
-	}
-	return b
-}
-
-// appendNested appends a route attribute whose payload fill writes.
-func appendNested(b []byte, typ uint16, fill func([]byte) []byte) []byte {
-	start := len(b)
-	b = append(b, 0, 0, 0, 0)
-	b = fill(b)
-	binary.NativeEndian.PutUint16(b[start:], uint16(len(b)-start))
-	binary.NativeEndian.PutUint16(b[start+2:], typ)
-	return b
-}
-
-func u32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
-
-func cstr(s string) []byte { return append([]byte(s), 0) }
-
-// ifInfoMsg returns a struct ifinfomsg.
-func ifInfoMsg(index int, flags, change uint32) []byte {
-	b := make([]byte, unix.SizeofIfInfomsg)
-	b[0] = unix.AF_UNSPEC
-	binary.NativeEndian.PutUint32(b[4:], uint32(int32(index)))
-	binary.NativeEndian.PutUint32(b[8:], flags)
-	binary.NativeEndian.PutUint32(b[12:], change)
-	return b
-}
-
-// Interface indices of the veth ends of a Pair.
-const (
-	vethIndexA = 10
-	vethIndexB = 11
-)
-
-// vethInfoPeer is VETH_INFO_PEER from linux/veth.h.
-const vethInfoPeer = 1
-
-// addVeth creates a veth pair: name here, peer in the namespace peerNS (a
-// namespace file descriptor).
-func (r *rtnl) addVeth(name, peer string, peerNS int, mtu int) error {
-	// Distinct interface indices (the namespaces are fresh, so both are
-	// free): the kernel then treats carrier changes of the pair as urgent
-	// instead of batching them for up to a second (linkwatch_urgent_event).
-	b := ifInfoMsg(vethIndexA, 0, 0)
-	b = appendAttr(b, unix.IFLA_IFNAME, cstr(name))
-	if mtu > 0 {
-		b = appendAttr(b, unix.IFLA_MTU, u32(uint32(mtu)))
-	}
-	b = appendNested(b, unix.IFLA_LINKINFO, func(b []byte) []byte {
-		b = appendAttr(b, unix.IFLA_INFO_KIND, []byte("veth"))
-		return appendNested(b, unix.IFLA_INFO_DATA, func(b []byte) []byte {
-			return appendNested(b, vethInfoPeer, func(b []byte) []byte {
-				b = append(b, ifInfoMsg(vethIndexB, 0, 0)...)
-				b = appendAttr(b, unix.IFLA_IFNAME, cstr(peer))
-				b = appendAttr(b, unix.IFLA_NET_NS_FD, u32(uint32(peerNS)))
-				if mtu > 0 {
-					b = appendAttr(b, unix.IFLA_MTU, u32(uint32(mtu)))
-				}
-				return b
-			})
-		})
-	})
-	return r.request(unix.RTM_NEWLINK, unix.NLM_F_CREATE|unix.NLM_F_EXCL, b)
-}
-
-// setLink sets the given interface flags (IFF_UP) and, if mtu > 0, the MTU.
-func (r *rtnl) setLink(index int, flags uint32, mtu int) error {
-	b := ifInfoMsg(index, flags, flags)
-	if mtu > 0 {
-		b = appendAttr(b, unix.IFLA_MTU, u32(uint32(mtu)))
-	}
-	return r.request(unix.RTM_NEWLINK, 0, b)
-}
-
-func (r *rtnl) addAddress(index int, p netip.Prefix) error {
-	addr := p.Addr().Unmap()
-	b := make([]byte, unix.SizeofIfAddrmsg)
-	family := byte(unix.AF_INET)
-	var flags uint32
-	if addr.Is6() {
-		family = unix.AF_INET6
-		flags = unix.IFA_F_NODAD
-	}
-	b[0] = family
-	b[1] = byte(p.Bits())
-	b[2] = byte(flags)
-	b[3] = unix.RT_SCOPE_UNIVERSE
-	binary.NativeEndian.PutUint32(b[4:], uint32(index))
-	raw := addr.AsSlice()
-	b = appendAttr(b, unix.IFA_LOCAL, raw)
-	b = appendAttr(b, unix.IFA_ADDRESS, raw)
-	if flags != 0 {
-		b = appendAttr(b, unix.IFA_FLAGS, u32(flags))
-	}
-	return r.request(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL, b)
-}
-
-// Neighbour table constants from linux/neighbour.h.
-const (
-	ndaDst       = 1
-	ndaLLAddr    = 2
-	nudPermanent = 0x80
-)
-
-func (r *rtnl) addNeighbor(index int, ip netip.Addr, mac net.HardwareAddr) error {
-	ip = ip.Unmap()
-	b := make([]byte, 12) // struct ndmsg
-	b[0] = unix.AF_INET
-	if ip.Is6() {
-		b[0] = unix.AF_INET6
-	}
-	binary.NativeEndian.PutUint32(b[4:], uint32(int32(index)))
-	binary.NativeEndian.PutUint16(b[8:], nudPermanent)
-	b = appendAttr(b, ndaDst, ip.AsSlice())
-	b = appendAttr(b, ndaLLAddr, mac)
-	return r.request(unix.RTM_NEWNEIGH, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, b)
 }

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/softrdma/softrdma/netio/netns"
+)
+
+// softrdma bench is the benchmark suite behind `make bench`. It creates two
+// network namespaces joined by a veth pair, opens a device in each (RoCEv2 on
+// the udp and afpacket backends, iWARP over TCP), and measures, one row at a
+// time, WRITE/READ/SEND bandwidth, the 64-byte message rate and the latency,
+// each beside the raw baseline of the same path measured right before it:
+// batched datagrams of the RoCE packets' size through the same netio endpoint
+// type and batch size (a UDP blaster; raw frames for afpacket), or a TCP
+// stream for iWARP; round trips of datagrams (messages) of the same sizes for
+// the latencies. Both sides run in this one process (each device's sockets
+// live in its namespace), so the verbs are connected directly, without an
+// out-of-band exchange, and one CPU profile (--cpuprofile) covers both ends.
+//
+// It is a subcommand rather than a test binary so that it needs nothing but
+// the softrdma binary (and root), prints one table, and can be profiled and
+// run with other sizes without rebuilding; `go test ./cmd/softrdma` checks
+// that it runs (TestBenchRuns, tiny sizes, nothing asserted about numbers).
+
+// benchOptions are softrdma bench's flags.
+type benchOptions struct {
+	json       bool
+	measure    time.Duration // measured time of each measurement
+	warm       time.Duration // unmeasured time before it
+	transports []string      // roce, iwarp
+	backends   []string      // RoCE backends: udp, afpacket
+	tests      []string      // write, read, send (bandwidth), rate, lat
+	sizes      []int         // bandwidth message sizes
+	rateSize   int           // message rate size
+	latSize    int           // latency size
+	mtu        int           // veth MTU
+	cpuProfile string
+	memProfile string
+	noBaseline bool // for profiling softrdma alone
+}
+
+const benchUsage = `usage: softrdma bench [flags]
+
+Runs the benchmark suite between two network namespaces that it creates (needs
+root) and prints one table: for each transport and backend, WRITE/READ/SEND
+bandwidth, the 64-byte message rate and latency, each beside the raw baseline
+of the same path measured in the same run, and the ratio. Without root it says
+so and exits 0.
+
+flags:
+`
+
+// benchAllTests are the kinds of row, in table order.
+var benchAllTests = []string{"write", "read", "send", "rate", "lat"}
+
+func benchCmd(args []string, stdout, stderr io.Writer) int {
+	o := &benchOptions{}
+	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
+	var sizes []string
+	fs.BoolVar(&o.json, "json", false, "print the rows as JSON instead of a table")
+	fs.DurationVar(&o.measure, "time", time.Second, "measured time of each measurement (softrdma and baseline alike)")
+	fs.DurationVar(&o.warm, "warm", 200*time.Millisecond, "unmeasured warm-up before each measurement")
+	fs.StringSliceVar(&o.transports, "transport", []string{"roce", "iwarp"}, "transports to measure: roce, iwarp")
+	fs.StringSliceVar(&o.backends, "backend", []string{"udp", "afpacket"}, "RoCE backends to measure: udp, afpacket")
+	fs.StringSliceVar(&o.tests, "tests", benchAllTests, "rows to run: write, read, send (bandwidth), rate (64-byte message rate), lat (latency)")
+	fs.StringSliceVar(&sizes, "sizes", []string{"4K", "64K", "1M"}, "bandwidth message sizes (K and M suffixes)")
+	fs.IntVar(&o.rateSize, "rate-size", 64, "message size of the message-rate rows")
+	fs.IntVar(&o.latSize, "lat-size", 64, "message size of the latency rows")
+	fs.IntVar(&o.mtu, "mtu", 1500, "MTU of the veth pair (the IB MTU follows as rxe derives it: 1500 gives 1024)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile (every allocation sampled) to this file")
+	fs.BoolVar(&o.noBaseline, "no-baseline", false, "measure softrdma alone (to profile it): no baseline, no ratio")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "softrdma bench: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "softrdma bench: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	for _, s := range sizes {
+		n, err := perfParseSize(s)
+		if err != nil {
+			fmt.Fprintf(stderr, "softrdma bench: --sizes: %v\n", err)
+			return 2
+		}
+		o.sizes = append(o.sizes, int(n))
+	}
+	if err := o.check(); err != nil {
+		fmt.Fprintf(stderr, "softrdma bench: %v\n", err)
+		return 2
+	}
+	if err := netns.Check(); err != nil {
+		fmt.Fprintf(stdout, "softrdma bench: skipped: cannot create network namespaces (%v); run it as root\n", err)
+		return 0
+	}
+	if err := benchMain(o, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "softrdma bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func (o *benchOptions) check() error {
+	for _, t := range o.transports {
+		if t != "roce" && t != "iwarp" {
+			return fmt.Errorf("--transport %q: want roce or iwarp", t)
+		}
+	}
+	for _, b := range o.backends {
+		if b != "udp" && b != "afpacket" {
+			return fmt.Errorf("--backend %q: want udp or afpacket", b)
+		}
+	}
+	for _, t := range o.tests {
+		if !containsString(benchAllTests, t) {
+			return fmt.Errorf("--tests %q: want %s", t, strings.Join(benchAllTests, ", "))
+		}
+	}
+	if o.measure <= 0 || o.warm < 0 {
+		return errors.New("--time must be positive and --warm not negative")
+	}
+	if o.rateSize < 1 || o.latSize < 2 {
+		return errors.New("--rate-size must be at least 1 and --lat-size at least 2")
+	}
+	if o.mtu < 1280 || o.mtu > 65535 {
+		return fmt.Errorf("--mtu %d: want 1280..65535", o.mtu)
+	}
+	return nil
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// benchRow is one line of the table: a softrdma measurement beside its
+// baseline. Ratio is softrdma/baseline for rates, baseline/softrdma for
+// latencies, so that 1 always means "as good as the raw path".
+type benchRow struct {
+	Transport string  `json:"transport"`
+	Backend   string  `json:"backend"`
+	Test      string  `json:"test"` // e.g. "WRITE bw", "SEND rate", "READ lat p99"
+	Size      int     `json:"bytes"`
+	Unit      string  `json:"unit"` // MiB/s, Mmsg/s or us
+	Value     float64 `json:"softrdma"`
+	Base      float64 `json:"baseline"`
+	Ratio     float64 `json:"ratio"`
+	Baseline  string  `json:"baseline_path"`        // what the baseline is
+	Allocs    float64 `json:"allocs_per_msg"`       // heap allocations per message (both ends, whole process)
+	Note      string  `json:"note,omitempty"`       // why a row has no number
+	Samples   int     `json:"samples,omitempty"`    // messages (bw, rate) or round trips (lat) measured
+	BaseCount int     `json:"base_count,omitempty"` // datagrams / round trips of the baseline
+}
+
+// benchReport is the --json output.
+type benchReport struct {
+	Date      string     `json:"date"`
+	GoVersion string     `json:"go"`
+	CPUs      int        `json:"cpus"`
+	VethMTU   int        `json:"veth_mtu"`
+	Measure   string     `json:"measure_per_row"`
+	Rows      []benchRow `json:"rows"`
+	Elapsed   string     `json:"elapsed"`
+}
+
+func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
+	start := time.Now()
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if o.memProfile != "" {
+		runtime.MemProfileRate = 1
+		defer func() {
+			if f, err := os.Create(o.memProfile); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
+	}
+	pair, err := netns.NewPair(netns.PairConfig{MTU: o.mtu, Prefix: "softrdma-bench-"})
+	if err != nil {
+		return err
+	}
+	defer pair.Close()
+	progress := stderr
+	if o.json {
+		progress = io.Discard
+	}
+	var rows []benchRow
+	emit := func(r benchRow) {
+		rows = append(rows, r)
+		fmt.Fprintf(progress, "  %-5s %-8s %-14s %8s  %s\n", r.Transport, r.Backend, r.Test, benchSizeString(r.Size), benchValue(r))
+	}
+	fmt.Fprintf(progress, "softrdma bench: namespaces %s and %s, veth MTU %d, %v per measurement\n",
+		pair.A.NS.Name(), pair.B.NS.Name(), o.mtu, o.measure)
+	for _, t := range o.transports {
+		backends := o.backends
+		if t == "iwarp" {
+			backends = []string{"tcp"}
+		}
+		for _, b := range backends {
+			env, err := benchOpenEnv(pair, t, b, o)
+			if err != nil {
+				emit(benchRow{Transport: t, Backend: b, Test: "(all)", Note: "not measured: " + err.Error()})
+				continue
+			}
+			benchRunEnv(env, o, emit)
+			env.close()
+		}
+	}
+	elapsed := time.Since(start)
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(benchReport{Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
+			VethMTU: o.mtu, Measure: o.measure.String(), Rows: rows, Elapsed: elapsed.Round(time.Millisecond).String()})
+	}
+	benchPrintTable(stdout, rows, o, elapsed)
+	return nil
+}
+
+// benchPrintTable prints the rows as one table.
+func benchPrintTable(w io.Writer, rows []benchRow, o *benchOptions, elapsed time.Duration) {
+	fmt.Fprintf(w, "softrdma bench: two network namespaces on a veth pair (MTU %d), %d CPUs, %v measured per number (%d rounds, alternating with the baseline), %v in all\n",
+		o.mtu, runtime.NumCPU(), o.measure, benchRounds, elapsed.Round(time.Second))
+	fmt.Fprintln(w, "ratio = softrdma/baseline for rates, baseline/softrdma for latencies (1 = as good as the raw path)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "transport\tbackend\ttest\tsize\tsoftrdma\tbaseline\tunit\tratio\tallocs/msg\tbaseline path")
+	for _, r := range rows {
+		if r.Note != "" {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t-\t-\t\t-\t\t%s\n", r.Transport, r.Backend, r.Test, benchSizeString(r.Size), r.Note)
+			continue
+		}
+		ratio := fmt.Sprintf("%.2f", r.Ratio)
+		if r.Base == 0 {
+			ratio = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%9s\t%9s\t%s\t%5s\t%10s\t%s\n", r.Transport, r.Backend, r.Test, benchSizeString(r.Size),
+			benchNum(r.Value), benchNum(r.Base), r.Unit, ratio, benchNum(r.Allocs), r.Baseline)
+	}
+	tw.Flush()
+}
+
+func benchValue(r benchRow) string {
+	if r.Note != "" {
+		return r.Note
+	}
+	return fmt.Sprintf("%s %s vs %s: %.2f (%s allocs/msg)", benchNum(r.Value), r.Unit, benchNum(r.Base), r.Ratio, benchNum(r.Allocs))
+}
+
+// benchNum prints a number with three significant digits or so.
+func benchNum(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case v >= 0.01:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	case v >= 0.001:
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
+	return "<0.001"
+}
+
+func benchSizeString(n int) string {
+	switch {
+	case n == 0:
+		return ""
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.Itoa(n>>20) + " MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.Itoa(n>>10) + " KiB"
+	}
+	return strconv.Itoa(n) + " B"
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/netio"
+	"github.com/softrdma/softrdma/netio/netns"
+	"github.com/softrdma/softrdma/roce"
+)
+
+// benchEnv is one transport on one backend between the two namespaces: a
+// verbs engine on each side, a way to connect RC QPs between them, and the
+// raw path to compare with. Side A is the passive one (the target of WRITEs,
+// the source of READs, the receiver of SENDs); B issues the requests.
+type benchEnv struct {
+	transport, backend string
+	a, b               *ibtransport.Context
+	pathMTU            int // RoCE: the IB path MTU; iWARP: 0
+	// connect connects qa (on a) and qb (on b), both fresh RC QPs in RESET,
+	// and returns what undoes it (before the QPs are destroyed).
+	connect func(qa, qb *ibtransport.QP) (func(), error)
+	raw     benchRaw
+	closers []func()
+	// stats describes the endpoints' counters (SOFTRDMA_BENCH_DEBUG=1).
+	stats func() string
+}
+
+func (e *benchEnv) close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+}
+
+// benchBaselinePort is the UDP port (and TCP port) of the raw baselines:
+// not 4791, so that the RoCE devices, which stay open meanwhile, never see
+// the baselines' packets.
+const benchBaselinePort = 4792
+
+// benchIWARPPort is the TCP port the iWARP listener of side A uses.
+const benchIWARPPort = 4793
+
+func benchOpenEnv(pair *netns.Pair, transport, backend string, o *benchOptions) (*benchEnv, error) {
+	if transport == "iwarp" {
+		return benchOpenIWARP(pair)
+	}
+	return benchOpenRoCE(pair, backend)
+}
+
+// benchOpenRoCE opens a RoCE device on the backend in each namespace with
+// roce.Open, as softrdma perf does, and runs it.
+func benchOpenRoCE(pair *netns.Pair, backend string) (*benchEnv, error) {
+	e := &benchEnv{transport: "roce", backend: backend}
+	devs := make([]*roce.Device, 2)
+	for i, s := range []*netns.Side{&pair.A, &pair.B} {
+		var d *roce.Device
+		err := s.NS.Do(func() (err error) {
+			d, err = roce.Open(roce.OpenConfig{Backend: roce.Backend(backend), Interface: s.Link,
+				Engine: benchEngineConfig()})
+			return err
+		})
+		if err != nil {
+			e.close()
+			return nil, fmt.Errorf("roce.Open %s on %s: %w", backend, s.Link, err)
+		}
+		devs[i] = d
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx, netio.SystemClock{}) }()
+		e.closers = append(e.closers, func() {
+			cancel()
+			d.Close()
+			<-done
+		})
+	}
+	da, db := devs[0], devs[1]
+	e.stats = func() string {
+		var b strings.Builder
+		for i, d := range devs {
+			fmt.Fprintf(&b, "dev %c: %+v\n", 'A'+i, d.Counters())
+			if u, ok := d.Endpoint().(*netio.UDPEndpoint); ok {
+				fmt.Fprintf(&b, "  udp %c: %+v\n  last send error: %v\n", 'A'+i, u.Stats(), u.LastSendError())
+			}
+			if p, ok := d.Endpoint().(*netio.PacketEndpoint); ok {
+				fmt.Fprintf(&b, "  packet %c: %+v\n", 'A'+i, p.Stats())
+			}
+		}
+		return b.String()
+	}
+	e.a, e.b = da.Context(), db.Context()
+	e.pathMTU = min(da.PathMTU(), db.PathMTU())
+	addrA, addrB := pair.A.IPv4.Addr(), pair.B.IPv4.Addr()
+	ahA, err := da.AddressHandle(addrB)
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	ahB, err := db.AddressHandle(addrA)
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	e.connect = func(qa, qb *ibtransport.QP) (func(), error) {
+		psnA, psnB := rand.Uint32()&ibtransport.PSNMask, rand.Uint32()&ibtransport.PSNMask
+		if err := benchModifyRC(qa, ahA, e.pathMTU, qb.QPN(), psnA, psnB); err != nil {
+			return nil, err
+		}
+		if err := benchModifyRC(qb, ahB, e.pathMTU, qa.QPN(), psnB, psnA); err != nil {
+			return nil, err
+		}
+		return func() {}, nil
+	}
+	switch backend {
+	case "udp":
+		e.raw = &benchUDPRaw{pair: pair}
+	case "afpacket":
+		e.raw = &benchPacketRaw{pair: pair}
+	}
+	return e, nil
+}
+
+// benchMaxRdAtomic is the READs outstanding per QP, both ways: perftest's
+// default for ib_read_bw, the device's maximum (rxe's and ours, 128).
+const benchMaxRdAtomic = 128
+
+// benchEngineConfig is the engine configuration of the bench's devices
+// (SOFTRDMA_BENCH_WINDOW and SOFTRDMA_BENCH_ACKREQ override the window and
+// the AckReq interval, for experiments).
+func benchEngineConfig() ibtransport.ContextConfig {
+	c := ibtransport.ContextConfig{Seed: rand.Uint64()}
+	if v, err := strconv.Atoi(os.Getenv("SOFTRDMA_BENCH_WINDOW")); err == nil {
+		c.MaxUnackedPSNs = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("SOFTRDMA_BENCH_ACKREQ")); err == nil {
+		c.AckReqInterval = v
+	}
+	return c
+}
+
+// benchModifyRC moves an RC QP from RESET to RTS towards the peer QP dqpn:
+// the attributes softrdma perf uses (perftest's).
+func benchModifyRC(qp *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, dqpn, sqpsn, rqpsn uint32) error {
+	const all = ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead | ibtransport.AccessRemoteAtomic
+	if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, AccessFlags: all},
+		ibtransport.QPAttrState|ibtransport.QPAttrPKeyIndex|ibtransport.QPAttrPort|ibtransport.QPAttrAccessFlags); err != nil {
+		return err
+	}
+	maxRd := benchMaxRdAtomic
+	if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: mtu, DestQPN: dqpn,
+		RQPSN: rqpsn, MaxDestRdAtomic: maxRd, MinRNRTimer: perfMinRNRTimer},
+		ibtransport.QPAttrState|ibtransport.QPAttrAH|ibtransport.QPAttrPathMTU|ibtransport.QPAttrDestQPN|
+			ibtransport.QPAttrRQPSN|ibtransport.QPAttrMaxDestRdAtomic|ibtransport.QPAttrMinRNRTimer); err != nil {
+		return err
+	}
+	return qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: sqpsn, Timeout: perfDefQPTimeout,
+		RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: maxRd},
+		ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|ibtransport.QPAttrRetryCnt|
+			ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxRdAtomic)
+}
+
+// benchOpenIWARP opens an iWARP device on each side, a listener in A, and
+// connects each QP pair with Dial from B and Accept in A.
+func benchOpenIWARP(pair *netns.Pair) (*benchEnv, error) {
+	e := &benchEnv{transport: "iwarp", backend: "tcp"}
+	da, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64()}})
+	if err != nil {
+		return nil, err
+	}
+	db, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64()}})
+	if err != nil {
+		return nil, err
+	}
+	e.a, e.b = da.Context(), db.Context()
+	addr := net.JoinHostPort(pair.A.IPv4.Addr().String(), strconv.Itoa(benchIWARPPort))
+	var ln *iwarp.Listener
+	if err := pair.A.NS.Do(func() (err error) {
+		ln, err = iwarp.Listen(addr, iwarp.ConnParams{})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("iwarp.Listen %s: %w", addr, err)
+	}
+	e.closers = append(e.closers, func() { ln.Close() })
+	e.connect = func(qa, qb *ibtransport.QP) (func(), error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		type accepted struct {
+			c   *iwarp.Conn
+			err error
+		}
+		acc := make(chan accepted, 1)
+		go func() {
+			c, err := ln.Accept(ctx, qa)
+			acc <- accepted{c, err}
+		}()
+		var cb *iwarp.Conn
+		derr := pair.B.NS.Do(func() (err error) {
+			cb, err = iwarp.Dial(ctx, qb, addr, iwarp.ConnParams{})
+			return err
+		})
+		if derr != nil {
+			cancel()
+			if a := <-acc; a.c != nil {
+				a.c.Close()
+			}
+			return nil, fmt.Errorf("iwarp.Dial %s: %w", addr, derr)
+		}
+		a := <-acc
+		if a.err != nil {
+			cb.Close()
+			return nil, fmt.Errorf("iwarp Accept: %w", a.err)
+		}
+		return func() {
+			cb.Close()
+			a.c.Close()
+		}, nil
+	}
+	e.raw = &benchTCPRaw{pair: pair}
+	return e, nil
+}
+
+// benchErrStall is returned when a measurement sees no completion for long.
+var benchErrStall = errors.New("no progress for 3s")
+
+// benchStallTimeout bounds the wait for any one completion.
+const benchStallTimeout = 3 * time.Second
+
+// benchAddrPort is the baseline's address on a side.
+func benchAddrPort(s *netns.Side) netip.AddrPort {
+	return netip.AddrPortFrom(s.IPv4.Addr(), benchBaselinePort)
+}

@@ -1,0 +1,488 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softrdma/softrdma/netio"
+	"github.com/softrdma/softrdma/netio/netns"
+	"github.com/softrdma/softrdma/roce"
+)
+
+// benchRaw is the raw path a transport's numbers are compared with: the same
+// link, the same kind of socket, no RDMA. B sends to A.
+type benchRaw interface {
+	// blast sends units of n bytes from B to A as fast as B can, in batches
+	// where the path has them, for warm+measure, and returns how many units
+	// A received during the measured part.
+	blast(n int, warm, measure time.Duration) (int, error)
+	// rtt runs exchanges of req bytes from B and resp bytes back from A, one
+	// at a time, and returns the round-trip times of those after warm.
+	rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error)
+	// blastDesc and rttDesc say what blast and rtt measure.
+	blastDesc(n int) string
+	rttDesc(req, resp int) string
+}
+
+// benchWindow is a measurement's time line: warm-up, then the measured part.
+type benchWindow struct{ start, from, to time.Time }
+
+func newBenchWindow(warm, measure time.Duration) benchWindow {
+	s := time.Now()
+	return benchWindow{start: s, from: s.Add(warm), to: s.Add(warm + measure)}
+}
+
+func (w benchWindow) in(t time.Time) bool { return !t.Before(w.from) && t.Before(w.to) }
+
+// benchCountFrames reads frames from ep until it closes, counting those read
+// within w.
+func benchCountFrames(ep netio.Endpoint, w benchWindow, count *int, done chan<- error) {
+	bufs := make([][]byte, ep.BatchSize())
+	for i := range bufs {
+		bufs[i] = make([]byte, netio.MaxFrameLen(ep.MTU())+64)
+	}
+	sizes := make([]int, len(bufs))
+	for {
+		n, err := ep.Read(bufs, sizes, 0)
+		if w.in(time.Now()) {
+			*count += n
+		}
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				err = nil
+			}
+			done <- err
+			return
+		}
+	}
+}
+
+// benchBlastFrames writes frames to tx, a batch at a time, until w ends; then
+// it closes rx, which ends the counting reader.
+func benchBlastFrames(tx, rx netio.Endpoint, frames [][]byte, w benchWindow) (int, error) {
+	var count int
+	done := make(chan error, 1)
+	go benchCountFrames(rx, w, &count, done)
+	var werr error
+	for time.Now().Before(w.to) {
+		if _, err := tx.Write(frames, 0); err != nil {
+			werr = err
+			break
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // what is in flight lands after the window
+	rx.Close()
+	if err := <-done; err != nil {
+		return 0, err
+	}
+	return count, werr
+}
+
+// benchPingPong runs exchanges of one frame each way between b (the client)
+// and a (the echo), one at a time, and returns the round trips within w.
+func benchPingPong(a, b netio.Endpoint, req, resp []byte, w benchWindow) ([]time.Duration, error) {
+	echo := make(chan error, 1)
+	go func() {
+		bufs := [][]byte{make([]byte, netio.MaxFrameLen(a.MTU())+64)}
+		sizes := []int{0}
+		out := [][]byte{resp}
+		for {
+			n, err := a.Read(bufs, sizes, 0)
+			if n > 0 {
+				if _, werr := a.Write(out, 0); werr != nil && err == nil {
+					err = werr
+				}
+			}
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					err = nil
+				}
+				echo <- err
+				return
+			}
+		}
+	}()
+	bufs := [][]byte{make([]byte, netio.MaxFrameLen(b.MTU())+64)}
+	sizes := []int{0}
+	in := [][]byte{req}
+	var rtts []time.Duration
+	var err error
+	for {
+		t := time.Now()
+		if !t.Before(w.to) {
+			break
+		}
+		if _, err = b.Write(in, 0); err != nil {
+			break
+		}
+		if _, err = benchReadTimeout(b, bufs, sizes); err != nil {
+			break
+		}
+		if d := time.Now(); w.in(t) {
+			rtts = append(rtts, d.Sub(t))
+		}
+	}
+	a.Close()
+	b.Close()
+	if e := <-echo; err == nil {
+		err = e
+	}
+	return rtts, err
+}
+
+// benchReadTimeout is a blocking Read that gives up (with an error) when a
+// datagram was lost: UDP and raw frames have no retransmission.
+func benchReadTimeout(ep netio.Endpoint, bufs [][]byte, sizes []int) (int, error) {
+	type res struct {
+		n   int
+		err error
+	}
+	// A lost datagram would block Read for good; the reads are quick, so a
+	// timer costs less than a goroutine per read: the caller closes ep at the
+	// end, which ends a Read blocked after a loss.
+	t := time.AfterFunc(time.Second, func() { ep.Close() })
+	n, err := ep.Read(bufs, sizes, 0)
+	if !t.Stop() {
+		return n, errors.New("a datagram of the ping-pong was lost")
+	}
+	return n, err
+}
+
+// benchUDPRaw is the baseline of the udp backend: netio.UDPEndpoint on each
+// side, as the devices use, on the baseline port.
+type benchUDPRaw struct{ pair *netns.Pair }
+
+// benchNoPatch is the IPv4GSO hook of the UDP baselines: their datagrams
+// carry no ICRC to fix, but they are batched into GSO sends exactly as the
+// device's are.
+func benchNoPatch([]byte, int, uint16) {}
+
+func (r *benchUDPRaw) open() (a, b *netio.UDPEndpoint, err error) {
+	if err := r.pair.A.NS.Do(func() (err error) {
+		a, err = netio.NewUDP(netio.UDPConfig{LocalAddr: benchAddrPort(&r.pair.A), MTU: r.pair.A.MTU, IPv4GSO: benchNoPatch})
+		return err
+	}); err != nil {
+		return nil, nil, err
+	}
+	if err := r.pair.B.NS.Do(func() (err error) {
+		b, err = netio.NewUDP(netio.UDPConfig{LocalAddr: benchAddrPort(&r.pair.B), MTU: r.pair.B.MTU, IPv4GSO: benchNoPatch})
+		return err
+	}); err != nil {
+		a.Close()
+		return nil, nil, err
+	}
+	return a, b, nil
+}
+
+// benchFrame returns an Ethernet frame from one side to the other whose UDP
+// payload is n bytes: what a RoCE packet of that length looks like (the
+// payload is a BTH of an RDMA WRITE Middle, then zeros, and an ICRC).
+func benchFrame(from, to *netns.Side, n int) ([]byte, error) {
+	if n < 16 {
+		n = 16 // BTH and ICRC
+	}
+	h := roce.FrameHeaders{SrcMAC: [6]byte(from.MAC), DstMAC: [6]byte(to.MAC),
+		Src: from.IPv4.Addr(), Dst: to.IPv4.Addr(), HopLimit: 64,
+		SrcPort: benchBaselinePort, DstPort: benchBaselinePort}
+	ibLen := n - roce.ICRCLen
+	f := make([]byte, h.Len()+n)
+	f[h.Len()] = 0x07
+	m, err := h.EncodeFrame(f, ibLen)
+	return f[:m], err
+}
+
+func benchFrames(from, to *netns.Side, n, batch int) ([][]byte, error) {
+	f, err := benchFrame(from, to, n)
+	if err != nil {
+		return nil, err
+	}
+	frames := make([][]byte, batch)
+	for i := range frames {
+		frames[i] = f // Write never modifies the frames
+	}
+	return frames, nil
+}
+
+func (r *benchUDPRaw) blast(n int, warm, measure time.Duration) (int, error) {
+	a, b, err := r.open()
+	if err != nil {
+		return 0, err
+	}
+	defer b.Close()
+	frames, err := benchFrames(&r.pair.B, &r.pair.A, n, b.BatchSize())
+	if err != nil {
+		a.Close()
+		return 0, err
+	}
+	return benchBlastFrames(b, a, frames, newBenchWindow(warm, measure))
+}
+
+func (r *benchUDPRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
+	a, b, err := r.open()
+	if err != nil {
+		return nil, err
+	}
+	qf, err := benchFrame(&r.pair.B, &r.pair.A, req)
+	if err != nil {
+		return nil, err
+	}
+	rf, err := benchFrame(&r.pair.A, &r.pair.B, resp)
+	if err != nil {
+		return nil, err
+	}
+	return benchPingPong(a, b, qf, rf, newBenchWindow(warm, measure))
+}
+
+func (r *benchUDPRaw) blastDesc(n int) string {
+	return fmt.Sprintf("UDP blaster, %d-B datagrams, batches of %d (GSO)", n, netio.DefaultUDPBatchSize)
+}
+
+func (r *benchUDPRaw) rttDesc(req, resp int) string {
+	return fmt.Sprintf("UDP ping-pong, %d B / %d B", req, resp)
+}
+
+// benchPacketRaw is the baseline of the afpacket backend: netio.PacketEndpoint
+// on each veth end, as the devices use, sending frames to the baseline port,
+// which a socket that drops everything holds on each side (as roce.Open holds
+// 4791 for an afpacket device) so that the kernel sends no ICMP errors.
+type benchPacketRaw struct{ pair *netns.Pair }
+
+func (r *benchPacketRaw) open() (a, b *netio.PacketEndpoint, closeAll func(), err error) {
+	var closers []io.Closer
+	closeAll = func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	}
+	for _, s := range []*netns.Side{&r.pair.A, &r.pair.B} {
+		var ep *netio.PacketEndpoint
+		var hold net.PacketConn
+		err := s.NS.Do(func() (err error) {
+			if hold, err = benchHoldUDPPort(benchAddrPort(s)); err != nil {
+				return err
+			}
+			ep, err = netio.NewPacket(netio.PacketConfig{Interface: s.Link, UDPPort: benchBaselinePort})
+			if err != nil {
+				hold.Close()
+			}
+			return err
+		})
+		if err != nil {
+			closeAll()
+			return nil, nil, nil, err
+		}
+		closers = append(closers, ep, hold)
+		if a == nil {
+			a = ep
+		} else {
+			b = ep
+		}
+	}
+	return a, b, closeAll, nil
+}
+
+// benchHoldUDPPort binds a UDP socket to ap that drops whatever it receives.
+func benchHoldUDPPort(ap netip.AddrPort) (net.PacketConn, error) {
+	drop := []unix.SockFilter{{Code: 0x06, K: 0}} // ret #0
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			prog := unix.SockFprog{Len: 1, Filter: (*unix.SockFilter)(unsafe.Pointer(&drop[0]))}
+			serr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	return lc.ListenPacket(nil, "udp4", ap.String())
+}
+
+func (r *benchPacketRaw) blast(n int, warm, measure time.Duration) (int, error) {
+	a, b, closeAll, err := r.open()
+	if err != nil {
+		return 0, err
+	}
+	defer closeAll()
+	frames, err := benchFrames(&r.pair.B, &r.pair.A, n, b.BatchSize())
+	if err != nil {
+		return 0, err
+	}
+	return benchBlastFrames(b, a, frames, newBenchWindow(warm, measure))
+}
+
+func (r *benchPacketRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
+	a, b, closeAll, err := r.open()
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	qf, err := benchFrame(&r.pair.B, &r.pair.A, req)
+	if err != nil {
+		return nil, err
+	}
+	rf, err := benchFrame(&r.pair.A, &r.pair.B, resp)
+	if err != nil {
+		return nil, err
+	}
+	return benchPingPong(a, b, qf, rf, newBenchWindow(warm, measure))
+}
+
+func (r *benchPacketRaw) blastDesc(n int) string {
+	return fmt.Sprintf("AF_PACKET blaster, %d-B frames (%d-B datagrams), batches of %d",
+		n+roce.EthernetLen+roce.IPv4Len+roce.UDPLen, n, netio.DefaultPacketBatchSize)
+}
+
+func (r *benchPacketRaw) rttDesc(req, resp int) string {
+	return fmt.Sprintf("AF_PACKET ping-pong, %d B / %d B datagrams", req, resp)
+}
+
+// benchTCPRaw is the baseline of iWARP: a TCP connection between the sides.
+type benchTCPRaw struct{ pair *netns.Pair }
+
+// dial returns both ends of a fresh TCP connection, A's first.
+func (r *benchTCPRaw) dial() (a, b net.Conn, err error) {
+	var ln net.Listener
+	if err := r.pair.A.NS.Do(func() (err error) {
+		ln, err = net.Listen("tcp4", benchAddrPort(&r.pair.A).String())
+		return err
+	}); err != nil {
+		return nil, nil, err
+	}
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		acc <- c
+	}()
+	if err := r.pair.B.NS.Do(func() (err error) {
+		b, err = net.DialTimeout("tcp4", benchAddrPort(&r.pair.A).String(), 5*time.Second)
+		return err
+	}); err != nil {
+		ln.Close()
+		<-acc
+		return nil, nil, err
+	}
+	a = <-acc
+	if a == nil {
+		b.Close()
+		return nil, nil, errors.New("tcp accept failed")
+	}
+	return a, b, nil
+}
+
+func (r *benchTCPRaw) blast(n int, warm, measure time.Duration) (int, error) {
+	a, b, err := r.dial()
+	if err != nil {
+		return 0, err
+	}
+	defer a.Close()
+	w := newBenchWindow(warm, measure)
+	var got int64
+	var mu sync.Mutex
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 1<<20)
+		for {
+			k, err := a.Read(buf)
+			if w.in(time.Now()) {
+				mu.Lock()
+				got += int64(k)
+				mu.Unlock()
+			}
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				done <- err
+				return
+			}
+		}
+	}()
+	// Batches, as the UDP blaster's: 64 units a write (at most 1 MiB).
+	buf := make([]byte, n*max(1, min(64, (1<<20)/n)))
+	var werr error
+	for time.Now().Before(w.to) {
+		if _, err := b.Write(buf); err != nil {
+			werr = err
+			break
+		}
+	}
+	b.Close()
+	if err := <-done; err != nil && werr == nil {
+		werr = err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return int(got / int64(n)), werr
+}
+
+func (r *benchTCPRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
+	a, b, err := r.dial()
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	defer b.Close()
+	echo := make(chan error, 1)
+	go func() {
+		in, out := make([]byte, req), make([]byte, resp)
+		for {
+			if _, err := io.ReadFull(a, in); err != nil {
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				echo <- err
+				return
+			}
+			if _, err := a.Write(out); err != nil {
+				echo <- err
+				return
+			}
+		}
+	}()
+	w := newBenchWindow(warm, measure)
+	out, in := make([]byte, req), make([]byte, resp)
+	var rtts []time.Duration
+	for {
+		t := time.Now()
+		if !t.Before(w.to) {
+			break
+		}
+		if _, err = b.Write(out); err != nil {
+			break
+		}
+		if _, err = io.ReadFull(b, in); err != nil {
+			break
+		}
+		if w.in(t) {
+			rtts = append(rtts, time.Since(t))
+		}
+	}
+	b.Close()
+	if e := <-echo; err == nil {
+		err = e
+	}
+	return rtts, err
+}
+
+func (r *benchTCPRaw) blastDesc(n int) string {
+	k := max(1, min(64, (1<<20)/n))
+	if k == 1 {
+		return fmt.Sprintf("TCP stream, %d-B writes", n)
+	}
+	return fmt.Sprintf("TCP stream, %d-B units in %d-B writes", n, n*k)
+}
+
+func (r *benchTCPRaw) rttDesc(req, resp int) string {
+	return fmt.Sprintf("TCP ping-pong, %d B / %d B", req, resp)
+}

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# bench-kernel: softrdma against the kernel's own soft-RDMA, side by side in
+# one guest of the interop harness (../shared/interop): perftest's ib_write_bw
+# over rxe (RoCEv2) and over siw (iWARP, through rdma_cm), then softrdma perf
+# write_bw over the same link (RoCEv2 on the udp backend; iWARP when softrdma
+# perf speaks it), with the same sizes and iteration counts, and the ratios
+# softrdma/rxe and softrdma/siw. The guest has 2 vCPUs; under the harness's
+# TCG emulation the absolute numbers mean little, the ratios (same emulated
+# CPU, same kernel) do.
+#
+# Needs root, qemu and the harness; without them it says so in one line and
+# exits 0. VM use is serialised with the interop tests by an flock on
+# /tmp/softrdma-interop.lock.
+#
+# Environment: BENCH_KERNEL_SIZES (default "4096 65536 1048576"),
+# BENCH_KERNEL_ITERS (iterations per size, same order; default "500 100 10"),
+# SOFTRDMA_INTEROP_DIR (the harness, default ../shared/interop).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+HARNESS="${SOFTRDMA_INTEROP_DIR:-$ROOT/../shared/interop}"
+LOCK=/tmp/softrdma-interop.lock
+SIZES=(${BENCH_KERNEL_SIZES:-4096 65536 1048576})
+ITERS=(${BENCH_KERNEL_ITERS:-500 100 10})
+GUEST_IP=10.77.0.90   # the guest's eth0 (rxe, siw, softrdma's server)
+GUEST_IP2=10.77.0.91  # a second address on eth0 for softrdma's client
+
+skip() { echo "bench-kernel: skipped: $*"; exit 0; }
+[ "$(id -u)" = 0 ] || skip "not running as root (the VM harness needs network namespaces, taps and qemu)"
+[ -x "$HARNESS/vm" ] || skip "no VM harness at $HARNESS"
+command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed"
+command -v flock >/dev/null || skip "flock(1) is not installed"
+command -v ib_write_bw >/dev/null || skip "perftest (ib_write_bw) is not installed"
+[ "${#SIZES[@]}" = "${#ITERS[@]}" ] || { echo "bench-kernel: BENCH_KERNEL_SIZES and BENCH_KERNEL_ITERS differ in length" >&2; exit 2; }
+
+WORK="$(mktemp -d /tmp/softrdma-bench-kernel.XXXXXX)"
+if [ "${BENCH_KERNEL_KEEP:-}" = 1 ]; then
+	echo "bench-kernel: keeping $WORK" >&2
+else
+	trap 'rm -rf "$WORK"' EXIT
+fi
+(cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/softrdma" ./cmd/softrdma)
+
+# The guest's part: one line "RESULT TOOL SIZE MB/s" per run ("-" when it
+# did not run, with the reason on a NOTE line).
+cat >"$WORK/kbench.sh" <<EOF
+set -u
+SIZES="${SIZES[*]}"
+ITERS="${ITERS[*]}"
+IP=$GUEST_IP
+IP2=$GUEST_IP2
+TOOLS="${BENCH_KERNEL_TOOLS:-rxe siw softrdma-roce softrdma-iwarp}"
+GIDX=\${SOFTRDMA_RXE_GID_INDEX:-1}
+iters() { local k=\$1; set -- \$ITERS; shift \$k; echo \$1; }
+EOF
+cat >>"$WORK/kbench.sh" <<'EOF'
+result() { echo "RESULT $1 $2 ${3:--}"; }
+want() { case " $TOOLS " in *" $1 "*) return 0;; esac; return 1; }
+# perftest's table row for the size: bytes iterations peak average rate.
+bw_of() { awk -v s="$1" '$1 == s && NF >= 4 {v = $4} END {print v}' "$2"; }
+perftest_run() { # TOOL DEV-ARGS SIZE N
+	local tool=$1 args=$2 size=$3 n=$4
+	ib_write_bw $args -s "$size" -n "$n" -F >/tmp/srv.out 2>&1 &
+	local srv=$!
+	sleep 2
+	timeout 300 ib_write_bw $args -s "$size" -n "$n" -F "$IP" >/tmp/cli.out 2>&1
+	local rc=$?
+	wait $srv
+	local bw; bw=$(bw_of "$size" /tmp/cli.out)
+	[ $rc = 0 ] && [ -n "$bw" ] || { echo "NOTE $tool $size: exit $rc: $(tail -2 /tmp/cli.out | tr '\n' ' ')"; bw=-; }
+	result "$tool" "$size" "$bw"
+}
+softrdma_run() { # TOOL TRANSPORT SIZE N
+	local tool=$1 tr=$2 size=$3 n=$4
+	/project/softrdma perf write_bw --transport "$tr" -d "$IP" -s "$size" -n "$n" -F --json >/tmp/ssrv.json 2>/tmp/ssrv.err &
+	local srv=$!
+	sleep 2
+	timeout 300 /project/softrdma perf write_bw --transport "$tr" -d "$IP2" -s "$size" -n "$n" -F --json "$IP" >/tmp/scli.json 2>/tmp/scli.err
+	local rc=$?
+	wait $srv
+	local bw; bw=$(sed -n 's/.*"bw_average": *\([0-9.eE+-]*\).*/\1/p' /tmp/scli.json | head -1)
+	[ $rc = 0 ] && [ -n "$bw" ] || { echo "NOTE $tool $size: exit $rc: $(cat /tmp/scli.err /tmp/ssrv.err | head -2 | tr '\n' ' ')"; bw=-; }
+	result "$tool" "$size" "$bw"
+}
+i=0
+want rxe && for s in $SIZES; do perftest_run rxe "-d rxe0 -x $GIDX" "$s" "$(iters $i)"; i=$((i+1)); done
+i=0
+want siw && for s in $SIZES; do perftest_run siw "-R" "$s" "$(iters $i)"; i=$((i+1)); done
+# softrdma's UDP backend binds port 4791, which rxe's module holds for as
+# long as it is loaded (its tunnel socket is made at module init): unload it.
+rdma link delete rxe0
+modprobe -r rdma_rxe 2>/dev/null || rmmod rdma_rxe || echo "NOTE softrdma-roce 0: could not unload rdma_rxe"
+ip addr add "$IP2/24" dev eth0
+sleep 1
+i=0
+want softrdma-roce && for s in $SIZES; do softrdma_run softrdma-roce roce "$s" "$(iters $i)"; cp /tmp/scli.json "/project/softrdma-roce-$s.json"; i=$((i+1)); done
+i=0
+want softrdma-iwarp && for s in $SIZES; do softrdma_run softrdma-iwarp iwarp "$s" "$(iters $i)"; i=$((i+1)); done
+EOF
+
+exec 9>>"$LOCK"
+if ! flock -w 3600 9; then
+	skip "$LOCK stayed busy for an hour"
+fi
+"$HARNESS/setup" --quiet >"$WORK/setup.log" 2>&1 || { cat "$WORK/setup.log" >&2; echo "bench-kernel: the harness's setup failed" >&2; exit 1; }
+echo "bench-kernel: booting a 2-vCPU guest (rxe and siw on eth0); this takes a minute or two under TCG" >&2
+status=0
+"$HARNESS/vm" run kbench --ip "$GUEST_IP" --no-ip6 --links siw,rxe --cpus 2 --mem 2048 --project "$WORK" \
+	-c 'bash /project/kbench.sh' >"$WORK/out.txt" 2>&1 || status=$?
+flock -u 9
+
+if ! grep -q '^RESULT ' "$WORK/out.txt"; then
+	cat "$WORK/out.txt" >&2
+	echo "bench-kernel: the guest run failed (exit $status)" >&2
+	exit 1
+fi
+grep '^NOTE ' "$WORK/out.txt" | sed 's/^NOTE /bench-kernel: note: /' >&2 || true
+
+# One table: MB/s (perftest's 2^20 bytes/s) of each tool, and the ratios.
+awk -v sizes="${SIZES[*]}" -v iters="${ITERS[*]}" '
+$1 == "RESULT" { bw[$2, $3] = $4 }
+function ratio(a, b) { return (a == "-" || b == "-" || b + 0 == 0) ? "-" : sprintf("%.2f", a / b) }
+function v(x) { return (x == "" || x == "-") ? "-" : sprintf("%.2f", x) }
+END {
+	n = split(sizes, S, " "); split(iters, I, " ")
+	printf "bench-kernel: ib_write_bw (perftest) over the kernel and softrdma perf write_bw, one guest (2 vCPUs), MB/s\n"
+	printf "%-9s %-7s %10s %10s %14s %14s %14s %14s\n", "size", "iters", "rxe", "siw", "softrdma-roce", "softrdma-iwarp", "softrdma/rxe", "softrdma/siw"
+	for (i = 1; i <= n; i++) {
+		s = S[i]
+		r = v(bw["rxe", s]); w = v(bw["siw", s]); sr = v(bw["softrdma-roce", s]); si = v(bw["softrdma-iwarp", s])
+		printf "%-9s %-7s %10s %10s %14s %14s %14s %14s\n", s, I[i], r, w, sr, si, ratio(sr, r), ratio(si, w)
+	}
+}' "$WORK/out.txt"
