@@ -22,11 +22,17 @@ func BenchmarkWrite1MiB(b *testing.B) {
 		if crc {
 			name = "crc=on"
 		}
-		b.Run(name, func(b *testing.B) { benchWrite(b, crc) })
+		b.Run(name, func(b *testing.B) { benchWrite(b, crc, ib.WRRDMAWrite) })
 	}
 }
 
-func benchWrite(b *testing.B, crc bool) {
+// BenchmarkRead1MiB is BenchmarkWrite1MiB with RDMA READs: the Read Responses'
+// path (the requester's sink placement) against the same TCP stream.
+func BenchmarkRead1MiB(b *testing.B) {
+	b.Run("crc=off", func(b *testing.B) { benchWrite(b, false, ib.WRRDMARead) })
+}
+
+func benchWrite(b *testing.B, crc bool, op ib.WROpcode) {
 	const size = 1 << 20
 	const depth = 4
 	p := iwarp.ConnParams{}
@@ -35,7 +41,7 @@ func benchWrite(b *testing.B, crc bool) {
 	}
 	x, y := pair(b, size, p, iwarp.ConnParams{})
 	fill(x.buf, 5)
-	wr := ib.SendWR{Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{x.mr.SGE(0, size)}, RKey: y.mr.RKey(),
+	wr := ib.SendWR{Opcode: op, SGL: []ib.SGE{x.mr.SGE(0, size)}, RKey: y.mr.RKey(),
 		RemoteAddr: y.mr.Addr(), Signaled: true}
 	b.SetBytes(size)
 	b.ResetTimer()

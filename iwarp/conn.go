@@ -58,7 +58,14 @@ type Conn struct {
 	awaitRTR RTRFlags // reader: the RTR the responder still waits for
 	rtrGate  chan struct{}
 
-	writeLen, lastWriteLen uint64 // reader: octets of the Write in progress / the last one
+	writeLen, lastWriteLen uint64       // reader: octets of the Write in progress / the last one
+	wroteN                 uint64       // reader: placeWrite's segment length, for wrote
+	wroteLast              bool         // reader: placeWrite's segment ends its message
+	wroteTarget            [1][]byte    // reader: placeWrite's target
+	wroteEffect            func() error // reader: c.wrote, bound once
+	fx                     rxEffect     // reader: the arguments of sendPlaced and readResponsePlaced
+	sendEffect             func() error // reader: c.sendPlaced, bound once
+	readRespEffect         func() error // reader: c.readResponsePlaced, bound once
 	sinkBufs, recvBufs     [][]byte
 
 	mu             sync.Mutex
@@ -87,6 +94,16 @@ type outReq struct {
 	sinkTO   uint64
 	length   uint64
 	placed   uint64
+}
+
+// rxEffect holds what the receive path's effect of the FPDU being read needs
+// once the CRC has been checked (the reader reads one FPDU at a time).
+type rxEffect struct {
+	n    uint64 // payload octets of the segment
+	last bool   // the segment ends its message
+	op   Opcode // Send: its opcode
+	inv  uint32 // Send with Invalidate: the STag
+	id   uint64 // Read Response: the READ's WR
 }
 
 // inResp is a Read or Atomic Response this side owes the peer.

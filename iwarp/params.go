@@ -150,7 +150,10 @@ type ConnParams struct {
 	// IRD is the number of incoming RDMA Read (and RFC 7306 atomic) requests
 	// accepted outstanding; ORD the number this side issues outstanding (0:
 	// DefaultIRDORD; at most the Context's MaxRdAtomic and 0x3fff). With revision
-	// 2 they are exchanged and ORD is lowered to the peer's IRD.
+	// 2 they are exchanged and ORD is lowered to the peer's IRD. A negative
+	// value means none (0): rdma_cm's responder resources or initiator depth
+	// of 0, which siw and librdmacm put in the IRD/ORD words of a connection
+	// that does no RDMA Read (perftest's ib_write_bw and ib_send_bw -R).
 	IRD, ORD int
 	// PrivateData is sent in the start frame: at most 512 octets for revision 1,
 	// 508 for revision 2 (whose IRD/ORD words take 4).
@@ -193,7 +196,10 @@ func (p *ConnParams) rtrSet() RTRFlags {
 }
 
 func depth(v, limit int) int {
-	if v <= 0 {
+	if v < 0 {
+		return 0
+	}
+	if v == 0 {
 		v = DefaultIRDORD
 	}
 	return min(v, limit, MPAv2IRDORDMask)

@@ -30,20 +30,24 @@ func rawReader(nc net.Conn) syscall.RawConn {
 // with io.ReadFull followed by a buffered read. RawConn.Read waits on the poller
 // and honours the connection's deadlines.
 func (r *rxState) readDirect(p []byte) error {
-	for len(p) > 0 {
-		r.iov[0], r.iov[1] = p, r.buf
-		var n int
-		var err error
-		if rerr := r.rc.Read(func(fd uintptr) bool {
+	if r.readv == nil {
+		// Made once: a closure per call was an allocation per large FPDU.
+		r.readv = func(fd uintptr) bool {
 			for {
-				n, err = unix.Readv(int(fd), r.iov[:])
-				if err != unix.EINTR {
-					return err != unix.EAGAIN
+				r.readvN, r.readvErr = unix.Readv(int(fd), r.iov[:])
+				if r.readvErr != unix.EINTR {
+					return r.readvErr != unix.EAGAIN
 				}
 			}
-		}); rerr != nil {
+		}
+	}
+	for len(p) > 0 {
+		r.iov[0], r.iov[1] = p, r.buf
+		if rerr := r.rc.Read(r.readv); rerr != nil {
 			return rerr
 		}
+		n, err := r.readvN, r.readvErr
+		r.iov[0] = nil
 		if err != nil {
 			return err
 		}

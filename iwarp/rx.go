@@ -44,6 +44,12 @@ type rxState struct {
 	hdrPos  uint64
 	merr    error // the first marker mismatch of the FPDU
 	scratch []byte
+	pad     [3]byte      // trailer's pad octets (locals escape through read)
+	crcBuf  [CRCLen]byte // trailer's CRC octets
+
+	readv    func(fd uintptr) bool // readDirect's RawConn.Read callback, made once
+	readvN   int
+	readvErr error
 }
 
 // readRaw fills p from the read-ahead buffer, then from the connection: straight
@@ -155,8 +161,7 @@ func (r *rxState) discard(n int) error {
 // trailer reads the pad and the CRC of an FPDU with a ULPDU of n octets and checks
 // the CRC and the markers.
 func (r *rxState) trailer(n int) error {
-	var pad [3]byte
-	if err := r.read(pad[:PadLen(n)]); err != nil {
+	if err := r.read(r.pad[:PadLen(n)]); err != nil {
 		return err
 	}
 	if r.markers && r.pos%MarkerInterval == 0 {
@@ -164,8 +169,8 @@ func (r *rxState) trailer(n int) error {
 			return err
 		}
 	}
-	var c [CRCLen]byte
-	if err := r.readRaw(c[:]); err != nil {
+	c := r.crcBuf[:]
+	if err := r.readRaw(c); err != nil {
 		return err
 	}
 	r.pos += CRCLen
@@ -173,7 +178,7 @@ func (r *rxState) trailer(n int) error {
 		return r.merr
 	}
 	if r.crc {
-		if got := binary.LittleEndian.Uint32(c[:]); got != r.fcrc {
+		if got := binary.LittleEndian.Uint32(c); got != r.fcrc {
 			return checkCRC(got, r.fcrc)
 		}
 	}
@@ -477,23 +482,35 @@ func (c *Conn) placeWrite(h *rxHdr, d DDP, n uint64) ([][]byte, func() error, *r
 		return nil, nil, ddpTagged(f, fmt.Sprintf("rdma write STag 0x%08x TO 0x%x length %d", d.STag(), to, n))
 	}
 	last := d.Last()
-	effect := func() error {
-		c.writeLen += n
-		if last {
-			c.lastWriteLen, c.writeLen = c.writeLen, 0
-			if c.awaitRTR == RTRWrite && n == 0 {
-				c.rtrReceived()
-			}
-		}
-		return nil
-	}
 	if c.awaitRTR != 0 && (c.awaitRTR != RTRWrite || n != 0 || !last) {
 		return nil, nil, c.badRTR(h)
 	}
-	if mem == nil {
-		return nil, effect, nil
+	// The reader handles one FPDU at a time, so the effect's arguments and the
+	// target wait in the Conn: a closure and a slice per FPDU were most of the
+	// receive path's allocations.
+	if c.wroteEffect == nil {
+		c.wroteEffect = c.wrote
 	}
-	return [][]byte{mem}, effect, nil
+	c.wroteN, c.wroteLast = n, last
+	if mem == nil {
+		return nil, c.wroteEffect, nil
+	}
+	c.wroteTarget[0] = mem
+	return c.wroteTarget[:], c.wroteEffect, nil
+}
+
+// wrote accounts for a placed WRITE segment (placeWrite's effect, after the CRC
+// check): the octets of the message so far, and at its end its length.
+func (c *Conn) wrote() error {
+	c.wroteTarget[0] = nil
+	c.writeLen += c.wroteN
+	if c.wroteLast {
+		c.lastWriteLen, c.writeLen = c.writeLen, 0
+		if c.awaitRTR == RTRWrite && c.wroteN == 0 {
+			c.rtrReceived()
+		}
+	}
+	return nil
 }
 
 func (c *Conn) placeReadResponse(d DDP, n uint64) ([][]byte, func() error, *rxError) {
@@ -540,23 +557,31 @@ func (c *Conn) placeReadResponse(d DDP, n uint64) ([][]byte, func() error, *rxEr
 		return nil, nil, e
 	}
 	c.sinkBufs = bufs
-	last := d.Last()
-	return bufs, func() error {
-		c.mu.Lock()
-		c.orq[c.orqHead].placed += n
-		if last {
-			c.orq[c.orqHead] = outReq{}
-			c.orqHead++
-			if c.orqHead == len(c.orq) {
-				c.orq, c.orqHead = c.orq[:0], 0
-			}
+	if c.readRespEffect == nil {
+		c.readRespEffect = c.readResponsePlaced
+	}
+	c.fx = rxEffect{n: n, last: d.Last(), id: o.id}
+	return bufs, c.readRespEffect, nil
+}
+
+// readResponsePlaced accounts for a placed Read Response segment
+// (placeReadResponse's effect): its octets, and at the end the READ's completion.
+func (c *Conn) readResponsePlaced() error {
+	fx := c.fx
+	c.mu.Lock()
+	c.orq[c.orqHead].placed += fx.n
+	if fx.last {
+		c.orq[c.orqHead] = outReq{}
+		c.orqHead++
+		if c.orqHead == len(c.orq) {
+			c.orq, c.orqHead = c.orq[:0], 0
 		}
-		c.mu.Unlock()
-		if last {
-			c.wire.CompleteSend(o.id, ib.WCSuccess)
-		}
-		return nil
-	}, nil
+	}
+	c.mu.Unlock()
+	if fx.last {
+		c.wire.CompleteSend(fx.id, ib.WCSuccess)
+	}
+	return nil
 }
 
 func (c *Conn) placeSend(h *rxHdr, d DDP, n uint64) ([][]byte, func() error, *rxError) {
@@ -588,26 +613,34 @@ func (c *Conn) placeSend(h *rxHdr, d DDP, n uint64) ([][]byte, func() error, *rx
 		return nil, nil, e
 	}
 	c.recvBufs = bufs
-	op := h.op
-	inv := RDMAP(d).InvalidateSTag()
-	return bufs, func() error {
-		q.mo += uint32(n)
-		if !last {
-			return nil
-		}
-		total := q.mo
-		q.msn++
-		q.mo = 0
-		f := c.wire.EndRecv(ib.RecvCompletion{ByteLen: total, Opcode: ib.WCRecv, Solicited: op.Solicited(),
-			Invalidate: op.Invalidates(), InvalidateRKey: inv})
-		if f != ib.KeyOK {
-			e := newRxError(LayerRDMAP, ETypeRDMAPRemoteProtection, ECodeRDMAPCannotInvalidate, ib.EventQPAccessErr,
-				fmt.Errorf("rdmap: send with invalidate: STag 0x%08x: %s", inv, f))
-			e.status = ib.WCRemInvReqErr
-			return e
-		}
+	if c.sendEffect == nil {
+		c.sendEffect = c.sendPlaced
+	}
+	c.fx = rxEffect{n: n, last: last, op: h.op, inv: RDMAP(d).InvalidateSTag()}
+	return bufs, c.sendEffect, nil
+}
+
+// sendPlaced accounts for a placed Send segment (placeSend's effect): the
+// message offset, and at its end the receive completion.
+func (c *Conn) sendPlaced() error {
+	fx := c.fx
+	q := &c.rq[QueueSend]
+	q.mo += uint32(fx.n)
+	if !fx.last {
 		return nil
-	}, nil
+	}
+	total := q.mo
+	q.msn++
+	q.mo = 0
+	f := c.wire.EndRecv(ib.RecvCompletion{ByteLen: total, Opcode: ib.WCRecv, Solicited: fx.op.Solicited(),
+		Invalidate: fx.op.Invalidates(), InvalidateRKey: fx.inv})
+	if f != ib.KeyOK {
+		e := newRxError(LayerRDMAP, ETypeRDMAPRemoteProtection, ECodeRDMAPCannotInvalidate, ib.EventQPAccessErr,
+			fmt.Errorf("rdmap: send with invalidate: STag 0x%08x: %s", fx.inv, f))
+		e.status = ib.WCRemInvReqErr
+		return e
+	}
+	return nil
 }
 
 func (c *Conn) placeImmediate(h *rxHdr, d DDP) ([][]byte, func() error, *rxError) {
@@ -795,8 +828,11 @@ func (c *Conn) reader() {
 			c.fail(te, nil)
 			c.wire.FailOldest(statusForTerminate(te), ib.EventQPFatal, true)
 		case err == errOrderlyEOF:
+			// The QP enters the error state when the writer has stopped
+			// (start): a WR the writer has just written, which the peer
+			// may have answered before closing, completes with success
+			// rather than being flushed (seen with perf's last message).
 			c.fail(ErrPeerClosed, nil)
-			c.wire.SetError(0, false)
 		default:
 			c.lost(err)
 		}

@@ -84,6 +84,14 @@ func (t *iwarpTransport) params(p *ConnParam) iwarp.ConnParams {
 	cp := t.cfg.Params
 	cp.PrivateData = append([]byte(nil), p.PrivateData...)
 	cp.IRD, cp.ORD = int(p.ResponderResources), int(p.InitiatorDepth)
+	// rdma_cm's 0 is none, as the kernel's cma passes it to iw_cm (package
+	// iwarp reads 0 as its default and a negative value as none).
+	if cp.IRD == 0 {
+		cp.IRD = -1
+	}
+	if cp.ORD == 0 {
+		cp.ORD = -1
+	}
 	return cp
 }
 
@@ -212,7 +220,13 @@ func (t *iwarpTransport) serve(l *ID, ln *iwarp.Listener) {
 		}
 		c := m.newConn(l, t, local, remote)
 		c.iwarp.req = req
-		ok := m.deliverRequest(l, c, Event{Param: ConnParam{PrivateData: req.PrivateData()}})
+		param := ConnParam{PrivateData: req.PrivateData()}
+		if w, enhanced := req.Request().IRDORD(); enhanced {
+			// iw_conn_req_handler: the initiator depth is the peer's IRD, the
+			// responder resources its ORD.
+			param.InitiatorDepth, param.ResponderResources = uint8(min(w.IRD(), 255)), uint8(min(w.ORD(), 255))
+		}
+		ok := m.deliverRequest(l, c, Event{Param: param})
 		m.mu.Unlock()
 		if !ok {
 			req.Reject(nil)

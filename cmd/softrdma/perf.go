@@ -89,6 +89,7 @@ type perfOptions struct {
 	useCM     bool
 	json      bool
 	transport string
+	crc       string // iWARP's MPA CRC policy
 	backend   string
 	pcap      string
 	tapPeer   string
@@ -195,12 +196,13 @@ func perfParseArgs(args []string, stderr io.Writer) (*perfOptions, error) {
 	fs.BoolVarP(&o.duplex, "bidirectional", "b", false, "measure both directions at once (_bw tests)")
 	fs.BoolVarP(&o.noPeak, "noPeak", "N", false, "do not compute the peak bandwidth")
 	fs.StringVarP(&o.conn, "connection", "c", "RC", "connection type; only RC is implemented")
-	fs.BoolVarP(&o.rdmaCM, "rdma_cm", "R", false, "connect the test QPs with rdma_cm, and exchange the parameters over an rdma_cm QP (RoCE: IB CM on QP1)")
+	fs.BoolVarP(&o.rdmaCM, "rdma_cm", "R", false, "connect the test QPs with rdma_cm, and exchange the parameters over an rdma_cm QP (RoCE: IB CM on QP1; iWARP: TCP and MPA)")
 	fs.BoolVarP(&o.useCM, "comm_rdma_cm", "z", false, "exchange the parameters over an rdma_cm QP; the test QPs are connected by their keys")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of perftest's table")
-	fs.StringVar(&o.transport, "transport", "roce", "roce or iwarp")
+	fs.StringVar(&o.transport, "transport", "roce", "roce or iwarp (iWARP over TCP, with -R: rdma_cm over MPA, as perftest over siw)")
+	fs.StringVar(&o.crc, "crc", "accept", "--transport iwarp: MPA CRCs: accept (siw's default: if the peer asks), request or require")
 	fs.StringVar(&o.backend, "backend", "udp", "how RoCE frames move: udp (a UDP socket on port 4791, no root), afpacket (raw frames on -d INTERFACE) or tap (a TAP device whose host has the address -d ADDR)")
-	fs.StringVar(&o.pcap, "pcap", "", "write every RoCE frame sent and received to this pcap file")
+	fs.StringVar(&o.pcap, "pcap", "", "write every RoCE frame sent and received to this pcap file (iWARP: each connection's TCP octets, as synthesised segments)")
 	fs.StringVar(&o.tapPeer, "tap-peer", "", "--backend tap: ADDR/PREFIX to give the kernel's side of the TAP device")
 	fs.StringVar(&o.tapName, "tap-name", "", "--backend tap: the TAP device to create or attach to (default: the kernel picks tapN)")
 	fs.DurationVar(&o.wait, "wait", perfDialWait, "client: how long to retry connecting to a server that is not listening yet")
@@ -253,13 +255,19 @@ func perfParseSize(s string) (uint64, error) {
 func perfDerive(o *perfOptions) (*perfParams, error) {
 	switch o.transport {
 	case "roce":
+		if o.set["crc"] {
+			return nil, errors.New("--crc is iWARP's (MPA CRCs): use it with --transport iwarp")
+		}
 	case "iwarp":
-		return nil, errors.New("--transport iwarp: not yet: perf speaks RoCE only so far (iWARP needs perftest's -R rdma_cm exchange)")
+		if err := perfCheckIWARP(o); err != nil { // perf_iwarp.go
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("--transport %q: want roce or iwarp", o.transport)
 	}
 	switch o.backend {
 	case "udp", "afpacket", "tap":
+	case "tcp": // iWARP's
 	default:
 		return nil, fmt.Errorf("--backend %q: want udp, afpacket or tap", o.backend)
 	}
@@ -425,6 +433,14 @@ func perfDerive(o *perfOptions) (*perfParams, error) {
 	}
 	if !p.durationMode() && p.iters > perfNoPeakIters && p.bw {
 		p.noPeak = true
+	}
+	if o.transport == "iwarp" {
+		switch {
+		case p.verb == perfAtomic:
+			return nil, errors.New("--transport iwarp: iWARP has no atomics (RFC 7306's are not in siw)")
+		case p.verb == perfSend && p.duplex:
+			return nil, errors.New("--transport iwarp: send_bw -b is not implemented (its receive credits in both directions)")
+		}
 	}
 	return p, nil
 }

@@ -36,6 +36,8 @@ import (
 //     usual reason: both sides leave the first handshake at once).
 //   - After the closing handshake each side disconnects its test connections
 //     and waits for their DISCONNECTED events (rdma_cm_disconnect_nodes).
+//
+// The same runs over iWARP (--transport iwarp): see perf_iwarp.go.
 
 // perfCMMsgSize is sizeof(struct pingpong_dest): the receive buffer of the
 // comm QP, and the largest message.
@@ -56,6 +58,15 @@ type perfCM struct {
 	// the first all-zero handshake (a fresh listener there races the client:
 	// seen in CI as the kernel's REQ answered with REJ 8, invalid service ID).
 	listen *rdmacm.ID
+}
+
+// perfStartDeviceCM starts perf's rdma_cm on d: perfStartCM on RoCE, the
+// manager over TCP on iWARP (perfStartIWARPCM).
+func perfStartDeviceCM(d *perfDevice) (*perfCM, error) {
+	if d.iw != nil {
+		return perfStartIWARPCM(d)
+	}
+	return perfStartCM(d.dev)
 }
 
 // perfStartCM puts a CM agent on QP1 of dev and a manager on it, and runs the
@@ -91,6 +102,10 @@ func (c *perfCM) close() {
 	if c.listen != nil {
 		c.listen.Destroy()
 		c.listen = nil
+	}
+	if c.agent == nil { // iWARP
+		c.m.Close()
+		return
 	}
 	// What the CM just queued on QP1 (a DREP, say) goes out before QP1 does.
 	c.agent.Device().Flush(time.Now())
@@ -365,6 +380,7 @@ func (c *perfCM) dialCommOnce(ctx context.Context, src netip.Addr, dst netip.Add
 	}
 	ok = true
 	c.comm, c.carrier = id, q
+	c.settle() // iWARP: before the first SEND
 	return nil
 }
 
@@ -458,7 +474,11 @@ func (s *perfSession) dialTests(ctx context.Context, attr ibtransport.QPInitAttr
 			return err
 		}
 		s.cm.tests = append(s.cm.tests, id)
-		if err := perfCMResolve(ctx, id, s.dev.local, dst); err != nil {
+		src := s.dev.local
+		if s.dev.iw != nil {
+			src = netip.Addr{} // the kernel picks a TCP connection's source
+		}
+		if err := perfCMResolve(ctx, id, src, dst); err != nil {
 			return err
 		}
 		qp, err := id.CreateQP(s.pd, attr)
@@ -475,6 +495,7 @@ func (s *perfSession) dialTests(ctx context.Context, attr ibtransport.QPInitAttr
 			return err
 		}
 	}
+	s.cm.settle()
 	return nil
 }
 
@@ -494,7 +515,7 @@ func perfRunCM(o *perfOptions, p *perfParams, res *perfResult, stdout, stderr io
 	if err != nil {
 		return err
 	}
-	cm, err := perfStartCM(dev.dev)
+	cm, err := perfStartDeviceCM(dev)
 	if err != nil {
 		dev.close()
 		return err
@@ -506,10 +527,12 @@ func perfRunCM(o *perfOptions, p *perfParams, res *perfResult, stdout, stderr io
 		}
 	}()
 	s := &perfSession{p: p, dev: dev, stdout: stdout, stderr: stderr, res: res, cm: cm, cmPort: o.port, cmPeer: peer}
-	if err := s.init(); err != nil {
-		return err
+	if dev.iw == nil {
+		if err := s.init(); err != nil {
+			return err
+		}
+		res.Device = s.devName
 	}
-	res.Device = s.devName
 	if p.server {
 		s.cmPort, err = cm.serveComm(ctx, o.port, o.listening, stdout)
 	} else {
@@ -517,6 +540,16 @@ func perfRunCM(o *perfOptions, p *perfParams, res *perfResult, stdout, stderr io
 	}
 	if err != nil {
 		return err
+	}
+	if dev.iw != nil {
+		// iWARP's device is the interface the comm connection runs on.
+		if err := dev.attach(cm.commLocal(p.server)); err != nil {
+			return err
+		}
+		if err := s.init(); err != nil {
+			return err
+		}
+		res.Device = s.devName
 	}
 
 	cfg := perftest.Config{

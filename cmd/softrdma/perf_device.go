@@ -12,16 +12,46 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/roce"
 )
 
-// perfDevice is the RoCE device a perf test runs on, with its loop running.
+// perfDevice is the RoCE device a perf test runs on, with its loop running,
+// or (--transport iwarp) the iWARP device (perf_iwarp.go).
 type perfDevice struct {
 	dev   *roce.Device
 	name  string     // the interface, as "Device" in the header
 	local netip.Addr // the address the test's GID is
 	close func() error
+
+	iw *iwarp.Device // --transport iwarp: dev is nil
+	iwarpDevice
+}
+
+// context returns the device's verbs engine.
+func (d *perfDevice) context() *ibtransport.Context {
+	if d.iw != nil {
+		return d.iw.Context()
+	}
+	return d.dev.Context()
+}
+
+// pathMTU returns the port's active MTU in bytes.
+func (d *perfDevice) pathMTU() int {
+	if d.iw != nil {
+		return d.mtu
+	}
+	return d.dev.PathMTU()
+}
+
+// gid returns GID index i: RoCE's GID table derived from the addresses, or
+// iWARP's one GID (siw's: the interface's MAC address).
+func (d *perfDevice) gid(i int) [16]byte {
+	if d.iw != nil {
+		return d.gid0
+	}
+	return d.dev.GIDs()[i].As16()
 }
 
 // perfOpenDevice opens the device --backend names for traffic with peer. The
@@ -34,6 +64,9 @@ type perfDevice struct {
 // gives (ADDR or ADDR/PREFIX; the kernel's side of the TAP gets --tap-peer, if
 // given).
 func perfOpenDevice(o *perfOptions, p *perfParams, peer netip.Addr) (*perfDevice, error) {
+	if o.transport == "iwarp" {
+		return perfOpenIWARP(o, peer)
+	}
 	if o.backend == "udp" {
 		if p.gidIndex > 0 && o.device != "" {
 			// perftest's exchange is IPv4 only, while -x may pick an IPv6 GID:

@@ -60,6 +60,7 @@ type perfTestInfo struct {
 	mtu      int // the MTU both sides use, in bytes
 	gidIndex int
 	outReads int
+	iwarp    bool // Transport type IW
 }
 
 // perfTitle is the test's title line: e.g. "RDMA_Write BW Test",
@@ -94,7 +95,11 @@ func (ti *perfTestInfo) write(w io.Writer) {
 	b.WriteString(perfResultLine)
 	b.WriteString("                    " + perfTitle(p) + "\n")
 	fmt.Fprintf(&b, " Dual-port       : %s\t\tDevice         : %s\n", "OFF", ti.device)
-	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : %s\n", p.qps, "IB")
+	transport := "IB"
+	if ti.iwarp {
+		transport = "IW"
+	}
+	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : %s\n", p.qps, transport)
 	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", "RC", "OFF")
 	// ib_write_lat alone turns PCIe relaxed ordering off (write_lat.c).
 	fmt.Fprintf(&b, " PCIe relax order: %s\n", onOff(p.test != perftest.WriteLat))

@@ -29,7 +29,7 @@ const perfDialWait = 5 * time.Second
 // the verbs work in its hooks, and the report.
 func perfRun(o *perfOptions, p *perfParams, stdout, stderr io.Writer) (err error) {
 	ctx := context.Background()
-	res := &perfResult{Test: p.test.String(), Title: perfTitle(p), Role: "client", Transport: "roce", Backend: o.backend,
+	res := &perfResult{Test: p.test.String(), Title: perfTitle(p), Role: "client", Transport: o.transport, Backend: o.backend,
 		Connection: "RC", QPs: p.qps, Duration: p.duration}
 	if p.server {
 		res.Role = "server"
@@ -174,25 +174,32 @@ type perfSession struct {
 	cmPeer      netip.Addr
 	cmResult    *perftest.Result
 	keysPrinted bool
+
+	// credit is ib_send_bw's receive credit over iWARP (perf_iwarp.go).
+	credit *perfCredit
 }
 
 // init finds the GID index and the port MTU.
 func (s *perfSession) init() error {
 	p := s.p
 	s.devName = s.dev.name
-	s.ctx = s.dev.dev.Context()
+	s.ctx = s.dev.context()
 	s.gidIndex = -1
-	for i, g := range s.dev.dev.GIDs() {
-		if i > 0 && g.Unmap() == s.dev.local {
-			s.gidIndex = i
-			break
+	if s.dev.iw != nil {
+		s.gidIndex = 0 // siw's only GID
+	} else {
+		for i, g := range s.dev.dev.GIDs() {
+			if i > 0 && g.Unmap() == s.dev.local {
+				s.gidIndex = i
+				break
+			}
 		}
 	}
 	if s.gidIndex < 0 {
 		return fmt.Errorf("no GID for the device's address %v", s.dev.local)
 	}
 	s.res.GIDIndex = s.gidIndex
-	active := s.dev.dev.PathMTU()
+	active := s.dev.pathMTU()
 	mtu := active
 	if p.mtu != 0 {
 		mtu = p.mtu
@@ -269,6 +276,11 @@ func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.D
 	case perfRead:
 		access |= ibtransport.AccessRemoteRead
 		qpAccess = ibtransport.AccessRemoteRead
+		if s.dev.iw != nil {
+			// perftest's ctx_init: an iWARP READ's sink must allow remote
+			// writes (a Read Response is a tagged placement).
+			access |= ibtransport.AccessRemoteWrite
+		}
 	case perfAtomic:
 		access |= ibtransport.AccessRemoteAtomic
 		qpAccess = ibtransport.AccessRemoteAtomic
@@ -309,6 +321,9 @@ func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.D
 		s.qps[i] = qp
 		dests[i] = s.dest(i, qp, base, rkey)
 	}
+	if err := s.setupCredit(dests); err != nil { // perf_iwarp.go
+		return nil, err
+	}
 	s.local = dests
 	s.wc = make([]ibtransport.WC, 16) // CTX_POLL_BATCH
 	s.res.TxDepth, s.res.CQModeration = p.txDepth, 0
@@ -321,7 +336,7 @@ func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.D
 	if p.verb == perfRead || p.verb == perfAtomic {
 		s.res.OutReads = s.outReads
 	}
-	ti := perfTestInfo{p: p, device: s.devName, mtu: s.mtu, gidIndex: s.gidIndex, outReads: s.outReads}
+	ti := perfTestInfo{p: p, device: s.devName, mtu: s.mtu, gidIndex: s.gidIndex, outReads: s.outReads, iwarp: s.dev.iw != nil}
 	ti.write(s.stdout)
 	return dests, nil
 }
@@ -334,7 +349,7 @@ func (s *perfSession) dest(i int, qp *ibtransport.QP, base uint64, rkey uint32) 
 		PSN:      rand.Uint32() & ibtransport.PSNMask,
 		RKey:     rkey,
 		VAddr:    base + s.targetOffset(i),
-		GID:      s.dev.dev.GIDs()[s.gidIndex].As16(),
+		GID:      s.dev.gid(s.gidIndex),
 		GIDIndex: int32(s.gidIndex),
 	}
 }
@@ -639,6 +654,9 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 	scnt := make([]uint64, nqp)
 	ccnt := make([]uint64, nqp)
 	var totscnt, totccnt, measured uint64
+	if s.credit != nil {
+		s.credit.reset() // send_bw.c zeroes credit_buf before each run
+	}
 	clock := newPerfClock()
 	dur := p.durationMode()
 	timer := newPerfTimer(p, 0)
@@ -653,8 +671,13 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 		if !dur && totscnt >= tot && totccnt >= tot || over {
 			break
 		}
+		creditBlocked := false
 		for q, qp := range s.qps {
 			for (dur || scnt[q] < iters) && scnt[q]-ccnt[q]+1 <= uint64(p.txDepth) {
+				if s.credit != nil && !s.credit.mayPost(q, scnt[q]) {
+					creditBlocked = true
+					break
+				}
 				k := scnt[q]
 				signaled := cqMod == 1 || k%cqMod == cqMod-1 || (!dur && k == iters-1)
 				if !p.noPeak {
@@ -675,6 +698,11 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 			var deadline time.Time
 			if dur {
 				deadline = clock.at(timer.end)
+			}
+			if creditBlocked {
+				// The receiver's credit arrives as an RDMA WRITE, with no
+				// completion here: look at the credit word again soon.
+				deadline = time.Now().Add(perfCreditPoll)
 			}
 			if err := waitCQ(ctx, s.sendCQ, deadline); err != nil {
 				return perftest.BWReport{}, err
@@ -730,6 +758,9 @@ func (s *perfSession) receiveLoop(ctx context.Context, size uint64, report bool)
 	dur := p.durationMode()
 	var timer perfTimer
 	var rcnt, measured uint64
+	if s.credit != nil {
+		s.credit.start()
+	}
 	first := true
 	var tstart, tend int64
 	for dur || rcnt < tot {
@@ -769,9 +800,19 @@ func (s *perfSession) receiveLoop(ctx context.Context, size uint64, report bool)
 				}
 				posted[q]++
 			}
+			if s.credit != nil {
+				if err := s.credit.received(ctx, s, q); err != nil {
+					return perftest.BWReport{}, err
+				}
+			}
 		}
 	}
 	tend = clock.now()
+	if s.credit != nil {
+		if err := s.credit.drain(ctx, s); err != nil {
+			return perftest.BWReport{}, err
+		}
+	}
 	if !report {
 		return perftest.BWReport{}, nil
 	}

@@ -304,7 +304,7 @@ func TestPerfDerive(t *testing.T) {
 		{args: "write_bw -D 1 -a", wantErr: "all sizes"},
 		{args: "write_bw -D 2 -f 1", wantErr: "DURATION > 2*MARGIN"},
 		{args: "write_bw -m 1000", wantErr: "Invalid MTU"},
-		{args: "write_bw --transport iwarp", wantErr: "not yet"},
+		{args: "write_bw --transport iwarp", wantErr: "needs -R"},
 		{args: "write_bw -R -c UC", wantErr: "only RC"},
 		{args: "write_bw -c UD", wantErr: "only RC"},
 		{args: "write_bw --backend xdp", wantErr: "--backend"},
@@ -639,7 +639,7 @@ func TestPerfErrors(t *testing.T) {
 		}
 	}
 	var out, errOut bytes.Buffer
-	if code := perfCmd([]string{"write_bw", "--transport", "iwarp"}, &out, &errOut); !strings.Contains(errOut.String(), "not yet") || code != 2 {
+	if code := perfCmd([]string{"write_bw", "--transport", "iwarp"}, &out, &errOut); !strings.Contains(errOut.String(), "needs -R") || code != 2 {
 		t.Errorf("iwarp: exit %d: %s", code, errOut.String())
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,0 +1,388 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/softrdma/softrdma/cmd/softrdma/oob/perftest"
+	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/rdmacm"
+)
+
+// perf --transport iwarp is perftest -R over siw: both of perftest's
+// connections (the "comm" QP that carries the parameters and each test QP)
+// are made by rdma_cm over iWARP, which is TCP to the server's port (-p,
+// 18515) and the MPA exchange (revision 2, enhanced: the private data is the
+// IRD/ORD words and nothing else, since perftest's rdma_connect and
+// rdma_accept pass none; IRD = ORD = 0 except for READs, whose connections
+// carry -o's depth; seen in testdata/captures/siw-*-bw.pcap). What differs
+// from RoCE besides the transport:
+//
+//   - iWARP has no RNR flow control (a SEND that finds no receive ends the
+//     connection), so ib_send_bw over iWARP (send_bw.c: send_rcredit) has the
+//     receiver grant credits: after each rx_depth/3 receives of a QP (counted
+//     within the run, modulo rx_depth) it RDMA WRITEs the 4-octet count of
+//     receives (host order: little endian on the x86 hosts perftest runs on)
+//     to the sender's credit word, whose address and key travel in the keys
+//     instead of the buffer's (ctx_alloc_credit); the sender posts SEND k
+//     only while k+1-credit < rx_depth (run_iter_bw). perfCredit does both.
+//   - The READ sink is registered with remote write too (ctx_init on iWARP).
+//   - No atomics, no immediate data: atomic_bw is refused; the MPA exchange
+//     offers no RFC 7306 extensions (siw echoes reserved flag bits, see
+//     rping.go).
+//   - siw (6.1) as the MPA responder may leave an FPDU that arrives right
+//     after its Reply unread (test/interop/README.md): the active side waits
+//     perfIWARPSettle after each ESTABLISHED before it sends.
+//   - The device is the interface the comm connection runs on: its name, its
+//     MTU as an IB MTU (ib_mtu_int_to_enum of the netdev's, as siw reports
+//     it), and siw's one GID (index 0): the interface's MAC address in the
+//     first 6 octets.
+
+// perfIWARPSettle is how long the active side waits after ESTABLISHED before
+// its first SEND (softrdma rping's --settle).
+const perfIWARPSettle = 200 * time.Millisecond
+
+// perfCreditPoll is how often a sender that waits for credit looks again.
+const perfCreditPoll = 50 * time.Microsecond
+
+// iwarpDevice is the iWARP part of a perfDevice.
+type iwarpDevice struct {
+	params  iwarp.ConnParams
+	addrs   []netip.Addr // the host's addresses, for rdma_cm
+	mtu     int          // the active MTU in bytes
+	gid0    [16]byte     // GID index 0
+	ifname  string       // -d INTERFACE, if given
+	capture *tcpPcap
+}
+
+// perfCheckIWARP checks the options that --transport iwarp allows.
+func perfCheckIWARP(o *perfOptions) error {
+	if !o.rdmaCM {
+		return errors.New("--transport iwarp needs -R: an iWARP connection is made by rdma_cm (TCP and MPA), not by exchanged keys")
+	}
+	if o.set["backend"] {
+		return errors.New("--backend is RoCE's: iWARP runs over a TCP socket")
+	}
+	if o.set["tap-peer"] || o.set["tap-name"] {
+		return errors.New("--tap-peer and --tap-name are RoCE's")
+	}
+	if _, err := parseCRCPolicy(o.crc); err != nil {
+		return err
+	}
+	o.backend = "tcp"
+	return nil
+}
+
+// perfOpenIWARP opens an iWARP device. -d is an IP address (the client's
+// source) or an interface name; the rest is learnt from the comm connection
+// (attach).
+func perfOpenIWARP(o *perfOptions, peer netip.Addr) (*perfDevice, error) {
+	crc, err := parseCRCPolicy(o.crc)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64()}})
+	if err != nil {
+		return nil, err
+	}
+	d := &perfDevice{iw: dev, name: "iwarp0"}
+	d.params = iwarp.ConnParams{CRC: crc, NoExtensions: true}
+	if o.device != "" {
+		if a, err := netip.ParseAddr(o.device); err == nil {
+			d.local = a.Unmap()
+		} else if _, err := net.InterfaceByName(o.device); err == nil {
+			d.ifname = o.device
+		} else {
+			return nil, fmt.Errorf("-d %q: neither an IP address nor an interface", o.device)
+		}
+	}
+	if !d.local.IsValid() && peer.IsValid() {
+		if a, err := perfRouteSource(peer); err == nil {
+			d.local = a
+		}
+	}
+	if d.local.IsValid() {
+		d.addrs = append(d.addrs, d.local)
+	}
+	if as, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range as {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() != d.local {
+					d.addrs = append(d.addrs, ip.Unmap())
+				}
+			}
+		}
+	}
+	if len(d.addrs) == 0 {
+		d.addrs = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	}
+	var pcap *os.File
+	if o.pcap != "" {
+		if pcap, err = os.Create(o.pcap); err != nil {
+			return nil, err
+		}
+		if d.capture, err = newTCPPcap(pcap); err != nil {
+			pcap.Close()
+			return nil, err
+		}
+		d.params.Observe = d.capture.Observe
+	}
+	var once sync.Once
+	var cerr error
+	d.close = func() error {
+		once.Do(func() {
+			if pcap == nil {
+				return
+			}
+			if err := d.capture.Err(); err != nil {
+				cerr = fmt.Errorf("pcap: %w", err)
+			}
+			if err := pcap.Close(); err != nil && cerr == nil {
+				cerr = err
+			}
+		})
+		return cerr
+	}
+	return d, nil
+}
+
+// attach makes local, the comm connection's address, the device's: the name,
+// MTU and GID of its interface.
+func (d *perfDevice) attach(local netip.Addr) error {
+	if !local.IsValid() {
+		return errors.New("iWARP: the comm connection has no local address")
+	}
+	d.local = local.Unmap()
+	ifc := perfInterfaceOf(d.local)
+	if d.ifname != "" {
+		ifc, _ = net.InterfaceByName(d.ifname)
+	}
+	d.mtu = 1024
+	if ifc == nil {
+		return nil
+	}
+	d.name = ifc.Name
+	d.mtu = perfIBMTU(ifc.MTU)
+	d.gid0 = [16]byte{}
+	copy(d.gid0[:], ifc.HardwareAddr)
+	return nil
+}
+
+// perfIBMTU is ib_mtu_int_to_enum, in bytes: the largest IB MTU not above a
+// netdev MTU (siw's active MTU).
+func perfIBMTU(netdev int) int {
+	for _, m := range []int{4096, 2048, 1024, 512} {
+		if netdev >= m {
+			return m
+		}
+	}
+	return 256
+}
+
+// perfInterfaceOf returns the interface with address a (the loopback
+// interface for any loopback address), or nil.
+func perfInterfaceOf(a netip.Addr) *net.Interface {
+	ifcs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	for i := range ifcs {
+		as, err := ifcs[i].Addrs()
+		if err != nil {
+			continue
+		}
+		for _, x := range as {
+			if n, ok := x.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
+					return &ifcs[i]
+				}
+			}
+		}
+	}
+	if a.IsLoopback() {
+		for i := range ifcs {
+			if ifcs[i].Flags&net.FlagLoopback != 0 {
+				return &ifcs[i]
+			}
+		}
+	}
+	return nil
+}
+
+// perfRouteSource returns the source address the kernel picks towards dst
+// (a UDP socket's connect sends nothing).
+func perfRouteSource(dst netip.Addr) (netip.Addr, error) {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
+}
+
+// perfStartIWARPCM makes the rdma_cm manager of an iWARP device: no agent,
+// the TCP and MPA work runs in package iwarp's goroutines.
+func perfStartIWARPCM(d *perfDevice) (*perfCM, error) {
+	m := rdmacm.NewManager(rdmacm.Config{})
+	if err := m.AddIWARP(d.iw, rdmacm.IWARPConfig{Addrs: d.addrs, Params: d.params}); err != nil {
+		m.Close()
+		return nil, err
+	}
+	done := make(chan struct{})
+	close(done)
+	return &perfCM{m: m, cancel: func() {}, done: done}, nil
+}
+
+// settle is the active side's wait after ESTABLISHED on iWARP.
+func (c *perfCM) settle() {
+	if c.agent == nil {
+		time.Sleep(perfIWARPSettle)
+	}
+}
+
+// commLocal returns this side's address of the comm connection: the client's
+// TCP source; for the server, the source the kernel picks towards the client
+// (an accepted rdma_cm ID on a wildcard listener names a device address, not
+// necessarily the connection's).
+func (c *perfCM) commLocal(server bool) netip.Addr {
+	if !server {
+		return c.comm.LocalAddr().Addr()
+	}
+	a, err := perfRouteSource(c.comm.RemoteAddr().Addr())
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a
+}
+
+// perfCredit is ib_send_bw's receive credit over iWARP (ctx_alloc_credit,
+// ctx_set_credit_wqes, and the send_rcredit parts of run_iter_bw and
+// run_iter_bw_server). Its region holds the credit words the peer writes
+// (one per QP, first), then this side's sources of its credit WRITEs: a ring
+// of tx depth words per QP, so that no word is rewritten while its WRITE is
+// in flight.
+type perfCredit struct {
+	mr      *ibtransport.MR
+	nqp     int
+	ring    int    // source words per QP: the most credit WRITEs in flight
+	every   uint64 // credit_cnt: rx_depth/3
+	rxDepth uint64
+
+	rcnt        []uint64 // receiver: receives of this run, per QP
+	sent        []uint64 // receiver: credit WRITEs posted, per QP
+	outstanding []int    // receiver: credit WRITEs not completed, per QP
+	total       int
+	wc          []ibtransport.WC
+}
+
+// setupCredit registers ib_send_bw's credit region on iWARP and puts its
+// words' addresses and key in the keys (my_dest's rkey and vaddr).
+func (s *perfSession) setupCredit(dests []perftest.Dest) error {
+	p := s.p
+	if s.dev.iw == nil || p.verb != perfSend || !p.bw {
+		return nil
+	}
+	nqp := len(dests)
+	ring := max(p.txDepth, 1)
+	mr, err := s.pd.RegMR(make([]byte, 4*nqp*(1+ring)), ibtransport.AccessLocalWrite|ibtransport.AccessRemoteWrite)
+	if err != nil {
+		return fmt.Errorf("Couldn't allocate MR: %w", err)
+	}
+	c := &perfCredit{mr: mr, nqp: nqp, ring: ring, every: uint64(max(p.rxDepth/3, 1)), rxDepth: uint64(max(p.rxDepth, 1)),
+		rcnt: make([]uint64, nqp), sent: make([]uint64, nqp), outstanding: make([]int, nqp), wc: make([]ibtransport.WC, 16)}
+	for i := range dests {
+		dests[i].RKey = mr.RKey()
+		dests[i].VAddr = mr.Addr() + uint64(4*i)
+	}
+	s.credit = c
+	return nil
+}
+
+// reset zeroes the credit words (the sender, before each run).
+func (c *perfCredit) reset() {
+	clear(c.mr.Buf()[:4*c.nqp])
+}
+
+// mayPost says whether the sender may post SEND k on QP q: fewer than rx
+// depth unanswered by the receiver's credit. It reads the word as perftest's
+// CPU reads what the RNIC writes: package iwarp places an RDMA WRITE's payload
+// straight from the socket into the region, outside the engine's lock, so the
+// race detector reports this read (as it would spinFor's over iWARP); the word
+// is aligned and only grows, so a stale value merely waits another poll.
+// (cmd/softrdma is not among the Makefile's race packages.)
+func (c *perfCredit) mayPost(q int, k uint64) bool {
+	got := uint64(binary.LittleEndian.Uint32(c.mr.Buf()[4*q:]))
+	return got >= k+1 || k+1-got < c.rxDepth
+}
+
+// start begins a receiver's run.
+func (c *perfCredit) start() {
+	clear(c.rcnt)
+}
+
+// received counts a receive of QP q and, every rx_depth/3 of them, writes the
+// count to the sender's credit word.
+func (c *perfCredit) received(ctx context.Context, s *perfSession, q int) error {
+	c.rcnt[q]++
+	if !c.due(c.rcnt[q]) {
+		return nil
+	}
+	for c.outstanding[q] >= c.ring {
+		if err := c.reap(ctx, s); err != nil {
+			return err
+		}
+	}
+	off := 4 * (c.nqp + q*c.ring + int(c.sent[q]%uint64(c.ring)))
+	binary.LittleEndian.PutUint32(c.mr.Buf()[off:], uint32(c.rcnt[q]))
+	wr := ibtransport.SendWR{WRID: uint64(q), Opcode: ibtransport.WRRDMAWrite, Signaled: true,
+		SGL: []ibtransport.SGE{c.mr.SGE(off, 4)}, RemoteAddr: s.remote[q].VAddr, RKey: s.remote[q].RKey}
+	if err := s.qps[q].PostSend(wr); err != nil {
+		return fmt.Errorf("Couldn't post send qp %d credit = %d: %w", q, c.rcnt[q], err)
+	}
+	c.sent[q]++
+	c.outstanding[q]++
+	c.total++
+	return nil
+}
+
+// due says whether the receiver writes its credit after rcnt receives:
+// every rx_depth/3 of them, counting within rx depth (so at rx depth too).
+func (c *perfCredit) due(rcnt uint64) bool { return rcnt%c.rxDepth%c.every == 0 }
+
+// reap waits for credit WRITE completions.
+func (c *perfCredit) reap(ctx context.Context, s *perfSession) error {
+	n := s.sendCQ.Poll(c.wc)
+	if n == 0 {
+		return waitCQ(ctx, s.sendCQ, time.Time{})
+	}
+	for _, w := range c.wc[:n] {
+		q := int(w.WRID)
+		if w.Status != ibtransport.WCSuccess {
+			return fmt.Errorf("Poll send CQ error status=%s (%d) qp %d credit=%d", w.Status, int(w.Status), q, c.rcnt[q%c.nqp])
+		}
+		if q < c.nqp && c.outstanding[q] > 0 {
+			c.outstanding[q]--
+			c.total--
+		}
+	}
+	return nil
+}
+
+// drain waits for every credit WRITE (clean_scq_credit).
+func (c *perfCredit) drain(ctx context.Context, s *perfSession) error {
+	for c.total > 0 {
+		if err := c.reap(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
