@@ -236,7 +236,7 @@ func (c *Context) postEvent(ev AsyncEvent) {
 // sequence from a random start, wrapping at 2^24.
 func (c *Context) allocQPN() (uint32, error) {
 	if len(c.qps) >= c.cfg.MaxQP {
-		return 0, fmt.Errorf("create qp: %d QPs exist, limit %d: %w", len(c.qps), c.cfg.MaxQP, ErrNoResources)
+		return 0, fmt.Errorf("create qp: %d QPs exist: %w", len(c.qps), fullError("QP table", "MaxQP", c.cfg.MaxQP, ErrNoResources))
 	}
 	for {
 		n := c.nextQPN & QPNMask
@@ -254,7 +254,7 @@ func (c *Context) allocQPN() (uint32, error) {
 // variable low "key" byte (IBTA 10.6.3.1: the consumer-owned key portion).
 func (c *Context) allocKey(e keyEntry) (uint32, error) {
 	if c.numKeys >= c.cfg.MaxMR {
-		return 0, fmt.Errorf("%d memory regions and windows exist, limit %d: %w", c.numKeys, c.cfg.MaxMR, ErrNoResources)
+		return 0, fmt.Errorf("%d memory regions and windows exist: %w", c.numKeys, fullError("memory key table", "MaxMR", c.cfg.MaxMR, ErrNoResources))
 	}
 	for {
 		idx := c.nextKeyIndex & 0xFFFFFF

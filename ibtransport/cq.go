@@ -31,11 +31,14 @@ type CQ struct {
 func (c *Context) CreateCQ(depth int) (*CQ, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if depth <= 0 || depth > c.cfg.MaxCQE {
+	if depth <= 0 {
 		return nil, fmt.Errorf("create cq: depth %d not in 1..%d: %w", depth, c.cfg.MaxCQE, ErrInvalidArgument)
 	}
+	if depth > c.cfg.MaxCQE {
+		return nil, fmt.Errorf("create cq: %w", tooLargeError("CQ depth", "MaxCQE", uint64(depth), uint64(c.cfg.MaxCQE)))
+	}
 	if c.numCQ >= c.cfg.MaxCQ {
-		return nil, fmt.Errorf("create cq: %d CQs exist: %w", c.numCQ, ErrNoResources)
+		return nil, fmt.Errorf("create cq: %d CQs exist: %w", c.numCQ, fullError("CQ table", "MaxCQ", c.cfg.MaxCQ, ErrNoResources))
 	}
 	c.numCQ++
 	return &CQ{
@@ -145,7 +148,7 @@ func (cq *CQ) push(w WC, solicited bool) {
 		return
 	}
 	if cq.count == len(cq.ring) {
-		cq.err = fmt.Errorf("cq of depth %d: %w", len(cq.ring), ErrCQOverrun)
+		cq.err = fmt.Errorf("cq: a completion was lost: %w", fullError("completion queue", "depth", len(cq.ring), ErrCQOverrun))
 		cq.ctx.postEvent(AsyncEvent{Type: EventCQErr, CQ: cq})
 		signal(cq.avail)
 		for _, qp := range cq.qps {

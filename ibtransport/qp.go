@@ -61,7 +61,8 @@ type QP struct {
 
 	counters QPCounters
 
-	wire *Wire // set for an external QP (external.go)
+	wire    *Wire  // set for an external QP (external.go)
+	checkWR SendWR // the copy of a WR that wire.check sees (postSendOne)
 
 	inActive  bool // in Context.active
 	inTimered bool // in Context.timered
@@ -151,14 +152,23 @@ func (c *Context) checkQPInit(pd *PD, a *QPInitAttr) error {
 		return fmt.Errorf("SendCQ and RecvCQ are required: %w", ErrInvalidArgument)
 	}
 	cp := &a.Cap
-	if cp.MaxSendWR <= 0 || cp.MaxSendWR > c.cfg.MaxQPWR {
+	if cp.MaxSendWR <= 0 {
 		return fmt.Errorf("MaxSendWR %d not in 1..%d: %w", cp.MaxSendWR, c.cfg.MaxQPWR, ErrInvalidArgument)
 	}
-	if cp.MaxSendSGE < 0 || cp.MaxSendSGE > c.cfg.MaxSGE {
+	if cp.MaxSendWR > c.cfg.MaxQPWR {
+		return tooLargeError("MaxSendWR", "MaxQPWR", uint64(cp.MaxSendWR), uint64(c.cfg.MaxQPWR))
+	}
+	if cp.MaxSendSGE < 0 {
 		return fmt.Errorf("MaxSendSGE %d not in 0..%d: %w", cp.MaxSendSGE, c.cfg.MaxSGE, ErrInvalidArgument)
 	}
-	if cp.MaxInlineData < 0 || cp.MaxInlineData > c.cfg.MaxInlineData {
+	if cp.MaxSendSGE > c.cfg.MaxSGE {
+		return tooLargeError("MaxSendSGE", "MaxSGE", uint64(cp.MaxSendSGE), uint64(c.cfg.MaxSGE))
+	}
+	if cp.MaxInlineData < 0 {
 		return fmt.Errorf("MaxInlineData %d not in 0..%d: %w", cp.MaxInlineData, c.cfg.MaxInlineData, ErrInvalidArgument)
+	}
+	if cp.MaxInlineData > c.cfg.MaxInlineData {
+		return tooLargeError("MaxInlineData", "MaxInlineData", uint64(cp.MaxInlineData), uint64(c.cfg.MaxInlineData))
 	}
 	if a.SRQ != nil {
 		if a.SRQ.ctx != c || a.SRQ.dead || a.SRQ.pd != pd {
@@ -166,11 +176,17 @@ func (c *Context) checkQPInit(pd *PD, a *QPInitAttr) error {
 		}
 		return nil
 	}
-	if cp.MaxRecvWR <= 0 || cp.MaxRecvWR > c.cfg.MaxQPWR {
+	if cp.MaxRecvWR <= 0 {
 		return fmt.Errorf("MaxRecvWR %d not in 1..%d: %w", cp.MaxRecvWR, c.cfg.MaxQPWR, ErrInvalidArgument)
 	}
-	if cp.MaxRecvSGE < 0 || cp.MaxRecvSGE > c.cfg.MaxSGE {
+	if cp.MaxRecvWR > c.cfg.MaxQPWR {
+		return tooLargeError("MaxRecvWR", "MaxQPWR", uint64(cp.MaxRecvWR), uint64(c.cfg.MaxQPWR))
+	}
+	if cp.MaxRecvSGE < 0 {
 		return fmt.Errorf("MaxRecvSGE %d not in 0..%d: %w", cp.MaxRecvSGE, c.cfg.MaxSGE, ErrInvalidArgument)
+	}
+	if cp.MaxRecvSGE > c.cfg.MaxSGE {
+		return tooLargeError("MaxRecvSGE", "MaxSGE", uint64(cp.MaxRecvSGE), uint64(c.cfg.MaxSGE))
 	}
 	return nil
 }
@@ -281,12 +297,18 @@ func (qp *QP) postSendOne(wr *SendWR) error {
 		return err
 	}
 	if qp.wire != nil && qp.wire.check != nil {
-		if err := qp.wire.check(wr); err != nil {
+		// The check is a function value, so whatever it is given escapes: a
+		// copy in the QP keeps the caller's WRs (PostSend's variadic slice)
+		// off the heap. mu is held, so the QP's copy is not shared.
+		qp.checkWR = *wr
+		err := qp.wire.check(&qp.checkWR)
+		qp.checkWR = SendWR{}
+		if err != nil {
 			return err
 		}
 	}
 	if qp.sq.full() {
-		return fmt.Errorf("%d WRs outstanding: %w", qp.sq.count(), ErrQueueFull)
+		return fullError("send queue", "MaxSendWR", len(qp.sq.slots), ErrQueueFull)
 	}
 	w := qp.sq.post(wr, qp)
 	if qp.state == QPStateErr || qp.state == QPStateSQE {
@@ -322,11 +344,11 @@ func (qp *QP) postRecvOne(wr *RecvWR) error {
 	if qp.state == QPStateReset {
 		return fmt.Errorf("state %s: %w", qp.state, ErrBadState)
 	}
-	if err := checkRecvWR(wr, qp.cap.MaxRecvSGE); err != nil {
+	if err := checkRecvWR(wr, "MaxRecvSGE", qp.cap.MaxRecvSGE); err != nil {
 		return err
 	}
 	if qp.rq.full() {
-		return fmt.Errorf("%d WRs posted: %w", qp.rq.count(), ErrQueueFull)
+		return fullError("receive queue", "MaxRecvWR", len(qp.rq.slots), ErrQueueFull)
 	}
 	qp.rq.post(wr)
 	if qp.state == QPStateErr {

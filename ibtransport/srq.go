@@ -87,11 +87,17 @@ type SRQ struct {
 func (c *Context) CreateSRQ(pd *PD, attr SRQInitAttr) (*SRQ, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if attr.MaxWR <= 0 || attr.MaxWR > c.cfg.MaxSRQWR {
+	if attr.MaxWR <= 0 {
 		return nil, fmt.Errorf("create srq: MaxWR %d not in 1..%d: %w", attr.MaxWR, c.cfg.MaxSRQWR, ErrInvalidArgument)
 	}
-	if attr.MaxSGE <= 0 || attr.MaxSGE > c.cfg.MaxSGE {
+	if attr.MaxWR > c.cfg.MaxSRQWR {
+		return nil, fmt.Errorf("create srq: %w", tooLargeError("SRQ depth", "MaxSRQWR", uint64(attr.MaxWR), uint64(c.cfg.MaxSRQWR)))
+	}
+	if attr.MaxSGE <= 0 {
 		return nil, fmt.Errorf("create srq: MaxSGE %d not in 1..%d: %w", attr.MaxSGE, c.cfg.MaxSGE, ErrInvalidArgument)
+	}
+	if attr.MaxSGE > c.cfg.MaxSGE {
+		return nil, fmt.Errorf("create srq: %w", tooLargeError("SRQ SGL length", "MaxSGE", uint64(attr.MaxSGE), uint64(c.cfg.MaxSGE)))
 	}
 	if attr.Limit < 0 || attr.Limit > attr.MaxWR {
 		return nil, fmt.Errorf("create srq: Limit %d not in 0..%d: %w", attr.Limit, attr.MaxWR, ErrInvalidArgument)
@@ -100,7 +106,7 @@ func (c *Context) CreateSRQ(pd *PD, attr SRQInitAttr) (*SRQ, error) {
 		return nil, fmt.Errorf("create srq: pd: %w", ErrDestroyed)
 	}
 	if c.numSRQ >= c.cfg.MaxSRQ {
-		return nil, fmt.Errorf("create srq: %d SRQs exist: %w", c.numSRQ, ErrNoResources)
+		return nil, fmt.Errorf("create srq: %d SRQs exist: %w", c.numSRQ, fullError("SRQ table", "MaxSRQ", c.cfg.MaxSRQ, ErrNoResources))
 	}
 	c.numSRQ++
 	pd.refs++
@@ -117,11 +123,11 @@ func (s *SRQ) PostRecv(wrs ...RecvWR) error {
 		if s.dead {
 			return &PostError{Index: i, WRID: wr.WRID, Err: fmt.Errorf("post srq recv: %w", ErrDestroyed)}
 		}
-		if err := checkRecvWR(wr, s.maxSGE); err != nil {
+		if err := checkRecvWR(wr, "MaxSGE", s.maxSGE); err != nil {
 			return &PostError{Index: i, WRID: wr.WRID, Err: fmt.Errorf("post srq recv: %w", err)}
 		}
 		if s.rq.full() {
-			return &PostError{Index: i, WRID: wr.WRID, Err: fmt.Errorf("post srq recv: %d WRs posted: %w", s.rq.count(), ErrQueueFull)}
+			return &PostError{Index: i, WRID: wr.WRID, Err: fmt.Errorf("post srq recv: %w", fullError("shared receive queue", "MaxWR", len(s.rq.slots), ErrQueueFull))}
 		}
 		s.rq.post(wr)
 	}

@@ -191,7 +191,7 @@ func (qp *QP) checkSendWR(wr *SendWR) error {
 		return fmt.Errorf("opcode %s not supported on %s QP: %w", wr.Opcode, qp.typ, ErrInvalidArgument)
 	}
 	if len(wr.SGL) > qp.cap.MaxSendSGE {
-		return fmt.Errorf("%d SGEs > MaxSendSGE %d: %w", len(wr.SGL), qp.cap.MaxSendSGE, ErrInvalidArgument)
+		return tooLargeError("SGL length", "MaxSendSGE", uint64(len(wr.SGL)), uint64(qp.cap.MaxSendSGE))
 	}
 	n := sglLength(wr.SGL)
 	if wr.Inline && wr.InlineData != nil {
@@ -199,7 +199,7 @@ func (qp *QP) checkSendWR(wr *SendWR) error {
 	}
 	if wr.Inline {
 		if n > uint64(qp.cap.MaxInlineData) {
-			return fmt.Errorf("inline data %d > MaxInlineData %d: %w", n, qp.cap.MaxInlineData, ErrInvalidArgument)
+			return tooLargeError("inline data", "MaxInlineData", n, uint64(qp.cap.MaxInlineData))
 		}
 		switch wr.Opcode {
 		case WRSend, WRSendWithImm, WRSendWithInv, WRRDMAWrite, WRRDMAWriteWithImm, WRAtomicWrite:
@@ -208,7 +208,7 @@ func (qp *QP) checkSendWR(wr *SendWR) error {
 		}
 	}
 	if n > uint64(qp.ctx.cfg.MaxMsgSize) {
-		return fmt.Errorf("message length %d > %d: %w", n, qp.ctx.cfg.MaxMsgSize, ErrInvalidArgument)
+		return tooLargeError("message length", "MaxMsgSize", n, uint64(qp.ctx.cfg.MaxMsgSize))
 	}
 	switch wr.Opcode {
 	case WRAtomicCmpAndSwp, WRAtomicFetchAdd:
@@ -242,10 +242,11 @@ func (qp *QP) checkSendWR(wr *SendWR) error {
 	return nil
 }
 
-// checkRecvWR validates a receive WR against a maximum SGL length.
-func checkRecvWR(wr *RecvWR, maxSGE int) error {
+// checkRecvWR validates a receive WR against a maximum SGL length, the
+// attribute named limit.
+func checkRecvWR(wr *RecvWR, limit string, maxSGE int) error {
 	if len(wr.SGL) > maxSGE {
-		return fmt.Errorf("%d SGEs > MaxRecvSGE %d: %w", len(wr.SGL), maxSGE, ErrInvalidArgument)
+		return tooLargeError("SGL length", limit, uint64(len(wr.SGL)), uint64(maxSGE))
 	}
 	return nil
 }

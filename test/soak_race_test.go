@@ -1,0 +1,6 @@
+//go:build race
+
+package test
+
+// raceEnabled says the race detector is on: the soak test runs smaller.
+const raceEnabled = true
