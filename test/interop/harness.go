@@ -1,13 +1,14 @@
 // Package interop runs softrdma against the Linux kernel's own RDMA stack: Debian 12
 // guests under qemu with rdma_rxe (soft-RoCE) and siw (soft-iWARP) and the real
-// rdma-core / perftest tools, booted by the VM harness in ../shared/interop (relative
-// to the module root), talking to the softrdma binary on the host inside the
-// harness's network namespace. It also runs softrdma against itself in network
-// namespaces (netio/netnstest) so the tools are tested without a VM.
+// rdma-core / perftest tools, booted by the project's kernel harness (interop/ at
+// the module root; ../shared/interop is the fallback when the project's cannot
+// run), talking to the softrdma binary on the host inside the harness's network
+// namespace. It also runs softrdma against itself in network namespaces
+// (netio/netnstest) so the tools are tested without a VM.
 //
 // The exported helpers are for every interop test of the project:
 //
-//	h := interop.Require(t)                  // skips unless root, harness, qemu
+//	h := interop.Require(t)                  // skips unless root, harness, qemu, netns
 //	g := h.Boot(t, "pp31", interop.BootOptions{IP: "10.77.0.31"})
 //	job := g.ExecBackground(t, "ibv_rc_pingpong", "-d", "rxe0", "-g", "1")
 //	res := h.HostRun(ctx, t, "pingpong", "-g", "1", "10.77.0.31")
@@ -35,40 +36,51 @@ import (
 	"time"
 )
 
-// LockPath is the lock file that serialises VM use across test processes.
+// LockPath is the lock file that serialises VM use across test processes (of
+// both harnesses: they share the machine's cores).
 const LockPath = "/tmp/softrdma-interop.lock"
 
-// Netns is the network namespace the harness creates for its bridge and guests
-// (the vm script's SOFTRDMA_NETNS default).
-const Netns = "softrdma"
+// HarnessEnv names an environment variable that, when set, is the harness
+// directory to use (the project's interop/ or ../shared/interop) instead of the
+// first of them that runs.
+const HarnessEnv = "SOFTRDMA_INTEROP_HARNESS"
 
-// HostIPv4 and HostIPv6 are the host side's addresses on the harness bridge.
+// Netns is the network namespace of the harness Require chose, where its bridge
+// and guests live: "srkvm" for the project's harness, "softrdma" for
+// ../shared/interop. Require sets it; read it after Require.
+var Netns = "srkvm"
+
+// Bridge is the host side's interface in Netns: "srkbr0" (project harness) or
+// "srbr0" (../shared/interop). Require sets it; read it after Require.
+var Bridge = "srkbr0"
+
+// HostIPv4 and HostIPv6 are the host side's addresses on the bridge. Both
+// harnesses put their guests on 10.77.0.0/24 and fd77::/64 (each in a namespace
+// of its own, so they never meet), which is what the tests' guest addresses are.
 const (
 	HostIPv4 = "10.77.0.1"
 	HostIPv6 = "fd77::1"
 )
 
-// Bridge is the host side's interface in Netns.
-const Bridge = "srbr0"
-
-// Harness is the VM harness found next to the module, with the softrdma binary
-// built for the host.
+// Harness is the VM harness Require chose, with the softrdma binary built for
+// the host.
 type Harness struct {
-	// Dir is the harness directory (…/shared/interop).
+	// Dir is the harness directory (<module>/interop or …/shared/interop).
 	Dir string
 	// VM is the path of its vm script.
 	VM string
+	// Own reports whether Dir is the project's own harness (<module>/interop).
+	Own bool
+	// RunDir is the vm script's run-state directory (a guest's is RunDir/vm/NAME).
+	RunDir string
 	// ModuleRoot is the directory of the project's go.mod.
 	ModuleRoot string
 }
 
 var (
-	findOnce sync.Once
-	found    *Harness
-	findErr  error // reason to skip
-
-	setupOnce sync.Once
-	setupErr  error
+	chooseOnce sync.Once
+	chosen     *Harness
+	chooseErr  error // reason to skip
 
 	buildOnce sync.Once
 	buildDir  string
@@ -95,35 +107,35 @@ func ModuleRoot() (string, error) {
 	}
 }
 
-// Require returns the harness, or skips the test with a one-line reason: not root,
-// no ../shared/interop next to the module root, no qemu. The first call in a
-// process runs the harness's `setup --quiet` (under the lock).
+// Require returns the harness, or skips the test with a one-line reason: not
+// root, no harness whose setup succeeds (the project's interop/ is tried first,
+// then ../shared/interop; HarnessEnv forces one), no qemu, no network
+// namespaces. The first call in a process runs the harness's `setup --quiet`
+// under the lock (it installs missing packages and builds the guest image: about
+// a minute from cold, a few seconds after).
 func Require(t testing.TB) *Harness {
 	t.Helper()
-	findOnce.Do(func() { found, findErr = find() })
-	if findErr != nil {
-		t.Skipf("interop: %v", findErr)
+	chooseOnce.Do(func() { chosen, chooseErr = choose(t) })
+	if chooseErr != nil {
+		t.Skipf("interop: %v", chooseErr)
 	}
-	setupOnce.Do(func() {
-		release, err := lockFor(t, 20*time.Minute)
-		if err != nil {
-			setupErr = err
-			return
-		}
-		defer release()
-		cmd := exec.Command(filepath.Join(found.Dir, "setup"), "--quiet")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			setupErr = fmt.Errorf("%s/setup --quiet: %v\n%s", found.Dir, err, out)
-		}
-	})
-	if setupErr != nil {
-		t.Fatalf("interop: %v", setupErr)
-	}
-	return found
+	return chosen
 }
 
-func find() (*Harness, error) {
+// candidates are the harness directories to try, in order.
+func candidates(root string) []string {
+	if dir := os.Getenv(HarnessEnv); dir != "" {
+		if abs, err := filepath.Abs(dir); err == nil {
+			dir = abs
+		}
+		return []string{dir}
+	}
+	return []string{filepath.Join(root, "interop"), filepath.Clean(filepath.Join(root, "..", "shared", "interop"))}
+}
+
+// choose takes the first candidate harness that is there and whose setup
+// succeeds, and checks that it can run a guest's network (qemu, a namespace).
+func choose(t testing.TB) (*Harness, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("not running as root (the VM harness needs network namespaces, taps and qemu)")
 	}
@@ -131,15 +143,64 @@ func find() (*Harness, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Clean(filepath.Join(root, "..", "shared", "interop"))
-	vm := filepath.Join(dir, "vm")
-	if _, err := os.Stat(vm); err != nil {
-		return nil, fmt.Errorf("no VM harness at %s", dir)
+	release, err := lockFor(t, 20*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	var why []string
+	for _, dir := range candidates(root) {
+		h, err := prepare(t, root, dir)
+		if err == nil {
+			if len(why) > 0 {
+				t.Logf("interop: using %s (%s)", dir, strings.Join(why, "; "))
+			}
+			return h, nil
+		}
+		why = append(why, err.Error())
+	}
+	return nil, errors.New(strings.Join(why, "; "))
+}
+
+// prepare runs dir's setup and checks it can boot a guest; the error is one line.
+func prepare(t testing.TB, root, dir string) (*Harness, error) {
+	h := &Harness{Dir: dir, VM: filepath.Join(dir, "vm"), ModuleRoot: root, Own: dir == filepath.Join(root, "interop")}
+	for _, f := range []string{h.VM, filepath.Join(dir, "setup")} {
+		if st, err := os.Stat(f); err != nil || st.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("no VM harness at %s", dir)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if r := run(ctx, filepath.Join(dir, "setup"), "--quiet"); !r.OK() {
+		t.Logf("interop: %s", r)
+		return nil, fmt.Errorf("%s/setup failed: %s", dir, lastLine(r.Stdout+"\n"+r.Stderr))
 	}
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 		return nil, errors.New("qemu-system-x86_64 is not installed")
 	}
-	return &Harness{Dir: dir, VM: vm, ModuleRoot: root}, nil
+	// The project's vm says where it keeps things; ../shared/interop's has no
+	// `env` and uses these.
+	netns, bridge := "softrdma", "srbr0"
+	h.RunDir = os.Getenv("SOFTRDMA_INTEROP_RUN")
+	if h.RunDir == "" {
+		h.RunDir = filepath.Join(os.TempDir(), "softrdma-interop")
+	}
+	if r := run(ctx, h.VM, "env"); r.OK() {
+		env := parseEnv(r.Stdout)
+		if env["HOST_IPV4"] != HostIPv4 || env["HOST_IPV6"] != HostIPv6 {
+			return nil, fmt.Errorf("%s: host addresses %s, %s; the tests expect %s, %s", dir, env["HOST_IPV4"], env["HOST_IPV6"], HostIPv4, HostIPv6)
+		}
+		netns, bridge, h.RunDir = env["NETNS"], env["BRIDGE"], env["RUN"]
+	}
+	// Can this machine make the network (a namespace, a bridge)? Under the lock no
+	// guest of ours runs, so the namespace can go again at once.
+	if r := run(ctx, h.VM, "net", "up"); !r.OK() {
+		return nil, fmt.Errorf("%s: cannot create the network namespace %s: %s", dir, netns, lastLine(r.Stderr))
+	}
+	run(ctx, h.VM, "net", "down")
+	Netns, Bridge = netns, bridge
+	return h, nil
 }
 
 // BinEnv names an environment variable that, when set, is the softrdma binary to
@@ -679,13 +740,7 @@ func (g *Guest) startJob(t testing.TB, desc string, cmd []string) *Job {
 }
 
 // runDir is the guest's run-state directory of the vm script.
-func (g *Guest) runDir() string {
-	root := os.Getenv("SOFTRDMA_INTEROP_RUN")
-	if root == "" {
-		root = filepath.Join(os.TempDir(), "softrdma-interop")
-	}
-	return filepath.Join(root, "vm", g.Name)
-}
+func (g *Guest) runDir() string { return filepath.Join(g.h.RunDir, "vm", g.Name) }
 
 // Wait waits for the job to end (killed after timeout: exit 124) and returns its
 // output. Later calls return the same result.
