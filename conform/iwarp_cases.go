@@ -157,14 +157,14 @@ func IWARPCases(e *IWARPEnv) []Case {
 			}),
 		mk("mpa.fpdu.bad-crc", "RFC 5044 §8, RFC 5040 §4.8",
 			"an FPDU with a bad CRC is not delivered and terminates the stream with an MPA CRC error",
-			"a Send of 32 octets (one receive posted) with one CRC bit flipped",
+			"a Send of 16 octets (one receive posted: 16 octets fit any peer's) with one CRC bit flipped",
 			"a Terminate: layer LLP (MPA), error 0x02 CRC error; no receive completes successfully",
 			iwNeedsRecv, func(t *iwt) error {
 				c, err := t.connect(iwOpts{recvs: 1})
 				if err != nil {
 					return err
 				}
-				c.sendMsg(pattern(32, 1), 0, true, fpduOpts{badCRC: true})
+				c.sendMsg(pattern(16, 1), 0, true, fpduOpts{badCRC: true})
 				if _, err := c.expectTerminate(iwarp.LayerLLP, iwarp.ETypeLLPMPA, iwarp.ECodeMPACRC); err != nil {
 					return err
 				}

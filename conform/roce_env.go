@@ -367,9 +367,17 @@ func (t *rt) expectNAK(code ib.NAKCode, psn uint32) (*Captured, error) {
 	return t.expectAck(ib.AETHKindNAK, uint8(code), psn, -1)
 }
 
-// expectState checks the peer QP's state.
+// expectState checks the peer QP's state. A peer that cannot report it
+// (ErrUnobservable) is probed on the wire instead for the error state: a QP in
+// ERR answers nothing (IBTA Vol. 1 10.3.1: an Error-state QP discards what it
+// receives), while a live responder answers a SEND Only at its expected PSN with
+// an ACK or, lacking a receive, an RNR NAK.
 func (c *rcConn) expectState(state string) error {
 	st, err := c.t.e.Peer.QueryQP(c.t.ctx, c.qp.QPN)
+	if errors.Is(err, ErrUnobservable) && state == "ERR" {
+		c.t.send(c.pkt(ib.OpcodeRCSendOnly, c.psn, true, pattern(8, 0x77)))
+		return c.t.silence("a QP in the error state answers nothing (state probed on the wire)")
+	}
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,22 @@ The tester's frames go out over --backend udp (a UDP socket on port 4791 of
 --local, by default the address that routes to the peer) or afpacket (raw frames
 on --interface, CAP_NET_RAW).
 
+--peer-kind kernel --peer IP tests the Linux kernel's rxe (--transport roce) or
+siw (--transport iwarp) at IP, which serve no control protocol: the side channel
+comes from the kernel's own tools, which must be running there in a loop. For
+RoCE, perftest servers (the tester is their client over perftest's TCP exchange,
+on the ports and with the options of conform.DefaultPerftestServers):
+  while :; do ib_write_bw -d rxe0 -x GIDX -p 18515 -n 5 -s 16384; done &
+  while :; do ib_read_bw -d rxe0 -x GIDX -p 18516 -n 5 -s 16384; done &
+  while :; do ib_atomic_bw -d rxe0 -x GIDX -p 18517 -n 5 -A FETCH_AND_ADD; done &
+  while :; do ib_send_bw -d rxe0 -x GIDX -p 18518 -n 16 -s 4096; done &
+  while :; do ib_send_bw -d rxe0 -x GIDX -p 18519 -n 16 -s 16; done &
+For iWARP, rping's persistent server: rping -s -P -a IP -p 7174. The cases that
+need what those tools cannot give (memory read back, the peer as requester, a
+given QP configuration) are not applicable, with the reason; completions and QP
+states are not observable, and a case that needs them passes on its wire checks
+alone, saying so (test/conform/kernel-results.md).
+
 The exit status is 0 only if every applicable case passed (and at least one did),
 1 if one failed, 2 for usage errors.
 
@@ -81,6 +97,7 @@ type conformOptions struct {
 	silence   time.Duration
 	seed      uint64
 	udpPort   uint16
+	peerKind  string
 }
 
 func conformCmd(args []string, stdout, stderr io.Writer) int {
@@ -98,6 +115,7 @@ func conformCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.transport, "transport", "roce", "transport under test: roce or iwarp")
 	fs.BoolVar(&o.self, "self", false, "test an in-process softrdma peer")
 	fs.StringVar(&o.peer, "peer", "", "control address HOST[:PORT] of the peer under test (port 7471 by default)")
+	fs.StringVar(&o.peerKind, "peer-kind", "control", "what serves the peer's side channel: control (conform serve) or kernel (rxe/siw with perftest/rping servers)")
 	fs.StringVar(&o.peerIP, "peer-ip", "", "the peer's RoCE address (default: HOST of --peer)")
 	fs.StringVar(&o.backend, "backend", "", "how the tester's frames travel: sim (--self only), udp or afpacket (default sim with --self, else udp)")
 	fs.StringVar(&o.local, "local", "", "the tester's address (default: the one that routes to the peer)")
@@ -142,6 +160,14 @@ func conformCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	switch o.peerKind {
+	case "control":
+	case "kernel":
+		return conformKernel(ctx, o, stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "softrdma conform: --peer-kind %q: want control or kernel\n", o.peerKind)
+		return 2
+	}
 
 	var (
 		cases    []conform.Case
@@ -190,6 +216,49 @@ func conformCmd(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "softrdma conform: --junit: %v\n", err)
 			return 1
 		}
+	}
+	if !rep.OK() {
+		return 1
+	}
+	return 0
+}
+
+// conformKernel runs the suite against a kernel peer (--peer-kind kernel).
+func conformKernel(ctx context.Context, o conformOptions, stdout, stderr io.Writer) int {
+	if o.self {
+		fmt.Fprintln(stderr, "softrdma conform: --peer-kind kernel needs --peer, not --self")
+		return 2
+	}
+	host := o.peer
+	if h, _, err := net.SplitHostPort(o.peer); err == nil {
+		host = h
+	}
+	if o.peerIP != "" {
+		host = o.peerIP
+	}
+	k := conform.KernelRun{Transport: o.transport, Peer: host, Local: o.local, AnswerTimeout: o.timeout,
+		Silence: o.silence, Pattern: o.pattern}
+	if o.verbose {
+		k.Progress = func(c conform.CaseReport) { fmt.Fprintf(stderr, "%-14s %-26s %s\n", c.Result, c.ID, c.Reason) }
+	}
+	rep, err := k.Run(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "softrdma conform: %v\n", err)
+		if rep == nil {
+			return 2
+		}
+	}
+	if o.json {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteTable(stdout)
+	}
+	if err == nil && o.junit != "" {
+		err = writeJUnit(o.junit, rep)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "softrdma conform: %v\n", err)
+		return 1
 	}
 	if !rep.OK() {
 		return 1
