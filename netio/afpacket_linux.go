@@ -81,6 +81,11 @@ type PacketStats struct {
 	DroppedShortBuffer uint64 // Read: frame longer than the caller's buffer
 	DroppedTruncated   uint64 // Read: frame longer than a ring block could hold
 	DroppedOutgoing    uint64 // Read: our own outgoing frames (only without PACKET_IGNORE_OUTGOING)
+	DroppedGSO         uint64 // Read: a GSO frame of another kind than UDP, or one that does not parse
+
+	// GSOFrames counts UDP GSO frames that Read split, GSOSegments the
+	// datagrams it made of them.
+	GSOFrames, GSOSegments uint64
 
 	// From PACKET_STATISTICS, accumulated: frames that passed the filter,
 	// of those the ones dropped because the ring was full, and the times
@@ -107,6 +112,13 @@ type PacketStats struct {
 // the frame into an skb either way, and a ring adds a copy into it, status
 // hand-shakes and a send() kick per batch. PACKET_IGNORE_OUTGOING keeps our
 // own frames (and the kernel's) out of the ring.
+//
+// A veth or a NIC with UDP GRO can hand the socket one frame that stands for
+// many UDP datagrams (SKB_GSO_UDP_L4), for example a super-datagram that a
+// UDP socket in the far namespace sent with UDP_SEGMENT. The socket asks for
+// a virtio_net_hdr before each frame (PACKET_VNET_HDR) to learn of these, and
+// Read returns each such frame as the datagrams it stands for, as a NIC
+// would have put them on the wire (see udpGSOFrame.segment).
 type PacketEndpoint struct {
 	file    *os.File
 	rc      syscall.RawConn
@@ -119,6 +131,8 @@ type PacketEndpoint struct {
 	ring      []byte
 	blockSize int
 	blockNr   int
+	vnet      bool             // frames carry a virtio_net_hdr (PACKET_VNET_HDR)
+	vnetHdr   [vnetHdrLen]byte // the all-zero header sent before each frame
 
 	closed atomic.Bool
 
@@ -127,10 +141,15 @@ type PacketEndpoint struct {
 	pktLeft int // packets of block cur not yet consumed; 0: cur not started
 	held    int // blocks before cur consumed by ReadFrames, not yet handed back
 	pktOff  int // offset in block cur of the next packet
+	segNext int // next datagram to return of the GSO frame at pktOff
+	// scratch holds the datagrams split from GSO frames that ReadFrames
+	// returned, until the next read; scratchUsed bytes are in use.
+	scratch     []byte
+	scratchUsed int
 
 	writeMu sync.Mutex
 	hdrs    []unix.Mmsghdr
-	iovs    []unix.Iovec // MaxWritePieces per message
+	iovs    []unix.Iovec // packetIovecs per message
 	send    *packetSend
 	waitFn  func(uintptr) bool // a blocked read's poller check, made once
 
@@ -142,7 +161,7 @@ type PacketEndpoint struct {
 
 type packetCounters struct {
 	framesSent, framesReceived, sendCalls, blocks, droppedOversize, droppedSendError,
-	droppedShortBuffer, droppedTruncated, droppedOutgoing atomic.Uint64
+	droppedShortBuffer, droppedTruncated, droppedOutgoing, droppedGSO, gsoFrames, gsoSegments atomic.Uint64
 }
 
 var (
@@ -246,6 +265,9 @@ func NewPacket(cfg PacketConfig) (*PacketEndpoint, error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); err != nil {
 		return fail("PACKET_VERSION", err)
 	}
+	// Before the ring, or the kernel refuses it. Where it refuses it anyway,
+	// GSO frames are never delivered (the kernel drops them).
+	e.vnet = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1) == nil
 	raw, err := bpf.Assemble(RoCEFilter(port))
 	if err != nil {
 		return fail("assembling filter", err)
@@ -296,7 +318,8 @@ func NewPacket(cfg PacketConfig) (*PacketEndpoint, error) {
 		return nil, fmt.Errorf("netio: packet: %w", err)
 	}
 	e.hdrs = make([]unix.Mmsghdr, e.batch)
-	e.iovs = make([]unix.Iovec, e.batch*MaxWritePieces)
+	e.iovs = make([]unix.Iovec, e.batch*packetIovecs)
+	e.scratch = make([]byte, 2*e.blockSize)
 	e.send = newPacketSend(e)
 	e.waitFn = func(uintptr) bool { return e.closed.Load() || e.blockReady(e.cur) }
 	return e, nil
@@ -345,7 +368,8 @@ func (e *PacketEndpoint) Stats() PacketStats {
 	s.BlocksReceived = c.blocks.Load()
 	s.DroppedOversize, s.DroppedSendError = c.droppedOversize.Load(), c.droppedSendError.Load()
 	s.DroppedShortBuffer, s.DroppedTruncated = c.droppedShortBuffer.Load(), c.droppedTruncated.Load()
-	s.DroppedOutgoing = c.droppedOutgoing.Load()
+	s.DroppedOutgoing, s.DroppedGSO = c.droppedOutgoing.Load(), c.droppedGSO.Load()
+	s.GSOFrames, s.GSOSegments = c.gsoFrames.Load(), c.gsoSegments.Load()
 	return s
 }
 
@@ -454,6 +478,7 @@ func (e *PacketEndpoint) readFrames(frames [][]byte, block bool) (int, error) {
 // releaseHeld hands back to the kernel the blocks whose frames ReadFrames
 // returned last time.
 func (e *PacketEndpoint) releaseHeld() {
+	e.scratchUsed = 0
 	for ; e.held > 0; e.held-- {
 		i := (e.cur - e.held + e.blockNr) % e.blockNr
 		atomic.StoreUint32(e.blockStatus(i), unix.TP_STATUS_KERNEL)
@@ -485,11 +510,27 @@ func (e *PacketEndpoint) drain(bufs [][]byte, sizes []int, offset int, inPlace b
 		h := (*unix.Tpacket3Hdr)(unsafe.Pointer(&e.ring[p]))
 		mac, snap, length := p+int(h.Mac), int(h.Snaplen), int(h.Len)
 		pktType := e.ring[p+tpacketAlign(unix.SizeofTpacket3Hdr)+sllPktTypeOff]
+		gsoSize := 0
+		if e.vnet && mac >= p+vnetHdrLen {
+			gsoSize = e.gsoSize(e.ring[mac-vnetHdrLen : mac])
+		}
 		switch {
 		case pktType == unix.PACKET_OUTGOING:
 			e.c.droppedOutgoing.Add(1)
 		case snap < length || mac+snap > base+e.blockSize:
 			e.c.droppedTruncated.Add(1)
+		case gsoSize < 0:
+			e.c.droppedGSO.Add(1)
+		case gsoSize > 0:
+			k, done, err := e.split(e.ring[mac:mac+snap:mac+snap], gsoSize, bufs[n:], sizes, n, offset, inPlace)
+			n += k
+			if err != nil && rerr == nil {
+				rerr = err
+			}
+			if !done {
+				e.c.framesReceived.Add(uint64(n))
+				return n, rerr
+			}
 		case inPlace:
 			bufs[n] = e.ring[mac : mac+snap : mac+snap]
 			n++
@@ -507,6 +548,7 @@ func (e *PacketEndpoint) drain(bufs [][]byte, sizes []int, offset int, inPlace b
 		}
 		e.pktLeft--
 		e.pktOff += int(h.Next_offset)
+		e.segNext = 0
 		if e.pktLeft == 0 {
 			e.doneBlock(inPlace)
 		}
@@ -565,15 +607,11 @@ func (e *PacketEndpoint) Write(bufs [][]byte, offset int) (int, error) {
 				e.c.droppedOversize.Add(1)
 				continue
 			}
-			e.iovs[k].Base = &f[0]
-			e.iovs[k].SetLen(len(f))
-			e.hdrs[k] = unix.Mmsghdr{}
-			e.hdrs[k].Hdr.Iov = &e.iovs[k]
-			e.hdrs[k].Hdr.SetIovlen(1)
+			e.setMessage(k, appendIovec(e.messageIovecs(k), f))
 			k++
 		}
 		err := e.sendmmsg(k)
-		clear(e.iovs[:k]) // keep no reference to the caller's buffers
+		clear(e.iovs[:k*packetIovecs]) // keep no reference to the caller's buffers
 		if err != nil {
 			return done, err
 		}
@@ -630,26 +668,52 @@ func (e *PacketEndpoint) WriteVectors(frames [][][]byte) (int, error) {
 				e.c.droppedOversize.Add(1)
 				continue
 			}
-			iov := e.iovs[k*MaxWritePieces : k*MaxWritePieces]
+			iov := e.messageIovecs(k)
 			for _, p := range f {
-				if len(p) > 0 {
-					iov = append(iov, unix.Iovec{Base: &p[0]})
-					iov[len(iov)-1].SetLen(len(p))
-				}
+				iov = appendIovec(iov, p)
 			}
-			e.hdrs[k] = unix.Mmsghdr{}
-			e.hdrs[k].Hdr.Iov = &iov[0]
-			e.hdrs[k].Hdr.SetIovlen(len(iov))
+			e.setMessage(k, iov)
 			k++
 		}
 		err := e.sendmmsg(k)
-		clear(e.iovs[:k*MaxWritePieces]) // keep no reference to the caller's buffers
+		clear(e.iovs[:k*packetIovecs]) // keep no reference to the caller's buffers
 		if err != nil {
 			return done, err
 		}
 		done = end
 	}
 	return done, nil
+}
+
+// packetIovecs is the iovec room per message: the virtio_net_hdr and up to
+// MaxWritePieces pieces.
+const packetIovecs = MaxWritePieces + 1
+
+// messageIovecs returns the empty iovec list of message k, with the all-zero
+// virtio_net_hdr (no offload asked for) first when the socket expects one.
+func (e *PacketEndpoint) messageIovecs(k int) []unix.Iovec {
+	iov := e.iovs[k*packetIovecs : k*packetIovecs : (k+1)*packetIovecs]
+	if e.vnet {
+		iov = appendIovec(iov, e.vnetHdr[:])
+	}
+	return iov
+}
+
+// appendIovec appends an iovec for p unless p is empty.
+func appendIovec(iov []unix.Iovec, p []byte) []unix.Iovec {
+	if len(p) == 0 {
+		return iov
+	}
+	iov = append(iov, unix.Iovec{Base: &p[0]})
+	iov[len(iov)-1].SetLen(len(p))
+	return iov
+}
+
+// setMessage makes message k of the next sendmmsg send iov.
+func (e *PacketEndpoint) setMessage(k int, iov []unix.Iovec) {
+	e.hdrs[k] = unix.Mmsghdr{}
+	e.hdrs[k].Hdr.Iov = &iov[0]
+	e.hdrs[k].Hdr.SetIovlen(len(iov))
 }
 
 // sendmmsg sends e.hdrs[:k], dropping (and counting) frames the kernel
@@ -684,4 +748,65 @@ func (e *PacketEndpoint) sendmmsg(k int) error {
 		sent += n
 	}
 	return nil
+}
+
+// gsoSize reads the virtio_net_hdr before a frame: 0 for a plain frame, the
+// datagram payload size for a UDP GSO frame, -1 for any other kind of GSO
+// frame (which the filter should never let through).
+func (e *PacketEndpoint) gsoSize(vnet []byte) int {
+	switch vnet[vnetGSOTypeOff] &^ vnetGSOECN {
+	case vnetGSOTypeNone:
+		return 0
+	case vnetGSOUDPL4:
+		if size := int(binary.LittleEndian.Uint16(vnet[vnetGSOSizeOff:])); size > 0 {
+			return size
+		}
+	}
+	return -1
+}
+
+// split returns the datagrams of the UDP GSO frame, from segNext on, in bufs
+// (drain's bufs from index n): copied to bufs[i][offset:] with their sizes in
+// sizes[n+i], or, inPlace, built in scratch with bufs[i] pointing at them. done
+// is false when bufs or scratch ran out before the last datagram: segNext says
+// where the next read goes on.
+func (e *PacketEndpoint) split(frame []byte, gsoSize int, bufs [][]byte, sizes []int, n, offset int, inPlace bool) (k int, done bool, err error) {
+	g, perr := parseUDPGSOFrame(frame, gsoSize)
+	if perr != nil {
+		e.c.droppedGSO.Add(1)
+		return 0, true, nil
+	}
+	if e.segNext == 0 {
+		e.c.gsoFrames.Add(1)
+	}
+	for ; e.segNext < g.count; e.segNext++ {
+		if k == len(bufs) {
+			return k, false, err
+		}
+		l := g.segLen(frame, e.segNext)
+		if inPlace {
+			if e.scratchUsed+l > len(e.scratch) {
+				// Only after earlier frames of this read: scratch holds
+				// two ring blocks, and a frame fits in one.
+				return k, false, err
+			}
+			dst := e.scratch[e.scratchUsed : e.scratchUsed+l : e.scratchUsed+l]
+			e.scratchUsed += l
+			g.segment(dst, frame, e.segNext)
+			bufs[k] = dst
+		} else {
+			b := bufs[k]
+			if offset < 0 || offset > len(b) || len(b)-offset < l {
+				e.c.droppedShortBuffer.Add(1)
+				if err == nil {
+					err = shortBufferError(l, max(0, len(b)-offset))
+				}
+				continue
+			}
+			sizes[n+k] = g.segment(b[offset:], frame, e.segNext)
+		}
+		k++
+		e.c.gsoSegments.Add(1)
+	}
+	return k, true, err
 }

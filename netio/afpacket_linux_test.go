@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -529,4 +530,153 @@ func TestPacketReadFrames(t *testing.T) {
 	if drops > 0 {
 		t.Logf("kernel dropped %d frames (ring full)", drops)
 	}
+}
+
+// TestUDPGSOToPacketEndpoint sends UDP GSO super-datagrams from a UDPEndpoint
+// in one namespace to a PacketEndpoint on the far end of the veth, which the
+// veth hands over unsegmented: Read and ReadFrames must return each datagram
+// as it would have been on a wire, in order, with its own lengths, a valid
+// IPv4 header checksum, and the IPv4 Identification UDP GSO gives segment j
+// (which UDPConfig.IPv4GSO was told and here writes into the payload).
+func TestUDPGSOToPacketEndpoint(t *testing.T) {
+	p := netnstest.NewPair(t, netnstest.PairConfig{})
+	var raw *PacketEndpoint
+	p.B.NS.MustDo(t, func() (err error) {
+		raw, err = NewPacket(PacketConfig{Interface: p.B.Link})
+		return err
+	})
+	defer raw.Close()
+	if !raw.vnet {
+		t.Skip("the kernel refuses PACKET_VNET_HDR")
+	}
+	be := binary.BigEndian
+	for _, tc := range []struct {
+		name    string
+		a, b    netip.Addr
+		hdrLen  int
+		inPlace bool
+	}{
+		{"ipv4/Read", p.A.IPv4.Addr(), p.B.IPv4.Addr(), 42, false},
+		{"ipv4/ReadFrames", p.A.IPv4.Addr(), p.B.IPv4.Addr(), 42, true},
+		{"ipv6/Read", p.A.IPv6.Addr(), p.B.IPv6.Addr(), 62, false},
+		{"ipv6/ReadFrames", p.A.IPv6.Addr(), p.B.IPv6.Addr(), 62, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var u *UDPEndpoint
+			p.A.NS.MustDo(t, func() (err error) {
+				u, err = NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(tc.a, 0), LocalMAC: p.A.MAC, PeerMAC: p.B.MAC,
+					IPv4GSO: func(icrc []byte, _ int, id uint16) { be.PutUint16(icrc[2:], id) }})
+				return err
+			})
+			defer u.Close()
+			const n, size = 200, 1000
+			var sent [][]byte
+			for i := 0; i < n; i++ {
+				pl := roceLikePayload(i, size)
+				clear(pl[len(pl)-4:]) // where IPv4GSO writes the segment's ID
+				sent = append(sent, ipFrame{dstMAC: macOf(p.B.MAC), srcMAC: macOf(p.A.MAC),
+					src: netip.AddrPortFrom(tc.a, 0xc001), dst: netip.AddrPortFrom(tc.b, RoCEv2Port),
+					tos: 0x6a, ttl: 64, flags: ipv4FlagDF, payload: pl}.build())
+			}
+			// Prime the neighbour entry with one datagram and drop what
+			// arrives of it, then send the rest in one Write, which the
+			// endpoint sends in GSO batches.
+			if _, err := u.Write(sent[:1], 0); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			for {
+				k, err := raw.TryRead([][]byte{make([]byte, 2048)}, []int{0}, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if k == 0 {
+					break
+				}
+			}
+			before := raw.Stats()
+			var rc frameReader
+			if tc.inPlace {
+				rc = startFrameReader(raw, n-1, 10*time.Second)
+			} else {
+				rc = startReader(raw, n-1, 2048, 0, 10*time.Second)
+			}
+			if _, err := u.Write(sent[1:], 0); err != nil {
+				t.Fatal(err)
+			}
+			got := rc.wait(t)
+			if u.Stats().GSOSends == 0 {
+				t.Fatalf("the UDP endpoint sent no GSO message: %+v", u.Stats())
+			}
+			st := raw.Stats()
+			if st.GSOFrames == before.GSOFrames || st.DroppedGSO != before.DroppedGSO {
+				t.Fatalf("GSO frames split %d, dropped %d: the veth delivered no GSO frame, or it did not parse", st.GSOFrames-before.GSOFrames, st.DroppedGSO-before.DroppedGSO)
+			}
+			for k, g := range got {
+				i := rocePSN(g, tc.hdrLen)
+				w := sent[i]
+				if i != k+1 || len(g) != len(w) {
+					t.Fatalf("frame %d: datagram %d of %d bytes, want %d of %d", k, i, len(g), k+1, len(w))
+				}
+				if !bytes.Equal(g[tc.hdrLen:len(g)-4], w[tc.hdrLen:len(w)-4]) {
+					t.Fatalf("datagram %d: payload differs", i)
+				}
+				udp := g[tc.hdrLen-8:]
+				if got := int(be.Uint16(udp[4:])); got != len(w)-tc.hdrLen+8 {
+					t.Fatalf("datagram %d: UDP length %d, want %d", i, got, len(w)-tc.hdrLen+8)
+				}
+				ip := g[EthernetHeaderLen:]
+				if tc.hdrLen == 42 {
+					if got := int(be.Uint16(ip[2:])); got != len(w)-EthernetHeaderLen {
+						t.Fatalf("datagram %d: IPv4 total length %d, want %d", i, got, len(w)-EthernetHeaderLen)
+					}
+					if ipv4Checksum(ip[:20]) != 0 {
+						t.Fatalf("datagram %d: IPv4 header checksum %#04x does not verify", i, be.Uint16(ip[10:]))
+					}
+					if id, want := be.Uint16(ip[4:]), be.Uint16(g[len(g)-2:]); id != want {
+						t.Fatalf("datagram %d: IPv4 ID %d, the sender was told %d", i, id, want)
+					}
+				} else if got := int(be.Uint16(ip[4:])); got != len(w)-tc.hdrLen+8 {
+					t.Fatalf("datagram %d: IPv6 payload length %d, want %d", i, got, len(w)-tc.hdrLen+8)
+				}
+			}
+			t.Logf("%d datagrams from %d GSO frames", st.GSOSegments-before.GSOSegments, st.GSOFrames-before.GSOFrames)
+		})
+	}
+}
+
+// startFrameReader collects want frames with ReadFrames (copying each out
+// before the next read) in the background.
+func startFrameReader(e *PacketEndpoint, want int, deadline time.Duration) frameReader {
+	r := make(frameReader, 1)
+	go func() {
+		var got [][]byte
+		frames := make([][]byte, 16)
+		end := time.Now().Add(deadline)
+		for len(got) < want && time.Now().Before(end) {
+			k, err := e.TryReadFrames(frames)
+			if err != nil {
+				r <- struct {
+					frames [][]byte
+					err    error
+				}{got, err}
+				return
+			}
+			if k == 0 {
+				time.Sleep(100 * time.Microsecond)
+			}
+			for _, f := range frames[:k] {
+				got = append(got, bytes.Clone(f))
+			}
+		}
+		var err error
+		if len(got) < want {
+			err = fmt.Errorf("timed out with %d of %d frames", len(got), want)
+		}
+		r <- struct {
+			frames [][]byte
+			err    error
+		}{got, err}
+	}()
+	return r
 }

@@ -284,9 +284,10 @@ func openUDP(cfg *OpenConfig) (*deviceSetup, error) {
 		LocalAddr: netip.AddrPortFrom(bind, cfg.UDPPort),
 		LocalMAC:  mac[:],
 		MTU:       mtu,
-		// No IPv4GSO: a veth hands the GSO super-packet, unsegmented, to an AF_PACKET
-		// peer on the other end (TestPingpongNetns rc/ipv4/afpacket), which cannot
-		// split it; IPv4 datagrams go out one by one.
+		// UDP GSO for IPv4 too, each segment's ICRC made to match the ID
+		// the kernel gives it. A veth hands the super-packet unsegmented to
+		// an AF_PACKET peer, which splits it (netio.PacketEndpoint).
+		IPv4GSO: PatchICRCIPv4ID,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("roce: open: %w", err)

@@ -156,8 +156,7 @@ func ppOpenBackend(cfg ppDeviceConfig, pcapFile *os.File) (*ppDevice, error) {
 		LocalAddr: netip.AddrPortFrom(local, netio.RoCEv2Port),
 		LocalMAC:  ifc.HardwareAddr,
 		MTU:       ifc.MTU,
-		// No IPv4GSO, as roce.Open: an AF_PACKET peer behind a veth would get
-		// the GSO super-packet unsegmented.
+		IPv4GSO:   roce.PatchICRCIPv4ID, // as roce.Open
 	})
 	if err != nil {
 		return nil, fmt.Errorf("udp backend on %v: %w", local, err)
