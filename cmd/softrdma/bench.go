@@ -20,7 +20,9 @@ import (
 
 // softrdma bench is the benchmark suite behind `make bench`. It creates two
 // network namespaces joined by a veth pair, opens a device in each (RoCEv2 on
-// the udp and afpacket backends, iWARP over TCP), and measures, one row at a
+// the udp and afpacket backends, iWARP over TCP; for the tap backend, a device
+// behind a TAP and a UDP device on its kernel side, both in namespace A), and
+// measures, one row at a
 // time, WRITE/READ/SEND bandwidth, the 64-byte message rate and the latency,
 // each beside the raw baseline of the same path measured right before it:
 // batched datagrams of the RoCE packets' size through the same netio endpoint
@@ -41,7 +43,7 @@ type benchOptions struct {
 	measure    time.Duration // measured time of each measurement
 	warm       time.Duration // unmeasured time before it
 	transports []string      // roce, iwarp
-	backends   []string      // RoCE backends: udp, afpacket
+	backends   []string      // RoCE backends: udp, afpacket, tap
 	tests      []string      // write, read, send (bandwidth), rate, lat
 	sizes      []int         // bandwidth message sizes
 	rateSize   int           // message rate size
@@ -79,7 +81,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.measure, "time", time.Second, "measured time of each measurement (softrdma and baseline alike)")
 	fs.DurationVar(&o.warm, "warm", 200*time.Millisecond, "unmeasured warm-up before each measurement")
 	fs.StringSliceVar(&o.transports, "transport", []string{"roce", "iwarp"}, "transports to measure: roce, iwarp")
-	fs.StringSliceVar(&o.backends, "backend", []string{"udp", "afpacket"}, "RoCE backends to measure: udp, afpacket")
+	fs.StringSliceVar(&o.backends, "backend", []string{"udp", "afpacket", "tap"}, "RoCE backends to measure: udp, afpacket, tap")
 	fs.StringSliceVar(&o.tests, "tests", benchAllTests, "rows to run: write, read, send (bandwidth), rate (64-byte message rate), lat (latency)")
 	fs.StringSliceVar(&sizes, "sizes", []string{"4K", "64K", "1M"}, "bandwidth message sizes (K and M suffixes)")
 	fs.IntVar(&o.rateSize, "rate-size", 64, "message size of the message-rate rows")
@@ -129,8 +131,8 @@ func (o *benchOptions) check() error {
 		}
 	}
 	for _, b := range o.backends {
-		if b != "udp" && b != "afpacket" {
-			return fmt.Errorf("--backend %q: want udp or afpacket", b)
+		if b != "udp" && b != "afpacket" && b != "tap" {
+			return fmt.Errorf("--backend %q: want udp, afpacket or tap", b)
 		}
 	}
 	for _, t := range o.tests {

@@ -54,6 +54,9 @@ func benchOpenEnv(pair *netns.Pair, transport, backend string, o *benchOptions) 
 	if transport == "iwarp" {
 		return benchOpenIWARP(pair)
 	}
+	if backend == "tap" {
+		return benchOpenTAP(pair)
+	}
 	return benchOpenRoCE(pair, backend)
 }
 
@@ -70,10 +73,80 @@ func benchOpenRoCE(pair *netns.Pair, backend string) (*benchEnv, error) {
 			return err
 		})
 		if err != nil {
-			e.close()
+			benchCloseDevices(devs)
 			return nil, fmt.Errorf("roce.Open %s on %s: %w", backend, s.Link, err)
 		}
 		devs[i] = d
+	}
+	if err := e.runRoCE(devs, pair.A.IPv4.Addr(), pair.B.IPv4.Addr()); err != nil {
+		return nil, err
+	}
+	switch backend {
+	case "udp":
+		e.raw = &benchUDPRaw{pair: pair}
+	case "afpacket":
+		e.raw = &benchPacketRaw{pair: pair}
+	}
+	return e, nil
+}
+
+// The TAP row's hosts, all in namespace A: the device is host .2 behind a
+// TAP device whose kernel side, .1, the UDP device binds; the baseline uses
+// a TAP of its own on another subnet.
+var (
+	benchTAPKernel     = netip.MustParsePrefix("10.98.0.1/24")
+	benchTAPHost       = netip.MustParsePrefix("10.98.0.2/24")
+	benchTAPRawKernel  = netip.MustParsePrefix("10.97.0.1/24")
+	benchTAPRawHost    = netip.MustParsePrefix("10.97.0.2/24")
+	benchTAPName       = "srbtap0"
+	benchTAPRawName    = "srbtap1"
+	benchTAPRawHostMAC = net.HardwareAddr{0x02, 0x5f, 0x72, 0x62, 0x00, 0x02}
+)
+
+// benchOpenTAP opens the tap backend's row: in namespace A, side A is a
+// device behind a TAP device (roce.Open with BackendTAP, as softrdma perf
+// --backend tap) and side B a UDP device on the kernel's side of it, so
+// every packet crosses the TAP once. (The TAP is the NIC of a host, not a
+// link between namespaces: this is the path TestPerfTAP runs.)
+func benchOpenTAP(pair *netns.Pair) (*benchEnv, error) {
+	e := &benchEnv{transport: "roce", backend: "tap"}
+	devs := make([]*roce.Device, 2)
+	for i, cfg := range []roce.OpenConfig{
+		{Backend: roce.BackendTAP, Interface: benchTAPName, Addrs: []netip.Addr{benchTAPHost.Addr()},
+			TAPKernelAddrs: []netip.Prefix{benchTAPKernel}, MTU: pair.A.MTU},
+		{Backend: roce.BackendUDP, Interface: benchTAPName, Addrs: []netip.Addr{benchTAPKernel.Addr()}},
+	} {
+		cfg.Engine = benchEngineConfig()
+		var d *roce.Device
+		if err := pair.A.NS.Do(func() (err error) {
+			d, err = roce.Open(cfg)
+			return err
+		}); err != nil {
+			benchCloseDevices(devs)
+			return nil, fmt.Errorf("roce.Open %s on %s: %w", cfg.Backend, benchTAPName, err)
+		}
+		devs[i] = d
+	}
+	if err := e.runRoCE(devs, benchTAPHost.Addr(), benchTAPKernel.Addr()); err != nil {
+		return nil, err
+	}
+	e.raw = &benchTAPRaw{ns: pair.A.NS, mtu: pair.A.MTU}
+	return e, nil
+}
+
+// benchCloseDevices closes the devices opened so far.
+func benchCloseDevices(devs []*roce.Device) {
+	for _, d := range devs {
+		if d != nil {
+			d.Close()
+		}
+	}
+}
+
+// runRoCE runs devs (A's, then B's) until e closes, and makes e.connect
+// join QPs between them, A at addrA and B at addrB.
+func (e *benchEnv) runRoCE(devs []*roce.Device, addrA, addrB netip.Addr) error {
+	for _, d := range devs {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- d.Run(ctx, netio.SystemClock{}) }()
@@ -94,21 +167,23 @@ func benchOpenRoCE(pair *netns.Pair, backend string) (*benchEnv, error) {
 			if p, ok := d.Endpoint().(*netio.PacketEndpoint); ok {
 				fmt.Fprintf(&b, "  packet %c: %+v\n", 'A'+i, p.Stats())
 			}
+			if p, ok := d.Endpoint().(*netio.TAPEndpoint); ok {
+				fmt.Fprintf(&b, "  tap %c: %+v\n", 'A'+i, p.Stats())
+			}
 		}
 		return b.String()
 	}
 	e.a, e.b = da.Context(), db.Context()
 	e.pathMTU = min(da.PathMTU(), db.PathMTU())
-	addrA, addrB := pair.A.IPv4.Addr(), pair.B.IPv4.Addr()
 	ahA, err := da.AddressHandle(addrB)
 	if err != nil {
 		e.close()
-		return nil, err
+		return err
 	}
 	ahB, err := db.AddressHandle(addrA)
 	if err != nil {
 		e.close()
-		return nil, err
+		return err
 	}
 	e.connect = func(qa, qb *ibtransport.QP) (func(), error) {
 		psnA, psnB := rand.Uint32()&ibtransport.PSNMask, rand.Uint32()&ibtransport.PSNMask
@@ -120,13 +195,7 @@ func benchOpenRoCE(pair *netns.Pair, backend string) (*benchEnv, error) {
 		}
 		return func() {}, nil
 	}
-	switch backend {
-	case "udp":
-		e.raw = &benchUDPRaw{pair: pair}
-	case "afpacket":
-		e.raw = &benchPacketRaw{pair: pair}
-	}
-	return e, nil
+	return nil
 }
 
 // benchMaxRdAtomic is the READs outstanding per QP, both ways: perftest's

@@ -21,15 +21,16 @@ import (
 // benchRaw is the raw path a transport's numbers are compared with: the same
 // link, the same kind of socket, no RDMA. B sends to A.
 type benchRaw interface {
-	// blast sends units of n bytes from B to A as fast as B can, in batches
-	// where the path has them, for warm+measure, and returns how many units
-	// A received during the measured part.
-	blast(n int, warm, measure time.Duration) (int, error)
+	// blast sends units of n bytes from B to A (fromA: from A to B) as fast
+	// as the sender can, in batches where the path has them, for
+	// warm+measure, and returns how many units arrived during the measured
+	// part.
+	blast(n int, fromA bool, warm, measure time.Duration) (int, error)
 	// rtt runs exchanges of req bytes from B and resp bytes back from A, one
 	// at a time, and returns the round-trip times of those after warm.
 	rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error)
 	// blastDesc and rttDesc say what blast and rtt measure.
-	blastDesc(n int) string
+	blastDesc(n int, fromA bool) string
 	rttDesc(req, resp int) string
 }
 
@@ -157,6 +158,34 @@ func benchReadTimeout(ep netio.Endpoint, bufs [][]byte, sizes []int) (int, error
 	return n, err
 }
 
+// benchBlastBetween blasts n-byte datagrams between a (on side sa) and b (on
+// sb), from b to a or, fromA, from a to b. It closes the receiver.
+func benchBlastBetween(a, b netio.Endpoint, sa, sb *netns.Side, n int, fromA bool, w benchWindow) (int, error) {
+	tx, rx, from, to := b, a, sb, sa
+	if fromA {
+		tx, rx, from, to = a, b, sa, sb
+	}
+	frames, err := benchFrames(from, to, n, tx.BatchSize())
+	if err != nil {
+		return 0, err
+	}
+	return benchBlastFrames(tx, rx, frames, w)
+}
+
+// benchPingPongBetween runs benchPingPong with b (on side sb) asking in
+// req-byte datagrams and a (on sa) answering in resp-byte ones.
+func benchPingPongBetween(a, b netio.Endpoint, sa, sb *netns.Side, req, resp int, w benchWindow) ([]time.Duration, error) {
+	qf, err := benchFrame(sb, sa, req)
+	if err != nil {
+		return nil, err
+	}
+	rf, err := benchFrame(sa, sb, resp)
+	if err != nil {
+		return nil, err
+	}
+	return benchPingPong(a, b, qf, rf, w)
+}
+
 // benchUDPRaw is the baseline of the udp backend: netio.UDPEndpoint on each
 // side, as the devices use, on the baseline port.
 type benchUDPRaw struct{ pair *netns.Pair }
@@ -212,18 +241,14 @@ func benchFrames(from, to *netns.Side, n, batch int) ([][]byte, error) {
 	return frames, nil
 }
 
-func (r *benchUDPRaw) blast(n int, warm, measure time.Duration) (int, error) {
+func (r *benchUDPRaw) blast(n int, fromA bool, warm, measure time.Duration) (int, error) {
 	a, b, err := r.open()
 	if err != nil {
 		return 0, err
 	}
+	defer a.Close()
 	defer b.Close()
-	frames, err := benchFrames(&r.pair.B, &r.pair.A, n, b.BatchSize())
-	if err != nil {
-		a.Close()
-		return 0, err
-	}
-	return benchBlastFrames(b, a, frames, newBenchWindow(warm, measure))
+	return benchBlastBetween(a, b, &r.pair.A, &r.pair.B, n, fromA, newBenchWindow(warm, measure))
 }
 
 func (r *benchUDPRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
@@ -231,18 +256,12 @@ func (r *benchUDPRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Du
 	if err != nil {
 		return nil, err
 	}
-	qf, err := benchFrame(&r.pair.B, &r.pair.A, req)
-	if err != nil {
-		return nil, err
-	}
-	rf, err := benchFrame(&r.pair.A, &r.pair.B, resp)
-	if err != nil {
-		return nil, err
-	}
-	return benchPingPong(a, b, qf, rf, newBenchWindow(warm, measure))
+	defer a.Close()
+	defer b.Close()
+	return benchPingPongBetween(a, b, &r.pair.A, &r.pair.B, req, resp, newBenchWindow(warm, measure))
 }
 
-func (r *benchUDPRaw) blastDesc(n int) string {
+func (r *benchUDPRaw) blastDesc(n int, _ bool) string {
 	return fmt.Sprintf("UDP blaster, %d-B datagrams, batches of %d (GSO)", n, netio.DefaultUDPBatchSize)
 }
 
@@ -307,17 +326,13 @@ func benchHoldUDPPort(ap netip.AddrPort) (net.PacketConn, error) {
 	return lc.ListenPacket(nil, "udp4", ap.String())
 }
 
-func (r *benchPacketRaw) blast(n int, warm, measure time.Duration) (int, error) {
+func (r *benchPacketRaw) blast(n int, fromA bool, warm, measure time.Duration) (int, error) {
 	a, b, closeAll, err := r.open()
 	if err != nil {
 		return 0, err
 	}
 	defer closeAll()
-	frames, err := benchFrames(&r.pair.B, &r.pair.A, n, b.BatchSize())
-	if err != nil {
-		return 0, err
-	}
-	return benchBlastFrames(b, a, frames, newBenchWindow(warm, measure))
+	return benchBlastBetween(a, b, &r.pair.A, &r.pair.B, n, fromA, newBenchWindow(warm, measure))
 }
 
 func (r *benchPacketRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
@@ -326,18 +341,10 @@ func (r *benchPacketRaw) rtt(req, resp int, warm, measure time.Duration) ([]time
 		return nil, err
 	}
 	defer closeAll()
-	qf, err := benchFrame(&r.pair.B, &r.pair.A, req)
-	if err != nil {
-		return nil, err
-	}
-	rf, err := benchFrame(&r.pair.A, &r.pair.B, resp)
-	if err != nil {
-		return nil, err
-	}
-	return benchPingPong(a, b, qf, rf, newBenchWindow(warm, measure))
+	return benchPingPongBetween(a, b, &r.pair.A, &r.pair.B, req, resp, newBenchWindow(warm, measure))
 }
 
-func (r *benchPacketRaw) blastDesc(n int) string {
+func (r *benchPacketRaw) blastDesc(n int, _ bool) string {
 	return fmt.Sprintf("AF_PACKET blaster, %d-B frames (%d-B datagrams), batches of %d",
 		n+roce.EthernetLen+roce.IPv4Len+roce.UDPLen, n, netio.DefaultPacketBatchSize)
 }
@@ -380,10 +387,13 @@ func (r *benchTCPRaw) dial() (a, b net.Conn, err error) {
 	return a, b, nil
 }
 
-func (r *benchTCPRaw) blast(n int, warm, measure time.Duration) (int, error) {
+func (r *benchTCPRaw) blast(n int, fromA bool, warm, measure time.Duration) (int, error) {
 	a, b, err := r.dial()
 	if err != nil {
 		return 0, err
+	}
+	if fromA {
+		a, b = b, a // a reads, b writes
 	}
 	defer a.Close()
 	w := newBenchWindow(warm, measure)
@@ -475,7 +485,7 @@ func (r *benchTCPRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Du
 	return rtts, err
 }
 
-func (r *benchTCPRaw) blastDesc(n int) string {
+func (r *benchTCPRaw) blastDesc(n int, _ bool) string {
 	k := max(1, min(64, (1<<20)/n))
 	if k == 1 {
 		return fmt.Sprintf("TCP stream, %d-B writes", n)
@@ -485,4 +495,72 @@ func (r *benchTCPRaw) blastDesc(n int) string {
 
 func (r *benchTCPRaw) rttDesc(req, resp int) string {
 	return fmt.Sprintf("TCP ping-pong, %d B / %d B", req, resp)
+}
+
+// benchTAPRaw is the baseline of the tap backend: a TAP device of its own in
+// namespace A, frames read and written on its file descriptor by host .2
+// (netio.TAPEndpoint, as the device uses), and a netio.UDPEndpoint on the
+// kernel's side, .1 (as the UDP device uses). B, the UDP side, sends to A.
+type benchTAPRaw struct {
+	ns  *netns.NS
+	mtu int
+}
+
+// open creates the TAP device, gives the kernel's side its address and a
+// permanent neighbour entry for the host (which answers no ARP), and binds
+// the UDP endpoint. host and kernel describe the two ends for benchFrame.
+func (r *benchTAPRaw) open() (a *netio.TAPEndpoint, b *netio.UDPEndpoint, host, kernel netns.Side, err error) {
+	if err = r.ns.Do(func() (err error) {
+		a, err = netio.NewTAP(benchTAPRawName, r.mtu)
+		return err
+	}); err != nil {
+		return nil, nil, host, kernel, err
+	}
+	host = netns.Side{NS: r.ns, Link: a.Name(), MAC: benchTAPRawHostMAC, IPv4: benchTAPRawHost, MTU: a.MTU()}
+	kernel = netns.Side{NS: r.ns, Link: a.Name(), MAC: a.HardwareAddr(), IPv4: benchTAPRawKernel, MTU: a.MTU()}
+	if err = r.ns.AddAddress(a.Name(), benchTAPRawKernel); err == nil {
+		err = r.ns.AddNeighbor(a.Name(), benchTAPRawHost.Addr(), benchTAPRawHostMAC)
+	}
+	if err == nil {
+		err = r.ns.Do(func() (err error) {
+			b, err = netio.NewUDP(netio.UDPConfig{LocalAddr: benchAddrPort(&kernel), MTU: a.MTU(), IPv4GSO: benchNoPatch})
+			return err
+		})
+	}
+	if err != nil {
+		a.Close()
+		return nil, nil, host, kernel, err
+	}
+	return a, b, host, kernel, nil
+}
+
+func (r *benchTAPRaw) blast(n int, fromA bool, warm, measure time.Duration) (int, error) {
+	a, b, host, kernel, err := r.open()
+	if err != nil {
+		return 0, err
+	}
+	defer a.Close()
+	defer b.Close()
+	return benchBlastBetween(a, b, &host, &kernel, n, fromA, newBenchWindow(warm, measure))
+}
+
+func (r *benchTAPRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
+	a, b, host, kernel, err := r.open()
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	defer b.Close()
+	return benchPingPongBetween(a, b, &host, &kernel, req, resp, newBenchWindow(warm, measure))
+}
+
+func (r *benchTAPRaw) blastDesc(n int, fromA bool) string {
+	if fromA {
+		return fmt.Sprintf("TAP host blaster into a UDP socket, %d-B datagrams, one write each", n)
+	}
+	return fmt.Sprintf("UDP blaster into a TAP read by a host, %d-B datagrams, batches of %d (GSO)", n, netio.DefaultUDPBatchSize)
+}
+
+func (r *benchTAPRaw) rttDesc(req, resp int) string {
+	return fmt.Sprintf("UDP socket to TAP host ping-pong, %d B / %d B", req, resp)
 }

@@ -151,7 +151,9 @@ func (e *benchEnv) rateRow(v string, size int, o *benchOptions) benchRow {
 // of unit bytes and softrdma's rate of messages of op and size, both per
 // second, and their ratio.
 func (e *benchEnv) streamRow(r benchRow, op ibtransport.WROpcode, size, unit int, o *benchOptions) benchRow {
-	r.Baseline = e.raw.blastDesc(unit)
+	// READ data flows from A (the responder) to B; the rest from B to A.
+	fromA := op == ibtransport.WRRDMARead
+	r.Baseline = e.raw.blastDesc(unit, fromA)
 	slots := 0 // receive buffers: SENDs only, at most 64 MiB of them
 	if op == ibtransport.WRSend {
 		slots = max(16, min(benchRxDepth, (64<<20)/size))
@@ -165,7 +167,7 @@ func (e *benchEnv) streamRow(r benchRow, op ibtransport.WROpcode, size, unit int
 	for i := 0; i < benchRounds; i++ {
 		warm, measure := o.round(i)
 		if !o.noBaseline {
-			n, err := e.raw.blast(unit, warm, measure)
+			n, err := e.raw.blast(unit, fromA, warm, measure)
 			if err != nil {
 				return failed(r, "baseline", err)
 			}

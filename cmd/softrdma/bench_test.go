@@ -10,12 +10,12 @@ import (
 )
 
 // TestBenchRuns runs softrdma bench with tiny measurement times over every
-// kind of row (RoCE on the UDP backend, and iWARP): it must print one JSON
+// kind of row (RoCE on the UDP and TAP backends, and iWARP): it must print one JSON
 // report with every row there, a number or a note in each, and one table
 // without --json. Nothing is asserted about the numbers. Without root the
 // command must say, in one line, that it skipped, and succeed.
 func TestBenchRuns(t *testing.T) {
-	args := []string{"--time", "60ms", "--warm", "10ms", "--sizes", "4K", "--backend", "udp", "--transport", "roce,iwarp"}
+	args := []string{"--time", "60ms", "--warm", "10ms", "--sizes", "4K", "--backend", "udp,tap", "--transport", "roce,iwarp"}
 	var stdout, stderr bytes.Buffer
 	if netns.Check() != nil {
 		if code := benchCmd(args, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "softrdma bench: skipped:") ||
@@ -48,10 +48,20 @@ func TestBenchRuns(t *testing.T) {
 			t.Errorf("no %q row", want)
 		}
 	}
+	backends := map[string]bool{}
 	for _, r := range rep.Rows {
-		if r.Transport == "roce" && r.Test == "WRITE bw" && r.Note != "" {
-			t.Errorf("RoCE WRITE did not run: %s", r.Note)
+		if r.Transport == "roce" && r.Test == "WRITE bw" {
+			backends[r.Backend] = true
+			if r.Note != "" {
+				t.Errorf("RoCE WRITE over %s did not run: %s", r.Backend, r.Note)
+			}
 		}
+		if r.Backend == "tap" && r.Test == "READ bw" && !strings.Contains(r.Baseline, "TAP host blaster") {
+			t.Errorf("TAP READ row measured against %q, not the TAP-to-UDP direction READ data takes", r.Baseline)
+		}
+	}
+	if !backends["udp"] || !backends["tap"] {
+		t.Errorf("RoCE WRITE rows for backends %v, want udp and tap", backends)
 	}
 
 	stdout.Reset()
@@ -70,7 +80,7 @@ func TestBenchRuns(t *testing.T) {
 func TestBenchFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--transport", "ib"},
-		{"--backend", "tap"},
+		{"--backend", "rdma"},
 		{"--tests", "atomic"},
 		{"--sizes", "lots"},
 		{"--time", "0s"},
