@@ -29,6 +29,7 @@ type benchQPs struct {
 	// receive ends the connection, and SENDs complete before the peer has
 	// seen them, so a sender must not outrun the receives posted).
 	recvDone    atomic.Uint64
+	sendsPosted uint64                // B's SENDs posted: sendsPosted-recvDone are in flight
 	reposterErr atomic.Pointer[error] // why the reposter stopped early
 }
 
@@ -216,15 +217,16 @@ func (q *benchQPs) streamOps(op ibtransport.WROpcode, size int, warm, measure ti
 	w := newBenchWindow(warm, measure)
 	var res benchStream
 	// SENDs keep within half the receives posted (credits, see recvDone).
+	// Counted over the QPs' life, not per round: SENDs of the last round may
+	// complete at A during this one (seen: a per-round count went below zero,
+	// which in uint64 starved the sender for good).
 	credit := func() bool { return true }
 	if op == ibtransport.WRSend {
-		base := q.recvDone.Load()
-		posted := uint64(0)
 		credit = func() bool {
-			if posted-(q.recvDone.Load()-base) >= uint64(q.recvSlots/2) {
+			if q.sendsPosted-q.recvDone.Load() >= uint64(q.recvSlots/2) {
 				return false
 			}
-			posted++
+			q.sendsPosted++
 			return true
 		}
 	}
@@ -277,7 +279,7 @@ func (q *benchQPs) streamOps(op ibtransport.WROpcode, size int, warm, measure ti
 			}
 			if err := ctx.Err(); err != nil {
 				return res, fmt.Errorf("%w waiting for the receiver (%d of %d SENDs received): %v", benchErrStall,
-					q.recvDone.Load(), q.recvDone.Load()+uint64(q.recvSlots/2), err)
+					q.recvDone.Load(), q.sendsPosted, err)
 			}
 			runtime.Gosched()
 			continue
