@@ -193,6 +193,14 @@ const maxFramePieces = netio.MaxWritePieces
 // zeroPad are the pad bytes of a gathered packet, for its ICRC.
 var zeroPad [3]byte
 
+// DefaultDeviceWindow is a device's requester window (PSNs in flight per QP)
+// unless DeviceConfig.Engine sets one: larger than rxe's 128 because a
+// user-space responder's ACK takes a goroutine hand-off or two, and on
+// AF_PACKET up to a ring block's retire timeout (1 ms), to come back.
+// softrdma bench, WRITE 64 KiB, 2 CPUs: udp 730-930 MiB/s with 128,
+// 1420 with 512; afpacket 62 vs 192.
+const DefaultDeviceWindow = 512
+
 // NewDevice returns a device on cfg.Endpoint.
 func NewDevice(cfg DeviceConfig) (*Device, error) {
 	if cfg.Endpoint == nil {
@@ -211,6 +219,9 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 		cfg.Batch = 1
 	}
 	mtu := PathMTUFor(cfg.Endpoint.MTU())
+	if cfg.Engine.MaxUnackedPSNs == 0 {
+		cfg.Engine.MaxUnackedPSNs = DefaultDeviceWindow
+	}
 	if cfg.Engine.PortMTU == 0 {
 		cfg.Engine.PortMTU = mtu
 	}
