@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 
 	"github.com/songgao/water"
 	"golang.org/x/sys/unix"
@@ -54,9 +55,10 @@ type TAPEndpoint struct {
 
 	readMu   sync.Mutex
 	overflow []byte // where a read longer than the caller's buffer spills
-	iov      [][]byte
+	rd       tapRead
 
 	writeMu sync.Mutex
+	wr      tapWrite
 
 	lastWriteErr atomic.Pointer[error]
 	c            struct {
@@ -104,7 +106,8 @@ func NewTAP(name string, mtu int) (*TAPEndpoint, error) {
 	}
 	e.mac, e.mtu = ifi.HardwareAddr, ifi.MTU
 	e.overflow = make([]byte, 65536)
-	e.iov = make([][]byte, 2)
+	e.rd.fn = e.readFrames
+	e.wr.fn = e.writeFrames
 	return e, nil
 }
 
@@ -187,6 +190,20 @@ func (e *TAPEndpoint) TryRead(bufs [][]byte, sizes []int, offset int) (int, erro
 	return e.read(bufs, sizes, offset, false)
 }
 
+// tapRead is a read's arguments and results, and the poller callback that
+// does it, made once: a closure handed to RawConn.Read escapes, and made per
+// call it would allocate. readMu guards it.
+type tapRead struct {
+	bufs       [][]byte
+	sizes      []int
+	offset     int
+	want, n    int
+	block      bool
+	rerr, serr error
+	iov        [2]unix.Iovec
+	fn         func(fd uintptr) bool
+}
+
 func (e *TAPEndpoint) read(bufs [][]byte, sizes []int, offset int, block bool) (int, error) {
 	if e.closed.Load() {
 		return 0, net.ErrClosed
@@ -196,41 +213,13 @@ func (e *TAPEndpoint) read(bufs [][]byte, sizes []int, offset int, block bool) (
 	}
 	e.readMu.Lock()
 	defer e.readMu.Unlock()
-	want := min(len(bufs), len(sizes))
-	n := 0
-	var rerr, serr error
-	err := e.rc.Read(func(fd uintptr) bool {
-		for n < want {
-			var room []byte
-			if offset <= len(bufs[n]) {
-				room = bufs[n][offset:]
-			}
-			e.iov[0], e.iov[1] = room, e.overflow
-			m, err := unix.Readv(int(fd), e.iov)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil {
-				if err != unix.EAGAIN {
-					serr = err
-					return true
-				}
-				// Nothing queued: done if we have frames (or must not block).
-				return n > 0 || !block
-			}
-			if m > len(room) {
-				e.c.droppedShortBuffer.Add(1)
-				if rerr == nil {
-					rerr = shortBufferError(m, len(room))
-				}
-				continue
-			}
-			sizes[n] = m
-			n++
-		}
-		return true
-	})
-	clear(e.iov)
+	r := &e.rd
+	r.bufs, r.sizes, r.offset, r.block = bufs, sizes, offset, block
+	r.want, r.n, r.rerr, r.serr = min(len(bufs), len(sizes)), 0, nil, nil
+	err := e.rc.Read(r.fn)
+	n, rerr, serr := r.n, r.rerr, r.serr
+	r.bufs, r.sizes, r.rerr, r.serr = nil, nil, nil, nil
+	r.iov[0] = unix.Iovec{} // keep no reference to the caller's buffers
 	e.c.framesReceived.Add(uint64(n))
 	if err != nil {
 		if e.closed.Load() || errors.Is(err, os.ErrClosed) {
@@ -244,6 +233,48 @@ func (e *TAPEndpoint) read(bufs [][]byte, sizes []int, offset int, block bool) (
 	return n, rerr
 }
 
+// readFrames is tapRead.fn: one readv per frame, into the caller's buffer
+// and, past its end, the overflow buffer (so that a longer frame is seen and
+// dropped whole), until the device has nothing queued or the batch is full.
+func (e *TAPEndpoint) readFrames(fd uintptr) bool {
+	r := &e.rd
+	r.iov[1] = unix.Iovec{Base: &e.overflow[0]}
+	r.iov[1].SetLen(len(e.overflow))
+	for r.n < r.want {
+		var room []byte
+		if r.offset <= len(r.bufs[r.n]) {
+			room = r.bufs[r.n][r.offset:]
+		}
+		r.iov[0] = unix.Iovec{}
+		if len(room) > 0 {
+			r.iov[0].Base = &room[0]
+			r.iov[0].SetLen(len(room))
+		}
+		m, _, errno := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&r.iov[0])), uintptr(len(r.iov)))
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			if errno != unix.EAGAIN {
+				r.serr = errno
+				return true
+			}
+			// Nothing queued: done if we have frames (or must not block).
+			return r.n > 0 || !r.block
+		}
+		if int(m) > len(room) {
+			e.c.droppedShortBuffer.Add(1)
+			if r.rerr == nil {
+				r.rerr = shortBufferError(int(m), len(room))
+			}
+			continue
+		}
+		r.sizes[r.n] = int(m)
+		r.n++
+	}
+	return true
+}
+
 // Write writes each bufs[i][offset:] to the device, one write system call
 // each. Frames shorter than an Ethernet header or longer than
 // MaxFrameLen(MTU()), and frames the device refuses, are dropped and
@@ -254,36 +285,11 @@ func (e *TAPEndpoint) Write(bufs [][]byte, offset int) (int, error) {
 	}
 	e.writeMu.Lock()
 	defer e.writeMu.Unlock()
-	i := 0
-	err := e.rc.Write(func(fd uintptr) bool {
-		for i < len(bufs) {
-			b := bufs[i]
-			if offset < 0 || offset > len(b) {
-				return true
-			}
-			f := b[offset:]
-			if len(f) < EthernetHeaderLen || len(f) > MaxFrameLen(e.mtu) {
-				e.c.droppedOversize.Add(1)
-				i++
-				continue
-			}
-			_, err := unix.Write(int(fd), f)
-			switch err {
-			case nil:
-				e.c.framesSent.Add(1)
-			case unix.EAGAIN:
-				return false // wait until the device can take more
-			case unix.EINTR:
-				continue
-			default:
-				err := error(os.NewSyscallError("write", err))
-				e.lastWriteErr.Store(&err)
-				e.c.droppedWriteError.Add(1)
-			}
-			i++
-		}
-		return true
-	})
+	w := &e.wr
+	w.bufs, w.offset, w.i = bufs, offset, 0
+	err := e.rc.Write(w.fn)
+	i := w.i
+	w.bufs = nil
 	if err != nil {
 		if e.closed.Load() || errors.Is(err, os.ErrClosed) {
 			return i, net.ErrClosed
@@ -294,4 +300,44 @@ func (e *TAPEndpoint) Write(bufs [][]byte, offset int) (int, error) {
 		return i, fmt.Errorf("netio: tap: write offset %d outside buffer %d of length %d", offset, i, len(bufs[i]))
 	}
 	return i, nil
+}
+
+// tapWrite is Write's arguments and progress, and its poller callback, made
+// once (see tapRead). writeMu guards it.
+type tapWrite struct {
+	bufs      [][]byte
+	offset, i int
+	fn        func(fd uintptr) bool
+}
+
+// writeFrames is tapWrite.fn: one write per frame.
+func (e *TAPEndpoint) writeFrames(fd uintptr) bool {
+	w := &e.wr
+	for w.i < len(w.bufs) {
+		b := w.bufs[w.i]
+		if w.offset < 0 || w.offset > len(b) {
+			return true
+		}
+		f := b[w.offset:]
+		if len(f) < EthernetHeaderLen || len(f) > MaxFrameLen(e.mtu) {
+			e.c.droppedOversize.Add(1)
+			w.i++
+			continue
+		}
+		_, err := unix.Write(int(fd), f)
+		switch err {
+		case nil:
+			e.c.framesSent.Add(1)
+		case unix.EAGAIN:
+			return false // wait until the device can take more
+		case unix.EINTR:
+			continue
+		default:
+			err := error(os.NewSyscallError("write", err))
+			e.lastWriteErr.Store(&err)
+			e.c.droppedWriteError.Add(1)
+		}
+		w.i++
+	}
+	return true
 }
