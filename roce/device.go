@@ -132,6 +132,7 @@ type DeviceCounters struct {
 	Malformed           uint64 // RoCE frames with bad lengths
 	NotForUs            uint64 // destination IP is none of the device's addresses
 	BadICRC             uint64 // ICRC did not verify
+	BadIPChecksum       uint64 // IPv4 header checksum did not verify (as the kernel, dropped before the ICRC: it masks the checksum)
 	EngineDrops         uint64 // the engine dropped the packet (see its counters)
 	Unroutable          uint64 // output packets with a bad source GID index or mixed address families
 	Neighbor            uint64 // ARP and NDP frames handled by the NeighborProtocol
@@ -482,6 +483,7 @@ const (
 	verdictMalformed
 	verdictNotForUs
 	verdictBadICRC
+	verdictBadIPChecksum
 	verdictNeighbor
 	verdictEngineDrop
 	numVerdicts
@@ -501,6 +503,7 @@ func (d *Device) addTally(t *tally) {
 	c.Malformed += t[verdictMalformed]
 	c.NotForUs += t[verdictNotForUs]
 	c.BadICRC += t[verdictBadICRC]
+	c.BadIPChecksum += t[verdictBadIPChecksum]
 	c.Neighbor += t[verdictNeighbor]
 	c.EngineDrops += t[verdictEngineDrop]
 	d.mu.Unlock()
@@ -575,6 +578,10 @@ func (d *Device) check(now time.Time, f *Frame, b []byte) verdict {
 		return verdictNotRoCE
 	case err != nil:
 		return verdictMalformed
+	case f.Version == RoCEv2 && !f.IPv6 && binary.BigEndian.Uint16(f.IP[10:]) != IPv4Checksum(f.IP):
+		// The ICRC masks the IPv4 checksum, so a flipped TTL or TOS would
+		// pass it; the kernel's ip_rcv drops such a frame, and so do we.
+		return verdictBadIPChecksum
 	}
 	return d.verify(f)
 }

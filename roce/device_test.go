@@ -195,6 +195,10 @@ func TestDeviceDropsBadInput(t *testing.T) {
 	badICRC := bytes.Clone(good)
 	badICRC[len(badICRC)-1] ^= 1
 	truncated := bytes.Clone(good[:h.Len()+6])
+	// A flipped TTL keeps the ICRC (it masks TTL and the checksum) but not
+	// the IPv4 header checksum.
+	badTTL := bytes.Clone(good)
+	badTTL[roce.EthernetLen+8] ^= 0x10
 	unknownQP := bytes.Clone(good)
 	ibtransport.BTH(unknownQP[h.Len():]).SetDestQP(0xabcde)
 	var f roce.Frame
@@ -221,7 +225,7 @@ func TestDeviceDropsBadInput(t *testing.T) {
 
 	before := p.b.Counters()
 	pkeyDropsBefore := p.qb.Counters().Drops[ibtransport.DropPKey]
-	junk := [][]byte{badICRC, truncated, unknownQP, other, arp, badICRC, wrongPKey}
+	junk := [][]byte{badICRC, truncated, unknownQP, other, arp, badICRC, wrongPKey, badTTL}
 	if _, err := p.bad.Write(junk, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -232,6 +236,7 @@ func TestDeviceDropsBadInput(t *testing.T) {
 		got, want uint64
 	}{
 		{"BadICRC", c.BadICRC - before.BadICRC, 2},
+		{"BadIPChecksum", c.BadIPChecksum - before.BadIPChecksum, 1},
 		{"Malformed", c.Malformed - before.Malformed, 1},
 		{"EngineDrops (unknown QP, wrong P_Key)", c.EngineDrops - before.EngineDrops, 2},
 		{"QP drops for P_Key", p.qb.Counters().Drops[ibtransport.DropPKey] - pkeyDropsBefore, 1},
