@@ -10,6 +10,21 @@ import (
 // TestRecoverIPv4ID zeroes the IPv4 ID of every captured RoCEv2-over-IPv4 frame
 // (what a UDP socket backend sees) and recovers rxe's real ID from the ICRC.
 func TestRecoverIPv4ID(t *testing.T) {
+	forEachZeroIDFrame(t, func(name string, i int, raw []byte, f, g *Frame) {
+		want := binary.BigEndian.Uint16(f.IP[4:])
+		got, ok := RecoverIPv4ID(g)
+		if !ok || got != want {
+			t.Fatalf("%s frame %d: recovered ID %#04x (ok %v), want %#04x", name, i+1, got, ok, want)
+		}
+	})
+}
+
+// forEachZeroIDFrame calls fn for every captured RoCEv2-over-IPv4 frame of
+// rxe: f decoded from the capture, g from a copy (b) whose IPv4 ID is zero, as
+// a UDP socket backend or a GSO sender sees it. It fails the test if fewer
+// than 400 frames were seen.
+func forEachZeroIDFrame(t *testing.T, fn func(name string, i int, b []byte, f, g *Frame)) {
+	t.Helper()
 	frames := 0
 	for _, name := range captureNames(t, "rxe-") {
 		for i, raw := range readCapture(t, name) {
@@ -17,17 +32,13 @@ func TestRecoverIPv4ID(t *testing.T) {
 			if f.DecodeEthernet(raw) != nil || f.IPv6 {
 				continue
 			}
-			want := binary.BigEndian.Uint16(f.IP[4:])
 			b := bytes.Clone(raw)
 			var g Frame
 			if err := g.DecodeEthernet(b); err != nil {
 				t.Fatal(err)
 			}
 			g.IP[4], g.IP[5] = 0, 0
-			got, ok := RecoverIPv4ID(&g)
-			if !ok || got != want {
-				t.Fatalf("%s frame %d: recovered ID %#04x (ok %v), want %#04x", name, i+1, got, ok, want)
-			}
+			fn(name, i, b, &f, &g)
 			frames++
 		}
 	}
@@ -107,38 +118,21 @@ func BenchmarkRecoverIPv4ID(b *testing.B) {
 // the real ID from 0: the result is the ICRC rxe sent. Patching again for
 // the same ID restores the ICRC of ID 0, which then verifies with ID 0.
 func TestPatchICRCIPv4ID(t *testing.T) {
-	frames := 0
-	for _, name := range captureNames(t, "rxe-") {
-		for i, raw := range readCapture(t, name) {
-			var f Frame
-			if f.DecodeEthernet(raw) != nil || f.IPv6 {
-				continue
-			}
-			id := binary.BigEndian.Uint16(f.IP[4:])
-			b := bytes.Clone(raw)
-			var g Frame
-			if err := g.DecodeEthernet(b); err != nil {
-				t.Fatal(err)
-			}
-			g.IP[4], g.IP[5] = 0, 0
-			SetICRC(&g) // the ICRC a sender computes for ID 0
-			icrc := b[len(b)-len(g.Padding)-ICRCLen : len(b)-len(g.Padding)]
-			payloadLen := len(g.IB) + ICRCLen
-			PatchICRCIPv4ID(icrc, payloadLen, id)
-			if got := binary.LittleEndian.Uint32(icrc); got != f.ICRC {
-				t.Fatalf("%s frame %d: patched ICRC %#08x for ID %#04x, rxe sent %#08x", name, i+1, got, id, f.ICRC)
-			}
-			PatchICRCIPv4ID(icrc, payloadLen, id)
-			g.ICRC = binary.LittleEndian.Uint32(icrc)
-			if err := VerifyICRC(&g); err != nil {
-				t.Fatalf("%s frame %d: patched twice: %v", name, i+1, err)
-			}
-			frames++
+	forEachZeroIDFrame(t, func(name string, i int, b []byte, f, g *Frame) {
+		id := binary.BigEndian.Uint16(f.IP[4:])
+		SetICRC(g) // the ICRC a sender computes for ID 0
+		icrc := b[len(b)-len(g.Padding)-ICRCLen : len(b)-len(g.Padding)]
+		payloadLen := len(g.IB) + ICRCLen
+		PatchICRCIPv4ID(icrc, payloadLen, id)
+		if got := binary.LittleEndian.Uint32(icrc); got != f.ICRC {
+			t.Fatalf("%s frame %d: patched ICRC %#08x for ID %#04x, rxe sent %#08x", name, i+1, got, id, f.ICRC)
 		}
-	}
-	if frames < 400 {
-		t.Fatalf("only %d IPv4 RoCE frames checked", frames)
-	}
+		PatchICRCIPv4ID(icrc, payloadLen, id)
+		g.ICRC = binary.LittleEndian.Uint32(icrc)
+		if err := VerifyICRC(g); err != nil {
+			t.Fatalf("%s frame %d: patched twice: %v", name, i+1, err)
+		}
+	})
 	buf := make([]byte, 4)
 	if n := testing.AllocsPerRun(100, func() { PatchICRCIPv4ID(buf, 1040, 7) }); n != 0 {
 		t.Errorf("%v allocations", n)
