@@ -140,8 +140,24 @@ func runRXEPerf(t *testing.T, h *interop.Harness, g *interop.Guest, c perfCase) 
 	}
 	guestArgs := append([]string{c.tool, "-d", "rxe0", "-x", g.GIDIndex(t, c.ipv6)}, c.args()...)
 	hostArgs := append([]string{"perf", strings.TrimPrefix(c.tool, "ib_"), "-d", interop.Bridge, "-x", hostGID, "--pcap", pcap}, c.args()...)
-	var host, guest interop.Result
-	if c.server {
+	host, guest := perfExchange(t, h, g, c.server, hostArgs, guestArgs)
+	t.Logf("softrdma: %s", perfResultRow(host.Stdout))
+	t.Logf("%s: %s", c.tool, perfResultRow(guest.Stdout))
+	hs := parsePerfRun(t, "softrdma", host.Stdout, c, c.server)
+	gs := parsePerfRun(t, c.tool, guest.Stdout, c, !c.server)
+	checkPerfSides(t, hs, gs, c)
+	if hs.gid[0] != wantHost || gs.gid[0] != wantGuest {
+		t.Errorf("GIDs %v (softrdma) and %v (rxe), want %s and %s", hs.gid, gs.gid, wantHost, wantGuest)
+	}
+	checkPerfCapture(t, pcap, c)
+}
+
+// perfExchange runs one perf test between softrdma on the host (hostArgs) and
+// perftest in the guest (guestArgs), softrdma as the server if server, and
+// returns both sides' results, failing the test unless both succeeded.
+func perfExchange(t *testing.T, h *interop.Harness, g *interop.Guest, server bool, hostArgs, guestArgs []string) (host, guest interop.Result) {
+	t.Helper()
+	if server {
 		p := h.HostStart(t, hostArgs...)
 		if !p.WaitOutput("Waiting for client to connect", time.Minute) {
 			t.Fatalf("softrdma server did not start:\n%s", p.Wait(time.Second))
@@ -158,15 +174,7 @@ func runRXEPerf(t *testing.T, h *interop.Harness, g *interop.Guest, c perfCase) 
 	if !host.OK() || !guest.OK() {
 		t.Fatalf("exchange failed\nhost:\n%s\nguest:\n%s", host, guest)
 	}
-	t.Logf("softrdma: %s", perfResultRow(host.Stdout))
-	t.Logf("%s: %s", c.tool, perfResultRow(guest.Stdout))
-	hs := parsePerfRun(t, "softrdma", host.Stdout, c, c.server)
-	gs := parsePerfRun(t, c.tool, guest.Stdout, c, !c.server)
-	checkPerfSides(t, hs, gs, c)
-	if hs.gid[0] != wantHost || gs.gid[0] != wantGuest {
-		t.Errorf("GIDs %v (softrdma) and %v (rxe), want %s and %s", hs.gid, gs.gid, wantHost, wantGuest)
-	}
-	checkPerfCapture(t, pcap, c)
+	return host, guest
 }
 
 // perfRun is what one side printed.

@@ -62,24 +62,7 @@ func runSiwPerf(t *testing.T, h *interop.Harness, g *interop.Guest, c perfCase, 
 	pcap := filepath.Join(t.TempDir(), "softrdma.pcap")
 	guestArgs := append([]string{c.tool, "-d", "siw0"}, c.args()...)
 	hostArgs := append([]string{"perf", strings.TrimPrefix(c.tool, "ib_"), "--transport", "iwarp", "--crc", crc, "--pcap", pcap}, c.args()...)
-	var host, guest interop.Result
-	if c.server {
-		p := h.HostStart(t, hostArgs...)
-		if !p.WaitOutput("Waiting for client to connect", time.Minute) {
-			t.Fatalf("softrdma server did not start:\n%s", p.Wait(time.Second))
-		}
-		guest = g.Exec(t, perfExchangeTimeout, append(guestArgs, interop.HostIPv4)...)
-		host = p.Wait(perfExchangeTimeout)
-	} else {
-		job := g.ExecBackground(t, guestArgs...)
-		ctx, cancel := context.WithTimeout(context.Background(), perfExchangeTimeout+time.Minute)
-		defer cancel()
-		host = h.HostRun(ctx, t, append(hostArgs, "--wait", "2m", g.IP)...)
-		guest = job.Wait(t, perfExchangeTimeout)
-	}
-	if !host.OK() || !guest.OK() {
-		t.Fatalf("exchange failed\nhost:\n%s\nguest:\n%s", host, guest)
-	}
+	host, guest := perfExchange(t, h, g, c.server, hostArgs, guestArgs)
 	t.Logf("softrdma: %s", perfResultRow(host.Stdout))
 	t.Logf("%s: %s (%v)", c.tool, perfResultRow(guest.Stdout), time.Since(start).Round(time.Millisecond))
 	for _, out := range []string{host.Stdout, guest.Stdout} {
