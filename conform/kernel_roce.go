@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob/perftest"
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/oob/perftest"
 )
 
 // PerftestServer is one perftest server a kernel RoCE peer keeps listening (in a

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob/perftest"
+	"github.com/softrdma/softrdma/oob/perftest"
 )
 
 // softrdma perf speaks perftest 4.5-0.17's out-of-band exchange (package

@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob"
-	"github.com/softrdma/softrdma/cmd/softrdma/oob/perftest"
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/oob"
+	"github.com/softrdma/softrdma/oob/perftest"
 	"github.com/softrdma/softrdma/rdmacm"
 	"github.com/softrdma/softrdma/roce"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob/perftest"
+	"github.com/softrdma/softrdma/oob/perftest"
 )
 
 // TestPerfRDMACMLoopback runs perf -R (and -z) softrdma against softrdma over

@@ -12,9 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob/perftest"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/oob/perftest"
 	"github.com/softrdma/softrdma/rdmacm"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob/perftest"
+	"github.com/softrdma/softrdma/oob/perftest"
 )
 
 // The text below reproduces what perftest 4.5-0.17 prints (perftest_parameters.h's

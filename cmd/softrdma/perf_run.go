@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob/perftest"
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/oob/perftest"
 )
 
 // perfNoProgress is how long a run waits for a completion before giving up on a

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
-	"github.com/softrdma/softrdma/cmd/softrdma/oob/perftest"
+	"github.com/softrdma/softrdma/oob/perftest"
 )
 
 // perfLog is one side's output in a capture log of testdata/captures/logs.

@@ -16,8 +16,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob/pingpong"
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/oob/pingpong"
 	"github.com/softrdma/softrdma/roce"
 )
 

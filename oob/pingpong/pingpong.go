@@ -20,7 +20,7 @@ import (
 	"net/netip"
 	"strconv"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob"
+	"github.com/softrdma/softrdma/oob"
 )
 
 // DefaultPort is the TCP port the tools listen on and connect to (their -p default).

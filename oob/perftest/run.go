@@ -6,7 +6,7 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob"
+	"github.com/softrdma/softrdma/oob"
 )
 
 // Hooks are where Run hands control to the caller, at the points of perftest's main()

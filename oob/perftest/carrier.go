@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob"
+	"github.com/softrdma/softrdma/oob"
 )
 
 // Carrier moves perftest's out-of-band messages between the two sides: a TCP socket

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob"
+	"github.com/softrdma/softrdma/oob"
 )
 
 // seedMessages adds every captured message to f.

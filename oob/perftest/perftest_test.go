@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob"
+	"github.com/softrdma/softrdma/oob"
 )
 
 func TestVersionNumber(t *testing.T) {

@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob/internal/capture"
-	"github.com/softrdma/softrdma/cmd/softrdma/oob/internal/cmsends"
+	"github.com/softrdma/softrdma/oob/internal/capture"
+	"github.com/softrdma/softrdma/oob/internal/cmsends"
 )
 
-const captures = "../../../../testdata/captures"
+const captures = "../../testdata/captures"
 
 // carrierKind says how a capture carries the exchange.
 type carrierKind uint8

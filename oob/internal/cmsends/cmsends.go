@@ -9,9 +9,9 @@ import (
 
 	"github.com/google/gopacket/layers"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob/internal/capture"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/oob/internal/capture"
 )
 
 // RoCESends returns the payloads of the RC SEND Only packets of a RoCEv2 capture that

@@ -7,7 +7,7 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob"
+	"github.com/softrdma/softrdma/oob"
 )
 
 // ConnectFunc is the server's QP work: called with the client's Dests after they were

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob"
+	"github.com/softrdma/softrdma/oob"
 )
 
 // Dest is perftest's struct pingpong_dest: what one side tells the other about one of

@@ -23,7 +23,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob"
+	"github.com/softrdma/softrdma/oob"
 )
 
 // DefaultPort is perftest's default TCP port (-p), also the rdma_cm port with -R.

@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/oob"
-	"github.com/softrdma/softrdma/cmd/softrdma/oob/internal/capture"
+	"github.com/softrdma/softrdma/oob"
+	"github.com/softrdma/softrdma/oob/internal/capture"
 )
 
-const captures = "../../../../testdata/captures"
+const captures = "../../testdata/captures"
 
 // logLine matches the tools' address lines; ibv_ud_pingpong prints "PSN 0x...: GID" for
 // the local address.
