@@ -344,6 +344,21 @@ func (dir *iwarpDir) packet(frame int, t time.Time) *Packet {
 	return p
 }
 
+// rtrKinds names the RFC 6581 RTR flags set in w, comma-separated.
+func rtrKinds(w iwarp.MPAv2IRDORD) string {
+	var s []string
+	if w.ZeroLengthRTR() {
+		s = append(s, "zlen")
+	}
+	if w.WriteRTR() {
+		s = append(s, "write")
+	}
+	if w.ReadRTR() {
+		s = append(s, "read")
+	}
+	return strings.Join(s, ",")
+}
+
 func (d *decoder) mpaRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Record) {
 	c := dir.c
 	d.markRDMA(frame)
@@ -361,6 +376,13 @@ func (d *decoder) mpaRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Reco
 		ird, ord := w.IRD(), w.ORD()
 		mi.IRD, mi.ORD = &ird, &ord
 		mi.PeerToPeer = w.PeerToPeer()
+		mi.RTR = rtrKinds(w)
+		mi.ULPData = m.PrivateData()[iwarp.MPAv2IRDORDLen:]
+	} else {
+		mi.ULPData = m.PrivateData()
+	}
+	if pd := m.PrivateData(); len(pd) > 0 {
+		mi.PrivateData = string(hexBytes(nil, pd))
 	}
 	p.MPA = mi
 	if mi.Reject {

@@ -113,16 +113,24 @@ type RDMACMInfo struct {
 
 // MPAInfo is an MPA Request or Reply frame.
 type MPAInfo struct {
-	Kind           string  `json:"kind"` // "request" or "reply"
-	Revision       uint8   `json:"revision"`
-	Markers        bool    `json:"markers"`
-	CRC            bool    `json:"crc"`
-	Reject         bool    `json:"reject"`
-	Enhanced       bool    `json:"enhanced"`
-	IRD            *uint16 `json:"ird,omitempty"`
-	ORD            *uint16 `json:"ord,omitempty"`
-	PeerToPeer     bool    `json:"peer_to_peer,omitempty"`
-	PrivateDataLen int     `json:"private_data_len"`
+	Kind       string  `json:"kind"` // "request" or "reply"
+	Revision   uint8   `json:"revision"`
+	Markers    bool    `json:"markers"`
+	CRC        bool    `json:"crc"`
+	Reject     bool    `json:"reject"`
+	Enhanced   bool    `json:"enhanced"`
+	IRD        *uint16 `json:"ird,omitempty"`
+	ORD        *uint16 `json:"ord,omitempty"`
+	PeerToPeer bool    `json:"peer_to_peer,omitempty"`
+	// RTR lists the RFC 6581 ready-to-receive message kinds the frame offers or picks
+	// ("zlen", "write", "read"), comma-separated; empty when none is flagged.
+	RTR            string `json:"rtr,omitempty"`
+	PrivateDataLen int    `json:"private_data_len"`
+	// PrivateData is the whole private data in hex, IRD/ORD words included.
+	PrivateData string `json:"private_data,omitempty"`
+	// ULPData is the private data after the IRD/ORD words (all of it in revision 1):
+	// what the ULP (rdma_cm's user, rping, perftest) put there.
+	ULPData []byte `json:"-"`
 }
 
 // DDPInfo is the DDP and RDMAP header fields of an FPDU.
@@ -395,8 +403,14 @@ func (o *output) packet(p *Packet) {
 			if m.PeerToPeer {
 				b = append(b, " P2P"...)
 			}
+			if m.RTR != "" {
+				b = append(b, " RTR="+m.RTR...)
+			}
 		}
 		b = append(b, fmt.Sprintf(" private_data=%d", m.PrivateDataLen)...)
+		if len(m.ULPData) > 0 {
+			b = appendULPData(b, m.ULPData)
+		}
 	}
 	if d := p.DDP; d != nil {
 		if d.Tagged {
@@ -473,6 +487,27 @@ func appendCM(b []byte, c *CMInfo) []byte {
 	}
 	if r := c.RDMACM; r != nil {
 		b = append(b, " rdma_cm "+r.Src+" → "+r.Dst...)
+	}
+	return b
+}
+
+// appendULPData appends ":" and the ULP's private data in hex, at most
+// maxULPDataShown octets of it, then "…" if there is more.
+func appendULPData(b, pd []byte) []byte {
+	const maxULPDataShown = 32
+	b = append(b, ':')
+	b = hexBytes(b, pd[:min(len(pd), maxULPDataShown)])
+	if len(pd) > maxULPDataShown {
+		b = append(b, "…"...)
+	}
+	return b
+}
+
+// hexBytes appends p in lower-case hex.
+func hexBytes(b, p []byte) []byte {
+	const digits = "0123456789abcdef"
+	for _, c := range p {
+		b = append(b, digits[c>>4], digits[c&15])
 	}
 	return b
 }

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"bytes"
+	"encoding/json"
 	"net"
 	"net/netip"
 	"strings"
@@ -127,7 +128,7 @@ func TestSyntheticMarkersTerminate(t *testing.T) {
 	if len(res.Errors) != 0 || len(res.Notes) != 0 || res.Packets != 5 {
 		t.Fatalf("errors %v notes %v, %d packets\n%s", res.Errors, res.Notes, res.Packets, out)
 	}
-	for _, want := range []string{"MPA Request rev=1 flags=MC-- private_data=5", "MPA Reply rev=1 flags=MC--",
+	for _, want := range []string{"MPA Request rev=1 flags=MC-- private_data=5:68656c6c6f\n", "MPA Reply rev=1 flags=MC--",
 		"Send len=1500 untagged QN=0 MSN=1 MO=0 L=1 ulpdu=1518 markers=3 CRC ok",
 		"Write len=100 tagged STag=0x00001234 TO=0x5000 L=1 ulpdu=114 markers=1 CRC ok",
 		"Terminate len=0 untagged QN=2 MSN=1 MO=0 L=1 RDMA Remote Protection Error: Invalid STag"} {
@@ -169,6 +170,49 @@ func TestSyntheticGarbage(t *testing.T) {
 	res, _, _ = decodeBytes(t, synthCapture(t, []synthSeg{{0, []byte("GET / HTTP/1.1\r\n\r\n")}, {1, junk}}), allOn)
 	if res.RDMAFrames != 0 || len(res.Errors) != 0 || len(res.Flows) != 0 {
 		t.Errorf("HTTP connection: %d RDMA frames, errors %v", res.RDMAFrames, res.Errors)
+	}
+}
+
+// TestSyntheticMPAPrivateData: an MPA v2 exchange in peer-to-peer mode shows the RTR
+// flags and the ULP's private data after the IRD/ORD words, in text and in JSON.
+func TestSyntheticMPAPrivateData(t *testing.T) {
+	var req, rep mpaStream
+	req.t, rep.t = t, t
+	// IRD word: P2P, zero-length RTR, IRD 3; ORD word: WRITE and READ RTR, ORD 2.
+	ulp := bytes.Repeat([]byte{0xab}, 40)
+	req.start(iwarp.MPAFrameFields{Request: true, CRC: true, Revision: iwarp.MPARevision2, Enhanced: true,
+		PrivateData: append([]byte{0xc0, 3, 0xc0, 2}, ulp...)})
+	// The reply picks WRITE as the RTR and carries no ULP data.
+	rep.start(iwarp.MPAFrameFields{CRC: true, Revision: iwarp.MPARevision2, Enhanced: true, PrivateData: []byte{0x80, 2, 0x80, 3}})
+	capture := synthCapture(t, []synthSeg{{0, req.b}, {1, rep.b}})
+	res, out, err := decodeBytes(t, capture, allOn)
+	if err != nil || len(res.Errors) != 0 {
+		t.Fatalf("err %v, errors %v\n%s", err, res.Errors, out)
+	}
+	for _, want := range []string{
+		"MPA Request rev=2 flags=-C-H IRD=3 ORD=2 P2P RTR=zlen,write,read private_data=44:" + strings.Repeat("ab", 32) + "…\n",
+		"MPA Reply rev=2 flags=-C-H IRD=2 ORD=3 P2P RTR=write private_data=4\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	_, js, err := decodeBytes(t, capture, Options{JSON: true, Summary: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []MPAInfo
+	for _, line := range strings.Split(strings.TrimSpace(js), "\n") {
+		var p Packet
+		if err := json.Unmarshal([]byte(line), &p); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		if p.MPA != nil {
+			got = append(got, *p.MPA)
+		}
+	}
+	if len(got) != 2 || got[0].PrivateData != "c003c002"+strings.Repeat("ab", 40) || got[0].RTR != "zlen,write,read" ||
+		got[1].PrivateData != "80028003" || got[1].RTR != "write" || !got[1].PeerToPeer {
+		t.Errorf("JSON MPA records %+v\n%s", got, js)
 	}
 }
 
