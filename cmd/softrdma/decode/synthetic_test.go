@@ -233,6 +233,125 @@ func rewriteRoCE(t testing.TB, data []byte, fn func(p *ibtransport.Packet)) []by
 	return d
 }
 
+// firstFrame returns a copy of the first frame of a capture whose IB packet has opcode op
+// (and, for QP1, whose CM MAD is attribute cm when cm is not 0).
+func firstFrame(t testing.TB, name string, op ibtransport.Opcode, cm roce.CMAttribute) frameOut {
+	t.Helper()
+	for _, fr := range readFrames(t, readFile(t, captureDir+"/"+name)) {
+		var f roce.Frame
+		var p ibtransport.Packet
+		if f.DecodeEthernet(fr.data) != nil || p.Decode(f.IB) != nil || p.BTH.Opcode() != op {
+			continue
+		}
+		if cm != 0 {
+			if mad, err := roce.MADFromPacket(&p); err != nil || mad.CMAttribute() != cm {
+				continue
+			}
+		}
+		fr.data = append([]byte(nil), fr.data...)
+		return fr
+	}
+	t.Fatalf("%s: no frame with opcode %v", name, op)
+	return frameOut{}
+}
+
+// retypeRoCE gives a RoCE frame's IB packet opcode op, keeping every byte after the
+// BTH (so the extension headers op adds are read from the payload), and fixes the ICRC.
+func retypeRoCE(t testing.TB, data []byte, op ibtransport.Opcode) []byte {
+	return rewriteRoCE(t, data, func(p *ibtransport.Packet) { p.BTH.SetOpcode(op) })
+}
+
+// TestExtensionHeaderFields: the per-packet line and the JSON object show the ImmDt, IETH,
+// AtomicETH and AtomicAckETH fields, each set here to a value no capture has.
+func TestExtensionHeaderFields(t *testing.T) {
+	send := firstFrame(t, "rxe-send-lat.pcap", ibtransport.OpcodeRCSendOnly, 0)
+	imm, inv := send, send
+	imm.data = rewriteRoCE(t, retypeRoCE(t, send.data, ibtransport.OpcodeRCSendOnlyWithImm),
+		func(p *ibtransport.Packet) { p.ImmDt.SetImmediate(0xdeadbeef) })
+	inv.data = rewriteRoCE(t, retypeRoCE(t, send.data, ibtransport.OpcodeRCSendOnlyWithInvalidate),
+		func(p *ibtransport.Packet) { p.IETH.SetRKey(0x00c0ffee); p.BTH.SetPSN(p.BTH.PSN() + 1) })
+	cas := firstFrame(t, "rxe-atomic-cas.pcap", ibtransport.OpcodeRCCompareSwap, 0)
+	cas.data = rewriteRoCE(t, cas.data, func(p *ibtransport.Packet) {
+		p.AtomicETH.SetVA(0x7f0000001000)
+		p.AtomicETH.SetRKey(0x1234)
+		p.AtomicETH.SetSwapAdd(0x1122334455667788)
+		p.AtomicETH.SetCompare(0x99aabbccddeeff00)
+	})
+	ack := firstFrame(t, "rxe-atomic-cas.pcap", ibtransport.OpcodeRCAtomicAcknowledge, 0)
+	ack.data = rewriteRoCE(t, ack.data, func(p *ibtransport.Packet) { p.AtomicAckETH.SetOrigData(0x0123456789abcdef) })
+	cas.ci.Timestamp, ack.ci.Timestamp = send.ci.Timestamp, send.ci.Timestamp
+	capture := writeCapture(t, []frameOut{imm, inv, cas, ack}, layers.LinkTypeEthernet, false)
+	res, out, err := decodeBytes(t, capture, allOn)
+	if err != nil || len(res.Errors) != 0 {
+		t.Fatalf("err %v, errors %v\n%s", err, res.Errors, out)
+	}
+	for _, want := range []string{
+		"RC SEND Only with Immediate QP=", " len=60 ImmDt=0xdeadbeef\n",
+		"RC SEND Only with Invalidate QP=", " len=60 IETH RKey=0x00c0ffee\n",
+		" AtomicETH VA=0x7f0000001000 RKey=0x00001234 SwapAdd=0x1122334455667788 Compare=0x99aabbccddeeff00",
+		" AtomicAckETH Orig=0x123456789abcdef",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	_, js, err := decodeBytes(t, capture, Options{JSON: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkts []Packet
+	for _, line := range strings.Split(strings.TrimSpace(js), "\n") {
+		var p Packet
+		if err := json.Unmarshal([]byte(line), &p); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		pkts = append(pkts, p)
+	}
+	if len(pkts) != 4 || pkts[0].ImmDt == nil || *pkts[0].ImmDt != 0xdeadbeef || pkts[1].IETHRKey == nil || *pkts[1].IETHRKey != 0xc0ffee ||
+		pkts[2].AtomicETH == nil || pkts[2].AtomicETH.SwapAdd != 0x1122334455667788 || pkts[2].AtomicETH.Compare != 0x99aabbccddeeff00 ||
+		pkts[3].AtomicAckOrig == nil || *pkts[3].AtomicAckOrig != 0x0123456789abcdef {
+		t.Errorf("JSON packets:\n%s", js)
+	}
+}
+
+// TestCMMRAAndREJ: a captured CM REP rewritten as an MRA and as a REJ decodes to lines
+// that name the message, both communication IDs and the REJ's reason.
+func TestCMMRAAndREJ(t *testing.T) {
+	rep := firstFrame(t, "rxe-rdma-cm-rping.pcap", ibtransport.OpcodeUDSendOnly, roce.CMAttrREP)
+	toCM := func(a roce.CMAttribute, fill func(m roce.MAD)) frameOut {
+		fr := rep
+		fr.data = rewriteRoCE(t, rep.data, func(p *ibtransport.Packet) {
+			m, err := roce.MADFromPacket(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := m.REP()
+			local, remote := r.LocalCommID(), r.RemoteCommID()
+			roce.EncodeCM(m, a, m.TransactionID())
+			m.REJ().SetLocalCommID(local) // MRA and REJ put the IDs where every CM message does
+			m.REJ().SetRemoteCommID(remote)
+			fill(m)
+		})
+		return fr
+	}
+	mra := toCM(roce.CMAttrMRA, func(m roce.MAD) { m.MRA().SetMessageMRAed(0); m.MRA().SetServiceTimeout(20) })
+	rej := toCM(roce.CMAttrREJ, func(m roce.MAD) { m.REJ().SetMessageRejected(0); m.REJ().SetReason(roce.CMRejConsumer) })
+	res, out, err := decodeBytes(t, writeCapture(t, []frameOut{mra, rej}, layers.LinkTypeEthernet, false), allOn)
+	if err != nil || len(res.Errors) != 0 {
+		t.Fatalf("err %v, errors %v\n%s", err, res.Errors, out)
+	}
+	for _, want := range []string{
+		"UD SEND only CM MRA QP=0x000001",
+		"LocalCommID=0xfcc6d299 RemoteCommID=0x20054e4f\n",
+		"UD SEND only CM REJ QP=0x000001",
+		"LocalCommID=0xfcc6d299 RemoteCommID=0x20054e4f reason: consumer reject\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // TestRoCEFlowStats edits a capture: a request sent twice (a retransmission), a request
 // missing (a PSN gap), ACKs turned into a NAK and an RNR NAK. The flow summary counts
 // each, and the frames are still well formed.
