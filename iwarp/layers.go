@@ -205,7 +205,8 @@ func decodeMPALayer(data []byte, p gopacket.PacketBuilder) error {
 
 // DDPRDMAP is a DDP segment as a gopacket layer: the DDP header with the RDMAP control
 // octet in it (RFC 5041 §5, RFC 5040 §4; see DDP for the bit diagram), followed for a
-// Read Request by its 28-octet header and for a Terminate by the Terminate message.
+// Read Request by its 28-octet header, for a Terminate by the Terminate message and for
+// the RFC 7306 opcodes by the Atomic Request, Atomic Response or Immediate Data body.
 // Contents is those headers, Payload the data after them.
 type DDPRDMAP struct {
 	layers.BaseLayer
@@ -217,6 +218,11 @@ type DDPRDMAP struct {
 	ReadRequest ReadRequest
 	// Terminate is the Terminate message (Terminate only).
 	Terminate Terminate
+	// AtomicRequest, AtomicResponse and Immediate are the RFC 7306 bodies (Atomic
+	// Request, Atomic Response, Immediate Data with or without SE only).
+	AtomicRequest  AtomicRequest
+	AtomicResponse AtomicResponse
+	Immediate      ImmediateData
 }
 
 // LayerType returns LayerTypeDDPRDMAP.
@@ -234,7 +240,7 @@ func (d *DDPRDMAP) NextLayerType() gopacket.LayerType {
 }
 
 // DecodeFromBytes decodes a DDP segment (an FPDU's ULPDU), resetting d first: ParseDDP,
-// ParseRDMAP, and the Read Request or Terminate header when the opcode has one.
+// ParseRDMAP, and the Read Request, Terminate or RFC 7306 header when the opcode has one.
 func (d *DDPRDMAP) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 	*d = DDPRDMAP{}
 	seg, err := ParseDDP(data)
@@ -265,6 +271,30 @@ func (d *DDPRDMAP) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) erro
 		}
 		d.Terminate = t
 		hl += len(t)
+	case OpAtomicRequest:
+		a, err := ParseAtomicRequest(payload)
+		if err != nil {
+			markTruncated(df, err)
+			return err
+		}
+		d.AtomicRequest = a
+		hl += len(a)
+	case OpAtomicResponse:
+		a, err := ParseAtomicResponse(payload)
+		if err != nil {
+			markTruncated(df, err)
+			return err
+		}
+		d.AtomicResponse = a
+		hl += len(a)
+	case OpImmediateData, OpImmediateDataSE:
+		im, err := ParseImmediateData(payload)
+		if err != nil {
+			markTruncated(df, err)
+			return err
+		}
+		d.Immediate = im
+		hl += len(im)
 	}
 	d.DDP, d.RDMAP = seg, r
 	d.Contents = data[:hl:hl]
@@ -273,7 +303,7 @@ func (d *DDPRDMAP) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) erro
 }
 
 // SerializeTo prepends the header octets (Contents: decoded, or written with
-// RDMAPFields.Encode followed by any Read Request or Terminate header).
+// RDMAPFields.Encode followed by any Read Request, Terminate or RFC 7306 header).
 func (d *DDPRDMAP) SerializeTo(b gopacket.SerializeBuffer, opts gopacket.SerializeOptions) error {
 	if len(d.Contents) < DDPTaggedHeaderLen {
 		return truncated("ddp", "header length", len(d.Contents), DDPTaggedHeaderLen)

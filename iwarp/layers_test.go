@@ -345,3 +345,46 @@ func FuzzMPALayer(f *testing.F) {
 		}
 	})
 }
+
+// TestLayersRFC7306: the DDP/RDMAP layer takes the Atomic Request, Atomic Response and
+// Immediate Data bodies into Contents with a view of each, and a body cut short is a
+// truncation error.
+func TestLayersRFC7306(t *testing.T) {
+	req := AtomicRequest(make([]byte, AtomicRequestLen))
+	req.SetOpcode(AtomicFetchAdd)
+	req.SetRequestID(5)
+	req.SetAddSwapData(3)
+	resp := AtomicResponse(make([]byte, AtomicResponseLen))
+	resp.SetRequestID(5)
+	resp.SetOriginalValue(0x99)
+	imm := ImmediateData(make([]byte, ImmediateDataLen))
+	imm.SetValue(0xfeedface)
+	for _, tc := range []struct {
+		op   Opcode
+		body []byte
+		view func(d *DDPRDMAP) []byte
+	}{
+		{OpAtomicRequest, req, func(d *DDPRDMAP) []byte { return d.AtomicRequest }},
+		{OpAtomicResponse, resp, func(d *DDPRDMAP) []byte { return d.AtomicResponse }},
+		{OpImmediateData, imm, func(d *DDPRDMAP) []byte { return d.Immediate }},
+		{OpImmediateDataSE, imm, func(d *DDPRDMAP) []byte { return d.Immediate }},
+	} {
+		f := RDMAPFields{Opcode: tc.op, Last: true, MSN: 1}
+		hdr := make([]byte, DDPUntaggedHeaderLen)
+		n, err := f.Encode(hdr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seg := append(hdr[:n:n], tc.body...)
+		var d DDPRDMAP
+		if err := d.DecodeFromBytes(seg, gopacket.NilDecodeFeedback); err != nil {
+			t.Fatalf("%v: %v", tc.op, err)
+		}
+		if !bytes.Equal(tc.view(&d), tc.body) || len(d.Contents) != len(seg) || len(d.Payload) != 0 {
+			t.Errorf("%v: view %x, contents %d of %d octets, payload %d", tc.op, tc.view(&d), len(d.Contents), len(seg), len(d.Payload))
+		}
+		if err := d.DecodeFromBytes(seg[:len(seg)-1], gopacket.NilDecodeFeedback); !errors.Is(err, ErrTruncated) {
+			t.Errorf("%v body one octet short: %v", tc.op, err)
+		}
+	}
+}

@@ -458,6 +458,32 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 					SourceSTag: rr.SourceSTag(), SourceTO: rr.SourceTO()}
 				payload = payload[len(rr):]
 			}
+		case iwarp.OpAtomicRequest:
+			a, err := iwarp.ParseAtomicRequest(payload)
+			if err != nil {
+				errs = append(errs, err.Error())
+			} else {
+				p.AtomicRequest = &IWARPAtomicRequestInfo{Op: a.Opcode().String(), RequestID: a.RequestID(),
+					STag: a.RemoteSTag(), TO: a.RemoteTO(), AddSwap: a.AddSwapData(), AddSwapMask: a.AddSwapMask(),
+					Compare: a.CompareData(), CompareMask: a.CompareMask()}
+				payload = payload[len(a):]
+			}
+		case iwarp.OpAtomicResponse:
+			a, err := iwarp.ParseAtomicResponse(payload)
+			if err != nil {
+				errs = append(errs, err.Error())
+			} else {
+				p.AtomicResponse = &IWARPAtomicResponseInfo{RequestID: a.RequestID(), Original: a.OriginalValue()}
+				payload = payload[len(a):]
+			}
+		case iwarp.OpImmediateData, iwarp.OpImmediateDataSE:
+			im, err := iwarp.ParseImmediateData(payload)
+			if err != nil {
+				errs = append(errs, err.Error())
+			} else {
+				p.Immediate = u64p(im.Value())
+				payload = payload[len(im):]
+			}
 		case iwarp.OpTerminate:
 			c.terminates++
 			tm, err := iwarp.ParseTerminate(payload)

@@ -40,10 +40,14 @@ type Packet struct {
 	MPA         *MPAInfo         `json:"mpa,omitempty"`
 	DDP         *DDPInfo         `json:"ddp,omitempty"`
 	ReadRequest *ReadRequestInfo `json:"read_request,omitempty"`
-	Terminate   *TerminateInfo   `json:"terminate,omitempty"`
-	ULPDULen    *int             `json:"ulpdu_len,omitempty"`
-	CRC         string           `json:"crc,omitempty"` // "ok", "bad" or "none"
-	Markers     int              `json:"markers,omitempty"`
+	// AtomicRequest, AtomicResponse and Immediate are the RFC 7306 message bodies.
+	AtomicRequest  *IWARPAtomicRequestInfo  `json:"atomic_request,omitempty"`
+	AtomicResponse *IWARPAtomicResponseInfo `json:"atomic_response,omitempty"`
+	Immediate      *uint64                  `json:"immediate,omitempty"`
+	Terminate      *TerminateInfo           `json:"terminate,omitempty"`
+	ULPDULen       *int                     `json:"ulpdu_len,omitempty"`
+	CRC            string                   `json:"crc,omitempty"` // "ok", "bad" or "none"
+	Markers        int                      `json:"markers,omitempty"`
 
 	Note  string `json:"note,omitempty"`
 	Error string `json:"error,omitempty"`
@@ -152,6 +156,24 @@ type ReadRequestInfo struct {
 	Size       uint32 `json:"size"`
 	SourceSTag uint32 `json:"source_stag"`
 	SourceTO   uint64 `json:"source_to"`
+}
+
+// IWARPAtomicRequestInfo is an RFC 7306 Atomic Request header.
+type IWARPAtomicRequestInfo struct {
+	Op          string `json:"op"`
+	RequestID   uint32 `json:"request_id"`
+	STag        uint32 `json:"stag"`
+	TO          uint64 `json:"to"`
+	AddSwap     uint64 `json:"add_swap"`
+	AddSwapMask uint64 `json:"add_swap_mask"`
+	Compare     uint64 `json:"compare"`
+	CompareMask uint64 `json:"compare_mask"`
+}
+
+// IWARPAtomicResponseInfo is an RFC 7306 Atomic Response header.
+type IWARPAtomicResponseInfo struct {
+	RequestID uint32 `json:"request_id"`
+	Original  uint64 `json:"original"`
 }
 
 // TerminateInfo is a Terminate message.
@@ -434,6 +456,16 @@ func (o *output) packet(p *Packet) {
 	if r := p.ReadRequest; r != nil {
 		b = append(b, fmt.Sprintf(" sink STag=0x%08x TO=0x%x size=%d source STag=0x%08x TO=0x%x",
 			r.SinkSTag, r.SinkTO, r.Size, r.SourceSTag, r.SourceTO)...)
+	}
+	if a := p.AtomicRequest; a != nil {
+		b = append(b, fmt.Sprintf(" %s ReqID=%d STag=0x%08x TO=0x%x AddSwap=0x%x/0x%x Compare=0x%x/0x%x",
+			a.Op, a.RequestID, a.STag, a.TO, a.AddSwap, a.AddSwapMask, a.Compare, a.CompareMask)...)
+	}
+	if a := p.AtomicResponse; a != nil {
+		b = append(b, fmt.Sprintf(" ReqID=%d Orig=0x%x", a.RequestID, a.Original)...)
+	}
+	if p.Immediate != nil {
+		b = append(b, fmt.Sprintf(" Imm=0x%016x", *p.Immediate)...)
 	}
 	if t := p.Terminate; t != nil {
 		b = append(b, " "+t.Layer+" "+t.EType+": "+t.ErrorCode...)

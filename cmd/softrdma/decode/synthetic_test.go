@@ -148,6 +148,45 @@ func TestSyntheticMarkersTerminate(t *testing.T) {
 	}
 }
 
+// TestSyntheticRFC7306: Atomic Request, Atomic Response and Immediate Data FPDUs show
+// their bodies' fields, and the payload length excludes the body.
+func TestSyntheticRFC7306(t *testing.T) {
+	var req, rep mpaStream
+	req.t, rep.t = t, t
+	req.start(iwarp.MPAFrameFields{Request: true, Markers: true, CRC: true, Revision: iwarp.MPARevision1})
+	rep.start(iwarp.MPAFrameFields{Markers: true, CRC: true, Revision: iwarp.MPARevision1})
+	a := iwarp.AtomicRequest(make([]byte, iwarp.AtomicRequestLen))
+	a.SetOpcode(iwarp.AtomicCompareSwap)
+	a.SetRequestID(7)
+	a.SetRemoteSTag(0xabcd)
+	a.SetRemoteTO(0x1000)
+	a.SetAddSwapData(0x22)
+	a.SetAddSwapMask(0xff)
+	a.SetCompareData(0x11)
+	a.SetCompareMask(0xf0)
+	req.fpdu(iwarp.RDMAPFields{Opcode: iwarp.OpAtomicRequest, Last: true, MSN: 1}, a)
+	im := iwarp.ImmediateData(make([]byte, iwarp.ImmediateDataLen))
+	im.SetValue(0x0102030405060708)
+	req.fpdu(iwarp.RDMAPFields{Opcode: iwarp.OpImmediateDataSE, Last: true, MSN: 1}, im)
+	r := iwarp.AtomicResponse(make([]byte, iwarp.AtomicResponseLen))
+	r.SetRequestID(7)
+	r.SetOriginalValue(0x11)
+	rep.fpdu(iwarp.RDMAPFields{Opcode: iwarp.OpAtomicResponse, Last: true, MSN: 1}, r)
+	res, out, err := decodeBytes(t, synthCapture(t, []synthSeg{{0, req.b}, {1, rep.b}}), allOn)
+	if err != nil || len(res.Errors) != 0 {
+		t.Fatalf("err %v, errors %v\n%s", err, res.Errors, out)
+	}
+	for _, want := range []string{
+		"Atomic Request len=0 untagged QN=1 MSN=1 MO=0 L=1 CmpSwap ReqID=7 STag=0x0000abcd TO=0x1000 AddSwap=0x22/0xff Compare=0x11/0xf0",
+		"len=0 untagged QN=0 MSN=1 MO=0 L=1 Imm=0x0102030405060708",
+		"Atomic Response len=0 untagged QN=3 MSN=1 MO=0 L=1 ReqID=7 Orig=0x11",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // TestSyntheticGarbage: a connection that starts with an MPA Request and then carries
 // octets that are no FPDU is an error, not a crash; a connection of another protocol is
 // ignored.
