@@ -49,7 +49,9 @@ func TestCMAgentPeerVanishes(t *testing.T) {
 		}
 		p.drive(2*budget, func() bool { return p.b.has(CMEventREPError) })
 		c := p.b.agent.Counters()
-		if c.IDs != 0 || c.Retries != DefaultMaxCMRetries || c.Timeouts != 1 {
+		// B's REP timed out: it rejects with reason timeout so that A, should it come
+		// back, does not keep a half-open connection.
+		if c.IDs != 0 || c.Retries != DefaultMaxCMRetries || c.Timeouts != 1 || c.Sent[CMAttrREJ-CMAttrREQ] != 1 {
 			t.Errorf("B %+v", c)
 		}
 		if got, want := p.b.eventTypes(), []CMEventType{CMEventREQ, CMEventREPError}; !slices.Equal(got, want) {
