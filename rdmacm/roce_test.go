@@ -610,3 +610,51 @@ func TestRoCEIPv6(t *testing.T) {
 		t.Errorf("AH %+v", ah)
 	}
 }
+
+// TestRoCEBadCMAHeader replays the kernel rping client's REQ with its rdma_cm
+// private-data header spoiled: a header version other than 0, an IP version that
+// is neither 4 nor 6, a destination address no device here owns. No ID takes such a
+// REQ (cma_check_req_qp_type / cma_save_ip_info refuse it): the listener sees no
+// CONNECT_REQUEST, the kernel side gets the consumer's REJ (reason 28), and the
+// manager counts a refused request.
+func TestRoCEBadCMAHeader(t *testing.T) {
+	var kreq capturedFrame
+	for _, f := range captureFrames(t, "rxe-rdma-cm-rping.pcap") {
+		if f.mad.CMAttribute() == roce.CMAttrREQ {
+			kreq = f
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		spoil func(h roce.CMAHeader)
+	}{
+		{"version 1", func(h roce.CMAHeader) { h.SetVersion(1) }},
+		{"ip version 0", func(h roce.CMAHeader) { h.SetIPVersion(0) }},
+		{"destination not ours", func(h roce.CMAHeader) { h.SetDstAddr(netip.MustParseAddr("10.77.0.99")) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, 5)
+			kernel := w.raw("kernel", [6]byte{0x52, 0x54, 0, 0x77, 0, 2}, netip.MustParseAddr("10.77.0.22"), sim.LinkConfig{})
+			srv := w.host("server", [6]byte{0x52, 0x54, 0, 0x77, 0, 1}, netip.MustParseAddr("10.77.0.21"), sim.LinkConfig{})
+			l := w.listen(srv, rdmacm.PortSpaceTCP, rpingPort)
+			inject(t, kernel, kreq.withIDs(t, func(m roce.MAD) { tc.spoil(roce.CMAHeader(m.REQ().PrivateData())) }))
+			w.settle(time.Millisecond)
+			select {
+			case ev := <-l.Events():
+				t.Fatalf("listener got %v", ev.Type)
+			default:
+			}
+			out := readMADs(t, kernel)
+			if len(out) != 1 || out[0].mad.CMAttribute() != roce.CMAttrREJ {
+				t.Fatalf("the server sent %d MADs, want one REJ", len(out))
+			}
+			rej := out[0].mad.REJ()
+			if rej.Reason() != roce.CMRejConsumer || rej.RemoteCommID() != kreq.mad.REQ().LocalCommID() {
+				t.Errorf("REJ reason %v, remote comm ID %#x", rej.Reason(), rej.RemoteCommID())
+			}
+			if c := srv.m.Counters(); c.RequestsRefused != 1 {
+				t.Errorf("counters %+v", c)
+			}
+		})
+	}
+}
