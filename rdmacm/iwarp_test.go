@@ -191,3 +191,84 @@ func TestIWARPReject(t *testing.T) {
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
+
+// TestIWARPPeerVanishes: a peer that accepts the TCP connection but never sends the
+// MPA Reply makes Connect end in UNREACHABLE with ETIMEDOUT (cma_iw_handler's
+// -ETIMEDOUT); a peer that sends its MPA Request and resets the connection before
+// the reply makes Accept end in CONNECT_ERROR. Either way the QP can be destroyed
+// and the PD freed afterwards: nothing holds on to them.
+func TestIWARPPeerVanishes(t *testing.T) {
+	t.Run("silent responder", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		must(t, err)
+		defer ln.Close()
+		held := make(chan net.Conn, 1)
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				held <- c // read nothing, answer nothing
+			}
+		}()
+		dev, err := iwarp.Open(iwarp.DeviceConfig{})
+		must(t, err)
+		m := rdmacm.NewManager(rdmacm.Config{})
+		must(t, m.AddIWARP(dev, rdmacm.IWARPConfig{Addrs: []netip.Addr{loopback}, ConnectTimeout: 300 * time.Millisecond}))
+		h := &iwHost{m: m, dev: dev, pd: dev.Context().AllocPD()}
+		h.cq, _ = dev.Context().CreateCQ(64)
+		id, err := m.CreateID(rdmacm.PortSpaceTCP)
+		must(t, err)
+		must(t, id.ResolveAddr(netip.Addr{}, netip.MustParseAddrPort(ln.Addr().String()), time.Second))
+		wait(t, id, rdmacm.EventAddrResolved)
+		must(t, id.ResolveRoute(time.Second))
+		wait(t, id, rdmacm.EventRouteResolved)
+		h.createQP(t, id)
+		must(t, id.Connect(rdmacm.DefaultConnParam()))
+		if ev := wait(t, id, rdmacm.EventUnreachable); ev.Status != rdmacm.StatusTimedOut {
+			t.Errorf("UNREACHABLE status %d, want %d", ev.Status, rdmacm.StatusTimedOut)
+		}
+		must(t, id.DestroyQP())
+		must(t, id.Destroy())
+		if err := h.pd.Dealloc(); err != nil {
+			t.Errorf("PD after the timeout: %v", err)
+		}
+		select {
+		case c := <-held:
+			c.Close()
+		default:
+		}
+	})
+	t.Run("initiator resets", func(t *testing.T) {
+		srv := newIWHost(t)
+		port := freePort(t)
+		l, err := srv.m.CreateID(rdmacm.PortSpaceTCP)
+		must(t, err)
+		must(t, l.BindAddr(netip.AddrPortFrom(loopback, port)))
+		must(t, l.Listen(1))
+		c, err := net.Dial("tcp", netip.AddrPortFrom(loopback, port).String())
+		must(t, err)
+		pd := make([]byte, iwarp.MPAv2IRDORDLen)
+		w := iwarp.MPAv2IRDORD(pd)
+		w.SetIRD(1)
+		w.SetORD(1)
+		f := iwarp.MPAFrameFields{Request: true, Revision: iwarp.MPARevision2, Enhanced: true, PrivateData: pd}
+		frame, err := f.Append(nil)
+		must(t, err)
+		_, err = c.Write(frame)
+		must(t, err)
+		req := wait(t, l, rdmacm.EventConnectRequest)
+		c.(*net.TCPConn).SetLinger(0) // close with a RST: the initiator is gone
+		c.Close()
+		time.Sleep(50 * time.Millisecond)
+		srv.createQP(t, req.ID)
+		must(t, req.ID.Accept(rdmacm.DefaultConnParam()))
+		wait(t, req.ID, rdmacm.EventConnectError)
+		must(t, req.ID.DestroyQP())
+		must(t, req.ID.Destroy())
+		must(t, l.Destroy())
+		if err := srv.mr.Dereg(); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.pd.Dealloc(); err != nil {
+			t.Errorf("PD after the failed accept: %v", err)
+		}
+	})
+}

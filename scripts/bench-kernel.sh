@@ -71,11 +71,13 @@ perftest_run() { # TOOL DEV-ARGS SIZE N
 	result "$tool" "$size" "$bw"
 }
 softrdma_run() { # TOOL TRANSPORT SIZE N
-	local tool=$1 tr=$2 size=$3 n=$4
-	/project/softrdma perf write_bw --transport "$tr" -d "$IP" -s "$size" -n "$n" -F --json >/tmp/ssrv.json 2>/tmp/ssrv.err &
+	local tool=$1 tr=$2 size=$3 n=$4 cm=
+	# iWARP connects through rdma_cm (TCP and MPA), as perftest's -R does over siw.
+	[ "$tr" = iwarp ] && cm=-R
+	/project/softrdma perf write_bw --transport "$tr" $cm -d "$IP" -s "$size" -n "$n" -F --json >/tmp/ssrv.json 2>/tmp/ssrv.err &
 	local srv=$!
 	sleep 2
-	timeout 300 /project/softrdma perf write_bw --transport "$tr" -d "$IP2" -s "$size" -n "$n" -F --json "$IP" >/tmp/scli.json 2>/tmp/scli.err
+	timeout 300 /project/softrdma perf write_bw --transport "$tr" $cm -d "$IP2" -s "$size" -n "$n" -F --json "$IP" >/tmp/scli.json 2>/tmp/scli.err
 	local rc=$?
 	wait $srv
 	local bw; bw=$(sed -n 's/.*"bw_average": *\([0-9.eE+-]*\).*/\1/p' /tmp/scli.json | head -1)
