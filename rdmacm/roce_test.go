@@ -658,3 +658,27 @@ func TestRoCEBadCMAHeader(t *testing.T) {
 		})
 	}
 }
+
+// TestRoCEQPGoneBeforeREP: the client destroys its QP while its REQ is out; the REP
+// that comes back has no QP to connect, so the client rejects it (consumer reject)
+// and reports CONNECT_ERROR, and the server, rejected, reports REJECTED.
+func TestRoCEQPGoneBeforeREP(t *testing.T) {
+	p := newPair(t, sim.LinkConfig{})
+	id, _ := p.connect("")
+	req := p.request(time.Second)
+	must(t, id.DestroyQP())
+	qb := p.accept(req, "")
+	p.next(id, rdmacm.EventConnectError, time.Second)
+	if ev := p.next(req.ID, rdmacm.EventRejected, time.Second); ev.Status != int(roce.CMRejConsumer) {
+		t.Errorf("server REJECTED status %d, want %d", ev.Status, roce.CMRejConsumer)
+	}
+	if qb.State() != ib.QPStateErr {
+		t.Errorf("server QP %v after the REJ", qb.State())
+	}
+	must(t, id.Destroy())
+	must(t, req.ID.Destroy())
+	must(t, p.l.Destroy())
+	p.settle(5 * time.Minute)
+	noLeak(t, p.a)
+	noLeak(t, p.b, qb)
+}
