@@ -18,7 +18,9 @@ import (
 // EventType is an rdma_cm event type (enum rdma_cm_event_type; same values).
 type EventType uint8
 
-// Event types.
+// Event types. DEVICE_REMOVAL, MULTICAST_JOIN, MULTICAST_ERROR and ADDR_CHANGE keep
+// their rdma_cm values but are never reported: devices are not hot-removed, there is no
+// multicast, and addresses are fixed when a device is added.
 const (
 	EventAddrResolved    EventType = 0
 	EventAddrError       EventType = 1
