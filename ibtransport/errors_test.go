@@ -221,6 +221,46 @@ func TestRCRemoteAccessErrors(t *testing.T) {
 	}
 }
 
+// TestRCRemoteOperationalError: a SEND whose receive WQE names a memory region
+// that was deregistered after the receive was posted cannot be placed. The
+// responder NAKs it as a remote operational error (IBTA 9.7.5.2.4) and completes
+// the receive with LOC_PROT_ERR; the requester completes the SEND with REM_OP_ERR
+// and flushes the rest; both QPs end in ERR and the responder reports a fatal QP
+// event.
+func TestRCRemoteOperationalError(t *testing.T) {
+	p := newRC(t)
+	recvBuf := make([]byte, 4096)
+	mr := regMR(t, p.B.PD, recvBuf, ib.AccessLocalWrite)
+	postRecv(t, p.B.QP, ib.RecvWR{WRID: 70, SGL: []ib.SGE{mr.SGE(0, 4096)}})
+	if err := mr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	local := newGuarded(t, p.A.PD, 4096, ib.AccessLocalWrite)
+	copy(local.buf, pattern(4096, 9))
+	post(t, p.A.QP, ib.SendWR{WRID: 1, Opcode: ib.WRSend, SGL: []ib.SGE{local.mr.SGE(0, 64)}, Signaled: true},
+		ib.SendWR{WRID: 2, Opcode: ib.WRSend})
+	wcs := complete(t, p, p.A.CQ, 2)
+	wantWC(t, wcs[0], 1, ib.WCSend, ib.WCRemOpErr)
+	wantWC(t, wcs[1], 2, ib.WCSend, ib.WCWRFlushErr)
+	wantWC(t, complete(t, p, p.B.CQ, 1)[0], 70, ib.WCRecv, ib.WCLocProtErr)
+	if a, b := p.A.QP.State(), p.B.QP.State(); a != ib.QPStateErr || b != ib.QPStateErr {
+		t.Fatalf("states %s, %s; want ERR, ERR", a, b)
+	}
+	if !bytes.Equal(recvBuf, make([]byte, 4096)) {
+		t.Fatal("the deregistered region was written")
+	}
+	if c := p.B.QP.Counters(); c.NAKsSent[ib.NAKRemoteOperationalError] != 1 {
+		t.Fatalf("NAKs %v", c.NAKsSent)
+	}
+	ev := <-p.B.Ctx.AsyncEvents()
+	for ev.Type == ib.EventCommEst {
+		ev = <-p.B.Ctx.AsyncEvents()
+	}
+	if ev.Type != ib.EventQPFatal || ev.QP != p.B.QP {
+		t.Fatalf("async event %s", ev.Type)
+	}
+}
+
 // TestRCInvalidRequests checks requests the responder refuses as invalid.
 func TestRCInvalidRequests(t *testing.T) {
 	cases := []struct {
