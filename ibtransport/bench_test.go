@@ -9,7 +9,7 @@ import (
 )
 
 // pumpUntil pumps the wire until cq yields a completion.
-func pumpUntil(b *testing.B, w *ibtest.Wire, cq *ib.CQ, wc []ib.WC) {
+func pumpUntil(b testing.TB, w *ibtest.Wire, cq *ib.CQ, wc []ib.WC) {
 	for {
 		if cq.Poll(wc) > 0 {
 			if wc[0].Status != ib.WCSuccess {
