@@ -63,13 +63,13 @@ func faultProfiles() []faultProfile {
 		}
 	}
 	return []faultProfile{
-		{name: "none", link: baseLink, perMix: 400, check: func(t *testing.T, st runStats) {
+		{name: "none", link: baseLink, perMix: 1000, check: func(t *testing.T, st runStats) {
 			if st.dropped != 0 || st.retrans != 0 || st.timeouts != 0 {
 				t.Errorf("perfect link: %d drops, %d retransmissions, %d timeouts", st.dropped, st.retrans, st.timeouts)
 			}
 		}},
-		{name: "loss1%", link: with(func(c *sim.LinkConfig) { c.Loss = 0.01 }), perMix: 400, check: lost},
-		{name: "loss10%", link: with(func(c *sim.LinkConfig) { c.Loss = 0.10 }), perMix: 400, check: lost},
+		{name: "loss1%", link: with(func(c *sim.LinkConfig) { c.Loss = 0.01 }), perMix: 1000, check: lost},
+		{name: "loss10%", link: with(func(c *sim.LinkConfig) { c.Loss = 0.10 }), perMix: 1000, check: lost},
 		// 30% loss each way is more than the spec's retry budget survives
 		// for long. An exchange (a request and its response) gets through
 		// with probability 0.49, and a WR fails with RETRY_EXC_ERR once
@@ -95,16 +95,16 @@ func faultProfiles() []faultProfile {
 		{name: "burst", link: with(func(c *sim.LinkConfig) {
 			// Bursts of 5 frames on average, about 5% of the time.
 			c.Burst = sim.GilbertElliott{P: 0.01, R: 0.2}
-		}), perMix: 400, check: lost},
+		}), perMix: 1000, check: lost},
 		{name: "reorder", link: with(func(c *sim.LinkConfig) {
 			// 5% of frames are held back 15 µs: overtaken by the next dozen.
 			c.Reorder, c.ReorderDelay = 0.05, 15*time.Microsecond
-		}), perMix: 400, check: func(t *testing.T, st runStats) {
+		}), perMix: 1000, check: func(t *testing.T, st runStats) {
 			if st.reordered == 0 {
 				t.Error("no frame reordered")
 			}
 		}},
-		{name: "duplicate", link: with(func(c *sim.LinkConfig) { c.Duplicate = 0.05 }), perMix: 400,
+		{name: "duplicate", link: with(func(c *sim.LinkConfig) { c.Duplicate = 0.05 }), perMix: 1000,
 			check: func(t *testing.T, st runStats) {
 				if st.duplicated == 0 || st.dupReqs == 0 {
 					t.Errorf("%d frames duplicated, %d duplicate requests answered: want both > 0", st.duplicated, st.dupReqs)
@@ -113,7 +113,7 @@ func faultProfiles() []faultProfile {
 		// One flipped bit in 3% of the frames: the receiving device must
 		// drop them for their ICRC (or their broken headers); the bytes
 		// that land are checked as on every row.
-		{name: "corrupt", link: with(func(c *sim.LinkConfig) { c.Corrupt = 0.03 }), perMix: 400,
+		{name: "corrupt", link: with(func(c *sim.LinkConfig) { c.Corrupt = 0.03 }), perMix: 1000,
 			check: func(t *testing.T, st runStats) {
 				if st.corrupted == 0 || st.badICRCAt[0] == 0 || st.badICRCAt[1] == 0 {
 					t.Errorf("%d frames corrupted, ICRC rejections %v (requester, responder): want all > 0",
@@ -124,7 +124,7 @@ func faultProfiles() []faultProfile {
 			// 2% of frames arrive 1 ms late, long after their retransmission:
 			// stale requests and responses from an earlier round.
 			c.Reorder, c.ReorderDelay = 0.02, time.Millisecond
-		}), perMix: 400, check: func(t *testing.T, st runStats) {
+		}), perMix: 1000, check: func(t *testing.T, st runStats) {
 			if st.reordered == 0 {
 				t.Error("no frame held back")
 			}
@@ -133,8 +133,8 @@ func faultProfiles() []faultProfile {
 			// All of it at once, with jitter.
 			c.Loss, c.Duplicate, c.Corrupt = 0.02, 0.02, 0.02
 			c.Reorder, c.ReorderDelay, c.Jitter = 0.03, 20*time.Microsecond, 5*time.Microsecond
-		}), perMix: 400, check: lost},
-		{name: "partition", link: baseLink, perMix: 400,
+		}), perMix: 1000, check: lost},
+		{name: "partition", link: baseLink, perMix: 1000,
 			// Half the retry budget of the connection (timeout 14, retry
 			// 7: 537 ms).
 			partition: retryBudget(defaultRC().Timeout, defaultRC().RetryCnt) / 2,
