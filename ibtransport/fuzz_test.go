@@ -1,6 +1,7 @@
 package ibtransport_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -20,6 +21,10 @@ type fuzzRig struct {
 	recvWRs  map[uint64]bool // WRIDs posted on B's receive queue
 	aRecvWRs map[uint64]bool // WRIDs posted on A's receive queue
 	seen     map[[2]uint64]bool
+	// ro is B's region with remote read access only: no packet, however forged,
+	// may change a byte of it (roWant).
+	ro     *guarded
+	roWant []byte
 }
 
 func newFuzzRig(t testing.TB) *fuzzRig {
@@ -35,6 +40,8 @@ func newFuzzRig(t testing.TB) *fuzzRig {
 	r.mems = []*guarded{aMem, bMem, bRO}
 	copy(aMem.buf, pattern(8192, 1))
 	copy(bMem.buf, pattern(8192, 2))
+	copy(bRO.buf, pattern(256, 3))
+	r.ro, r.roWant = bRO, pattern(256, 3)
 	for i := range 4 {
 		id := uint64(1000 + i)
 		r.recvWRs[id] = true
@@ -66,7 +73,8 @@ func newFuzzRig(t testing.TB) *fuzzRig {
 }
 
 // check polls every completion and checks the invariants: no completion for a WR
-// that was not posted, none twice, and no guard byte touched.
+// that was not posted, none twice, no guard byte touched, and the read-only region
+// unchanged.
 func (r *fuzzRig) check(t testing.TB) {
 	var wc [64]ib.WC
 	for _, side := range []struct {
@@ -98,6 +106,9 @@ func (r *fuzzRig) check(t testing.TB) {
 	}
 	for _, m := range r.mems {
 		m.check(t)
+	}
+	if !bytes.Equal(r.ro.buf, r.roWant) {
+		t.Fatal("a region without remote write access was written")
 	}
 }
 
