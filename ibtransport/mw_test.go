@@ -201,6 +201,60 @@ func TestRegMRAccessRules(t *testing.T) {
 	}
 }
 
+// TestZeroBasedMRRemoteAccess: a peer reaches a zero-based MR by offsets from 0: an
+// RDMA WRITE or READ at remote address 10 touches byte 10 of the registered buffer,
+// and an access running one byte past the end is refused with a remote access error
+// and touches nothing.
+func TestZeroBasedMRRemoteAccess(t *testing.T) {
+	const size = 64
+	for _, c := range []struct {
+		name string
+		op   ib.WROpcode
+		addr uint64
+		n    int
+		want ib.WCStatus
+	}{
+		{"write at 10", ib.WRRDMAWrite, 10, 20, ib.WCSuccess},
+		{"read at 10", ib.WRRDMARead, 10, 20, ib.WCSuccess},
+		{"write up to the end", ib.WRRDMAWrite, size - 8, 8, ib.WCSuccess},
+		{"write one byte past", ib.WRRDMAWrite, size - 8, 9, ib.WCRemAccessErr},
+		{"read one byte past", ib.WRRDMARead, size - 8, 9, ib.WCRemAccessErr},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := newRC(t)
+			region := newGuarded(t, p.B.PD, size, ib.AccessZeroBased|ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead)
+			if region.mr.Addr() != 0 {
+				t.Fatalf("zero-based MR at %#x", region.mr.Addr())
+			}
+			init := pattern(size, 3)
+			copy(region.buf, init)
+			local := regMR(t, p.A.PD, pattern(size, 9), ib.AccessLocalWrite)
+			before := bytes.Clone(local.Buf())
+			post(t, p.A.QP, ib.SendWR{WRID: 1, Opcode: c.op, SGL: []ib.SGE{local.SGE(0, c.n)},
+				RemoteAddr: c.addr, RKey: region.mr.RKey(), Signaled: true})
+			wcop := ib.WCRDMAWrite
+			if c.op == ib.WRRDMARead {
+				wcop = ib.WCRDMARead
+			}
+			wantWC(t, complete(t, p, p.A.CQ, 1)[0], 1, wcop, c.want)
+			region.check(t)
+			want := init
+			if c.want == ib.WCSuccess && c.op == ib.WRRDMAWrite {
+				want = bytes.Clone(init)
+				copy(want[c.addr:], before[:c.n])
+			}
+			if !bytes.Equal(region.buf, want) {
+				t.Fatalf("registered buffer %x, want %x", region.buf, want)
+			}
+			if c.want == ib.WCSuccess && c.op == ib.WRRDMARead {
+				if got := local.Buf()[:c.n]; !bytes.Equal(got, init[c.addr:c.addr+uint64(c.n)]) {
+					t.Fatalf("read %x, want bytes %d.. of the region %x", got, c.addr, init[c.addr:c.addr+uint64(c.n)])
+				}
+			}
+		})
+	}
+}
+
 // TestLocalInvWindow: LOCAL_INV revokes a type 2 window.
 func TestLocalInvWindow(t *testing.T) {
 	p := newRC(t)
