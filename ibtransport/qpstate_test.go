@@ -144,6 +144,64 @@ func TestModifyStateMachine(t *testing.T) {
 	}
 }
 
+// toSQE moves the A side of a fresh UC or UD pair to SQE the way the engine does: a
+// send that fails locally (UD: longer than the MTU, IBTA 9.8; UC: a bad L_Key).
+func toSQE(t *testing.T, typ ib.QPType) *ib.QP {
+	t.Helper()
+	p := newPair(t, typ, ibtest.DefaultConnOptions())
+	src := regMR(t, p.A.PD, make([]byte, 5000), 0)
+	wr := ib.SendWR{WRID: 1, Opcode: ib.WRSend, Signaled: true}
+	want := ib.WCLocProtErr
+	if typ == ib.QPTypeUD {
+		wr.SGL = []ib.SGE{src.SGE(0, 4097)}
+		wr.AH, wr.RemoteQPN, wr.RemoteQKey = ibtest.AddressOf(ibtest.BToA), p.B.QP.QPN(), 0x11111111
+		want = ib.WCLocLenErr
+	} else {
+		sge := src.SGE(0, 10)
+		sge.LKey ^= 0xff
+		wr.SGL = []ib.SGE{sge}
+	}
+	post(t, p.A.QP, wr)
+	wantWC(t, complete(t, p, p.A.CQ, 1)[0], 1, ib.WCSend, want)
+	if s := p.A.QP.State(); s != ib.QPStateSQE {
+		t.Fatalf("state %s after a failed send, want SQE", s)
+	}
+	return p.A.QP
+}
+
+// TestModifyStateMachineSQE covers the edges out of SQE that TestModifyStateMachine
+// cannot reach by Modify alone: on UC and UD, SQE→RTS, SQE→ERR and SQE→RESET
+// succeed with no attributes, and every other target is refused with an error
+// naming the transition, leaving the QP in SQE.
+func TestModifyStateMachineSQE(t *testing.T) {
+	valid := map[ib.QPState]bool{ib.QPStateRTS: true, ib.QPStateErr: true, ib.QPStateReset: true}
+	for _, typ := range []ib.QPType{ib.QPTypeUC, ib.QPTypeUD} {
+		for _, to := range []ib.QPState{ib.QPStateReset, ib.QPStateInit, ib.QPStateRTR, ib.QPStateRTS, ib.QPStateSQD, ib.QPStateSQE, ib.QPStateErr} {
+			t.Run(fmt.Sprintf("%s/SQE-%s", typ, to), func(t *testing.T) {
+				qp := toSQE(t, typ)
+				err := qp.Modify(&ib.QPAttr{QPState: to}, ib.QPAttrState)
+				if valid[to] {
+					if err != nil {
+						t.Fatal(err)
+					}
+					if qp.State() != to {
+						t.Fatalf("state %s, want %s", qp.State(), to)
+					}
+					return
+				}
+				want := fmt.Sprintf("modify qp 0x%x: SQE→%s on %s is not a valid transition", qp.QPN(), to, typ)
+				var me *ib.ModifyQPError
+				if !errors.As(err, &me) || !errors.Is(err, ib.ErrModifyQP) || err.Error() != want {
+					t.Fatalf("got  %v\nwant %s", err, want)
+				}
+				if qp.State() != ib.QPStateSQE {
+					t.Fatalf("refused modify changed the state to %s", qp.State())
+				}
+			})
+		}
+	}
+}
+
 func TestModifyErrorMessages(t *testing.T) {
 	ep, err := ibtest.NewEndpoint(ib.ContextConfig{Seed: 9}, ib.QPTypeRC)
 	if err != nil {
