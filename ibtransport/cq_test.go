@@ -184,6 +184,100 @@ func TestSRQ(t *testing.T) {
 	}
 }
 
+// TestSRQLimitRearm: the SRQ limit event fires once per arming. After the first
+// event, ArmLimit re-arms it and a second event comes exactly when the SRQ falls
+// below the new limit; without re-arming, draining the SRQ further posts nothing.
+func TestSRQLimitRearm(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		rearm bool
+	}{{"rearmed", true}, {"not rearmed", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			p := newRC(t)
+			srq, err := p.B.Ctx.CreateSRQ(p.B.PD, ib.SRQInitAttr{MaxWR: 8, MaxSGE: 1, Limit: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bq, err := p.B.Ctx.CreateQP(p.B.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.B.CQ, RecvCQ: p.B.CQ, SRQ: srq,
+				Cap: ib.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			aq, err := p.A.Ctx.CreateQP(p.A.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.A.CQ, RecvCQ: p.A.CQ,
+				Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ibtest.Connect(aq, bq, ibtest.DefaultConnOptions()); err != nil {
+				t.Fatal(err)
+			}
+			dst := regMR(t, p.B.PD, make([]byte, 8*16), ib.AccessLocalWrite)
+			wrid := uint64(0)
+			fill := func(n int) {
+				t.Helper()
+				for range n {
+					if err := srq.PostRecv(ib.RecvWR{WRID: wrid, SGL: []ib.SGE{dst.SGE(int(wrid%8)*16, 16)}}); err != nil {
+						t.Fatal(err)
+					}
+					wrid++
+				}
+			}
+			src := regMR(t, p.A.PD, []byte("hello"), 0)
+			// consume delivers n SENDs, each taking one WR from the SRQ.
+			consume := func(n int) {
+				t.Helper()
+				for range n {
+					post(t, aq, ib.SendWR{Opcode: ib.WRSend, SGL: []ib.SGE{src.SGE(0, 5)}})
+				}
+				for _, wc := range complete(t, p, p.B.CQ, n) {
+					if wc.Status != ib.WCSuccess {
+						t.Fatalf("receive %v", wc)
+					}
+				}
+			}
+			events := func() int {
+				n := 0
+				for len(p.B.Ctx.AsyncEvents()) > 0 {
+					if ev := <-p.B.Ctx.AsyncEvents(); ev.Type == ib.EventSRQLimitReached && ev.SRQ == srq {
+						n++
+					}
+				}
+				return n
+			}
+			fill(4)
+			consume(2) // 4 → 2, below the limit 3
+			if n := events(); n != 1 {
+				t.Fatalf("%d limit events after falling below the first limit, want 1", n)
+			}
+			fill(4) // 6
+			if c.rearm {
+				if err := srq.ArmLimit(4); err != nil {
+					t.Fatal(err)
+				}
+			}
+			consume(2) // 6 → 4: not below 4
+			if n := events(); n != 0 {
+				t.Fatalf("%d limit events with %d WRs left, above the limit", n, srq.Len())
+			}
+			consume(1) // 4 → 3, below 4
+			want := 0
+			if c.rearm {
+				want = 1
+			}
+			if n := events(); n != want {
+				t.Fatalf("%d limit events after falling below the re-armed limit, want %d", n, want)
+			}
+			consume(2) // 3 → 1: below every limit, but the event is disarmed
+			if n := events(); n != 0 {
+				t.Fatalf("%d limit events after the limit disarmed", n)
+			}
+			if srq.Len() != 1 {
+				t.Fatalf("srq holds %d, want 1", srq.Len())
+			}
+		})
+	}
+}
+
 // TestFenceAndRdAtomic: at most MaxRdAtomic READs are outstanding, and a fenced
 // WRITE waits for the READs before it.
 func TestFenceAndRdAtomic(t *testing.T) {
