@@ -546,7 +546,7 @@ func (l *Listener) handshake(nc net.Conn) {
 		return
 	}
 	r := &ConnRequest{l: l, nc: nc, obs: obs, req: req, v: v,
-		peerPD: appPrivateData(req, enhancedFrame(req))}
+		peerPD: appPrivateData(req)}
 	l.deliver(listenResult{req: r}, nc)
 }
 

@@ -147,7 +147,7 @@ func (ft *fuzzTarget) run(tb testing.TB, crc, markers, p2p bool, data []byte) *C
 		p.Markers = MarkersAccept
 	}
 	l := &Listener{p: p}
-	r := &ConnRequest{l: l, nc: mine, req: req, v: judgeRequest(&p, req), peerPD: appPrivateData(req, true)}
+	r := &ConnRequest{l: l, nc: mine, req: req, v: judgeRequest(&p, req), peerPD: appPrivateData(req)}
 	// Work the fuzzer's traffic can complete or fail: receives, a READ (whose
 	// Read Request goes out first; the fuzzer may answer it), a fast-registration.
 	// Receives are posted in INIT, before the peer can send anything.

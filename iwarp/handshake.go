@@ -74,14 +74,9 @@ func writeStartFrame(nc net.Conn, obs StreamObserver, f *MPAFrameFields) error {
 	return err
 }
 
-// appPrivateData returns the private data after the IRD/ORD words of an enhanced
-// frame, or all of it.
-func appPrivateData(m MPAFrame, enhanced bool) []byte {
-	pd := m.PrivateData()
-	if enhanced && len(pd) >= MPAv2IRDORDLen {
-		pd = pd[MPAv2IRDORDLen:]
-	}
-	return append([]byte(nil), pd...)
+// appPrivateData returns a copy of the frame's ULP private data.
+func appPrivateData(m MPAFrame) []byte {
+	return append([]byte(nil), m.ULPPrivateData()...)
 }
 
 // enhancedFrame reports whether m is an RFC 6581 frame with IRD/ORD words.
@@ -162,7 +157,7 @@ func negotiateAsInitiator(p *ConnParams, req, rep MPAFrame, ird, ord int) (neg N
 			Reason: "the request offered " + strconv.Itoa(int(req.Revision())), Err: ErrBadValue})
 	}
 	neg.Enhanced = rev == MPARevision2 && enhancedFrame(req) && enhancedFrame(rep)
-	peerPD = appPrivateData(rep, enhancedFrame(rep))
+	peerPD = appPrivateData(rep)
 	if rep.Reject() {
 		return neg, peerPD, nil, &RejectError{ByPeer: true, PrivateData: peerPD,
 			Reason: "the peer's private data: " + strconv.Quote(string(peerPD))}

@@ -185,6 +185,16 @@ func (m MPAFrame) PrivateData() []byte {
 	return m[MPAFrameHeaderLen:end]
 }
 
+// ULPPrivateData returns the private data the ULP put in the frame: all of it, or
+// what follows the RFC 6581 IRD/ORD words when IRDORD finds them.
+func (m MPAFrame) ULPPrivateData() []byte {
+	pd := m.PrivateData()
+	if _, ok := m.IRDORD(); ok {
+		return pd[MPAv2IRDORDLen:]
+	}
+	return pd
+}
+
 // Len returns the length of the whole frame according to PD_Length.
 func (m MPAFrame) Len() int { return MPAFrameHeaderLen + int(m.PrivateDataLen()) }
 

@@ -26,14 +26,17 @@ type iwHost struct {
 	buf []byte
 }
 
-func newIWHost(t *testing.T) *iwHost {
+func newIWHost(t *testing.T) *iwHost { return newIWHostTimeout(t, 5*time.Second) }
+
+// newIWHostTimeout is newIWHost with the Manager's iWARP ConnectTimeout.
+func newIWHostTimeout(t *testing.T, connectTimeout time.Duration) *iwHost {
 	t.Helper()
 	dev, err := iwarp.Open(iwarp.DeviceConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := rdmacm.NewManager(rdmacm.Config{})
-	must(t, m.AddIWARP(dev, rdmacm.IWARPConfig{Addrs: []netip.Addr{loopback}, ConnectTimeout: 5 * time.Second}))
+	must(t, m.AddIWARP(dev, rdmacm.IWARPConfig{Addrs: []netip.Addr{loopback}, ConnectTimeout: connectTimeout}))
 	h := &iwHost{m: m, dev: dev, pd: dev.Context().AllocPD(), buf: make([]byte, 4096)}
 	h.cq, _ = dev.Context().CreateCQ(64)
 	if h.mr, err = h.pd.RegMR(h.buf, ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead); err != nil {
@@ -208,13 +211,8 @@ func TestIWARPPeerVanishes(t *testing.T) {
 				held <- c // read nothing, answer nothing
 			}
 		}()
-		dev, err := iwarp.Open(iwarp.DeviceConfig{})
-		must(t, err)
-		m := rdmacm.NewManager(rdmacm.Config{})
-		must(t, m.AddIWARP(dev, rdmacm.IWARPConfig{Addrs: []netip.Addr{loopback}, ConnectTimeout: 300 * time.Millisecond}))
-		h := &iwHost{m: m, dev: dev, pd: dev.Context().AllocPD()}
-		h.cq, _ = dev.Context().CreateCQ(64)
-		id, err := m.CreateID(rdmacm.PortSpaceTCP)
+		h := newIWHostTimeout(t, 300*time.Millisecond)
+		id, err := h.m.CreateID(rdmacm.PortSpaceTCP)
 		must(t, err)
 		must(t, id.ResolveAddr(netip.Addr{}, netip.MustParseAddrPort(ln.Addr().String()), time.Second))
 		wait(t, id, rdmacm.EventAddrResolved)
@@ -227,6 +225,7 @@ func TestIWARPPeerVanishes(t *testing.T) {
 		}
 		must(t, id.DestroyQP())
 		must(t, id.Destroy())
+		must(t, h.mr.Dereg())
 		if err := h.pd.Dealloc(); err != nil {
 			t.Errorf("PD after the timeout: %v", err)
 		}
@@ -264,9 +263,7 @@ func TestIWARPPeerVanishes(t *testing.T) {
 		must(t, req.ID.DestroyQP())
 		must(t, req.ID.Destroy())
 		must(t, l.Destroy())
-		if err := srv.mr.Dereg(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, srv.mr.Dereg())
 		if err := srv.pd.Dealloc(); err != nil {
 			t.Errorf("PD after the failed accept: %v", err)
 		}

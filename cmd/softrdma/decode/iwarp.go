@@ -1,6 +1,7 @@
 package decode
 
 import (
+	hexenc "encoding/hex"
 	"errors"
 	"net/netip"
 	"sort"
@@ -377,12 +378,10 @@ func (d *decoder) mpaRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Reco
 		mi.IRD, mi.ORD = &ird, &ord
 		mi.PeerToPeer = w.PeerToPeer()
 		mi.RTR = rtrKinds(w)
-		mi.ULPData = m.PrivateData()[iwarp.MPAv2IRDORDLen:]
-	} else {
-		mi.ULPData = m.PrivateData()
 	}
+	mi.ULPData = m.ULPPrivateData()
 	if pd := m.PrivateData(); len(pd) > 0 {
-		mi.PrivateData = string(hexBytes(nil, pd))
+		mi.PrivateData = hexenc.EncodeToString(pd)
 	}
 	p.MPA = mi
 	if mi.Reject {

@@ -1,6 +1,7 @@
 package decode
 
 import (
+	hexenc "encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -528,18 +529,9 @@ func appendCM(b []byte, c *CMInfo) []byte {
 func appendULPData(b, pd []byte) []byte {
 	const maxULPDataShown = 32
 	b = append(b, ':')
-	b = hexBytes(b, pd[:min(len(pd), maxULPDataShown)])
+	b = hexenc.AppendEncode(b, pd[:min(len(pd), maxULPDataShown)])
 	if len(pd) > maxULPDataShown {
 		b = append(b, "…"...)
-	}
-	return b
-}
-
-// hexBytes appends p in lower-case hex.
-func hexBytes(b, p []byte) []byte {
-	const digits = "0123456789abcdef"
-	for _, c := range p {
-		b = append(b, digits[c>>4], digits[c&15])
 	}
 	return b
 }

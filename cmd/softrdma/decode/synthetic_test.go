@@ -212,6 +212,24 @@ func TestSyntheticGarbage(t *testing.T) {
 	}
 }
 
+// jsonPackets decodes a capture with --json (no summary) and returns its packets.
+func jsonPackets(t *testing.T, capture []byte) []Packet {
+	t.Helper()
+	_, js, err := decodeBytes(t, capture, Options{JSON: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkts []Packet
+	for _, line := range strings.Split(strings.TrimSpace(js), "\n") {
+		var p Packet
+		if err := json.Unmarshal([]byte(line), &p); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		pkts = append(pkts, p)
+	}
+	return pkts
+}
+
 // TestSyntheticMPAPrivateData: an MPA v2 exchange in peer-to-peer mode shows the RTR
 // flags and the ULP's private data after the IRD/ORD words, in text and in JSON.
 func TestSyntheticMPAPrivateData(t *testing.T) {
@@ -235,23 +253,15 @@ func TestSyntheticMPAPrivateData(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	_, js, err := decodeBytes(t, capture, Options{JSON: true, Summary: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []MPAInfo
-	for _, line := range strings.Split(strings.TrimSpace(js), "\n") {
-		var p Packet
-		if err := json.Unmarshal([]byte(line), &p); err != nil {
-			t.Fatalf("%v: %s", err, line)
-		}
+	for _, p := range jsonPackets(t, capture) {
 		if p.MPA != nil {
 			got = append(got, *p.MPA)
 		}
 	}
 	if len(got) != 2 || got[0].PrivateData != "c003c002"+strings.Repeat("ab", 40) || got[0].RTR != "zlen,write,read" ||
 		got[1].PrivateData != "80028003" || got[1].RTR != "write" || !got[1].PeerToPeer {
-		t.Errorf("JSON MPA records %+v\n%s", got, js)
+		t.Errorf("JSON MPA records %+v", got)
 	}
 }
 
@@ -334,22 +344,11 @@ func TestExtensionHeaderFields(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	_, js, err := decodeBytes(t, capture, Options{JSON: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pkts []Packet
-	for _, line := range strings.Split(strings.TrimSpace(js), "\n") {
-		var p Packet
-		if err := json.Unmarshal([]byte(line), &p); err != nil {
-			t.Fatalf("%v: %s", err, line)
-		}
-		pkts = append(pkts, p)
-	}
+	pkts := jsonPackets(t, capture)
 	if len(pkts) != 4 || pkts[0].ImmDt == nil || *pkts[0].ImmDt != 0xdeadbeef || pkts[1].IETHRKey == nil || *pkts[1].IETHRKey != 0xc0ffee ||
 		pkts[2].AtomicETH == nil || pkts[2].AtomicETH.SwapAdd != 0x1122334455667788 || pkts[2].AtomicETH.Compare != 0x99aabbccddeeff00 ||
 		pkts[3].AtomicAckOrig == nil || *pkts[3].AtomicAckOrig != 0x0123456789abcdef {
-		t.Errorf("JSON packets:\n%s", js)
+		t.Errorf("JSON packets: %+v", pkts)
 	}
 }
 
