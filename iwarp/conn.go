@@ -345,6 +345,9 @@ func newConn(c *Conn, nc net.Conn, qp *ib.QP, w *ib.Wire, neg Negotiated, p Conn
 			neg.MULPDU = MULPDU(mss, neg.SendMarkers)
 		}
 	}
+	if neg.LargeFPDU {
+		neg.MULPDU = largeMULPDU
+	}
 	if p.MaxULPDU > 0 {
 		neg.MULPDU = min(neg.MULPDU, max(p.MaxULPDU, DDPUntaggedHeaderLen+AtomicRequestLen))
 	}

@@ -11,8 +11,8 @@ func TestExtensionsNotFromAnEcho(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reqF.Reserved != MPAFlagSoftRDMAExtensions {
-		t.Fatalf("request reserved bits %#x, want the offer %#x", reqF.Reserved, MPAFlagSoftRDMAExtensions)
+	if want := uint8(MPAFlagSoftRDMAExtensions | MPAFlagSoftRDMALargeFPDU); reqF.Reserved != want {
+		t.Fatalf("request reserved bits %#x, want the offer %#x", reqF.Reserved, want)
 	}
 	req, err := reqF.Append(nil)
 	if err != nil {
@@ -23,7 +23,7 @@ func TestExtensionsNotFromAnEcho(t *testing.T) {
 		reserved uint8
 		want     bool
 	}{
-		{"siw echo of the offer", MPAFlagSoftRDMAExtensions, false},
+		{"siw echo of the offer", MPAFlagSoftRDMAExtensions | MPAFlagSoftRDMALargeFPDU, false},
 		{"no bits", 0, false},
 		{"softrdma acknowledgement", MPAFlagSoftRDMAExtensionsAck, true},
 	} {
@@ -40,6 +40,16 @@ func TestExtensionsNotFromAnEcho(t *testing.T) {
 		if neg.Extensions != tc.want {
 			t.Errorf("%s: Extensions = %v, want %v", tc.name, neg.Extensions, tc.want)
 		}
+		// The large-FPDU bit counts only beside an acknowledgement.
+		if neg.LargeFPDU {
+			t.Errorf("%s: LargeFPDU without the large-FPDU bit in the reply", tc.name)
+		}
+		repF.Reserved |= MPAFlagSoftRDMALargeFPDU
+		rep, _ = repF.Append(nil)
+		neg, _, _, _ = negotiateAsInitiator(p, MPAFrame(req), MPAFrame(rep), 1, 1)
+		if neg.LargeFPDU != tc.want {
+			t.Errorf("%s with the large-FPDU bit: LargeFPDU = %v, want %v", tc.name, neg.LargeFPDU, tc.want)
+		}
 	}
 	// A softrdma responder acknowledges an offer, and stays silent without one.
 	for _, offered := range []bool{true, false} {
@@ -53,7 +63,7 @@ func TestExtensionsNotFromAnEcho(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := rep.Reserved == MPAFlagSoftRDMAExtensionsAck; got != offered {
+		if got := rep.Reserved == MPAFlagSoftRDMAExtensionsAck|MPAFlagSoftRDMALargeFPDU; got != offered {
 			t.Errorf("offered %v: reply reserved bits %#x", offered, rep.Reserved)
 		}
 	}

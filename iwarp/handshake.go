@@ -131,7 +131,7 @@ func requestFrame(p *ConnParams, ird, ord int) (*MPAFrameFields, error) {
 	f := &MPAFrameFields{Request: true, Revision: rev,
 		Markers: p.Markers == MarkersRequest, CRC: p.CRC != CRCAccept}
 	if !p.NoExtensions {
-		f.Reserved = MPAFlagSoftRDMAExtensions
+		f.Reserved = MPAFlagSoftRDMAExtensions | p.largeFPDUFlag()
 	}
 	pd := p.PrivateData
 	if rev == MPARevision2 {
@@ -171,6 +171,7 @@ func negotiateAsInitiator(p *ConnParams, req, rep MPAFrame, ird, ord int) (neg N
 	}
 	neg.SendMarkers, neg.RecvMarkers = rep.Markers(), req.Markers()
 	neg.Extensions = req.Reserved()&MPAFlagSoftRDMAExtensions != 0 && rep.Reserved()&MPAFlagSoftRDMAExtensionsAck != 0
+	neg.LargeFPDU = neg.Extensions && rep.Reserved()&MPAFlagSoftRDMALargeFPDU != 0 && !p.SegmentFPDUs && !neg.SendMarkers
 	if !neg.Enhanced {
 		return neg, peerPD, nil, nil
 	}
@@ -251,7 +252,7 @@ func replyFrame(p *ConnParams, req MPAFrame, v requestVerdict, ird, ord int, rej
 	f := &MPAFrameFields{Revision: v.rev, Reject: reject,
 		CRC: req.CRC() || p.CRC != CRCAccept, Markers: p.Markers == MarkersRequest}
 	if !p.NoExtensions && req.Reserved()&MPAFlagSoftRDMAExtensions != 0 {
-		f.Reserved = MPAFlagSoftRDMAExtensionsAck
+		f.Reserved = MPAFlagSoftRDMAExtensionsAck | p.largeFPDUFlag()
 	}
 	if v.enhanced {
 		f.Enhanced = true
@@ -273,6 +274,7 @@ func negotiatedAsResponder(p *ConnParams, req MPAFrame, v requestVerdict, ird, o
 		SendMarkers: req.Markers(), RecvMarkers: p.Markers == MarkersRequest,
 		Extensions: !p.NoExtensions && req.Reserved()&MPAFlagSoftRDMAExtensions != 0,
 		PeerToPeer: v.p2p, RTR: v.rtr}
+	neg.LargeFPDU = neg.Extensions && req.Reserved()&MPAFlagSoftRDMALargeFPDU != 0 && !p.SegmentFPDUs && !neg.SendMarkers
 	if v.enhanced {
 		qw, _ := req.IRDORD()
 		neg.PeerIRD, neg.PeerORD = int(qw.IRD()), int(qw.ORD())

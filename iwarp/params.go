@@ -167,8 +167,13 @@ type ConnParams struct {
 	// sets (Linux siw has neither extension).
 	NoExtensions bool
 	// MaxULPDU caps the ULPDU of the FPDUs this side sends (0: the MULPDU RFC 5044
-	// derives from the TCP MSS, so that each FPDU fits one segment).
+	// derives from the TCP MSS, so that each FPDU fits one segment, or, toward a
+	// softrdma peer that accepts them, FPDUs of up to 64 KiB: see
+	// MPAFlagSoftRDMALargeFPDU).
 	MaxULPDU int
+	// SegmentFPDUs keeps FPDUs sized to one TCP segment even toward a softrdma
+	// peer that accepts larger ones (as RFC 5044 §8 recommends and siw does).
+	SegmentFPDUs bool
 	// MaxRecvULPDU is the longest ULPDU accepted from the peer (0: 65535, any); a
 	// longer FPDU is a framing error answered by a Terminate.
 	MaxRecvULPDU int
@@ -226,6 +231,15 @@ func (p *ConnParams) access() ib.Access {
 	return p.Access
 }
 
+// largeFPDUFlag is MPAFlagSoftRDMALargeFPDU if this side accepts FPDUs of any
+// length, else 0.
+func (p *ConnParams) largeFPDUFlag() uint8 {
+	if p.maxRecvULPDU() < MaxULPDULen {
+		return 0
+	}
+	return MPAFlagSoftRDMALargeFPDU
+}
+
 func (p *ConnParams) maxRecvULPDU() int {
 	if p.MaxRecvULPDU <= 0 || p.MaxRecvULPDU > MaxULPDULen {
 		return MaxULPDULen
@@ -246,6 +260,20 @@ const MPAFlagSoftRDMAExtensions = 0x01
 // Request flags 0x11, Reply 0x11), so an echoed offer must not read as an
 // acceptance.
 const MPAFlagSoftRDMAExtensionsAck = 0x02
+
+// MPAFlagSoftRDMALargeFPDU is the reserved bit a softrdma side sets beside its
+// extension offer or acknowledgement to say that it accepts FPDUs of any length
+// up to 65535 octets (its MaxRecvULPDU is the default). RFC 5044 §8 has a sender
+// fit each FPDU in one TCP segment so that a receiver can place it without
+// reassembly; a user-space receiver reads a TCP stream, not segments, and one
+// 64 KiB FPDU costs it one read where 45 MSS-sized ones cost 45. It counts only
+// where the extensions were negotiated: siw echoes a Request's reserved bits,
+// so the acknowledgement bit is what proves a softrdma peer.
+const MPAFlagSoftRDMALargeFPDU = 0x04
+
+// largeMULPDU is the ULPDU of the FPDUs sent to a peer that accepts large ones:
+// the longest whose FPDU needs no pad (2 + 65534 is a multiple of 4).
+const largeMULPDU = MaxULPDULen - 1
 
 // Negotiated is what the MPA exchange of a connection settled.
 type Negotiated struct {
@@ -270,6 +298,11 @@ type Negotiated struct {
 	PeerIRD, PeerORD int
 	// Extensions says that RFC 7306 atomics and immediate data are enabled.
 	Extensions bool
+	// LargeFPDU says that this side sends FPDUs longer than one TCP segment (the
+	// peer offered MPAFlagSoftRDMALargeFPDU, SegmentFPDUs is off, and the peer
+	// wants no markers: a marker's 16-bit FPDU pointer cannot reach back across
+	// a 64 KiB FPDU, and markers are there to find FPDUs in segments).
+	LargeFPDU bool
 	// EMSS is the TCP maximum segment size the FPDU size was derived from (0 if
 	// the connection is not TCP).
 	EMSS int
