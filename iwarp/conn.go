@@ -63,9 +63,12 @@ type Conn struct {
 	wroteLast              bool         // reader: placeWrite's segment ends its message
 	wroteTarget            [1][]byte    // reader: placeWrite's target
 	wroteEffect            func() error // reader: c.wrote, bound once
-	fx                     rxEffect     // reader: the arguments of sendPlaced and readResponsePlaced
+	fx                     rxEffect     // reader: the arguments of the effects below
 	sendEffect             func() error // reader: c.sendPlaced, bound once
 	readRespEffect         func() error // reader: c.readResponsePlaced, bound once
+	headerEffect           func() error // reader: c.headerOnly, bound once
+	immEffect              func() error // reader: c.immediatePlaced, bound once
+	atomicRespEffect       func() error // reader: c.atomicResponsePlaced, bound once
 	sinkBufs, recvBufs     [][]byte
 
 	mu             sync.Mutex
@@ -101,9 +104,12 @@ type outReq struct {
 type rxEffect struct {
 	n    uint64 // payload octets of the segment
 	last bool   // the segment ends its message
-	op   Opcode // Send: its opcode
+	op   Opcode // Send, Immediate Data: its opcode
 	inv  uint32 // Send with Invalidate: the STag
-	id   uint64 // Read Response: the READ's WR
+	imm  uint32 // Immediate Data: the value
+	id   uint64 // Read Response, Atomic Response: the WR
+	orig uint64 // Atomic Response: the original value
+	h    *rxHdr // Read Request, Atomic Request, Terminate: the headers
 }
 
 // inResp is a Read or Atomic Response this side owes the peer.

@@ -459,14 +459,14 @@ func (c *Conn) place(h *rxHdr) ([][]byte, func() error, *rxError) {
 		return c.placeSend(h, d, n)
 	case OpImmediateData, OpImmediateDataSE:
 		return c.placeImmediate(h, d)
-	case OpReadRequest:
-		return nil, func() error { return c.readRequest(h) }, nil
-	case OpAtomicRequest:
-		return nil, func() error { return c.atomicRequest(h) }, nil
+	case OpReadRequest, OpAtomicRequest, OpTerminate:
+		if c.headerEffect == nil {
+			c.headerEffect = c.headerOnly
+		}
+		c.fx = rxEffect{h: h}
+		return nil, c.headerEffect, nil
 	case OpAtomicResponse:
 		return c.placeAtomicResponse(h)
-	case OpTerminate:
-		return nil, func() error { return c.peerTerminate(h) }, nil
 	}
 	return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, fmt.Errorf("rdmap: opcode %s", h.op))
 }
@@ -650,16 +650,22 @@ func (c *Conn) placeImmediate(h *rxHdr, d DDP) ([][]byte, func() error, *rxError
 	if _, ok := c.wire.BeginRecv(); !ok {
 		return nil, nil, ddpUntagged(ECodeDDPUntaggedNoBuffer, fmt.Errorf("ddp: queue 0 MSN %d: no receive WR for the immediate data", d.MSN()))
 	}
-	v := ImmediateData(h.opHdr).Value()
-	op := h.op
-	return nil, func() error {
-		c.rq[QueueSend].msn++
-		n := c.lastWriteLen
-		c.lastWriteLen = 0
-		c.wire.EndRecv(ib.RecvCompletion{ByteLen: uint32(n), Opcode: ib.WCRecvRDMAWithImm, HasImm: true,
-			Imm: uint32(v), Solicited: op.Solicited()})
-		return nil
-	}, nil
+	if c.immEffect == nil {
+		c.immEffect = c.immediatePlaced
+	}
+	c.fx = rxEffect{op: h.op, imm: uint32(ImmediateData(h.opHdr).Value())}
+	return nil, c.immEffect, nil
+}
+
+// immediatePlaced completes the receive WR an Immediate Data message consumes
+// (placeImmediate's effect), with the length of the Write before it.
+func (c *Conn) immediatePlaced() error {
+	c.rq[QueueSend].msn++
+	n := c.lastWriteLen
+	c.lastWriteLen = 0
+	c.wire.EndRecv(ib.RecvCompletion{ByteLen: uint32(n), Opcode: ib.WCRecvRDMAWithImm, HasImm: true,
+		Imm: c.fx.imm, Solicited: c.fx.op.Solicited()})
+	return nil
 }
 
 func (c *Conn) placeAtomicResponse(h *rxHdr) ([][]byte, func() error, *rxError) {
@@ -677,19 +683,40 @@ func (c *Conn) placeAtomicResponse(h *rxHdr) ([][]byte, func() error, *rxError) 
 	if id != o.reqID {
 		return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, fmt.Errorf("atomic: response to request %d, expected %d", id, o.reqID))
 	}
-	orig := a.OriginalValue()
-	return nil, func() error {
-		c.rq[QueueAtomicResponse].msn++
-		c.mu.Lock()
-		c.orq[c.orqHead] = outReq{}
-		c.orqHead++
-		if c.orqHead == len(c.orq) {
-			c.orq, c.orqHead = c.orq[:0], 0
-		}
-		c.mu.Unlock()
-		c.wire.CompleteAtomic(o.id, orig)
-		return nil
-	}, nil
+	if c.atomicRespEffect == nil {
+		c.atomicRespEffect = c.atomicResponsePlaced
+	}
+	c.fx = rxEffect{id: o.id, orig: a.OriginalValue()}
+	return nil, c.atomicRespEffect, nil
+}
+
+// atomicResponsePlaced retires the oldest outstanding request, the Atomic
+// Request an Atomic Response answers, and completes its WR
+// (placeAtomicResponse's effect).
+func (c *Conn) atomicResponsePlaced() error {
+	c.rq[QueueAtomicResponse].msn++
+	c.mu.Lock()
+	c.orq[c.orqHead] = outReq{}
+	c.orqHead++
+	if c.orqHead == len(c.orq) {
+		c.orq, c.orqHead = c.orq[:0], 0
+	}
+	c.mu.Unlock()
+	c.wire.CompleteAtomic(c.fx.id, c.fx.orig)
+	return nil
+}
+
+// headerOnly executes a message that is all headers: a Read Request, an Atomic
+// Request or a Terminate (place's effect for them).
+func (c *Conn) headerOnly() error {
+	h := c.fx.h
+	switch h.op {
+	case OpReadRequest:
+		return c.readRequest(h)
+	case OpAtomicRequest:
+		return c.atomicRequest(h)
+	}
+	return c.peerTerminate(h)
 }
 
 // readRequest executes an RDMA Read Request (RFC 5040 §4.4, §5.1): check the Data
