@@ -111,6 +111,7 @@ func (qp *QP) progress(now time.Time, unacked uint32) {
 	if !PSNLess(qp.req.unacked, unacked) {
 		return
 	}
+	qp.growWindow(PSNDiff(unacked, qp.req.unacked))
 	qp.req.unacked = unacked
 	qp.req.rewound = false
 	qp.req.resetRetries(&qp.attr)

@@ -127,6 +127,7 @@ type requester struct {
 	rewound   bool   // a rewind to rewindPSN happened without progress since
 	rewindPSN uint32 // (suppresses repeated rewinds for one loss)
 	noAckPkts int    // packets sent since the last AckReq
+	cwnd      int32  // the window in use (sendWindow); 0 until the first loss
 
 	drainNotified bool
 }
@@ -163,9 +164,37 @@ func (qp *QP) timeout() time.Duration {
 // outstanding reports whether PSNs were sent that are not yet acknowledged.
 func (qp *QP) outstanding() bool { return PSNLess(qp.req.unacked, qp.req.sentHigh) }
 
-// window returns the requester's window: PSNs it may send past the oldest
-// unacknowledged one (rxe: RXE_MAX_UNACKED_PSNS).
+// window returns the requester's largest window: PSNs it may send past the
+// oldest unacknowledged one (rxe: RXE_MAX_UNACKED_PSNS).
 func (qp *QP) window() int32 { return int32(qp.ctx.cfg.MaxUnackedPSNs) }
+
+// sendWindow returns the window in use: window() on a clean path; after a loss
+// (a rewind) it is halved, and it grows back by one PSN per PSN acknowledged.
+// Go-back-N resends everything past a loss, so with a fixed 128-PSN window and
+// 10% loss nearly every window holds a loss and each costs up to 128 packets
+// (softrdma demo --loss 0.1 resent ~50 packets per packet delivered); the IBTA
+// bounds the PSNs outstanding (2^23) but leaves their number to the requester.
+func (qp *QP) sendWindow() int32 {
+	if w := qp.window(); qp.req.cwnd <= 0 || qp.req.cwnd >= w {
+		return w
+	}
+	return qp.req.cwnd
+}
+
+// minSendWindow is the smallest window a loss shrinks sendWindow to.
+const minSendWindow = 16
+
+// shrinkWindow halves the window in use after a loss.
+func (qp *QP) shrinkWindow() {
+	qp.req.cwnd = max(qp.sendWindow()/2, min(minSendWindow, qp.window()))
+}
+
+// growWindow widens the window in use by the n PSNs just acknowledged.
+func (qp *QP) growWindow(n int32) {
+	if qp.req.cwnd > 0 {
+		qp.req.cwnd = min(qp.req.cwnd+n, qp.window())
+	}
+}
 
 // packetsFor returns the number of PSNs a message of n bytes occupies.
 func packetsFor(op WROpcode, n uint64, mtu uint32) uint32 {
@@ -204,7 +233,7 @@ func (qp *QP) requesterOutput(now time.Time, out *OutputBatch) bool {
 				continue
 			}
 		}
-		if qp.typ == QPTypeRC && PSNDiff(qp.req.psn, qp.req.unacked) >= qp.window() {
+		if qp.typ == QPTypeRC && PSNDiff(qp.req.psn, qp.req.unacked) >= qp.sendWindow() {
 			return false // window full: wait for ACKs
 		}
 		return qp.sendPacket(now, w, out)
@@ -229,7 +258,7 @@ func (qp *QP) startWQE(w *sendWQE) bool {
 	if op.readLike() && qp.req.rdAtomic >= max(1, qp.attr.MaxRdAtomic) {
 		return false // IBTA 9.7.5.1 / 11.2.4: at most MaxRdAtomic outstanding
 	}
-	if qp.typ == QPTypeRC && PSNDiff(qp.req.psn, qp.req.unacked) >= qp.window() {
+	if qp.typ == QPTypeRC && PSNDiff(qp.req.psn, qp.req.unacked) >= qp.sendWindow() {
 		return false
 	}
 	if qp.typ.datagram() && w.length > uint64(qp.mtu) {
@@ -327,7 +356,7 @@ func (qp *QP) ackReq(psn uint32, last bool) bool {
 	}
 	qp.req.noAckPkts++
 	if last || qp.req.noAckPkts >= qp.ctx.cfg.AckReqInterval ||
-		PSNDiff(PSNAdd(psn, 1), qp.req.unacked) >= qp.window() {
+		PSNDiff(PSNAdd(psn, 1), qp.req.unacked) >= qp.sendWindow() {
 		qp.req.noAckPkts = 0
 		return true
 	}
@@ -589,6 +618,7 @@ func (qp *QP) seek(psn uint32) {
 // sequence error from the NAK's PSN, after a timeout from the oldest unacknowledged
 // PSN).
 func (qp *QP) rewind(psn uint32) {
+	qp.shrinkWindow()
 	qp.seek(psn)
 	qp.req.rewound = true
 	qp.req.rewindPSN = psn
