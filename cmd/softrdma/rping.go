@@ -7,31 +7,28 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
+	"net/netip"
 	"os"
 	"os/signal"
-	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
-	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/rdmacm"
 )
 
-// softrdma rping is rdma-core's rping (librdmacm/examples/rping.c) over iWARP,
-// wire-compatible with it: the client SENDs a 16-octet "rping info" (buffer
-// address, big-endian 64 bits; rkey, 32; size, 32) naming its start buffer, the
-// server RDMA READs it, SENDs a 16-octet "go ahead", the client SENDs the info
-// of its sink buffer, the server RDMA WRITEs the data back into it and SENDs
-// "go ahead" again; the client checks and prints, then the next ping.
+// softrdma rping is rdma-core's rping (librdmacm/examples/rping.c), over
+// iWARP or RoCE, wire-compatible with it: the client SENDs a 16-octet "rping
+// info" (buffer address, big-endian 64 bits; rkey, 32; size, 32) naming its
+// start buffer, the server RDMA READs it, SENDs a 16-octet "go ahead", the
+// client SENDs the info of its sink buffer, the server RDMA WRITEs the data
+// back into it and SENDs "go ahead" again; the client checks and prints, then
+// the next ping.
 //
-// The connection is what the kernel's rdma_cm and iw_cm make of rping's
-// rdma_connect/rdma_accept on iWARP: an MPA revision 2 exchange whose private
-// data is only the RFC 6581 IRD/ORD words (1 and 1, rping's
-// responder_resources and initiator_depth), as siw's MPA Request and Reply in
-// testdata/captures/siw-rping.pcap carry: rdma_cm adds no header of its own on
-// iWARP.
+// Both transports are driven by the same rdma_cm calls on an rdmacm.Manager
+// (rping_cm.go); only the Manager's device differs (rping_iwarp.go,
+// rping_roce.go).
 
 const (
 	// rpingInfoLen is sizeof(struct rping_rdma_info).
@@ -43,8 +40,8 @@ const (
 	rpingMaxSize = 64*1024 - 1
 	// rpingIRDORD is rping's responder_resources and initiator_depth.
 	rpingIRDORD = 1
-	// rpingSettle is how long the client waits after the MPA Reply before its
-	// first SEND. Linux siw as the responder sends its Reply before it has
+	// rpingSettle is how long the iWARP client waits after ESTABLISHED before
+	// its first SEND. Linux siw as the responder sends its Reply before it has
 	// finished accepting (the QP's state lock is still held, the QP not yet in
 	// RTS), and an FPDU that arrives in that window is left in the socket
 	// unread until more data comes, which here is never: the server waits for
@@ -82,12 +79,12 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVarP(&o.size, "size", "S", 64, "ping data size")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "display ping data to stdout")
 	fs.BoolVarP(&o.validate, "validate", "V", false, "validate ping data")
-	fs.BoolVarP(&o.debug, "debug", "d", false, "debug printfs (to stdout, as rping)")
-	fs.StringVar(&o.transport, "transport", "iwarp", "iwarp, or roce (needs the RoCE connection manager)")
-	fs.StringVar(&o.crc, "crc", "accept", "MPA CRC policy: accept (siw's default), request or require")
-	fs.StringVar(&o.pcap, "pcap", "", "write the connection's TCP octets to this pcap file")
+	fs.BoolVarP(&o.debug, "debug", "d", false, "debug printfs (to stdout, as rping), the rdma_cm events included")
+	fs.StringVar(&o.transport, "transport", "iwarp", "iwarp, or roce (rdma_cm over the IB CM on a RoCE device)")
+	fs.StringVar(&o.crc, "crc", "accept", "iWARP: MPA CRC policy: accept (siw's default), request or require")
+	fs.StringVar(&o.pcap, "pcap", "", "write the connection to this pcap file (iWARP: its TCP octets; RoCE: its frames)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (0: never)")
-	fs.DurationVar(&o.settle, "settle", rpingSettle, "client: wait this long after the MPA Reply before the first SEND (see rpingSettle)")
+	fs.DurationVar(&o.settle, "settle", rpingSettle, "iWARP client: wait this long after ESTABLISHED before the first SEND (see rpingSettle)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -110,17 +107,23 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Invalid count %d\n", o.count)
 		return 2
 	}
-	switch o.transport {
-	case "iwarp":
-	case "roce":
-		return rpingRoCECmd(o, stdout, stderr) // rping_roce.go
-	default:
-		fmt.Fprintf(stderr, "softrdma rping: --transport %q: want iwarp or roce\n", o.transport)
-		return 2
-	}
 	crc, err := parseCRCPolicy(o.crc)
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma rping: %v\n", err)
+		return 2
+	}
+	var open func(addr netip.Addr) (*rpingCM, error)
+	switch o.transport {
+	case "iwarp":
+		open = func(addr netip.Addr) (*rpingCM, error) { return rpingOpenIWARP(o, crc, addr) }
+	case "roce":
+		if o.server && o.addr == "" {
+			fmt.Fprintln(stderr, "softrdma rping: --transport roce: the server needs -a ADDR (the RoCE device's address)")
+			return 2
+		}
+		open = func(addr netip.Addr) (*rpingCM, error) { return rpingOpenRoCE(o, addr) }
+	default:
+		fmt.Fprintf(stderr, "softrdma rping: --transport %q: want iwarp or roce\n", o.transport)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -130,39 +133,8 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
-	r := &rping{o: o, stdout: stdout, stderr: stderr, params: iwarp.ConnParams{CRC: crc, IRD: rpingIRDORD, ORD: rpingIRDORD,
-		// rping uses neither atomics nor immediate data; and siw as a responder
-		// echoes the Request's reserved flag bits in its Reply (0x11 seen in
-		// answer to softrdma's 0x11), which would enable them by mistake.
-		NoExtensions: true}}
-	if o.pcap != "" {
-		f, err := os.Create(o.pcap)
-		if err != nil {
-			fmt.Fprintf(stderr, "softrdma rping: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		if r.capture, err = newTCPPcap(f); err != nil {
-			fmt.Fprintf(stderr, "softrdma rping: %v\n", err)
-			return 1
-		}
-		r.params.Observe = r.capture.Observe
-	}
-	if err := r.setup(); err != nil {
-		fmt.Fprintf(stderr, "softrdma rping: %v\n", err)
-		return 1
-	}
-	if o.server {
-		err = r.runServer(ctx)
-	} else {
-		err = r.runClient(ctx)
-	}
-	if r.capture != nil {
-		if cerr := r.capture.Err(); cerr != nil && err == nil {
-			err = fmt.Errorf("pcap: %w", cerr)
-		}
-	}
-	if err != nil {
+	r := &rping{o: o, stdout: stdout, stderr: stderr}
+	if err := r.run(ctx, open); err != nil {
 		side := "client"
 		if o.server {
 			side = "server"
@@ -177,17 +149,15 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 type rping struct {
 	o              rpingOptions
 	stdout, stderr io.Writer
-	params         iwarp.ConnParams
-	capture        *tcpPcap
 
-	dev     *iwarp.Device
+	cmID    *rdmacm.ID // rping.c's cm_id: the listener (server) or the connection (client)
 	cq      *ib.CQ
 	qp      *ib.QP
-	conn    rpingConn // an *iwarp.Conn, or the RoCE connection (rping_roce.go)
-	recvMR  *ib.MR    // the info received
-	sendMR  *ib.MR    // the info (client) or go-ahead (server) sent
-	rdmaMR  *ib.MR    // server: READ sink and WRITE source; client: WRITE sink
-	startMR *ib.MR    // client: READ source
+	conn    *rpingCMConn // the connection, once ESTABLISHED
+	recvMR  *ib.MR       // the info received
+	sendMR  *ib.MR       // the info (client) or go-ahead (server) sent
+	rdmaMR  *ib.MR       // server: READ sink and WRITE source; client: WRITE sink
+	startMR *ib.MR       // client: READ source
 
 	remoteAddr uint64
 	remoteKey  uint32
@@ -198,47 +168,6 @@ func (r *rping) debugf(format string, args ...any) {
 	if r.o.debug { // rping.c's DEBUG_LOG is a printf: stdout
 		fmt.Fprintf(r.stdout, format, args...)
 	}
-}
-
-// setup creates the verbs objects rping_setup_qp and rping_setup_buffers do.
-func (r *rping) setup() error {
-	var err error
-	if r.dev, err = iwarp.Open(iwarp.DeviceConfig{}); err != nil {
-		return err
-	}
-	ctx := r.dev.Context()
-	pd := ctx.AllocPD()
-	if r.cq, err = ctx.CreateCQ(32); err != nil {
-		return err
-	}
-	if r.qp, err = ctx.CreateQP(pd, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: r.cq, RecvCQ: r.cq,
-		Cap: ib.QPCap{MaxSendWR: 16, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		return err
-	}
-	if r.recvMR, err = pd.RegMR(make([]byte, rpingInfoLen), ib.AccessLocalWrite); err != nil {
-		return err
-	}
-	if r.sendMR, err = pd.RegMR(make([]byte, rpingInfoLen), 0); err != nil {
-		return err
-	}
-	rdmaAccess := ib.AccessLocalWrite | ib.AccessRemoteRead | ib.AccessRemoteWrite
-	if r.rdmaMR, err = pd.RegMR(make([]byte, r.o.size), rdmaAccess); err != nil {
-		return err
-	}
-	if r.o.client {
-		if r.startMR, err = pd.RegMR(make([]byte, r.o.size), rdmaAccess); err != nil {
-			return err
-		}
-	}
-	r.debugf("allocated & registered buffers...\n")
-	// INIT now, so that the receive is posted before the connection exists: iWARP
-	// has no RNR flow control, and the peer's first SEND may follow the MPA
-	// exchange at once (rping.c posts it before rdma_connect/rdma_accept too).
-	init := ib.QPAttr{QPState: ib.QPStateInit, Port: 1, AccessFlags: ib.AccessRemoteWrite | ib.AccessRemoteRead}
-	if err := r.qp.Modify(&init, ib.QPAttrState|ib.QPAttrPKeyIndex|ib.QPAttrPort|ib.QPAttrAccessFlags); err != nil {
-		return err
-	}
-	return r.postRecv()
 }
 
 func (r *rping) postRecv() error {
@@ -364,62 +293,26 @@ func cString(b []byte) []byte {
 	return b
 }
 
-func (r *rping) hostPort() string {
-	host := r.o.addr
-	if host == "" && r.o.server {
-		host = "0.0.0.0"
-	}
-	return net.JoinHostPort(host, strconv.Itoa(r.o.port))
-}
+// rpingDisconnectWait bounds the wait for the DISCONNECTED event once the
+// connection is seen to end (by its flushed WRs, or after rdma_disconnect).
+const rpingDisconnectWait = 5 * time.Second
 
+// disconnectEvent is rping.c's handling of RDMA_CM_EVENT_DISCONNECTED: it
+// waits (bounded) for the event, which may come after the flushed WRs, prints
+// its debug line and the message.
 func (r *rping) disconnectEvent() {
+	select {
+	case <-r.conn.Done():
+	case <-time.After(rpingDisconnectWait):
+	}
+	if ev, ok := r.conn.disconnected(); ok {
+		r.cmEvent(ev)
+	}
 	side := "client"
 	if r.o.server {
 		side = "server"
 	}
 	fmt.Fprintf(r.stderr, "%s DISCONNECT EVENT...\n", side)
-}
-
-// runServer is rping_run_server and rping_test_server: one connection, pings
-// until the client disconnects.
-func (r *rping) runServer(ctx context.Context) error {
-	ln, err := iwarp.Listen(r.hostPort(), r.params)
-	if err != nil {
-		return err
-	}
-	defer ln.Close()
-	r.debugf("rdma_bind_addr successful\nrdma_listen\n")
-	var req *iwarp.ConnRequest
-	for {
-		req, err = ln.Next(ctx)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, iwarp.ErrHandshake) || errors.Is(err, iwarp.ErrRejected) {
-			fmt.Fprintf(r.stderr, "connection request failed: %v\n", err)
-			continue
-		}
-		return err
-	}
-	ln.Close()
-	r.debugf("accepting client connection request\n")
-	conn, err := req.Accept(ctx, r.qp, nil)
-	if err != nil {
-		return fmt.Errorf("connect error: %w", err)
-	}
-	r.conn = conn
-	r.debugf("ESTABLISHED (%+v)\n", conn.Negotiated())
-	defer r.conn.Close()
-	for {
-		err := r.serverPing(ctx)
-		if errors.Is(err, errRpingDisconnected) {
-			r.disconnectEvent()
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
 }
 
 func (r *rping) serverPing(ctx context.Context) error {
@@ -468,27 +361,6 @@ func (r *rping) serverPing(ctx context.Context) error {
 	return nil
 }
 
-// runClient is rping_run_client and rping_test_client.
-func (r *rping) runClient(ctx context.Context) error {
-	var err error
-	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	conn, err := iwarp.Dial(dctx, r.qp, r.hostPort(), r.params)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("connect error: %w", err)
-	}
-	r.conn = conn
-	r.debugf("rdma_connect successful (%+v)\n", conn.Negotiated())
-	if r.o.settle > 0 {
-		select {
-		case <-time.After(r.o.settle):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return r.clientPings(ctx)
-}
-
 // clientPings is rping_test_client's loop, then rping_disconnect.
 func (r *rping) clientPings(ctx context.Context) error {
 	start := byte(65)
@@ -530,10 +402,6 @@ func (r *rping) clientPings(ctx context.Context) error {
 	}
 	// rping_disconnect: an orderly close; the DISCONNECTED event follows.
 	r.conn.Close()
-	select {
-	case <-r.conn.Done():
-	case <-time.After(5 * time.Second):
-	}
 	r.disconnectEvent()
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,8 +100,10 @@ func TestRping(t *testing.T) {
 				t.Errorf("%d MPA frames, want %d\n%s", res.Packets, 2+7*count, text.String())
 			}
 			wantCRC := map[string]string{"accept": "---H", "require": "-C-H"}[crc]
-			if !strings.Contains(text.String(), "MPA Request rev=2 flags="+wantCRC+" IRD=1 ORD=1 private_data=4") {
-				t.Errorf("no MPA Request with flags %s, IRD=ORD=1 and only the IRD/ORD words:\n%s", wantCRC, text.String())
+			for _, frame := range []string{"Request", "Reply"} {
+				if !strings.Contains(text.String(), "MPA "+frame+" rev=2 flags="+wantCRC+" IRD=1 ORD=1 private_data=4") {
+					t.Errorf("no MPA %s with flags %s, IRD=ORD=1 and only the IRD/ORD words:\n%s", frame, wantCRC, text.String())
+				}
 			}
 		})
 	}
@@ -117,5 +120,89 @@ func TestRpingFlags(t *testing.T) {
 	rpingCmd([]string{"-s", "--transport", "roce"}, &out, &errOut)
 	if !strings.Contains(errOut.String(), "the server needs -a ADDR") {
 		t.Errorf("--transport roce says %q", errOut.String())
+	}
+}
+
+// rpingCMEventLine is rping.c's -d line for an rdma_cm event.
+var rpingCMEventLine = regexp.MustCompile(`(?m)^cma_event type RDMA_CM_EVENT_(\w+) cma_id (0x[0-9a-f]+) \((parent|child)\)$`)
+
+// TestRpingCMEvents runs rping with -d over each transport and checks that
+// both sides' connections are the rdma_cm Manager's: each side prints the
+// events its IDs got, as rping.c's cma event handler does, and the two
+// transports give the same sequence (client: address and route resolved,
+// established, disconnected, all on its one ID; server: the connection
+// request, established and disconnected on the child ID). Were either
+// transport to connect without the Manager, no events would come.
+func TestRpingCMEvents(t *testing.T) {
+	wantClient := []string{"ADDR_RESOLVED parent", "ROUTE_RESOLVED parent", "ESTABLISHED parent", "DISCONNECTED parent"}
+	wantServer := []string{"CONNECT_REQUEST child", "ESTABLISHED child", "DISCONNECTED child"}
+	for _, tr := range []struct{ name, addr, retry string }{
+		{"iwarp", "127.0.0.1", "refused"},
+		{"roce", "127.0.82.1", "REJECTED"},
+	} {
+		t.Run(tr.name, func(t *testing.T) {
+			port := strconv.Itoa(freePort(t))
+			if tr.name == "roce" {
+				port = strconv.Itoa(30000 + int(time.Now().UnixNano()%10000))
+			}
+			common := []string{"--transport", tr.name, "-a", tr.addr, "-p", port, "-d", "--timeout", "30s"}
+			var sOut, sErr bytes.Buffer
+			done := make(chan int, 1)
+			go func() { done <- rpingCmd(append([]string{"-s"}, common...), &sOut, &sErr) }()
+			var cOut, cErr bytes.Buffer
+			var code int
+			for try := 0; try < 50; try++ { // the server may not listen yet
+				cOut.Reset()
+				cErr.Reset()
+				code = rpingCmd(append([]string{"-c", "-C", "2", "-V"}, common...), &cOut, &cErr)
+				if code == 0 || !strings.Contains(cErr.String(), tr.retry) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if code != 0 {
+				t.Fatalf("client exit %d\n%s%s", code, cOut.String(), cErr.String())
+			}
+			select {
+			case sc := <-done:
+				if sc != 0 {
+					t.Fatalf("server exit %d\n%s%s", sc, sOut.String(), sErr.String())
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("server did not end")
+			}
+			for _, side := range []struct {
+				name      string
+				out, errs string
+				want      []string
+				idLine    string // the line naming the ID the events are about
+			}{
+				{"client", cOut.String(), cErr.String(), wantClient, "created cm_id "},
+				{"server", sOut.String(), sErr.String(), wantServer, "child cma "},
+			} {
+				var got []string
+				ids := map[string]bool{}
+				for _, m := range rpingCMEventLine.FindAllStringSubmatch(side.out, -1) {
+					got = append(got, m[1]+" "+m[3])
+					ids[m[2]] = true
+				}
+				if strings.Join(got, ", ") != strings.Join(side.want, ", ") {
+					t.Errorf("%s: rdma_cm events %q, want %q\n%s", side.name, got, side.want, side.out)
+				}
+				// Every event is about the one ID the side connected.
+				var id string
+				for _, l := range strings.Split(side.out, "\n") {
+					if s, ok := strings.CutPrefix(l, side.idLine); ok {
+						id = s
+					}
+				}
+				if len(ids) != 1 || !ids[id] {
+					t.Errorf("%s: events about IDs %v, want only %q", side.name, ids, id)
+				}
+				if want := side.name + " DISCONNECT EVENT...\n"; side.errs != want {
+					t.Errorf("%s: stderr %q, want %q", side.name, side.errs, want)
+				}
+			}
+		})
 	}
 }
