@@ -23,8 +23,12 @@ type CQ struct {
 	refs    int // QPs and SRQs using it
 
 	events chan struct{} // completion events (armed notifications)
-	avail  chan struct{} // "a completion was added", for Wait
-	qps    []*QP
+	// avail is closed (and replaced) when a completion is added or the CQ fails
+	// or is destroyed, while waiting says a Wait holds it: a broadcast that
+	// wakes every Wait. Without waiters push allocates nothing.
+	avail   chan struct{}
+	waiting bool
+	qps     []*QP
 }
 
 // CreateCQ creates a completion queue with room for depth completions (ibv_create_cq).
@@ -45,7 +49,7 @@ func (c *Context) CreateCQ(depth int) (*CQ, error) {
 		ctx:    c,
 		ring:   make([]WC, depth),
 		events: make(chan struct{}, 1),
-		avail:  make(chan struct{}, 1),
+		avail:  make(chan struct{}),
 	}, nil
 }
 
@@ -86,23 +90,38 @@ func (cq *CQ) Err() error {
 	return cq.err
 }
 
-// Wait blocks until the CQ holds a completion, the CQ is in error, or ctx ends.
+// Wait blocks until the CQ holds a completion, the CQ is in error or destroyed,
+// or ctx ends. It does not take the completion: every waiter returns when one
+// arrives.
 func (cq *CQ) Wait(ctx context.Context) error {
 	for {
 		cq.ctx.mu.Lock()
-		n, err := cq.count, cq.err
+		n, err, dead := cq.count, cq.err, cq.dead
+		avail := cq.avail
+		cq.waiting = true
 		cq.ctx.mu.Unlock()
-		if n > 0 {
+		switch {
+		case n > 0:
 			return nil
-		}
-		if err != nil {
+		case err != nil:
 			return err
+		case dead:
+			return fmt.Errorf("cq wait: %w", ErrDestroyed)
 		}
 		select {
-		case <-cq.avail:
+		case <-avail:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+}
+
+// wakeWaiters wakes every Wait. mu is held.
+func (cq *CQ) wakeWaiters() {
+	if cq.waiting {
+		close(cq.avail)
+		cq.avail = make(chan struct{})
+		cq.waiting = false
 	}
 }
 
@@ -137,6 +156,7 @@ func (cq *CQ) Destroy() error {
 	}
 	cq.dead = true
 	c.numCQ--
+	cq.wakeWaiters()
 	return nil
 }
 
@@ -150,7 +170,7 @@ func (cq *CQ) push(w WC, solicited bool) {
 	if cq.count == len(cq.ring) {
 		cq.err = fmt.Errorf("cq: a completion was lost: %w", fullError("completion queue", "depth", len(cq.ring), ErrCQOverrun))
 		cq.ctx.postEvent(AsyncEvent{Type: EventCQErr, CQ: cq})
-		signal(cq.avail)
+		cq.wakeWaiters()
 		for _, qp := range cq.qps {
 			qp.fatal(EventQPFatal)
 		}
@@ -162,7 +182,7 @@ func (cq *CQ) push(w WC, solicited bool) {
 	}
 	cq.ring[i] = w
 	cq.count++
-	signal(cq.avail)
+	cq.wakeWaiters()
 	if cq.armed && (!cq.solOnly || solicited || w.Status != WCSuccess) {
 		cq.armed = false
 		signal(cq.events)

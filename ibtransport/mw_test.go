@@ -62,7 +62,10 @@ func TestMWType1(t *testing.T) {
 }
 
 // TestMWType2Invalidate: a type 2 window is bound by a work request and
-// invalidated by the peer's SEND with invalidate.
+// invalidated by the peer's SEND with invalidate: the receive reports the key,
+// and the window, which cannot be bound again while valid, can be bound again
+// after the invalidation, with a new key that works. Binding it once more while
+// it is bound fails with IBV_WC_MW_BIND_ERR and moves the QP to ERR.
 func TestMWType2Invalidate(t *testing.T) {
 	p := newRC(t)
 	region := newGuarded(t, p.B.PD, 1000, ib.AccessLocalWrite|ib.AccessMWBind)
@@ -77,16 +80,32 @@ func TestMWType2Invalidate(t *testing.T) {
 	src := regMR(t, p.A.PD, pattern(500, 3), 0)
 	post(t, p.A.QP, ib.SendWR{WRID: 2, Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{src.SGE(0, 500)}, RemoteAddr: region.mr.Addr(), RKey: rkey, Signaled: true})
 	wantWC(t, complete(t, p, p.A.CQ, 1)[0], 2, ib.WCRDMAWrite, ib.WCSuccess)
+	// The peer invalidates the window.
+	recv := regMR(t, p.B.PD, make([]byte, 16), ib.AccessLocalWrite)
+	postRecv(t, p.B.QP, ib.RecvWR{WRID: 3, SGL: []ib.SGE{recv.SGE(0, 16)}})
+	post(t, p.A.QP, ib.SendWR{WRID: 4, Opcode: ib.WRSendWithInv, InvalidateRKey: rkey, Signaled: true})
+	wantWC(t, complete(t, p, p.A.CQ, 1)[0], 4, ib.WCSend, ib.WCSuccess)
+	if wc := complete(t, p, p.B.CQ, 1)[0]; wc.WRID != 3 || wc.Status != ib.WCSuccess || wc.Flags&ib.WCFlagWithInv == 0 || wc.InvalidatedRKey != rkey {
+		t.Fatalf("receive %v flags %s, want the invalidation of %#x", wc, wc.Flags, rkey)
+	}
+	// Invalidated, the window may be bound again (it could not be while valid).
+	rkey2 := rkey&^0xff | 0x5b
+	post(t, p.B.QP, ib.SendWR{WRID: 5, Opcode: ib.WRBindMW, Signaled: true, Bind: ib.MWBindInfo{
+		MW: mw, RKey: rkey2, MR: region.mr, Addr: region.mr.Addr() + 500, Length: 500, Access: ib.AccessRemoteWrite}})
+	wantWC(t, complete(t, p, p.B.CQ, 1)[0], 5, ib.WCBindMW, ib.WCSuccess)
+	post(t, p.A.QP, ib.SendWR{WRID: 6, Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{src.SGE(0, 500)}, RemoteAddr: region.mr.Addr() + 500, RKey: rkey2, Signaled: true})
+	wantWC(t, complete(t, p, p.A.CQ, 1)[0], 6, ib.WCRDMAWrite, ib.WCSuccess)
 	// Binding a bound type 2 window again fails.
 	post(t, p.B.QP, ib.SendWR{WRID: 9, Opcode: ib.WRBindMW, Signaled: true, Bind: ib.MWBindInfo{
-		MW: mw, RKey: rkey + 1, MR: region.mr, Addr: region.mr.Addr(), Length: 10, Access: ib.AccessRemoteRead}})
+		MW: mw, RKey: rkey2 + 1, MR: region.mr, Addr: region.mr.Addr(), Length: 10, Access: ib.AccessRemoteRead}})
 	wantWC(t, complete(t, p, p.B.CQ, 1)[0], 9, ib.WCBindMW, ib.WCMWBindErr)
 	if p.B.QP.State() != ib.QPStateErr {
 		t.Fatal("bind error did not move the QP to ERR")
 	}
-	if !bytes.Equal(region.buf[:500], pattern(500, 3)) {
+	if !bytes.Equal(region.buf[:500], pattern(500, 3)) || !bytes.Equal(region.buf[500:], pattern(500, 3)) {
 		t.Fatal("data differs")
 	}
+	region.check(t)
 }
 
 func TestSendWithInvalidate(t *testing.T) {
