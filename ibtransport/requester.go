@@ -453,7 +453,11 @@ func (qp *QP) buildSendWrite(w *sendWQE, psn uint32, out *OutputBatch) (int, [][
 	}
 	n := f.EncodeHeaders(b)
 	pad := int(f.BTH.PadCount)
-	if ps := out.pieceSpace(); ps != nil && plen > 0 {
+	// Only RC payloads are handed out in place. A UC or UD WQE completes as its
+	// last packet is built, before the device has sent it; once the completion
+	// can be polled the buffer is the application's again (rxe has copied it
+	// into the skb by then), so the bytes go into the packet buffer now.
+	if ps := out.pieceSpace(); ps != nil && plen > 0 && qp.typ == QPTypeRC {
 		pieces, fault := qp.gatherInPlace(w, off, plen, ps)
 		if fault != faultNone {
 			qp.fail(w, WCLocProtErr)

@@ -369,6 +369,36 @@ func TestUDPLoopbackFramesRoundTrip(t *testing.T) {
 			if sa.SendCalls >= total/4 {
 				t.Errorf("%d sendmmsg calls for %d frames: not batched", sa.SendCalls, total)
 			}
+			// The reader raced the sender, so how many frames each
+			// recvmmsg found depends on scheduling, but one call per
+			// frame means the receive side does not batch.
+			if sb.RecvCalls == 0 || sb.RecvCalls >= sb.FramesReceived {
+				t.Errorf("%d recvmmsg calls for %d frames: not batched", sb.RecvCalls, sb.FramesReceived)
+			}
+
+			// Again with every frame queued on the receiving socket
+			// before the first Read: then each recvmmsg must take a full
+			// batch (or the segments of a batch of coalesced messages).
+			for i := 0; i < len(bufs); i += 64 {
+				if n, err := a.Write(bufs[i:i+64], offset); err != nil || n != 64 {
+					t.Fatalf("second Write = %d, %v", n, err)
+				}
+			}
+			time.Sleep(50 * time.Millisecond) // let loopback delivery finish
+			again, err := readFrames(b, total, 2048, offset, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(again) != total {
+				t.Fatalf("second round: %d frames, want %d", len(again), total)
+			}
+			sb2 := b.Stats()
+			calls, nframes := sb2.RecvCalls-sb.RecvCalls, sb2.FramesReceived-sb.FramesReceived
+			maxCalls := uint64((total + b.BatchSize() - 1) / b.BatchSize())
+			if nframes != total || calls == 0 || calls > maxCalls {
+				t.Errorf("second round: %d recvmmsg calls for %d queued frames, want 1..%d (batch %d)",
+					calls, nframes, maxCalls, b.BatchSize())
+			}
 		})
 	}
 }

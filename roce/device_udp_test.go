@@ -129,9 +129,149 @@ func TestDeviceOverUDP(t *testing.T) {
 	if got := (c.Malformed + c.BadICRC) - (before.Malformed + before.BadICRC); got != 3 {
 		t.Errorf("junk datagrams: malformed+bad ICRC grew by %d, want 3 (%+v)", got, c)
 	}
+	checkBadDatagrams(t, b, qb, ipB)
 	if err := qa.PostSend(ibtransport.SendWR{WRID: 30, Opcode: ibtransport.WRRDMAWrite, Signaled: true,
 		SGL: []ibtransport.SGE{mra.SGE(0, size)}, RemoteAddr: mrb.Addr(), RKey: mrb.RKey()}); err != nil {
 		t.Fatal(err)
 	}
 	wait(cqa, ibtransport.WCRDMAWrite)
+	if !bytes.Equal(mrb.Buf()[:size], src[:size]) {
+		t.Fatal("WRITE after the bad datagrams landed wrong bytes")
+	}
+	// And a SEND the other way, through qb's responder and requester.
+	if err := qa.PostRecv(ibtransport.RecvWR{WRID: 31, SGL: []ibtransport.SGE{mra.SGE(0, 4096)}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(mrb.Buf()[:100], bytes.Repeat([]byte("after bad"), 12))
+	if err := qb.PostSend(ibtransport.SendWR{WRID: 32, Opcode: ibtransport.WRSend, Signaled: true, SGL: []ibtransport.SGE{mrb.SGE(0, 100)}}); err != nil {
+		t.Fatal(err)
+	}
+	wait(cqb, ibtransport.WCSend)
+	if wc := wait(cqa, ibtransport.WCRecv); wc.ByteLen != 100 || !bytes.Equal(mra.Buf()[:100], mrb.Buf()[:100]) {
+		t.Fatalf("SEND after the bad datagrams: %v", wc)
+	}
+	if qc := qb.Counters(); qc.Drops[ibtransport.DropPKey] != 1 || qc.Drops[ibtransport.DropOutOfSequence] != 0 {
+		t.Errorf("qb drops %v, want exactly the one P_Key drop", qc.Drops)
+	}
+}
+
+// udpCounts is what checkBadDatagrams compares before and after each datagram.
+type udpCounts struct {
+	dev    roce.DeviceCounters
+	engine ibtransport.ContextCounters
+	qp     ibtransport.QPCounters
+}
+
+// checkBadDatagrams sends d (b's device, qb its connected RC QP on ipB), from a
+// plain UDP socket, one at a time: a packet with a valid ICRC for a QPN that
+// does not exist, one for qb with a P_Key of another partition, a datagram too
+// short to hold a BTH and ICRC, an RDMA WRITE whose RETH is cut off (valid
+// ICRC), and a SEND for qb whose ICRC is wrong. Each must raise exactly its own
+// counters (device, engine and QP) and reach nothing else.
+func checkBadDatagrams(t *testing.T, d *roce.Device, qb *ibtransport.QP, ipB netip.Addr) {
+	t.Helper()
+	conn, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(ipB, netio.RoCEv2Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	local := conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	hdrs := roce.FrameHeaders{Src: local.Addr().Unmap(), Dst: ipB, SrcPort: local.Port(), HopLimit: 64}
+
+	// packet returns the UDP payload of an IB packet (BTH and payload, padded)
+	// with the ICRC the device computes for it, XOR flip.
+	packet := func(bth ibtransport.BTHFields, payload []byte, flip uint32) []byte {
+		t.Helper()
+		pad := (4 - len(payload)%4) % 4
+		bth.PadCount = uint8(pad)
+		ib := make([]byte, ibtransport.BTHLen, ibtransport.BTHLen+len(payload)+pad+roce.ICRCLen)
+		ibtransport.BTH(ib).Encode(&bth)
+		ib = append(ib, payload...)
+		ib = append(ib, make([]byte, pad)...)
+		hdr := make([]byte, hdrs.Len())
+		if _, err := hdrs.Encode(hdr, len(ib)); err != nil {
+			t.Fatal(err)
+		}
+		icrc := make([]byte, roce.ICRCLen)
+		roce.PutICRC(icrc, hdrs.ICRC(hdr, ib)^flip)
+		if flip != 0 {
+			// The device reads the IPv4 ID of a socket datagram as unknown and
+			// looks for one that makes the ICRC verify; one corrupted ICRC in
+			// 2^16 has one. Make sure this one does not.
+			var f roce.Frame
+			if err := f.DecodeEthernet(append(append(hdr, ib...), icrc...)); err != nil {
+				t.Fatal(err)
+			}
+			if id, ok := roce.RecoverIPv4ID(&f); ok {
+				t.Fatalf("corrupted ICRC %#x verifies with IPv4 ID %#x: pick another flip", flip, id)
+			}
+		}
+		return append(ib, icrc...)
+	}
+	snapshot := func() udpCounts {
+		return udpCounts{d.Counters(), d.Context().Counters(), qb.Counters()}
+	}
+	// The device's few QPNs sit near its allocator's start (below 0x200); this
+	// one is far from them.
+	noQP := qb.QPN() ^ 0x5a5a00
+	send := ibtransport.BTHFields{Opcode: ibtransport.OpcodeRCSendOnly, PKey: 0xffff, DestQP: qb.QPN(), PSN: 0x1234}
+	unknownQP, badPKey, shortRETH := send, send, send
+	unknownQP.DestQP = noQP
+	badPKey.PKey = 0x8001 // full member of partition 1, not the default partition
+	shortRETH.Opcode = ibtransport.OpcodeRCRDMAWriteOnly
+
+	for _, tt := range []struct {
+		name  string
+		dgram []byte
+		check func(before, after udpCounts) bool
+	}{
+		{"valid ICRC, unknown QPN", packet(unknownQP, []byte("nobody home"), 0), func(b, a udpCounts) bool {
+			return a.dev.EngineDrops == b.dev.EngineDrops+1 && a.engine.UnknownQP == b.engine.UnknownQP+1 &&
+				a.engine.PacketsIn == b.engine.PacketsIn+1 && a.qp.PacketsIn == b.qp.PacketsIn
+		}},
+		{"wrong P_Key", packet(badPKey, []byte("other partition"), 0), func(b, a udpCounts) bool {
+			return a.dev.EngineDrops == b.dev.EngineDrops+1 && a.engine.UnknownQP == b.engine.UnknownQP &&
+				a.qp.Drops[ibtransport.DropPKey] == b.qp.Drops[ibtransport.DropPKey]+1 && a.qp.PacketsIn == b.qp.PacketsIn+1
+		}},
+		{"truncated below BTH+ICRC", packet(send, nil, 0)[:ibtransport.BTHLen+roce.ICRCLen-1], func(b, a udpCounts) bool {
+			return a.dev.Malformed == b.dev.Malformed+1 && a.engine.PacketsIn == b.engine.PacketsIn
+		}},
+		{"RETH cut off, valid ICRC", packet(shortRETH, []byte{1, 2, 3, 4}, 0), func(b, a udpCounts) bool {
+			return a.dev.EngineDrops == b.dev.EngineDrops+1 && a.engine.Malformed == b.engine.Malformed+1 &&
+				a.qp.PacketsIn == b.qp.PacketsIn
+		}},
+		{"bad ICRC", packet(send, []byte("corrupted"), 0x00010000), func(b, a udpCounts) bool {
+			return a.dev.BadICRC == b.dev.BadICRC+1 && a.engine.PacketsIn == b.engine.PacketsIn
+		}},
+	} {
+		before := snapshot()
+		if _, err := conn.Write(tt.dgram); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); d.Counters().FramesIn == before.dev.FramesIn && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(10 * time.Millisecond) // nothing else may follow
+		after := snapshot()
+		// Only the datagram's own counters move.
+		b, a := before, after
+		others := func(c roce.DeviceCounters) [6]uint64 {
+			return [6]uint64{c.NotRoCE, c.Malformed, c.NotForUs, c.BadICRC, c.BadIPChecksum, c.EngineDrops}
+		}
+		ob, oa := others(b.dev), others(a.dev)
+		moved := 0
+		for i := range ob {
+			if oa[i] != ob[i] {
+				moved++
+			}
+		}
+		if a.dev.FramesIn != b.dev.FramesIn+1 || moved != 1 || !tt.check(b, a) ||
+			a.engine.Malformed+a.engine.UnknownQP-b.engine.Malformed-b.engine.UnknownQP > 1 {
+			t.Errorf("%s: counters\nbefore %+v\n       %+v\n       qp drops %v\nafter  %+v\n       %+v\n       qp drops %v",
+				tt.name, b.dev, b.engine, b.qp.Drops, a.dev, a.engine, a.qp.Drops)
+		}
+		if qs := qb.State(); qs != ibtransport.QPStateRTS {
+			t.Fatalf("%s: qb in %v", tt.name, qs)
+		}
+	}
 }
