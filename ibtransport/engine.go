@@ -28,6 +28,8 @@ type OutputPacket struct {
 	// request names, or of its inline data — to be sent after Buf[Offset:] and
 	// followed by Pad zero bytes, without a copy. The slices are valid until the
 	// application reuses the memory: send them before Output is called again.
+	// Only RC packets gather (an RC WQE completes on the ACK, after the send); a
+	// UC or UD WQE completes as its packet is built, so its payload is copied.
 	// Nil when the payload is in Buf (always, in a batch that does not gather).
 	Payload [][]byte
 	// Pad is the number of pad bytes after Payload (the BTH's PadCount).
