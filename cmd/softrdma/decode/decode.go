@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/netip"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/gopacket"
@@ -50,7 +52,9 @@ type Result struct {
 	// Frames is the number of frames read.
 	Frames int
 	// RDMAFrames is the number of frames that carry RoCE packets or in which an MPA frame
-	// (start frame or FPDU) of a reassembled TCP stream ends; RDMAFrameNumbers lists them.
+	// (start frame or FPDU) of a reassembled TCP stream ends, and the frames of RoCE
+	// flows and iWARP connections that are reported cut short; RDMAFrameNumbers lists
+	// them.
 	RDMAFrames       int
 	RDMAFrameNumbers []int
 	// Packets is the number of RDMA packets printed: RoCE packets and MPA frames.
@@ -135,7 +139,13 @@ type decoder struct {
 	connOrder []*tcpConn
 	cmPairs   []cmPair
 	badLinks  map[layers.LinkType]bool
-	pkt       Packet
+	// headerCuts are the frames cut inside their UDP or TCP headers, decided at the end
+	// (at most maxHeaderCuts; headerCutsDropped counts the rest).
+	headerCuts        []headerCut
+	headerCutsDropped int
+	// unknownCuts are the frames cut short that nothing showed to be RDMA or not.
+	unknownCuts frameSet
+	pkt         Packet
 }
 
 func newDecoder(w io.Writer, opts Options) *decoder {
@@ -192,6 +202,17 @@ func (d *decoder) notef(frame int, format string, args ...any) string {
 }
 
 func (d *decoder) markRDMA(frame int) { d.rdma[frame] = true }
+
+// problemBefore orders problems by frame, those of the file as a whole (frame 0) last.
+func problemBefore(a, b Problem) bool {
+	switch {
+	case a.Frame == 0:
+		return false
+	case b.Frame == 0:
+		return true
+	}
+	return a.Frame < b.Frame
+}
 
 // cutShort describes a frame the capture truncated, or "".
 func cutShort(ci gopacket.CaptureInfo) string {
@@ -281,6 +302,12 @@ func (d *decoder) isRoCE(data []byte, first gopacket.LayerType, link layers.Link
 	switch {
 	case d.has(layers.LayerTypeUDP):
 		return d.udp.DstPort == roce.UDPPort
+	case d.has(layers.LayerTypeIPv4) || d.has(layers.LayerTypeIPv6):
+		// A UDP header cut short (gopacket needs all 8 bytes) still shows the
+		// destination port once 4 bytes of it are there.
+		ip, ok := d.ipView()
+		return ok && ip.proto == layers.IPProtocolUDP && len(ip.payload) >= 4 &&
+			binary.BigEndian.Uint16(ip.payload[2:4]) == roce.UDPPort
 	case d.has(layers.LayerTypeDot1Q):
 		return d.dot1q.Type == roce.EtherTypeRoCEv1
 	case d.has(layers.LayerTypeEthernet) && !d.has(layers.LayerTypeIPv4) && !d.has(layers.LayerTypeIPv6):
@@ -291,37 +318,82 @@ func (d *decoder) isRoCE(data []byte, first gopacket.LayerType, link layers.Link
 	return false
 }
 
+// ipInfo is what the IP header of the frame gopacket decoded says.
+type ipInfo struct {
+	src, dst netip.Addr
+	proto    layers.IPProtocol
+	declared int    // the IP payload length the header declares
+	payload  []byte // the IP payload the frame holds (less than declared if cut short)
+}
+
+// ipView returns the IP header fields of the frame d.parse decoded; ok is false for an
+// IPv4 fragment after the first, or a frame without IP.
+func (d *decoder) ipView() (ip ipInfo, ok bool) {
+	switch {
+	case d.has(layers.LayerTypeIPv4):
+		if d.ip4.FragOffset != 0 {
+			return ip, false
+		}
+		ip.src, _ = netip.AddrFromSlice(d.ip4.SrcIP)
+		ip.dst, _ = netip.AddrFromSlice(d.ip4.DstIP)
+		ip.proto, ip.payload = d.ip4.Protocol, d.ip4.Payload
+		ip.declared = int(d.ip4.Length) - int(d.ip4.IHL)*4
+	case d.has(layers.LayerTypeIPv6):
+		ip.src, _ = netip.AddrFromSlice(d.ip6.SrcIP)
+		ip.dst, _ = netip.AddrFromSlice(d.ip6.DstIP)
+		ip.proto, ip.payload = d.ip6.NextHeader, d.ip6.Payload
+		ip.declared = int(d.ip6.Length)
+	default:
+		return ip, false
+	}
+	ip.src, ip.dst = ip.src.Unmap(), ip.dst.Unmap()
+	return ip, true
+}
+
+// frameCut says how the frame is shorter than its IP header declares, or "": cut by
+// the capture's snap length, or (captured whole) sent short.
+func frameCut(ci gopacket.CaptureInfo, ip *ipInfo) string {
+	if s := cutShort(ci); s != "" {
+		return s
+	}
+	if len(ip.payload) < ip.declared {
+		return fmt.Sprintf("frame cut short: it holds %d of the %d IP payload bytes its IP header declares", len(ip.payload), ip.declared)
+	}
+	return ""
+}
+
+// minTCPHeader is how much of a TCP header the decoder needs to follow the segment in
+// its stream: ports, sequence and acknowledgment numbers, data offset and flags.
+const minTCPHeader = 14
+
 // other handles a frame that is not RoCE: TCP segments go to the iWARP reassembly.
 func (d *decoder) other(data []byte, first gopacket.LayerType, ci gopacket.CaptureInfo) {
 	d.parse(data, first)
-	if !d.has(layers.LayerTypeTCP) {
-		return
+	ip, ok := d.ipView()
+	if !ok || d.has(layers.LayerTypeIPv4) && d.ip4.Flags&layers.IPv4MoreFragments != 0 {
+		return // not IP, or a fragment: the decoder does not reassemble IP
 	}
-	var src, dst netip.Addr
-	var ipPayload int // the IP payload length the headers declare
-	switch {
-	case d.has(layers.LayerTypeIPv4):
-		src, _ = netip.AddrFromSlice(d.ip4.SrcIP)
-		dst, _ = netip.AddrFromSlice(d.ip4.DstIP)
-		ipPayload = int(d.ip4.Length) - int(d.ip4.IHL)*4
-		if d.ip4.Flags&layers.IPv4MoreFragments != 0 || d.ip4.FragOffset != 0 {
-			return
+	if !d.has(layers.LayerTypeTCP) {
+		switch {
+		case ip.proto == layers.IPProtocolTCP:
+			d.tcpHeaderCut(ci, &ip)
+		case ip.proto == layers.IPProtocolUDP && !d.has(layers.LayerTypeUDP) && len(ip.payload) < 4:
+			// Too little of the UDP header to see the port: RoCE if the addresses
+			// carry RoCE (decided at the end).
+			d.addHeaderCut(headerCut{frame: d.frame, udp: true, src: ip.src, dst: ip.dst,
+				visible: append([]byte(nil), ip.payload...),
+				reason:  fmt.Sprintf("%s inside the UDP header (%d of 8 bytes)", frameCut(ci, &ip), len(ip.payload))})
 		}
-	case d.has(layers.LayerTypeIPv6):
-		src, _ = netip.AddrFromSlice(d.ip6.SrcIP)
-		dst, _ = netip.AddrFromSlice(d.ip6.DstIP)
-		ipPayload = int(d.ip6.Length)
-	default:
 		return
 	}
 	tcpHdr := int(d.tcp.DataOffset) * 4
-	wireLen := ipPayload - tcpHdr
+	wireLen := ip.declared - tcpHdr
 	if wireLen < len(d.tcp.Payload) {
 		wireLen = len(d.tcp.Payload)
 	}
 	seg := tcpSegmentInfo{
-		src:     netip.AddrPortFrom(src.Unmap(), uint16(d.tcp.SrcPort)),
-		dst:     netip.AddrPortFrom(dst.Unmap(), uint16(d.tcp.DstPort)),
+		src:     netip.AddrPortFrom(ip.src, uint16(d.tcp.SrcPort)),
+		dst:     netip.AddrPortFrom(ip.dst, uint16(d.tcp.DstPort)),
 		seq:     d.tcp.Seq,
 		ackNum:  d.tcp.Ack,
 		syn:     d.tcp.SYN,
@@ -330,9 +402,209 @@ func (d *decoder) other(data []byte, first gopacket.LayerType, ci gopacket.Captu
 		rst:     d.tcp.RST,
 		payload: d.tcp.Payload,
 		wireLen: wireLen,
-		cut:     cutShort(ci),
+	}
+	if wireLen > len(d.tcp.Payload) {
+		seg.cut = frameCut(ci, &ip)
 	}
 	d.tcpSegment(&seg)
+}
+
+// tcpHeaderCut handles a TCP segment whose header the frame does not hold whole (gopacket
+// gives up on it). With the fields the stream needs (minTCPHeader bytes) it is followed
+// as a segment whose payload the capture lost; with less, the frame is matched at the end
+// against the iWARP connections by its addresses and the port bytes it shows.
+func (d *decoder) tcpHeaderCut(ci gopacket.CaptureInfo, ip *ipInfo) {
+	b := ip.payload
+	want := "at least 20"
+	if len(b) > 12 {
+		want = strconv.Itoa(int(b[12]>>4) * 4)
+	}
+	reason := fmt.Sprintf("%s inside the TCP header (%d of %s bytes)", frameCut(ci, ip), len(b), want)
+	if len(b) >= minTCPHeader && int(b[12]>>4) >= 5 {
+		flags := b[13]
+		seg := tcpSegmentInfo{
+			src:     netip.AddrPortFrom(ip.src, binary.BigEndian.Uint16(b[0:2])),
+			dst:     netip.AddrPortFrom(ip.dst, binary.BigEndian.Uint16(b[2:4])),
+			seq:     binary.BigEndian.Uint32(b[4:8]),
+			ackNum:  binary.BigEndian.Uint32(b[8:12]),
+			fin:     flags&0x01 != 0,
+			syn:     flags&0x02 != 0,
+			rst:     flags&0x04 != 0,
+			ack:     flags&0x10 != 0,
+			wireLen: max(0, ip.declared-int(b[12]>>4)*4),
+			cut:     reason,
+		}
+		d.tcpSegment(&seg)
+		return
+	}
+	if len(b) > 12 && ip.declared <= int(b[12]>>4)*4 || ip.declared <= 20 {
+		return // no payload: a bare SYN, ACK or FIN, which carries no RDMA
+	}
+	d.addHeaderCut(headerCut{frame: d.frame, src: ip.src, dst: ip.dst,
+		visible: append([]byte(nil), b[:min(len(b), 4)]...), reason: reason,
+		// Without the data offset, a segment no longer than the longest TCP header
+		// may be bare.
+		mayBeBare: len(b) <= 12 && ip.declared <= 60})
+}
+
+// maxHeaderCuts bounds the frames cut inside their headers that are kept to be decided
+// at the end: a capture taken with a tiny snap length must not make the decoder hold a
+// record per frame.
+const maxHeaderCuts = 1 << 14
+
+func (d *decoder) addHeaderCut(h headerCut) {
+	if len(d.headerCuts) >= maxHeaderCuts {
+		d.headerCutsDropped++
+		return
+	}
+	d.headerCuts = append(d.headerCuts, h)
+}
+
+// headerCut is a frame cut short inside its UDP or TCP header, before the fields that
+// would tell whether it is RDMA: the addresses and the port bytes it shows decide at the
+// end of the capture.
+type headerCut struct {
+	frame    int
+	udp      bool
+	src, dst netip.Addr
+	visible  []byte // the first (at most 4) bytes of the UDP or TCP header
+	reason   string
+	// mayBeBare: a TCP segment that may carry no data (a bare ACK with options): it
+	// counts only if its direction of the connection lost octets.
+	mayBeBare bool
+}
+
+// portsMatch reports whether the visible header bytes agree with the ports.
+func (h *headerCut) portsMatch(src, dst uint16) bool {
+	var ports [4]byte
+	binary.BigEndian.PutUint16(ports[0:2], src)
+	binary.BigEndian.PutUint16(ports[2:4], dst)
+	return string(h.visible) == string(ports[:len(h.visible)])
+}
+
+// dstPortMatch reports whether the visible header bytes agree with destination port
+// dst (whatever the source port).
+func (h *headerCut) dstPortMatch(dst uint16) bool {
+	var port [2]byte
+	binary.BigEndian.PutUint16(port[:], dst)
+	for i := 2; i < len(h.visible); i++ {
+		if h.visible[i] != port[i-2] {
+			return false
+		}
+	}
+	return true
+}
+
+// resolveHeaderCuts reports the frames cut inside their UDP or TCP headers that belong
+// to RDMA flows: a UDP frame between addresses that carry RoCEv2 (its port bytes, as far
+// as they go, agreeing with 4791), a TCP frame of an iWARP connection. The others, with
+// the cut segments of TCP connections never classified, are one error: nothing says they
+// are RDMA, nor that they are not.
+func (d *decoder) resolveHeaderCuts() {
+	for i := range d.headerCuts {
+		h := &d.headerCuts[i]
+		what := ""
+		if h.udp {
+			for _, r := range d.roceOrder {
+				if r.version == roce.RoCEv2.String() && r.key.src == h.src && r.key.dst == h.dst && h.dstPortMatch(roce.UDPPort) {
+					what = fmt.Sprintf("udp %s → %s: %s: probably RoCEv2 (these addresses carry RoCEv2 in this capture)", h.src, h.dst, h.reason)
+					break
+				}
+			}
+		} else if c, i := d.headerCutConn(h); c != nil && c.state == connOther {
+			continue // a connection found not to be iWARP
+		} else if c != nil && c.state == connIWARP {
+			what = "bare"
+			if !h.mayBeBare || c.dirs[i].stream.lostBytes > 0 {
+				what = fmt.Sprintf("tcp %s → %s: %s: a segment of the iWARP connection %s ↔ %s", h.src, h.dst, h.reason, c.ends[i], c.ends[1-i])
+				c.errors++
+			}
+		}
+		switch what {
+		case "":
+			if !h.mayBeBare {
+				d.unknownCuts.add(h.frame)
+			}
+			continue
+		case "bare":
+			continue // its direction lost nothing: it carried no data
+		}
+		d.markRDMA(h.frame)
+		d.errorf(h.frame, "%s", what)
+	}
+	d.unknownCuts.n += d.headerCutsDropped
+	if d.unknownCuts.n > 0 {
+		// Nothing verifies these frames, nor says they need no verifying: one error for
+		// all of them, so that a capture too short to show its RDMA does not pass.
+		first := 0
+		if len(d.unknownCuts.frames) > 0 {
+			first = d.unknownCuts.frames[0]
+		}
+		d.errorf(first, "%s cut short before anything in them or their flows shows whether they are RDMA (the start of their TCP connection, or their UDP or TCP ports, is what was cut): not verified",
+			d.unknownCuts.String())
+	}
+}
+
+// headerCutConn returns the TCP connection (and the index of the direction) a frame cut
+// inside its TCP header belongs to, by its addresses and the port bytes it shows: of
+// several, an iWARP one, the last opened before the frame.
+func (d *decoder) headerCutConn(h *headerCut) (*tcpConn, int) {
+	var best *tcpConn
+	bestDir := 0
+	for _, c := range d.connOrder {
+		if best != nil && (c.created > h.frame || best.state == connIWARP && c.state != connIWARP) {
+			continue
+		}
+		for i, e := range c.ends {
+			o := c.ends[1-i]
+			if e.Addr() == h.src && o.Addr() == h.dst && h.portsMatch(e.Port(), o.Port()) {
+				best, bestDir = c, i
+				break
+			}
+		}
+	}
+	return best, bestDir
+}
+
+// frameSet counts frames and keeps the first few of them to name.
+type frameSet struct {
+	frames []int
+	n      int
+}
+
+// add counts frame, keeping the lowest 8 frame numbers.
+func (s *frameSet) add(frame int) {
+	s.n++
+	i := sort.SearchInts(s.frames, frame)
+	if i >= 8 {
+		return
+	}
+	s.frames = append(s.frames, 0)
+	copy(s.frames[i+1:], s.frames[i:])
+	s.frames[i] = frame
+	s.frames = s.frames[:min(len(s.frames), 8)]
+}
+
+// String names the frames as "frame 4", "frames 4, 6, 9" or "frames 4, 6, 9, … (12 in all)".
+func (s *frameSet) String() string {
+	if len(s.frames) == 0 {
+		return fmt.Sprintf("%d frames", s.n)
+	}
+	if s.n == 1 && len(s.frames) == 1 {
+		return fmt.Sprintf("frame %d", s.frames[0])
+	}
+	var b strings.Builder
+	b.WriteString("frames ")
+	for i, f := range s.frames {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Itoa(f))
+	}
+	if s.n > len(s.frames) {
+		fmt.Fprintf(&b, ", … (%d in all)", s.n)
+	}
+	return b.String()
 }
 
 // finish ends the run: it closes the TCP streams, builds the flow summaries and prints
@@ -341,6 +613,11 @@ func (d *decoder) finish() {
 	for _, c := range d.connOrder {
 		d.closeConn(c)
 	}
+	d.resolveHeaderCuts()
+	// Problems found at the end (cut frames decided late) go among the others by frame;
+	// damage to the file itself (frame 0) comes last, where it was found.
+	sort.SliceStable(d.res.Errors, func(i, j int) bool { return problemBefore(d.res.Errors[i], d.res.Errors[j]) })
+	sort.SliceStable(d.res.Notes, func(i, j int) bool { return problemBefore(d.res.Notes[i], d.res.Notes[j]) })
 	d.res.Flows = d.roceFlows()
 	for _, c := range d.connOrder {
 		if c.state == connIWARP {

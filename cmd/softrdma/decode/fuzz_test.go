@@ -21,7 +21,12 @@ func FuzzDecode(f *testing.F) {
 		f.Add(b[:len(b)-5])
 	}
 	b := readFile(f, captureDir+"/siw-crc-rping.pcap")
-	f.Add(writeCapture(f, readFrames(f, b), layers.LinkTypeEthernet, true)[:3000])
+	frames := readFrames(f, b)
+	f.Add(writeCapture(f, frames, layers.LinkTypeEthernet, true)[:3000])
+	// Frames cut short: the MPA Request, and every frame (snap lengths).
+	f.Add(writeCapture(f, cutFrame(frames, 4, 70), layers.LinkTypeEthernet, false))
+	f.Add(writeCapture(f, snap(frames, 67), layers.LinkTypeEthernet, false))
+	f.Add(writeCapture(f, snap(readFrames(f, readFile(f, captureDir+"/rxe-write-bw.pcap")), 37), layers.LinkTypeEthernet, false))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, opts := range []Options{{Flows: true, Summary: true}, {JSON: true, Flows: true, Summary: true}} {
 			var out bytes.Buffer

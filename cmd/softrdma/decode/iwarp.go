@@ -3,6 +3,7 @@ package decode
 import (
 	hexenc "encoding/hex"
 	"errors"
+	"fmt"
 	"net/netip"
 	"sort"
 	"strings"
@@ -54,6 +55,7 @@ type tcpConn struct {
 	neg       *iwarp.Negotiation
 	hadData   bool
 	closed    bool
+	created   int // the frame of its first segment
 
 	first, last  time.Time
 	packets      int
@@ -66,6 +68,32 @@ type tcpConn struct {
 	opcodes      map[string]int
 	messages     map[string]int
 	mpa          *MPANegotiation
+
+	// While the connection is not known to be iWARP: its data segments cut short (errors
+	// once it is; if it never is, those that showed too little to tell are one error of
+	// the capture; at most maxPendingCuts, cutsDropped counts the rest) and its notes.
+	pendingCuts  []pendingCut
+	cutsDropped  int
+	pendingNotes []Problem
+}
+
+// maxPendingCuts bounds the cut segments kept for a connection not yet classified.
+const maxPendingCuts = 64
+
+// pendingCut is a data segment cut short in a connection not yet classified; unsure
+// says the capture kept too little of it (under 4 payload octets) to tell whether it is
+// MPA, had it been examined.
+type pendingCut struct {
+	Problem
+	unsure bool
+}
+
+// other returns the other direction of dir's connection.
+func (c *tcpConn) other(dir *iwarpDir) *iwarpDir {
+	if dir == c.dirs[0] {
+		return c.dirs[1]
+	}
+	return c.dirs[0]
 }
 
 // chunk says that the decoder's stream octets up to end arrived in frame.
@@ -95,14 +123,41 @@ type iwarpDir struct {
 	midNote  string // note for the direction's first FPDU
 	closing  string // why the decoder is being closed: "gap" or "end"
 	lostSeen bool
-	// classify holds the first in-order octets of a connection not yet known to be MPA.
+	// classify holds the first in-order octets of a connection not yet known to be MPA
+	// (and, after its start was lost, the losses among them).
 	classify []classifyChunk
+
+	// active: the direction sent a SYN without ACK (the TCP initiator, which sends the
+	// MPA Request).
+	active bool
+	// head is the direction's first octets, up to an MPA start frame's header, before
+	// anything was lost.
+	head []byte
+	// startSeen: the direction's MPA start frame was decoded; role and rev are its.
+	startSeen bool
+	role      iwarp.Role
+	rev       uint8
+	// startLost: the capture lost octets of the direction before its start frame was
+	// decoded (a frame cut short, a segment missing). Its FPDUs are then found as in a
+	// capture that starts mid-stream, and the peer's decoder, which needs this start
+	// frame's flags, is given them: from head if it holds them, else the CRC use found
+	// in the direction's first FPDU (lostFlags, crcFound).
+	startLost      bool
+	lostRole       iwarp.Role
+	lostFlagsKnown bool
+	lostFlags      uint8
+	lostRev        uint8
+	crcKnown       bool
+	crcFound       bool
+	negFilled      bool
 }
 
+// classifyChunk is octets of the stream, or (lost > 0) octets the capture lost.
 type classifyChunk struct {
 	frame int
 	time  time.Time
 	b     []byte
+	lost  uint32
 }
 
 func (d *decoder) tcpSegment(s *tcpSegmentInfo) {
@@ -115,7 +170,7 @@ func (d *decoder) tcpSegment(s *tcpSegmentInfo) {
 		c = nil
 	}
 	if c == nil {
-		c = &tcpConn{ends: [2]netip.AddrPort{s.src, s.dst}, neg: new(iwarp.Negotiation),
+		c = &tcpConn{ends: [2]netip.AddrPort{s.src, s.dst}, neg: new(iwarp.Negotiation), created: d.frame,
 			opcodes: map[string]int{}, messages: map[string]int{}}
 		for i := range c.dirs {
 			dir := &iwarpDir{d: d, c: c, src: c.ends[i], dst: c.ends[1-i]}
@@ -134,6 +189,9 @@ func (d *decoder) tcpSegment(s *tcpSegmentInfo) {
 	}
 	if s.syn {
 		c.synSeen = true
+		if !s.ack {
+			dir.active = true
+		}
 	}
 	if s.wireLen > 0 {
 		c.hadData = true
@@ -148,13 +206,17 @@ func (d *decoder) tcpSegment(s *tcpSegmentInfo) {
 		// The capture missed the handshake: decide on this segment.
 		switch {
 		case startsWithMPAKey(s.payload):
-			c.state = connIWARP
+			c.becomeIWARP(d, dir)
 			dir.locked = true
 		case probeFPDU(s.payload):
-			c.state, c.midStream = connIWARP, true
+			c.midStream = true
+			c.becomeIWARP(d, dir)
 			dir.locked = true
 			dir.midNote = midStreamNote
 		default:
+			if s.cut != "" {
+				d.tcpCut(c, dir, s, false)
+			}
 			if c.probes++; c.probes > maxProbes {
 				c.drop()
 			}
@@ -175,10 +237,17 @@ func (d *decoder) tcpSegment(s *tcpSegmentInfo) {
 	}
 	// A connection whose handshake was seen is classified by its first in-order octets
 	// (see iwarpDir.data), so its segments are reassembled from the start.
+	starts := s.wireLen > 0 && !s.syn && dir.stream.startsStream(s.seq)
+	if s.cut != "" && c.state == connUnknown && starts && len(s.payload) > 0 && startsWithMPAKeyPrefix(s.payload) {
+		// The direction's first segment, cut short: all the capture holds of it is the
+		// start of an MPA key. That is all there will be to tell the connection is
+		// iWARP; the decoders find the FPDUs after the lost octets.
+		c.becomeIWARP(d, dir)
+		dir.locked = true
+	}
 	dir.stream.segment(d.frame, d.now, s.seq, s.syn, s.fin, s.payload, s.wireLen)
-	if s.cut != "" && c.state == connIWARP {
-		c.errors++
-		d.errorf(d.frame, "tcp %s → %s: %s", s.src, s.dst, s.cut)
+	if s.cut != "" {
+		d.tcpCut(c, dir, s, starts)
 	}
 	if s.ack {
 		other := c.dirs[0]
@@ -191,9 +260,117 @@ func (d *decoder) tcpSegment(s *tcpSegmentInfo) {
 
 const midStreamNote = "capture starts mid-stream: no MPA negotiation seen; FPDU framing found at this segment"
 
+// tcpCut reports a data segment the frame holds only part of (s.cut says how): an error
+// if the connection is iWARP, kept until it is known if it is not yet known.
+// startsStream says the segment is the direction's first: it carries the start of the
+// MPA Request or Reply.
+func (d *decoder) tcpCut(c *tcpConn, dir *iwarpDir, s *tcpSegmentInfo, startsStream bool) {
+	if s.wireLen <= len(s.payload) {
+		return // no data lost: a bare ACK, SYN or FIN cut inside its header options
+	}
+	reason := s.cut
+	if startsStream && (len(s.payload) == 0 || startsWithMPAKeyPrefix(s.payload)) {
+		reason += fmt.Sprintf(": %s truncated (%d of the segment's %d payload bytes captured)",
+			startFrameName(dir.guessRole(s.payload)), len(s.payload), s.wireLen)
+	}
+	p := Problem{Frame: d.frame, Reason: fmt.Sprintf("tcp %s → %s: %s", s.src, s.dst, reason)}
+	switch c.state {
+	case connIWARP:
+		c.errors++
+		d.markRDMA(p.Frame)
+		d.res.Errors = append(d.res.Errors, p)
+	case connUnknown:
+		if len(c.pendingCuts) < maxPendingCuts {
+			c.pendingCuts = append(c.pendingCuts, pendingCut{p, len(s.payload) < 4})
+		} else {
+			c.cutsDropped++
+		}
+	}
+}
+
+// startFrameName names the start frame a direction in role sends.
+func startFrameName(r iwarp.Role) string {
+	switch r {
+	case iwarp.RoleInitiator:
+		return "MPA Request frame"
+	case iwarp.RoleResponder:
+		return "MPA Reply frame"
+	}
+	return "MPA start frame"
+}
+
+// keyRole returns the role whose key b begins: b must hold enough of it to tell
+// ("MPA ID Req" from "MPA ID Rep"), else RoleUnknown.
+func keyRole(b []byte) iwarp.Role {
+	n := min(len(b), iwarp.MPAKeyLen)
+	const differ = len("MPA ID Re") // the keys differ at this offset
+	switch {
+	case n <= differ:
+		return iwarp.RoleUnknown
+	case string(b[:n]) == iwarp.MPAKeyRequest[:n]:
+		return iwarp.RoleInitiator
+	case string(b[:n]) == iwarp.MPAKeyReply[:n]:
+		return iwarp.RoleResponder
+	}
+	return iwarp.RoleUnknown
+}
+
+// guessRole says which start frame the direction sends: as its first octets b say, or
+// as the peer's start frame implies, or by who sent the SYN (the side that opens the TCP
+// connection sends the MPA Request: rdma_cm's active side does both, as in every siw
+// capture here).
+func (dir *iwarpDir) guessRole(b []byte) iwarp.Role {
+	if r := keyRole(b); r != iwarp.RoleUnknown {
+		return r
+	}
+	other := dir.c.other(dir)
+	switch {
+	case other.startSeen && other.role == iwarp.RoleInitiator:
+		return iwarp.RoleResponder
+	case other.startSeen:
+		return iwarp.RoleInitiator
+	case dir.active:
+		return iwarp.RoleInitiator
+	case other.active:
+		return iwarp.RoleResponder
+	}
+	return iwarp.RoleUnknown
+}
+
+// becomeIWARP marks a connection as iWARP (first found it so): the cut segments and
+// notes kept for it are reported, and the octets both directions held back while it
+// was unknown are decoded, first's first.
+func (c *tcpConn) becomeIWARP(d *decoder, first *iwarpDir) {
+	c.state = connIWARP
+	d.res.Notes = append(d.res.Notes, c.pendingNotes...)
+	for _, p := range c.pendingCuts {
+		c.errors++
+		d.markRDMA(p.Frame)
+		d.res.Errors = append(d.res.Errors, p.Problem)
+	}
+	if c.cutsDropped > 0 {
+		c.errors += c.cutsDropped
+		d.errorf(c.pendingCuts[len(c.pendingCuts)-1].Frame, "tcp %s ↔ %s: %d more data segments cut short before the connection was known to be iWARP",
+			c.ends[0], c.ends[1], c.cutsDropped)
+	}
+	c.pendingCuts, c.cutsDropped, c.pendingNotes = nil, 0, nil
+	for _, dir := range [2]*iwarpDir{first, c.other(first)} {
+		pend := dir.classify
+		dir.classify = nil
+		for _, ch := range pend {
+			if ch.lost > 0 {
+				dir.lost(ch.frame, ch.lost)
+			} else {
+				dir.data(ch.frame, ch.time, ch.b)
+			}
+		}
+	}
+}
+
 // drop gives up on a connection that is not iWARP and frees what it buffered.
 func (c *tcpConn) drop() {
 	c.state = connOther
+	c.pendingCuts, c.cutsDropped, c.pendingNotes = nil, 0, nil
 	for _, dir := range c.dirs {
 		dir.stream.pending, dir.stream.pendBytes = nil, 0
 		dir.classify = nil
@@ -244,10 +421,28 @@ func (dir *iwarpDir) data(frame int, t time.Time, b []byte) {
 	if c.state == connOther {
 		return
 	}
+	if len(dir.head) < iwarp.MPAFrameHeaderLen && !dir.lostSeen && !dir.startLost {
+		dir.head = append(dir.head, b[:min(len(b), iwarp.MPAFrameHeaderLen-len(dir.head))]...)
+	}
+	if c.state == connUnknown && dir.startLost {
+		// The capture lost the start of this direction before the connection was
+		// classified: its octets are FPDUs if it is iWARP. The other direction's start
+		// frame, or an FPDU found here, says it is.
+		dir.classify = append(dir.classify, classifyChunk{frame: frame, time: t, b: append([]byte(nil), b...)})
+		if probeFPDU(b) {
+			c.becomeIWARP(dir.d, dir)
+			dir.locked = true
+			return
+		}
+		if dir.probes++; dir.probes >= maxProbes {
+			c.drop()
+		}
+		return
+	}
 	if c.state == connUnknown {
 		// The first in-order octets of a connection tell whether it is MPA: the
 		// initiator's MPA Request comes first.
-		dir.classify = append(dir.classify, classifyChunk{frame, t, append([]byte(nil), b...)})
+		dir.classify = append(dir.classify, classifyChunk{frame: frame, time: t, b: append([]byte(nil), b...)})
 		var head []byte
 		for _, ch := range dir.classify {
 			head = append(head, ch.b...)
@@ -262,18 +457,16 @@ func (dir *iwarpDir) data(frame int, t time.Time, b []byte) {
 			c.drop()
 			return
 		}
-		c.state = connIWARP
+		c.becomeIWARP(dir.d, dir)
 		dir.locked = true
-		pend := dir.classify
-		dir.classify = nil
-		for _, ch := range pend {
-			dir.data(ch.frame, ch.time, ch.b)
-		}
 		return
 	}
 	if dir.dec == nil {
+		// The first decoder of a direction starts with its start frame and shares the
+		// negotiation with the other direction; one that starts after lost octets looks
+		// for FPDUs on its own.
 		neg := dir.c.neg
-		if dir.decoders > 0 {
+		if dir.decoders > 0 || dir.startLost {
 			neg = nil
 		}
 		dir.decoders++
@@ -288,16 +481,33 @@ func (dir *iwarpDir) data(frame int, t time.Time, b []byte) {
 
 // lost ends the current decoder: the octets after a hole start a new one.
 func (dir *iwarpDir) lost(frame int, n uint32) {
-	switch dir.c.state {
-	case connOther:
-		return
-	case connUnknown:
-		// Octets missing before the connection could be classified.
-		dir.c.drop()
+	c := dir.c
+	if c.state == connOther {
 		return
 	}
-	dir.d.notef(frame, "tcp %s → %s: %d bytes missing from the capture (found at this frame); FPDU framing resynchronised after them", dir.src, dir.dst, n)
+	if c.state == connUnknown && dir.startLost {
+		if k := len(dir.classify); k > 0 && dir.classify[k-1].lost > 0 {
+			dir.classify[k-1].lost += n // one hole: segments cut to nothing add no chunks
+			return
+		}
+		dir.classify = append(dir.classify, classifyChunk{frame: frame, lost: n})
+		return
+	}
+	note := Problem{Frame: frame, Reason: fmt.Sprintf("tcp %s → %s: %d bytes missing from the capture (found at this frame)", dir.src, dir.dst, n)}
+	if !dir.startSeen && !dir.startLost && (c.state == connUnknown || dir.stream.synSeen) {
+		// Octets lost before the direction's start frame was decoded: part or all of
+		// it is among them.
+		dir.loseStart(frame)
+		note.Reason += fmt.Sprintf(", part or all of the %s among them", startFrameName(dir.lostRole))
+	}
+	note.Reason += "; FPDU framing resynchronised after them"
 	dir.lostSeen = true
+	if c.state == connUnknown {
+		c.pendingNotes = append(c.pendingNotes, note)
+		dir.classify = nil
+		return
+	}
+	dir.d.res.Notes = append(dir.d.res.Notes, note)
 	if dir.dec != nil {
 		dir.closing = "gap"
 		dir.dec.Close()
@@ -305,6 +515,56 @@ func (dir *iwarpDir) lost(frame int, n uint32) {
 		dir.closing = ""
 	}
 	dir.resync = true
+}
+
+// loseStart records that the capture lost octets of the direction before its start
+// frame was decoded (found at frame): which start frame it was, and its flags if the
+// octets before the loss hold them.
+func (dir *iwarpDir) loseStart(frame int) {
+	dir.startLost, dir.resync = true, true
+	h := dir.head
+	dir.lostRole = dir.guessRole(h)
+	if len(h) >= iwarp.MPAKeyLen+2 && startsWithMPAKey(h) {
+		// The key, then the flags and revision octets (RFC 5044 §7.1).
+		dir.lostFlagsKnown, dir.lostFlags, dir.lostRev = true, h[iwarp.MPAKeyLen], h[iwarp.MPAKeyLen+1]
+	}
+	dir.midNote = fmt.Sprintf("the capture lost part or all of the %s (found at frame %d); FPDU framing found at this segment",
+		startFrameName(dir.lostRole), frame)
+	dir.c.fillLostStart()
+}
+
+// fillLostStart gives the negotiation the start frame that a direction lost, once the
+// other direction's start frame is known (its decoder waits for the peer's before it
+// decodes FPDUs) and this one's flags are: from the octets the capture kept, or from the
+// CRC use of the direction's first FPDU. Markers are taken as off: nothing shows them.
+func (c *tcpConn) fillLostStart() {
+	for i, dir := range c.dirs {
+		other := c.dirs[1-i]
+		if !dir.startLost || dir.negFilled || !other.startSeen {
+			continue
+		}
+		var flags, rev uint8
+		switch {
+		case dir.lostFlagsKnown:
+			flags, rev = dir.lostFlags, dir.lostRev
+		case dir.crcKnown:
+			if dir.crcFound {
+				flags = iwarp.MPAFlagCRC
+			}
+			rev = other.rev
+		default:
+			continue
+		}
+		dir.negFilled = true
+		if other.role == iwarp.RoleInitiator {
+			c.neg.SetReply(flags, rev)
+		} else {
+			c.neg.SetRequest(flags, rev)
+		}
+		if c.mpa != nil {
+			c.mpa.CRC = c.neg.CRC()
+		}
+	}
 }
 
 // frameOf returns the frame (and its time) that delivered stream octet off.
@@ -368,9 +628,12 @@ func (d *decoder) mpaRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Reco
 	m := r.MPA
 	kind := "reply"
 	p.Opcode = "MPA Reply"
+	dir.role = iwarp.RoleResponder
 	if m.IsRequest() {
 		kind, p.Opcode = "request", "MPA Request"
+		dir.role = iwarp.RoleInitiator
 	}
+	dir.startSeen, dir.rev = true, m.Revision()
 	mi := &MPAInfo{Kind: kind, Revision: m.Revision(), Markers: m.Markers(), CRC: m.CRC(),
 		Reject: m.Reject(), Enhanced: m.Enhanced(), PrivateDataLen: int(m.PrivateDataLen())}
 	if w, ok := m.IRDORD(); ok {
@@ -401,6 +664,8 @@ func (d *decoder) mpaRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Reco
 	n.Markers = n.Markers || mi.Markers
 	n.Rejected = n.Rejected || mi.Reject
 	d.out.packet(p)
+	// The peer's start frame may be the one the capture lost: its decoder can go on.
+	c.fillLostStart()
 }
 
 func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Record) {
@@ -509,6 +774,13 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 		p.Error = d.errorf(frame, "tcp %s → %s: %s", dir.src, dir.dst, joinErrs(errs))
 	}
 	d.out.packet(p)
+	if dir.startLost && !dir.crcKnown {
+		// The first FPDU after a lost start frame shows whether CRCs are in use: the
+		// peer's decoder, waiting for that start frame, can go on (it may print FPDUs
+		// now, so p is done with).
+		dir.crcKnown, dir.crcFound = true, r.CRCChecked
+		c.fillLostStart()
+	}
 }
 
 func joinErrs(errs []string) string {
@@ -542,6 +814,9 @@ func (d *decoder) iwarpProblem(dir *iwarpDir, frame int, t time.Time, r *iwarp.R
 		d.notef(frame, "%s%v (looking for an FPDU boundary)", where, r.Err)
 		return
 	case errors.Is(r.Err, iwarp.ErrTruncated) && dir.closing == "gap":
+		if dir.startLost && !dir.startSeen {
+			return // the start frame the loss cut short: its note says so
+		}
 		d.notef(frame, "%s%v (before bytes the capture lost)", where, r.Err)
 		return
 	case errors.Is(r.Err, iwarp.ErrTruncated) && dir.closing == "end" && (!dir.stream.finSeen || dir.lostSeen):
@@ -565,6 +840,14 @@ func (d *decoder) closeConn(c *tcpConn) {
 		return
 	}
 	c.closed = true
+	if c.state == connUnknown {
+		for _, p := range c.pendingCuts {
+			if p.unsure {
+				d.unknownCuts.add(p.Frame)
+			}
+		}
+		d.unknownCuts.n += c.cutsDropped
+	}
 	if c.state != connIWARP {
 		return
 	}

@@ -223,6 +223,11 @@ type FlowSummary struct {
 	MPA       *MPANegotiation `json:"mpa,omitempty"`
 	MidStream bool            `json:"mid_stream,omitempty"`
 
+	// Packets counts RoCE packets, or for iWARP the TCP segments that carry data
+	// (retransmissions included). Bytes is theirs: for RoCE the frames' lengths on the
+	// wire, for iWARP the TCP payload octets (not the frames: ACKs and headers are not
+	// counted). PayloadBytes is the data the packets carry after their RoCE transport
+	// headers, or after the DDP/RDMAP headers of the FPDUs.
 	Packets      int            `json:"packets"`
 	Bytes        int            `json:"bytes"`
 	PayloadBytes int            `json:"payload_bytes"`

@@ -35,6 +35,7 @@ type tcpStream struct {
 	synSeen   bool // next was set from a SYN
 	midStream bool // data was seen before any SYN
 	finSeen   bool
+	isn       uint32 // the SYN's sequence number (synSeen)
 	next      uint32 // next expected sequence number
 	pending   []tcpSegment
 	pendBytes int
@@ -49,12 +50,16 @@ type tcpStream struct {
 // seqBefore reports whether sequence number a is before b (RFC 1982 serial arithmetic).
 func seqBefore(a, b uint32) bool { return int32(a-b) < 0 }
 
+// startsStream reports whether a segment at seq carries the first octet after the SYN:
+// the direction's first octet of data.
+func (s *tcpStream) startsStream(seq uint32) bool { return s.synSeen && seq == s.isn+1 }
+
 // segment takes one TCP segment: payload is what the capture holds, wireLen what the
 // segment carried (larger when the capture cut the frame short).
 func (s *tcpStream) segment(frame int, t time.Time, seq uint32, syn, fin bool, payload []byte, wireLen int) {
 	if syn {
 		if !s.started {
-			s.started, s.synSeen, s.next = true, true, seq+1
+			s.started, s.synSeen, s.isn, s.next = true, true, seq, seq+1
 		}
 		seq++
 	}
