@@ -8,6 +8,7 @@ package test
 // carry, every atomic's returned value as the chain predicts.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -238,8 +239,12 @@ func (p *simPair) bringUp(n *simNode, qp *ib.QP, peer netip.Addr, dest, rqpsn, s
 func (n *simNode) regMR(t testing.TB, size int, access ib.Access, fill byte) *ib.MR {
 	t.Helper()
 	buf := make([]byte, size)
-	for i := range buf {
-		buf[i] = fill
+	if size > 0 {
+		// Doubling copies: one range access each under -race, not one per byte.
+		buf[0] = fill
+		for k := 1; k < size; k *= 2 {
+			copy(buf[k:], buf[:k])
+		}
 	}
 	mr, err := n.pd.RegMR(buf, access)
 	if err != nil {
@@ -259,15 +264,36 @@ const (
 	opRead
 	opFetchAdd
 	opCmpSwap
+	// opSendInv is a SEND_WITH_INV naming the key of one of B's fast-register
+	// regions (see invRing).
+	opSendInv
+	// opAtomicWrite is an ATOMIC_WRITE of 8 bytes to an aligned area of B's
+	// data region.
+	opAtomicWrite
+	// opFlush is a FLUSH of the area of the last WRITE before it (or, every
+	// fourth one and while there is none, of B's whole data region).
+	opFlush
 	numOpKinds
 )
 
-var opNames = [numOpKinds]string{"SEND", "SEND_IMM", "WRITE", "WRITE_IMM", "READ", "FETCH_ADD", "CMP_SWAP"}
+var opNames = [numOpKinds]string{"SEND", "SEND_IMM", "WRITE", "WRITE_IMM", "READ", "FETCH_ADD", "CMP_SWAP",
+	"SEND_INV", "ATOMIC_WRITE", "FLUSH"}
 
 func (k opKind) String() string { return opNames[k] }
 
+// wcOpcode is the opcode of the operation's requester completion.
+func (k opKind) wcOpcode() ib.WCOpcode {
+	return wcOpcodes[k]
+}
+
+var wcOpcodes = [numOpKinds]ib.WCOpcode{opSend: ib.WCSend, opSendImm: ib.WCSend, opWrite: ib.WCRDMAWrite,
+	opWriteImm: ib.WCRDMAWrite, opRead: ib.WCRDMARead, opFetchAdd: ib.WCFetchAdd, opCmpSwap: ib.WCCompSwap,
+	opSendInv: ib.WCSend, opAtomicWrite: ib.WCAtomicWrite, opFlush: ib.WCFlush}
+
 // consumesRecv reports whether the operation completes a receive at B.
-func (k opKind) consumesRecv() bool { return k == opSend || k == opSendImm || k == opWriteImm }
+func (k opKind) consumesRecv() bool {
+	return k == opSend || k == opSendImm || k == opWriteImm || k == opSendInv
+}
 
 // atomic reports whether the operation is an 8-byte atomic.
 func (k opKind) atomic() bool { return k == opFetchAdd || k == opCmpSwap }
@@ -283,6 +309,14 @@ type message struct {
 
 	// Atomics: the operands and the original value the responder must return.
 	addend, compare, swap, wantOrig uint64
+
+	// SEND_WITH_INV: the slot of B's region ring whose key it invalidates and
+	// which registration of that region it is (0 for the first).
+	invSlot, invGen int
+	// FLUSH: what it asks for, and the message whose area it covers (-1 for
+	// none).
+	flush   ib.FlushInfo
+	flushOf int
 }
 
 // Sizes and layout of a workload's memory.
@@ -291,7 +325,23 @@ const (
 	gapLen  = 16   // canary bytes between message areas
 	faddOff = 0    // offset of the FETCH_ADD counter in B's atomic MR
 	casOff  = 8    // offset of the CMP_SWAP counter
+
+	// invRing is the number of fast-register regions B keeps for the
+	// SEND_WITH_INVs of a stream: SEND_WITH_INV number k invalidates region
+	// k mod invRing, which B registers again (with a new key byte) once the
+	// receive of that SEND completes, for SEND_WITH_INV k+invRing. A
+	// registration succeeds only on an invalid region, so each one proves
+	// that the invalidation before it took effect. It is at least the depth
+	// of any stream using them, so a SEND never waits for its key in
+	// practice (the stream holds it back if it would).
+	invRing = 32
+	// invLen is the size of each of those regions.
+	invLen = 64
 )
+
+// tombstone replaces the 8 bytes of an ATOMIC_WRITE at B as soon as they are
+// seen there: if the write is executed again, its bytes come back.
+var tombstone = [8]byte{0x3c, 0xc3, 0x3c, 0xc3, 0x3c, 0xc3, 0x3c, 0xc3}
 
 // workload is a stream of messages with precomputed expectations.
 type workload struct {
@@ -304,6 +354,7 @@ type workload struct {
 	casEnd   uint64
 	counts   [numOpKinds]int
 	bytes    int64
+	invs     int // SEND_WITH_INVs
 
 	// decorated WRs: SENDs and WRITEs of up to maxInline bytes go inline
 	// (half of them from InlineData, half from their SGL), and every
@@ -314,9 +365,16 @@ type workload struct {
 // content writes message i's bytes into b (deterministic in seed and i).
 func content(b []byte, seed uint64, i int) {
 	x := uint32(i)*2654435761 ^ uint32(seed) ^ uint32(seed>>32)
-	for j := range b {
-		x = x*1664525 + 1013904223
-		b[j] = byte(x >> 24)
+	// Generated in a stack buffer and copied: under -race a store to b costs
+	// a shadow-memory check per byte, a copy one per range.
+	var tmp [512]byte
+	for off := 0; off < len(b); off += len(tmp) {
+		n := min(len(tmp), len(b)-off)
+		for j := range n {
+			x = x*1664525 + 1013904223
+			tmp[j] = byte(x >> 24)
+		}
+		copy(b[off:off+n], tmp[:n])
 	}
 }
 
@@ -333,7 +391,7 @@ func buildWorkloadOf(seed uint64, mix []opKind, n, maxSize int, decorated bool) 
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	w := &workload{seed: seed, recvSlot: maxSize + gapLen, decorated: decorated}
 	var fadd, cas uint64
-	nCAS := 0
+	nCAS, nFlush, lastWrite := 0, 0, -1
 	buf := make([]byte, maxSize)
 	off := gapLen
 	for i := 0; i < n; i++ {
@@ -341,6 +399,11 @@ func buildWorkloadOf(seed uint64, mix []opKind, n, maxSize int, decorated bool) 
 		switch {
 		case m.kind.atomic():
 			m.size = 8
+		case m.kind == opAtomicWrite:
+			m.size = 8
+			off = (off + 7) &^ 7 // the target must be 8-byte aligned
+		case m.kind == opFlush:
+			m.size = 0 // moves no data
 		case rng.IntN(16) == 0:
 			m.size = 0
 		case decorated && rng.IntN(3) == 0:
@@ -377,6 +440,24 @@ func buildWorkloadOf(seed uint64, mix []opKind, n, maxSize int, decorated bool) 
 				cas = m.swap
 			}
 			nCAS++
+		case opSendInv:
+			m.invSlot, m.invGen = w.invs%invRing, w.invs/invRing
+			w.invs++
+		case opFlush:
+			// Placement types 1, 2 and 3 in turn (global visibility,
+			// persistence, both); selectivity level 1 (the whole region)
+			// every fourth time.
+			m.flushOf = lastWrite
+			m.flush = ib.FlushInfo{Type: uint8(1 + nFlush%3)}
+			if lastWrite < 0 || nFlush%4 == 3 {
+				m.flush.Level = 1
+			} else {
+				m.flush.Len = uint32(w.msgs[lastWrite].size)
+			}
+			nFlush++
+		}
+		if m.kind == opWrite || m.kind == opWriteImm {
+			lastWrite = i
 		}
 		w.counts[m.kind]++
 		w.bytes += int64(m.size)
@@ -418,7 +499,28 @@ type rcStream struct {
 	recvAhead int
 	recvDelay time.Duration
 	recvFreed int // completed receives whose replacement may be posted
+
+	// SEND_WITH_INV: B's region ring (invRing), the index bits of each
+	// region's keys, the registration of each that completed last (-1 for
+	// none), the registrations to post on B's QP in order, and how many of
+	// them were posted and completed. A stream with SEND_WITH_INVs polls B's
+	// send CQ, so it must have that CQ to itself.
+	inv                []*ib.MR
+	invMem             [][]byte
+	invKeyBase         []uint32
+	invReady           []int
+	regs               []invReg
+	regPosted, regDone int
+	// landed[i] says that ATOMIC_WRITE i's 8 bytes were seen at B (and
+	// replaced by the tombstone).
+	landed []bool
 }
+
+// invReg is one registration of a region of the ring: slot and generation.
+type invReg struct{ slot, gen int }
+
+// regWRID is the first WRID of B's registration WRs.
+const regWRID = 1 << 40
 
 // newRCStream registers the workload's memory on both nodes and fills it: the
 // sources with the message contents, the destinations with canary bytes.
@@ -426,7 +528,11 @@ func newRCStream(p *simPair, c *rcConn, w *workload) *rcStream {
 	s := &rcStream{p: p, c: c, w: w}
 	acc := ib.AccessLocalWrite | allRemote
 	s.data[0] = c.na.regMR(p.t, w.dataLen, acc, canary)
-	s.data[1] = c.nb.regMR(p.t, w.dataLen, acc, canary)
+	accB := acc
+	if w.counts[opFlush] > 0 {
+		accB |= ib.AccessFlushGlobal | ib.AccessFlushPersistent
+	}
+	s.data[1] = c.nb.regMR(p.t, w.dataLen, accB, canary)
 	s.recv = c.nb.regMR(p.t, max(1, w.recvs)*w.recvSlot, ib.AccessLocalWrite, canary)
 	s.atom[0] = c.na.regMR(p.t, 8*max(1, len(w.msgs)), acc, canary)
 	s.atom[1] = c.nb.regMR(p.t, 16, acc, 0)
@@ -434,11 +540,110 @@ func newRCStream(p *simPair, c *rcConn, w *workload) *rcStream {
 		switch m.kind {
 		case opRead:
 			content(s.data[1].Buf()[m.off:m.off+m.size], w.seed, i)
-		case opSend, opSendImm, opWrite, opWriteImm:
+		case opSend, opSendImm, opWrite, opWriteImm, opSendInv, opAtomicWrite:
 			content(s.data[0].Buf()[m.off:m.off+m.size], w.seed, i)
+		}
+		if m.kind == opAtomicWrite && (s.data[1].Addr()+uint64(m.off))%8 != 0 {
+			p.t.Fatalf("ATOMIC_WRITE %d: target %#x not 8-byte aligned", i, s.data[1].Addr()+uint64(m.off))
+		}
+	}
+	if w.counts[opAtomicWrite] > 0 {
+		s.landed = make([]bool, len(w.msgs))
+	}
+	if w.invs > 0 {
+		if c.prm.Depth > invRing {
+			p.t.Fatalf("depth %d > invRing %d: SEND_WITH_INVs would wait for their keys", c.prm.Depth, invRing)
+		}
+		mem := make([]byte, invRing*invLen)
+		for k := range min(invRing, w.invs) {
+			mr, err := c.nb.pd.AllocMR(invLen)
+			if err != nil {
+				p.t.Fatalf("%s: alloc mr: %v", c.nb.name, err)
+			}
+			s.inv = append(s.inv, mr)
+			s.invMem = append(s.invMem, mem[k*invLen:(k+1)*invLen])
+			s.invKeyBase = append(s.invKeyBase, mr.RKey()&^0xff)
+			s.invReady = append(s.invReady, -1)
+			s.regs = append(s.regs, invReg{k, 0})
 		}
 	}
 	return s
+}
+
+// invKey is the R_Key of generation gen of ring region slot: the key byte
+// counts registrations, so a key once invalidated is never valid again (for
+// 256 registrations).
+func (s *rcStream) invKey(slot, gen int) uint32 {
+	return s.invKeyBase[slot] | uint32(uint8(gen+1))
+}
+
+// invUses returns the number of SEND_WITH_INVs of the stream naming region
+// slot.
+func (s *rcStream) invUses(slot int) int {
+	return (s.w.invs - slot + invRing - 1) / invRing
+}
+
+// postRegs posts the queued registrations on B's QP, as many as fit in its
+// send queue.
+func (s *rcStream) postRegs() bool {
+	moved := false
+	for s.regPosted < len(s.regs) && s.regPosted-s.regDone < s.c.prm.Depth {
+		r := s.regs[s.regPosted]
+		wr := ib.SendWR{WRID: regWRID + uint64(s.regPosted), Opcode: ib.WRRegMR, Signaled: true,
+			RegMR: ib.RegMRInfo{MR: s.inv[r.slot], Buf: s.invMem[r.slot], Key: uint8(r.gen + 1),
+				Access: ib.AccessLocalWrite | ib.AccessRemoteWrite | ib.AccessRemoteRead}}
+		if err := s.c.qb.PostSend(wr); err != nil {
+			s.failf("post registration %d (region %d, generation %d): %v", s.regPosted, r.slot, r.gen, err)
+			return true
+		}
+		s.regPosted++
+		moved = true
+	}
+	return moved
+}
+
+// pollRegs checks B's registration completions: in order, successful (so
+// the region was invalid: the SEND_WITH_INV before took effect), with the
+// new key.
+func (s *rcStream) pollRegs() bool {
+	if len(s.inv) == 0 {
+		return false
+	}
+	wcs := s.c.nb.poll(s.c.bS)
+	for _, wc := range wcs {
+		k := s.regDone
+		if k >= s.regPosted || wc.WRID != regWRID+uint64(k) || wc.Status != ib.WCSuccess || wc.Opcode != ib.WCRegMR {
+			s.failf("registration completion %v, want wr %#x IBV_WC_REG_MR success (a region not invalidated?)", wc, regWRID+uint64(k))
+			return true
+		}
+		r := s.regs[k]
+		if got := s.inv[r.slot].RKey(); got != s.invKey(r.slot, r.gen) {
+			s.failf("region %d generation %d: rkey %#x, want %#x", r.slot, r.gen, got, s.invKey(r.slot, r.gen))
+		}
+		s.invReady[r.slot] = r.gen
+		s.regDone++
+	}
+	return len(wcs) > 0
+}
+
+// watchAtomicWrite looks at the target of ATOMIC_WRITE i at B: once its 8
+// bytes are there they are replaced by the tombstone, and if they come back
+// the write was executed twice.
+func (s *rcStream) watchAtomicWrite(i int) {
+	m := &s.w.msgs[i]
+	at := s.data[1].Buf()[m.off : m.off+8]
+	val := s.data[0].Buf()[m.off : m.off+8]
+	switch {
+	case bytes.Equal(at, val):
+		if s.landed[i] {
+			s.failf("ATOMIC_WRITE wr %d: its 8 bytes landed twice", i)
+			return
+		}
+		s.landed[i] = true
+		copy(at, tombstone[:])
+	case s.landed[i] && !bytes.Equal(at, tombstone[:]), !s.landed[i] && firstNotCanary(at) >= 0:
+		s.failf("ATOMIC_WRITE wr %d: target holds % x (value % x, landed %v)", i, at, val, s.landed[i])
+	}
 }
 
 func (s *rcStream) failf(format string, args ...any) {
@@ -490,6 +695,16 @@ func (s *rcStream) sendWR(i int) ib.SendWR {
 		}
 		wr.RKey = s.atom[1].RKey()
 		wr.SGL = []ib.SGE{s.atom[0].SGE(8*i, 8)}
+	case opSendInv:
+		wr.Opcode, wr.SGL, wr.InvalidateRKey = ib.WRSendWithInv, local, s.invKey(m.invSlot, m.invGen)
+	case opAtomicWrite:
+		wr.Opcode, wr.SGL, wr.RemoteAddr, wr.RKey = ib.WRAtomicWrite, []ib.SGE{a.SGE(m.off, 8)}, remote, b.RKey()
+	case opFlush:
+		wr.Opcode, wr.RKey, wr.Flush = ib.WRFlush, b.RKey(), m.flush
+		wr.SGL, wr.RemoteAddr = nil, b.Addr()
+		if m.flushOf >= 0 && m.flush.Level == 0 {
+			wr.RemoteAddr += uint64(s.w.msgs[m.flushOf].off)
+		}
 	}
 	return wr
 }
@@ -549,8 +764,7 @@ func (s *rcStream) onSendWC(wc ib.WC) {
 		s.failf("send wr %d (%s): %v", i, m.kind, wc)
 		return
 	}
-	wantOp := map[opKind]ib.WCOpcode{opSend: ib.WCSend, opSendImm: ib.WCSend, opWrite: ib.WCRDMAWrite,
-		opWriteImm: ib.WCRDMAWrite, opRead: ib.WCRDMARead, opFetchAdd: ib.WCFetchAdd, opCmpSwap: ib.WCCompSwap}[m.kind]
+	wantOp := m.kind.wcOpcode()
 	if wc.Opcode != wantOp || wc.ByteLen != uint32(m.size) || wc.QPNum != s.c.qa.QPN() {
 		s.failf("send wr %d: %v, want opcode %v len %d", i, wc, wantOp, m.size)
 		return
@@ -565,6 +779,19 @@ func (s *rcStream) onSendWC(wc ib.WC) {
 	case opFetchAdd, opCmpSwap:
 		if got := binary.NativeEndian.Uint64(s.atom[0].Buf()[8*i:]); got != m.wantOrig {
 			s.failf("%s wr %d returned %#x, want %#x (an atomic executed twice or lost)", m.kind, i, got, m.wantOrig)
+		}
+	case opAtomicWrite:
+		// The READ response that completes it says the 8 bytes are placed.
+		s.watchAtomicWrite(i)
+		if !s.landed[i] {
+			s.failf("ATOMIC_WRITE wr %d completed; its 8 bytes never reached B", i)
+		}
+	case opFlush:
+		// Everything before it has completed; what it flushed holds the
+		// data of the WRITE it covers.
+		if m.flushOf >= 0 {
+			f := &s.w.msgs[m.flushOf]
+			s.checkArea("area a FLUSH covered", m.flushOf, b[f.off:f.off+f.size])
 		}
 	}
 }
@@ -590,37 +817,76 @@ func (s *rcStream) onRecvWC(wc ib.WC, msgOfRecv []int) {
 		return
 	}
 	wantOp, wantFlags := ib.WCRecv, ib.WCFlags(0)
-	if m.kind == opWriteImm {
-		wantOp = ib.WCRecvRDMAWithImm
-	}
-	if m.kind != opSend {
+	var wantInv uint32
+	switch m.kind {
+	case opWriteImm:
+		wantOp, wantFlags = ib.WCRecvRDMAWithImm, ib.WCFlagWithImm
+	case opSendImm:
 		wantFlags = ib.WCFlagWithImm
+	case opSendInv:
+		wantFlags, wantInv = ib.WCFlagWithInv, s.invKey(m.invSlot, m.invGen)
 	}
 	if wc.Opcode != wantOp || wc.ByteLen != uint32(m.size) || wc.Flags != wantFlags ||
-		(wantFlags != 0 && wc.Imm != m.imm) || wc.QPNum != s.c.qb.QPN() {
-		s.failf("recv wr %d for message %d (%s, %d bytes, imm %#x): got %v flags %v",
-			j, i, m.kind, m.size, m.imm, wc, wc.Flags)
+		(wantFlags&ib.WCFlagWithImm != 0 && wc.Imm != m.imm) || wc.InvalidatedRKey != wantInv || wc.QPNum != s.c.qb.QPN() {
+		s.failf("recv wr %d for message %d (%s, %d bytes, imm %#x, invalidating %#x): got %v flags %v invalidated %#x",
+			j, i, m.kind, m.size, m.imm, wantInv, wc, wc.Flags, wc.InvalidatedRKey)
 		return
+	}
+	if m.kind == opSendInv {
+		if s.invReady[m.invSlot] != m.invGen {
+			s.failf("recv wr %d: SEND_WITH_INV of region %d generation %d, registered %d", j, m.invSlot, m.invGen, s.invReady[m.invSlot])
+			return
+		}
+		// Register the region again for its next SEND_WITH_INV: that
+		// succeeds only if this one invalidated it.
+		if next := m.invGen + 1; next < s.invUses(m.invSlot) {
+			s.regs = append(s.regs, invReg{m.invSlot, next})
+			s.postRegs()
+		}
 	}
 	slot := s.recv.Buf()[j*s.w.recvSlot : (j+1)*s.w.recvSlot]
 	switch m.kind {
-	case opSend, opSendImm:
+	case opSend, opSendImm, opSendInv:
 		if s.checkArea("received SEND", i, slot[:m.size]) {
-			s.checkCanary(fmt.Sprintf("receive buffer %d after its %d bytes", j, m.size), slot[m.size:])
+			s.checkCanaryf(slot[m.size:], "receive buffer %d after its %d bytes", j, m.size)
 		}
 	case opWriteImm:
 		s.checkArea("WRITE_IMM target", i, s.data[1].Buf()[m.off:m.off+m.size])
-		s.checkCanary(fmt.Sprintf("receive buffer %d of a WRITE_IMM", j), slot)
+		s.checkCanaryf(slot, "receive buffer %d of a WRITE_IMM", j)
 	}
 }
 
 func (s *rcStream) checkCanary(what string, b []byte) {
-	for k, c := range b {
-		if c != canary {
-			s.failf("%s: byte %d is %#x, was never to be written", what, k, c)
-			return
+	if k := firstNotCanary(b); k >= 0 {
+		s.failf("%s: byte %d is %#x, was never to be written", what, k, b[k])
+	}
+}
+
+// checkCanaryf is checkCanary with the description formatted only on failure.
+func (s *rcStream) checkCanaryf(b []byte, format string, args ...any) {
+	if k := firstNotCanary(b); k >= 0 {
+		s.failf("%s: byte %d is %#x, was never to be written", fmt.Sprintf(format, args...), k, b[k])
+	}
+}
+
+// canaryBlock is canary bytes to compare memory against a block at a time.
+var canaryBlock = bytes.Repeat([]byte{canary}, 4096)
+
+// firstNotCanary returns the index of the first byte of b that is not canary,
+// or -1.
+func firstNotCanary(b []byte) int {
+	for off := 0; off < len(b); off += len(canaryBlock) {
+		chunk := b[off:min(len(b), off+len(canaryBlock))]
+		if bytes.Equal(chunk, canaryBlock[:len(chunk)]) {
+			continue
+		}
+		for k, c := range chunk {
+			if c != canary {
+				return off + k
+			}
 		}
 	}
+	return -1
 }
 
 // postRecvs tops up B's receive queue: the stream's next receives, as many
@@ -651,12 +917,17 @@ func (s *rcStream) start() {
 		}
 	}
 	s.postRecvs()
+	s.postRegs()
 }
 
 func (s *rcStream) step(now time.Time) bool {
-	moved := false
 	s.now = now
+	moved := s.pollRegs()
+	moved = s.postRegs() || moved
 	for s.posted < len(s.w.msgs) && s.posted-s.completed < s.c.prm.Depth && s.err == nil && s.failure == nil {
+		if m := &s.w.msgs[s.posted]; m.kind == opSendInv && s.invReady[m.invSlot] < m.invGen {
+			break // its key is not registered yet
+		}
 		wr := s.sendWR(s.posted)
 		if err := s.c.qa.PostSend(wr); err != nil {
 			s.failf("post send %d: %v", s.posted, err)
@@ -667,6 +938,13 @@ func (s *rcStream) step(now time.Time) bool {
 		}
 		s.posted++
 		moved = true
+	}
+	if s.landed != nil {
+		for i := s.completed; i < s.posted; i++ {
+			if s.w.msgs[i].kind == opAtomicWrite {
+				s.watchAtomicWrite(i)
+			}
+		}
 	}
 	for _, wc := range s.c.na.poll(s.c.aS) {
 		s.onSendWC(wc)
@@ -763,19 +1041,24 @@ func (s *rcStream) finish(limit time.Duration) error {
 	a, b := s.data[0].Buf(), s.data[1].Buf()
 	prev := 0
 	for i, m := range s.w.msgs {
-		s.checkCanary(fmt.Sprintf("B's gap before message %d", i), b[prev:m.off])
-		s.checkCanary(fmt.Sprintf("A's gap before message %d", i), a[prev:m.off])
+		s.checkCanaryf(b[prev:m.off], "B's gap before message %d", i)
+		s.checkCanaryf(a[prev:m.off], "A's gap before message %d", i)
 		switch m.kind {
 		case opWrite, opWriteImm:
 			s.checkArea("WRITE target at the end", i, b[m.off:m.off+m.size])
 		case opRead:
 			s.checkArea("READ result at the end", i, a[m.off:m.off+m.size])
 			s.checkArea("READ source at the end", i, b[m.off:m.off+m.size])
-		case opSend, opSendImm:
+		case opSend, opSendImm, opSendInv:
 			s.checkArea("SEND source at the end", i, a[m.off:m.off+m.size])
-			s.checkCanary(fmt.Sprintf("B's area of SEND message %d", i), b[m.off:m.off+m.size])
+			s.checkCanaryf(b[m.off:m.off+m.size], "B's area of SEND message %d", i)
+		case opAtomicWrite:
+			s.checkArea("ATOMIC_WRITE source at the end", i, a[m.off:m.off+m.size])
+			if at := b[m.off : m.off+8]; !s.landed[i] || !bytes.Equal(at, tombstone[:]) {
+				s.failf("ATOMIC_WRITE %d at the end: B holds % x, landed %v (executed twice, or never)", i, at, s.landed[i])
+			}
 		default:
-			s.checkCanary(fmt.Sprintf("B's area of atomic message %d", i), b[m.off:m.off+m.size])
+			s.checkCanaryf(b[m.off:m.off+m.size], "B's area of atomic message %d", i)
 		}
 		prev = m.off + m.size
 	}
@@ -787,7 +1070,31 @@ func (s *rcStream) finish(limit time.Duration) error {
 	if got := binary.NativeEndian.Uint64(ctr[casOff:]); got != s.w.casEnd {
 		s.failf("CMP_SWAP chain ended at %#x after %d, want %#x", got, s.w.counts[opCmpSwap], s.w.casEnd)
 	}
+	if s.err == nil && len(s.inv) > 0 {
+		s.proveInvalidated(limit)
+	}
 	return s.err
+}
+
+// proveInvalidated checks what the last SEND_WITH_INV of each region of the
+// ring left: the region is invalid, so one more registration of each
+// succeeds, and every region is used as often as the workload says.
+func (s *rcStream) proveInvalidated(limit time.Duration) {
+	for slot := range s.inv {
+		last := s.invUses(slot) - 1
+		if s.invReady[slot] != last {
+			s.failf("region %d: registration %d completed last, want %d", slot, s.invReady[slot], last)
+			return
+		}
+		s.regs = append(s.regs, invReg{slot, last + 1})
+	}
+	err := s.p.drive(limit, func() bool { return s.err != nil || s.regDone == len(s.regs) }, func(time.Time) bool {
+		moved := s.pollRegs()
+		return s.postRegs() || moved
+	})
+	if err != nil {
+		s.failf("registering the ring again: %v after %d of %d", err, s.regDone, len(s.regs))
+	}
 }
 
 // runStats is one row of the matrix report.
@@ -804,6 +1111,16 @@ type runStats struct {
 	partitionDrops        uint64
 	failedWR              int       // the WR that ran out of retries (allowed by the profile), or -1
 	badICRCAt             [2]uint64 // ICRC rejections at the requester and at the responder
+}
+
+// verified returns the number of messages of the run that completed
+// successfully and were checked: all of them, or those before the WR that
+// ran out of retries.
+func (st *runStats) verified() int {
+	if st.failedWR >= 0 {
+		return st.failedWR
+	}
+	return st.msgs
 }
 
 // collect fills the counters of a finished run.
@@ -832,11 +1149,11 @@ func (s *rcStream) collect(st *runStats) {
 // formatStats renders the matrix as a table.
 func formatStats(rows []runStats) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-10s %-8s %6s %6s %9s %7s %6s %6s %6s %7s %6s %6s %6s %6s %11s %8s\n",
+	fmt.Fprintf(&b, "%-10s %-9s %6s %6s %9s %7s %6s %6s %6s %7s %6s %6s %6s %6s %11s %8s\n",
 		"profile", "mix", "msgs", "recvs", "bytes", "retrans", "tmo", "seqNAK", "dupReq",
 		"frames", "drop", "corr", "dup", "badCRC", "virtual", "wall")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%-10s %-8s %6d %6d %9d %7d %6d %6d %6d %7d %6d %6d %6d %6d %11v %8v",
+		fmt.Fprintf(&b, "%-10s %-9s %6d %6d %9d %7d %6d %6d %6d %7d %6d %6d %6d %6d %11v %8v",
 			r.profile, r.mix, r.msgs, r.recvs, r.bytes, r.retrans, r.timeouts, r.seqNAKs, r.dupReqs,
 			r.frames, r.dropped, r.corrupted, r.duplicated, r.badICRC,
 			r.virtual.Round(time.Microsecond), r.wall.Round(time.Millisecond))
@@ -849,16 +1166,18 @@ func formatStats(rows []runStats) string {
 	for i := 0; i < len(rows); {
 		j := i
 		var t runStats
+		verified := 0
 		for ; j < len(rows) && rows[j].profile == rows[i].profile; j++ {
 			t.msgs += rows[j].msgs
+			verified += rows[j].verified()
 			t.retrans += rows[j].retrans
 			t.timeouts += rows[j].timeouts
 			t.frames += rows[j].frames
 			t.virtual += rows[j].virtual
 			t.wall += rows[j].wall
 		}
-		fmt.Fprintf(&b, "total %-10s %6d messages %7d retransmissions %6d timeouts %8d frames, virtual %v, wall %v\n",
-			rows[i].profile, t.msgs, t.retrans, t.timeouts, t.frames, t.virtual.Round(time.Microsecond), t.wall.Round(time.Millisecond))
+		fmt.Fprintf(&b, "total %-10s %6d messages (%d verified) %7d retransmissions %6d timeouts %8d frames, virtual %v, wall %v\n",
+			rows[i].profile, t.msgs, verified, t.retrans, t.timeouts, t.frames, t.virtual.Round(time.Microsecond), t.wall.Round(time.Millisecond))
 		i = j
 	}
 	return b.String()
