@@ -37,6 +37,7 @@ type Network struct {
 	events eventHeap
 
 	freeEvents []*event
+	bufCap     int // capacity of the buffers getBufLocked makes: the largest frame seen
 	freeBufs   [][]byte
 
 	ports      []*Port
@@ -166,18 +167,23 @@ func (n *Network) recycleEventLocked(ev *event) {
 }
 
 // getBufLocked returns a buffer of length size, reusing a freed one if it is
-// large enough.
+// large enough. Every buffer is made with the capacity of the largest frame
+// seen, so that a freed ACK-sized buffer on top of the stack does not force an
+// allocation for the next full-sized frame.
 func (n *Network) getBufLocked(size int) []byte {
+	n.bufCap = max(n.bufCap, size, 2048)
 	if k := len(n.freeBufs); k > 0 && cap(n.freeBufs[k-1]) >= size {
 		b := n.freeBufs[k-1]
 		n.freeBufs = n.freeBufs[:k-1]
 		return b[:size]
 	}
-	return make([]byte, size, max(size, 2048))
+	return make([]byte, size, n.bufCap)
 }
 
+// putBufLocked keeps b for reuse unless it is smaller than the frames now
+// carried (those are left to the garbage collector).
 func (n *Network) putBufLocked(b []byte) {
-	if b != nil && len(n.freeBufs) < 4096 {
+	if b != nil && cap(b) >= n.bufCap && len(n.freeBufs) < 4096 {
 		n.freeBufs = append(n.freeBufs, b)
 	}
 }

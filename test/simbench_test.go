@@ -209,12 +209,16 @@ func TestSimPathAllocs(t *testing.T) {
 		op   ib.WROpcode
 		size int
 		n    int
+		mtu  int // the link's
 	}{
-		{"send 64", ib.WRSend, 64, 400},
-		{"write 64K", ib.WRRDMAWrite, 64 << 10, 200},
+		{"send 64", ib.WRSend, 64, 400, 1500},
+		{"write 64K", ib.WRRDMAWrite, 64 << 10, 200, 1500},
+		// 4096-byte packets: the simulator's frame buffers must fit them
+		// after ACK-sized ones were freed.
+		{"write 64K mtu 4096", ib.WRRDMAWrite, 64 << 10, 200, 9000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newSimBench(t, tc.op, tc.size, 1500)
+			s := newSimBench(t, tc.op, tc.size, tc.mtu)
 			if err := s.run(4 * simBenchDepth); err != nil { // warm up: every buffer and pool at its size
 				t.Fatal(err)
 			}
