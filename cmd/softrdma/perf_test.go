@@ -17,8 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/gopacket/pcapgo"
+
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/oob/perftest"
+	"github.com/softrdma/softrdma/roce"
 )
 
 // perfLog is one side's output in a capture log of testdata/captures/logs.
@@ -656,5 +660,88 @@ func TestPerfErrors(t *testing.T) {
 	}
 	if d := time.Since(start); d > perfDialWait+5*time.Second {
 		t.Errorf("gave up after %v", d)
+	}
+}
+
+// TestPerfMTUFlag runs -m below the port's MTU (4096 on loopback). perftest
+// prints the MTU check_mtu settled on, the smaller of the two sides' (both
+// sides print it after the exchange: "Mtu : 1024[B]" in rxe-write-bw.log), and
+// the QPs cut messages into packets of that size: a 1000-byte message at MTU
+// 256 is a FIRST, two MIDDLEs of 256 bytes and a LAST of 232, in the capture.
+func TestPerfMTUFlag(t *testing.T) {
+	for _, c := range []struct {
+		test               string
+		common             []string
+		srvExtra, cliExtra []string
+		want               int
+	}{
+		{"send_lat", []string{"-n", "5", "-s", "1000", "-m", "256"}, nil, nil, 256},
+		{"write_bw", []string{"-n", "5", "-s", "1000"}, nil, []string{"-m", "256"}, 256}, // client only
+		{"send_bw", []string{"-n", "5", "-s", "1000"}, []string{"-m", "512"}, nil, 512},  // server only
+	} {
+		t.Run(c.test+" "+strings.Join(append(append(c.common, c.srvExtra...), c.cliExtra...), " "), func(t *testing.T) {
+			pcap := filepath.Join(t.TempDir(), "client.pcap")
+			r := runPerfPair(t, c.test, c.common, c.srvExtra, append([]string{"--pcap", pcap}, c.cliExtra...))
+			if r.srvCode != 0 || r.cliCode != 0 {
+				t.Fatalf("exchange failed\n%s", r)
+			}
+			line := fmt.Sprintf(" Mtu             : %d[B]\n", c.want)
+			for name, out := range map[string]string{"server": r.srv, "client": r.cli} {
+				if strings.Count(out, line) != 1 || strings.Count(out, " Mtu ") != 1 {
+					t.Errorf("%s does not print %q once:\n%s", name, line, out)
+				}
+			}
+			fh, err := os.Open(pcap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fh.Close()
+			pr, err := pcapgo.NewReader(fh)
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts := map[ibtransport.Opcode]int{}
+			for {
+				data, _, err := pr.ReadPacketData()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				var f roce.Frame
+				if err := f.DecodeEthernet(data); err != nil {
+					t.Fatal(err)
+				}
+				bth := ibtransport.BTH(f.IB)
+				op := bth.Opcode()
+				payload := len(f.IB) - ibtransport.BTHLen - int(bth.PadCount())
+				switch op {
+				case ibtransport.OpcodeRCRDMAWriteFirst:
+					payload -= ibtransport.RETHLen
+				case ibtransport.OpcodeRCSendFirst, ibtransport.OpcodeRCSendMiddle, ibtransport.OpcodeRCSendLast,
+					ibtransport.OpcodeRCRDMAWriteMiddle, ibtransport.OpcodeRCRDMAWriteLast:
+				default:
+					continue
+				}
+				counts[op]++
+				want := c.want
+				if op == ibtransport.OpcodeRCSendLast || op == ibtransport.OpcodeRCRDMAWriteLast {
+					want = 1000 - (1000-1)/c.want*c.want
+				}
+				if payload != want {
+					t.Fatalf("%v packet of %d payload bytes, want %d at MTU %d", op, payload, want, c.want)
+				}
+			}
+			first, middle, last := ibtransport.OpcodeRCSendFirst, ibtransport.OpcodeRCSendMiddle, ibtransport.OpcodeRCSendLast
+			if c.test == "write_bw" {
+				first, middle, last = ibtransport.OpcodeRCRDMAWriteFirst, ibtransport.OpcodeRCRDMAWriteMiddle, ibtransport.OpcodeRCRDMAWriteLast
+			}
+			perMsg := (1000 + c.want - 1) / c.want
+			if counts[first] < 5 || counts[last] != counts[first] || counts[middle] != (perMsg-2)*counts[first] {
+				t.Errorf("captured %v FIRST, %v MIDDLE, %v LAST packets; want at least 5 messages of %d packets",
+					counts[first], counts[middle], counts[last], perMsg)
+			}
+		})
 	}
 }

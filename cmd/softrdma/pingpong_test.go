@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,7 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/gopacket/pcapgo"
+
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/oob/pingpong"
+	"github.com/softrdma/softrdma/roce"
 )
 
 // freeTCPPort returns a TCP port that was free a moment ago.
@@ -192,5 +200,219 @@ func TestPPCFloat(t *testing.T) {
 	}
 	if got := ppCFloat(zero / zero); got != "-nan" {
 		t.Errorf("NaN: %q", got)
+	}
+}
+
+// ppPairRun is what a server and a client of one pingpong run printed.
+type ppPairRun struct {
+	srvCode, cliCode int
+	srv, cli         string // stdout
+	srvErr, cliErr   string
+}
+
+func (r ppPairRun) String() string {
+	return fmt.Sprintf("server exit %d:\n%s%s\nclient exit %d:\n%s%s", r.srvCode, r.srv, r.srvErr, r.cliCode, r.cli, r.cliErr)
+}
+
+// runPingpongPair runs a pingpong server on srvIP and a client on cliIP in this
+// process, over UDP on loopback, with common flags on both and srvExtra,
+// cliExtra on one each.
+func runPingpongPair(t *testing.T, srvIP, cliIP string, common, srvExtra, cliExtra []string) ppPairRun {
+	t.Helper()
+	port := strconv.Itoa(freeTCPPort(t))
+	common = append(append([]string(nil), common...), "-p", port, "--timeout", "60s")
+	var srvOut, srvErr safeBuffer
+	srvDone := make(chan int, 1)
+	go func() {
+		srvDone <- pingpongCmd(append(append(append([]string(nil), common...), "-d", srvIP), srvExtra...), &srvOut, &srvErr)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(srvOut.String(), "local address") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	var cliOut, cliErr bytes.Buffer
+	args := append(append(append([]string(nil), common...), "-d", cliIP, "--wait", "10s"), cliExtra...)
+	r := ppPairRun{cliCode: pingpongCmd(append(args, srvIP), &cliOut, &cliErr)}
+	r.srvCode = <-srvDone
+	r.srv, r.srvErr, r.cli, r.cliErr = srvOut.String(), srvErr.String(), cliOut.String(), cliErr.String()
+	return r
+}
+
+// TestPingpongRxDepth runs -r at values other than the default 500. With -r 1
+// each side has a single receive posted, so every iteration must post the next
+// one before the peer's message arrives: on UD a message that finds no receive
+// is dropped and the run would stall (on RC it would cost RNR NAKs, which the
+// capture shows). -r sizes the QP's receive queue: 16384 (MaxQPWR) runs, 16385
+// fails to create the QP as ibv_create_qp does, naming MaxRecvWR.
+func TestPingpongRxDepth(t *testing.T) {
+	for i, tc := range []struct {
+		mode  string
+		depth string
+		iters string
+	}{
+		{"ud", "1", "50"},
+		{"rc", "1", "50"},
+		{"uc", "2", "30"},
+		{"ud", "16384", "3"},
+	} {
+		t.Run(tc.mode+"-r"+tc.depth, func(t *testing.T) {
+			srvIP, cliIP := fmt.Sprintf("127.0.78.%d", 120+2*i), fmt.Sprintf("127.0.78.%d", 121+2*i)
+			dir := t.TempDir()
+			pcap := filepath.Join(dir, "server.pcap")
+			r := runPingpongPair(t, srvIP, cliIP, []string{tc.mode, "-g", "1", "-n", tc.iters, "-s", ppTestSize(tc.mode), "-r", tc.depth, "-c"},
+				[]string{"--pcap", pcap}, nil)
+			if r.srvCode != 0 || r.cliCode != 0 {
+				t.Fatalf("exchange failed\n%s", r)
+			}
+			for name, out := range map[string]string{"client": r.cli, "server": r.srv} {
+				if m := ppItersRE.FindStringSubmatch(out); m == nil || m[1] != tc.iters || strings.Contains(out, "invalid data") {
+					t.Errorf("%s output:\n%s", name, out)
+				}
+			}
+			// The server's capture holds every message both ways and no RNR NAK.
+			sends, rnr := 0, 0
+			for _, f := range readPPFrames(t, pcap) {
+				op := ibtransport.BTH(f.IB).Opcode()
+				switch {
+				case op == ibtransport.OpcodeRCAcknowledge && ibtransport.AETH(f.IB[ibtransport.BTHLen:]).Syndrome().Kind() == ibtransport.AETHKindRNRNAK:
+					rnr++
+				case op == ibtransport.OpcodeRCSendLast || op == ibtransport.OpcodeUCSendLast || op == ibtransport.OpcodeUDSendOnly:
+					sends++ // the last packet of each message
+				}
+			}
+			if n, _ := strconv.Atoi(tc.iters); sends != 2*n || rnr != 0 {
+				t.Errorf("server capture: %d SENDs (want %d), %d RNR NAKs", sends, 2*n, rnr)
+			}
+		})
+	}
+	t.Run("above MaxQPWR", func(t *testing.T) {
+		var out, errOut bytes.Buffer
+		code := pingpongCmd([]string{"ud", "-g", "1", "-d", "127.0.78.140", "-p", strconv.Itoa(freeTCPPort(t)), "-r", "16385", "--timeout", "10s"}, &out, &errOut)
+		if code != 1 || !strings.Contains(errOut.String(), "Couldn't create QP") || !strings.Contains(errOut.String(), "MaxRecvWR 16385") {
+			t.Errorf("-r 16385: exit %d, stderr %q; want 1, Couldn't create QP ... MaxRecvWR 16385", code, errOut.String())
+		}
+	})
+}
+
+// TestPingpongRxDepthPostsReceives checks what -r does to the QP, as
+// runPingpong sets it up: the receive queue holds exactly rx-depth receives,
+// and the CQ room for them and the send.
+func TestPingpongRxDepthPostsReceives(t *testing.T) {
+	for _, mode := range []string{"rc", "uc", "ud"} {
+		t.Run(mode, func(t *testing.T) {
+			s := ppTestSession(t, pingpongOptions{mode: mode, size: 256, mtu: 1024, rxDepth: 7, ibPort: 1, gidx: 1}, "127.0.78.141")
+			if c := s.qp.Cap(); c.MaxRecvWR != 7 || c.MaxSendWR != 1 {
+				t.Errorf("QP cap %+v, want MaxRecvWR 7, MaxSendWR 1", c)
+			}
+			if n := s.postRecv(s.o.rxDepth); n != 7 {
+				t.Fatalf("posted %d receives, want 7", n)
+			}
+			if err := s.qp.PostRecv(ibtransport.RecvWR{WRID: ppRecvWRID, SGL: []ibtransport.SGE{s.mr.SGE(0, len(s.buf))}}); !errors.Is(err, ibtransport.ErrQueueFull) {
+				t.Errorf("an 8th receive: %v, want queue full", err)
+			}
+		})
+	}
+}
+
+// TestPingpongServiceLevel runs -l 7 on both sides. The SL goes into the
+// address handle of the QP (RC, UC) or of the UD sends, as ibv_*_pingpong put
+// it in ibv_ah_attr.sl. RoCEv2 headers have no SL field and rxe drops it
+// (TOS comes from the GRH traffic class, 0 here), so on the wire it shows
+// nowhere: the capture must look as with -l 0 (TOS 0), and the run complete.
+func TestPingpongServiceLevel(t *testing.T) {
+	for i, mode := range []string{"rc", "ud"} {
+		t.Run(mode, func(t *testing.T) {
+			srvIP, cliIP := fmt.Sprintf("127.0.78.%d", 150+2*i), fmt.Sprintf("127.0.78.%d", 151+2*i)
+			pcap := filepath.Join(t.TempDir(), "client.pcap")
+			r := runPingpongPair(t, srvIP, cliIP, []string{mode, "-g", "1", "-n", "10", "-s", ppTestSize(mode), "-l", "7"}, nil, []string{"--pcap", pcap})
+			if r.srvCode != 0 || r.cliCode != 0 {
+				t.Fatalf("exchange failed\n%s", r)
+			}
+			frames := readPPFrames(t, pcap)
+			if len(frames) < 20 {
+				t.Fatalf("captured %d frames", len(frames))
+			}
+			for j, f := range frames {
+				if f.IPv6 || f.IP[1] != 0 {
+					t.Fatalf("frame %d: TOS %#x, want 0 (the SL is not carried in RoCEv2)", j, f.IP[1])
+				}
+			}
+		})
+	}
+	for _, mode := range []string{"rc", "uc", "ud"} {
+		t.Run(mode+" address handle", func(t *testing.T) {
+			s := ppTestSession(t, pingpongOptions{mode: mode, size: 256, mtu: 1024, rxDepth: 4, ibPort: 1, gidx: 1, sl: 7}, "127.0.78.160")
+			peer := netip.MustParseAddr("127.0.78.161")
+			if err := s.connect(0x111, pingpong.Dest{QPN: 0x222, PSN: 0x333, GID: peer.As16()}, peer); err != nil {
+				t.Fatal(err)
+			}
+			ah := s.qp.Query().AH
+			if mode == "ud" {
+				ah = *s.ah
+			}
+			if ah.SL != 7 || ah.DGID != netip.AddrFrom16(peer.As16()).As16() {
+				t.Errorf("address handle %+v, want SL 7 to %v", ah, peer)
+			}
+		})
+	}
+}
+
+// ppTestSize is the message size of the -r and -l runs: several packets for
+// RC and UC, one of 1024 bytes for UD.
+//
+// (With single-packet RC messages, go test -race reports the receive landing
+// in the buffer the previous send was read from: the pingpong tools send from
+// and receive into one buffer, and the race detector does not see that the
+// peer's message cannot arrive before ours left, as netio's sendmmsg and
+// recvmmsg calls carry no happens-before edge. Larger messages hide that.)
+func ppTestSize(mode string) string {
+	if mode == "ud" {
+		return "1024"
+	}
+	return "5000"
+}
+
+// ppTestSession opens a udp device on ip and makes the session's CQ, QP and
+// buffer (ppSession.init), as runPingpong does before the address exchange.
+func ppTestSession(t *testing.T, o pingpongOptions, ip string) *ppSession {
+	t.Helper()
+	dev, err := ppOpenDevice(ppDeviceConfig{name: ip, gidx: o.gidx, backend: "udp", seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	s := &ppSession{o: o, dev: dev}
+	if err := s.init(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// readPPFrames decodes the RoCE frames of a pingpong capture.
+func readPPFrames(t *testing.T, name string) []roce.Frame {
+	t.Helper()
+	fh, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	r, err := pcapgo.NewReader(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var frames []roce.Frame
+	for {
+		data, _, err := r.ReadPacketData()
+		if err == io.EOF {
+			return frames
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f roce.Frame
+		if err := f.DecodeEthernet(data); err != nil {
+			t.Fatalf("%s frame %d: %v", name, len(frames), err)
+		}
+		frames = append(frames, f)
 	}
 }
