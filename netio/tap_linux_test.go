@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -390,5 +391,100 @@ func TestTAPAllocs(t *testing.T) {
 	}
 	if r-c0 > 0 {
 		t.Errorf("%v allocations per Read (%v with the socket write that feeds it, %v for that write alone)", r-c0, r, c0)
+	}
+}
+
+// TestTAPBridgePortForwardsAtOnce attaches to a persistent TAP device that is
+// a port of a Linux bridge (as a test's or a VM host's setup makes it) and
+// sends a frame into the bridge at once: it must arrive. The bridge enables a
+// port only when the kernel's link watcher has seen its carrier come up (up to
+// a second after the attach), and drops what the port receives before: NewTAP
+// must not return earlier. Each round attaches afresh.
+func TestTAPBridgePortForwardsAtOnce(t *testing.T) {
+	netnstest.Require(t)
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skipf("no /dev/net/tun: %v", err)
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("no ip command")
+	}
+	ns := netnstest.New(t)
+	ip := func(args ...string) {
+		t.Helper()
+		var cmd *exec.Cmd
+		ns.MustDo(t, func() error {
+			cmd = exec.Command("ip", args...)
+			return cmd.Start()
+		})
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("ip %v: %v", args, err)
+		}
+	}
+	const name = "srtapbr0"
+	br4, peer4 := netip.MustParseAddr("10.99.201.1"), netip.MustParseAddr("10.99.201.2")
+	ip("link", "add", "br0", "type", "bridge", "stp_state", "0", "forward_delay", "0")
+	ip("addr", "add", "10.99.201.1/24", "dev", "br0")
+	sock := func() *net.UDPConn {
+		var c *net.UDPConn
+		ns.MustDo(t, func() (err error) {
+			c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.IPv4Unspecified(), 0)))
+			return err
+		})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}()
+	to := netip.AddrPortFrom(br4, sock.LocalAddr().(*net.UDPAddr).AddrPort().Port())
+	buf := make([]byte, 2048)
+	for round := 0; round < 20; round++ {
+		ip("tuntap", "add", "dev", name, "mode", "tap")
+		ip("link", "set", name, "master", "br0", "up")
+		ip("link", "set", "br0", "up")
+		br, err := ns.Interface("br0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tap *TAPEndpoint
+		ns.MustDo(t, func() (err error) {
+			tap, err = NewTAP(name, 0)
+			return err
+		})
+		f := ipFrame{dstMAC: macOf(br.HardwareAddr), srcMAC: [6]byte{0x02, 0x50, 0x45, 0x45, 0x52, byte(round)},
+			src: netip.AddrPortFrom(peer4, 5000), dst: to, ttl: 64, flags: ipv4FlagDF,
+			payload: roceLikePayload(round, 64), udpChecksum: true}.build()
+		if k, err := tap.Write([][]byte{f}, 0); k != 1 || err != nil {
+			t.Fatalf("Write = %d, %v", k, err)
+		}
+		sock.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if k, _, err := sock.ReadFromUDPAddrPort(buf); err != nil || !bytes.Equal(buf[:k], roceLikePayload(round, 64)) {
+			t.Errorf("round %d: the first frame written after NewTAP did not get through the bridge port: %v", round, err)
+		}
+		tap.Close()
+	}
+}
+
+// TestTAPQueueHoldsBurst sends a burst of datagrams from the kernel's side
+// through the TAP device before reading any: all of it must be queued for
+// the reader, as an RDMA peer's burst of READ responses must. With the
+// kernel's default queue (500 frames) the rest would be dropped.
+func TestTAPQueueHoldsBurst(t *testing.T) {
+	n := newTAPNet(t, 0)
+	const burst = DefaultTAPQueueLen * 3 / 4
+	sock := n.udpIn(t, n.local4)
+	rc, err := sock.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Room in the socket for the whole burst, which it owns until read here.
+	rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 64<<20) })
+	for i := 0; i < burst; i++ {
+		if _, err := sock.WriteToUDPAddrPort(roceLikePayload(i, 16), netip.AddrPortFrom(n.peer4, 6001)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := readMatching(t, n.tap, burst, udpTo(6001))
+	for i, g := range got {
+		if !bytes.Equal(g[42:], roceLikePayload(i, 16)) {
+			t.Fatalf("frame %d payload %x, want datagram %d", i, g[42:], i)
+		}
 	}
 }
