@@ -14,25 +14,28 @@ import (
 // of two network namespaces joined by a veth pair, for every QP type over IPv4
 // and IPv6: the same checks as against rxe (output format, addresses, -c, the
 // captures of both sides decode without error and without malformed frames in
-// tshark). It needs root but no VM.
+// tshark), on the udp and afpacket backends, alike and mixed. It needs root
+// but no VM.
 func TestPingpongNetns(t *testing.T) {
 	netnstest.Require(t)
 	bin := interop.Softrdma(t)
 	p := netnstest.NewPair(t, netnstest.PairConfig{})
 	for _, tc := range []struct {
 		pingpongCase
-		backend string // the server's (the client always uses udp)
+		backend, client string // the server's and the client's
 	}{
-		{pingpongCase{mode: "rc", size: 4096}, "udp"},
-		{pingpongCase{mode: "rc", size: 10000, ipv6: true, events: true}, "udp"},
-		{pingpongCase{mode: "uc", size: 3000}, "udp"},
-		{pingpongCase{mode: "ud", size: 1024}, "udp"},
-		{pingpongCase{mode: "ud", size: 200, ipv6: true}, "udp"},
-		{pingpongCase{mode: "rc", size: 5000}, "afpacket"},
-		{pingpongCase{mode: "ud", size: 1024, ipv6: true}, "afpacket"},
+		{pingpongCase{mode: "rc", size: 4096}, "udp", "udp"},
+		{pingpongCase{mode: "rc", size: 10000, ipv6: true, events: true}, "udp", "udp"},
+		{pingpongCase{mode: "uc", size: 3000}, "udp", "udp"},
+		{pingpongCase{mode: "ud", size: 1024}, "udp", "udp"},
+		{pingpongCase{mode: "ud", size: 200, ipv6: true}, "udp", "udp"},
+		{pingpongCase{mode: "rc", size: 5000}, "afpacket", "afpacket"},
+		{pingpongCase{mode: "rc", size: 10000, ipv6: true}, "afpacket", "afpacket"},
+		{pingpongCase{mode: "ud", size: 1024, ipv6: true}, "afpacket", "udp"},
+		{pingpongCase{mode: "uc", size: 3000}, "udp", "afpacket"},
 	} {
 		c := tc.pingpongCase
-		t.Run(c.name("/"+tc.backend), func(t *testing.T) {
+		t.Run(c.name("/"+tc.backend+"-"+tc.client), func(t *testing.T) {
 			dir := t.TempDir()
 			gid, srvIP := "1", p.A.IPv4.Addr().String()
 			if c.ipv6 {
@@ -46,7 +49,7 @@ func TestPingpongNetns(t *testing.T) {
 			if !srv.WaitOutput("local address:", 30*time.Second) {
 				t.Fatalf("server did not start:\n%s", srv.Wait(time.Second))
 			}
-			cli := interop.Start(t, p.B.NS.Do, bin, append(args, "-d", p.B.Link, "--pcap", filepath.Join(dir, "client.pcap"), srvIP)...)
+			cli := interop.Start(t, p.B.NS.Do, bin, append(args, "-d", p.B.Link, "--backend", tc.client, "--pcap", filepath.Join(dir, "client.pcap"), srvIP)...)
 			cr, sr := cli.Wait(90*time.Second), srv.Wait(90*time.Second)
 			if !cr.OK() || !sr.OK() {
 				t.Fatalf("exchange failed\nclient:\n%s\nserver:\n%s", cr, sr)
