@@ -111,7 +111,8 @@ func TestRXEPerf(t *testing.T) {
 	}
 }
 
-// TestRXEPerfMTU4096 runs ib_write_bw and ib_send_bw at IB MTU 4096: the guests'
+// TestRXEPerfMTU4096 runs ib_write_bw, ib_send_bw, ib_read_bw (2 bytes to
+// 100000), ib_atomic_bw and ib_write_lat at IB MTU 4096: the guests'
 // links (and the bridge, the host side's interface) have MTU 9000, from which
 // rxe, and softrdma, derive an active MTU of 4096.
 func TestRXEPerfMTU4096(t *testing.T) {
@@ -122,6 +123,9 @@ func TestRXEPerfMTU4096(t *testing.T) {
 			{tool: "ib_write_bw", size: 1 << 20},
 			{tool: "ib_send_bw", size: 20000},
 			{tool: "ib_read_bw", size: 100000},
+			{tool: "ib_read_bw", size: 2},
+			{tool: "ib_atomic_bw", atomic: "FETCH_AND_ADD"},
+			{tool: "ib_write_lat", size: 10000},
 		} {
 			c.server, c.iters, c.mtu = server, perfIters, 4096
 			t.Run(c.String(), func(t *testing.T) { runRXEPerf(t, h, g, c) })
