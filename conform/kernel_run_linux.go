@@ -32,6 +32,12 @@ type KernelRun struct {
 	Progress func(CaseReport)
 	// Logf logs the sessions with the peer's tools.
 	Logf func(format string, args ...any)
+	// WrapLink, if not nil, wraps the RoCE tester's link before its wire uses
+	// it, and WrapConn each TCP connection the iWARP tester opens to the peer
+	// (captures, say); the wrappers' Close is not needed: Run closes what is
+	// under them.
+	WrapLink func(Link) Link
+	WrapConn func(net.Conn) net.Conn
 }
 
 // Run runs the suite and returns its report.
@@ -56,6 +62,15 @@ func (k KernelRun) Run(ctx context.Context) (*Report, error) {
 		}
 		r.Peer = fmt.Sprintf("Linux siw at %s (rping server, port %d)", k.Peer, DefaultRpingPort)
 		r.Cases = KernelIWARPCases(env, ctl)
+		if wrap, dial := k.WrapConn, env.Dial; wrap != nil {
+			env.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+				c, err := dial(ctx, addr)
+				if err != nil {
+					return nil, err
+				}
+				return wrap(c), nil
+			}
+		}
 		return r.Run(ctx)
 	case "roce":
 	default:
@@ -75,8 +90,12 @@ func (k KernelRun) Run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	defer dev.Close()
-	link := NewEndpointLink(dev.Endpoint())
-	defer link.Close()
+	el := NewEndpointLink(dev.Endpoint())
+	defer el.Close()
+	var link Link = el
+	if k.WrapLink != nil {
+		link = k.WrapLink(link)
+	}
 	wire, err := NewWire(WireConfig{Link: link, LocalIP: local, PeerIP: peer, UDPSocket: true})
 	if err != nil {
 		return nil, err

@@ -57,6 +57,9 @@ type SelfConfig struct {
 	Fault *Fault
 	// Engine configures the peer's verbs engine (Seed is taken from Seed).
 	Engine ib.ContextConfig
+	// WrapLink, if not nil, wraps the tester's link before its wire uses it
+	// (a capture of every frame the tester sends and receives, say).
+	WrapLink func(Link) Link
 }
 
 // SelfRoCE is an in-process softrdma RoCE peer on a simulated link, with the
@@ -108,7 +111,11 @@ func NewSelfRoCE(ctx context.Context, cfg SelfConfig) (*SelfRoCE, error) {
 		defer close(s.done)
 		srv.ServeConn(b)
 	}()
-	wire, err := NewWire(WireConfig{Link: NewSimLink(n, pt, dev), LocalIP: SelfTesterIP, PeerIP: SelfPeerIP,
+	var link Link = NewSimLink(n, pt, dev)
+	if cfg.WrapLink != nil {
+		link = cfg.WrapLink(link)
+	}
+	wire, err := NewWire(WireConfig{Link: link, LocalIP: SelfTesterIP, PeerIP: SelfPeerIP,
 		LocalMAC: SelfTesterMAC, PeerMAC: SelfPeerMAC})
 	if err != nil {
 		s.Close()

@@ -20,6 +20,10 @@ type LoopbackConfig struct {
 	TesterIP, PeerIP netip.Addr
 	// UDPPort is the RoCEv2 port both ends use (default 4791).
 	UDPPort uint16
+	// WrapLink, if not nil, wraps the tester's link before its wire uses it
+	// (a capture, say); the wrapper's Close is not called: Close closes the
+	// link under it.
+	WrapLink func(Link) Link
 }
 
 // LoopbackRoCE is an in-process softrdma peer on real UDP sockets over the
@@ -68,7 +72,11 @@ func NewLoopbackRoCE(ctx context.Context, cfg LoopbackConfig) (*LoopbackRoCE, er
 	l.client = NewClient(a)
 	go (&Server{Device: peer}).ServeConn(b)
 	l.link = NewEndpointLink(tester.Endpoint())
-	wire, err := NewWire(WireConfig{Link: l.link, LocalIP: cfg.TesterIP, PeerIP: cfg.PeerIP, UDPSocket: true,
+	var link Link = l.link
+	if cfg.WrapLink != nil {
+		link = cfg.WrapLink(link)
+	}
+	wire, err := NewWire(WireConfig{Link: link, LocalIP: cfg.TesterIP, PeerIP: cfg.PeerIP, UDPSocket: true,
 		SrcPort: cfg.UDPPort, DstPort: cfg.UDPPort})
 	if err != nil {
 		l.Close()

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/iwarp"
 )
 
 // PeerDevice is what the control server needs of a softrdma device: its verbs
@@ -43,6 +44,9 @@ type Server struct {
 	// ListenHost is the address an iWARP QP's listener binds (default
 	// 127.0.0.1); create_qp returns the address with the port the system chose.
 	ListenHost string
+	// Observe, if not nil, is the iWARP QPs' connections' stream observer
+	// (iwarp.ConnParams.Observe): a capture of what they send and receive.
+	Observe func(local, remote net.Addr) iwarp.StreamObserver
 
 	// For a deliberately broken peer (Fault): editQP changes what create_qp
 	// asked for, reportMTU is the MTU the server claims instead of the real one.

@@ -54,7 +54,7 @@ func (s *session) listenQP(q *sessionQP, a QPSpec, access ib.Access) (*QPInfo, e
 	if err := q.qp.Modify(&init, ib.QPAttrState|ib.QPAttrPKeyIndex|ib.QPAttrPort|ib.QPAttrAccessFlags); err != nil {
 		return fail(err)
 	}
-	p := iwarp.ConnParams{CRC: crc, Access: access, IRD: a.MaxDestRdAtomic, ORD: a.MaxRdAtomic}
+	p := iwarp.ConnParams{CRC: crc, Access: access, IRD: a.MaxDestRdAtomic, ORD: a.MaxRdAtomic, Observe: s.srv.Observe}
 	ln, err := iwarp.Listen(net.JoinHostPort(s.srv.listenHost(), "0"), p)
 	if err != nil {
 		return fail(err)

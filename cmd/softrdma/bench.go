@@ -52,7 +52,17 @@ type benchOptions struct {
 	cpuProfile string
 	memProfile string
 	noBaseline bool // for profiling softrdma alone
+
+	pcap        string   // --pcap FILE
+	pcapSnaplen int      // --pcap-snaplen
+	tap         *pcapTap // the --pcap file while it runs
 }
+
+// benchDefaultSnaplen is --pcap-snaplen's default: every header of a RoCE
+// packet (Ethernet, IPv6, UDP, BTH and the largest extension header, the 28
+// octets of an AtomicETH: 102 octets) and of an iWARP FPDU (Ethernet, IP, TCP,
+// MPA, DDP and RDMAP, a Read Request's 28 octets included) fits in it.
+const benchDefaultSnaplen = 128
 
 const benchUsage = `usage: softrdma bench [flags]
 
@@ -90,6 +100,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile (every allocation sampled) to this file")
 	fs.BoolVar(&o.noBaseline, "no-baseline", false, "measure softrdma alone (to profile it): no baseline, no ratio")
+	fs.StringVar(&o.pcap, "pcap", "", "write every frame both devices send and receive (iWARP: the TCP octets of the connections, as synthesised segments) to this pcap `FILE`; the bench moves hundreds of MB per row, so the file gets large (a tenth of the traffic or more, cut to --pcap-snaplen; gigabytes with whole frames), and the capture slows the devices, which the numbers show")
+	fs.IntVar(&o.pcapSnaplen, "pcap-snaplen", benchDefaultSnaplen, "octets of each frame the --pcap file keeps (the headers: the rest is cut, the length on the wire kept; 0 keeps whole frames)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -149,6 +161,9 @@ func (o *benchOptions) check() error {
 	if o.mtu < 1280 || o.mtu > 65535 {
 		return fmt.Errorf("--mtu %d: want 1280..65535", o.mtu)
 	}
+	if o.pcapSnaplen < 0 {
+		return fmt.Errorf("--pcap-snaplen %d: want 0 (whole frames) or more", o.pcapSnaplen)
+	}
 	return nil
 }
 
@@ -189,6 +204,9 @@ type benchReport struct {
 	Measure   string     `json:"measure_per_row"`
 	Rows      []benchRow `json:"rows"`
 	Elapsed   string     `json:"elapsed"`
+	// PcapFrames is how many frames the --pcap file holds, cut to PcapSnaplen octets.
+	PcapFrames  uint64 `json:"pcap_frames,omitempty"`
+	PcapSnaplen int    `json:"pcap_snaplen,omitempty"`
 }
 
 func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
@@ -212,6 +230,16 @@ func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
 				f.Close()
 			}
 		}()
+	}
+	if o.pcap != "" {
+		f, err := os.Create(o.pcap)
+		if err != nil {
+			return fmt.Errorf("--pcap: %w", err)
+		}
+		defer f.Close()
+		if o.tap, err = newPcapTap(f, o.pcapSnaplen); err != nil {
+			return fmt.Errorf("--pcap: %w", err)
+		}
 	}
 	pair, err := netns.NewPair(netns.PairConfig{MTU: o.mtu, Prefix: "softrdma-bench-"})
 	if err != nil {
@@ -245,11 +273,24 @@ func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
 		}
 	}
 	elapsed := time.Since(start)
+	var pcapFrames uint64
+	if o.tap != nil {
+		// Every device and connection is closed: all their frames are in.
+		if err := o.tap.Flush(); err != nil {
+			return fmt.Errorf("--pcap: %w", err)
+		}
+		pcapFrames = o.tap.Frames()
+		fmt.Fprintf(progress, "softrdma bench: --pcap %s: %d frames, each cut to %d octets\n", o.pcap, pcapFrames, o.tap.snaplen)
+	}
 	if o.json {
+		rep := benchReport{Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
+			VethMTU: o.mtu, Measure: o.measure.String(), Rows: rows, Elapsed: elapsed.Round(time.Millisecond).String()}
+		if o.tap != nil {
+			rep.PcapFrames, rep.PcapSnaplen = pcapFrames, o.tap.snaplen
+		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(benchReport{Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-			VethMTU: o.mtu, Measure: o.measure.String(), Rows: rows, Elapsed: elapsed.Round(time.Millisecond).String()})
+		return enc.Encode(rep)
 	}
 	benchPrintTable(stdout, rows, o, elapsed)
 	return nil

@@ -52,28 +52,44 @@ const benchIWARPPort = 4793
 
 func benchOpenEnv(pair *netns.Pair, transport, backend string, o *benchOptions) (*benchEnv, error) {
 	if transport == "iwarp" {
-		return benchOpenIWARP(pair)
+		return benchOpenIWARP(pair, o.tap)
 	}
 	if backend == "tap" {
-		return benchOpenTAP(pair)
+		return benchOpenTAP(pair, o.tap)
 	}
-	return benchOpenRoCE(pair, backend)
+	return benchOpenRoCE(pair, backend, o.tap)
+}
+
+// benchCapture makes cfg's device record into the --pcap file (tap, if not
+// nil): its capture (roce.OpenConfig.Capture) is merged into the file, with the
+// IPv4 IDs a UDP socket hides recovered. It adds to e what ends the merge,
+// before what closes the device (e's closers run last first), so that it runs
+// once the device's last frame is flushed.
+func (e *benchEnv) benchCapture(tap *pcapTap, cfg *roce.OpenConfig) {
+	if tap == nil {
+		return
+	}
+	src := tap.Source(cfg.Backend == roce.BackendUDP)
+	cfg.Capture, cfg.CaptureFormat = src, netio.FormatPcap
+	e.closers = append(e.closers, func() { src.Close() }) // an error is the tap's, reported by benchMain
 }
 
 // benchOpenRoCE opens a RoCE device on the backend in each namespace with
 // roce.Open, as softrdma perf does, and runs it.
-func benchOpenRoCE(pair *netns.Pair, backend string) (*benchEnv, error) {
+func benchOpenRoCE(pair *netns.Pair, backend string, tap *pcapTap) (*benchEnv, error) {
 	e := &benchEnv{transport: "roce", backend: backend}
 	devs := make([]*roce.Device, 2)
 	for i, s := range []*netns.Side{&pair.A, &pair.B} {
+		cfg := roce.OpenConfig{Backend: roce.Backend(backend), Interface: s.Link, Engine: benchEngineConfig()}
+		e.benchCapture(tap, &cfg)
 		var d *roce.Device
 		err := s.NS.Do(func() (err error) {
-			d, err = roce.Open(roce.OpenConfig{Backend: roce.Backend(backend), Interface: s.Link,
-				Engine: benchEngineConfig()})
+			d, err = roce.Open(cfg)
 			return err
 		})
 		if err != nil {
 			benchCloseDevices(devs)
+			e.close()
 			return nil, fmt.Errorf("roce.Open %s on %s: %w", backend, s.Link, err)
 		}
 		devs[i] = d
@@ -108,7 +124,7 @@ var (
 // --backend tap) and side B a UDP device on the kernel's side of it, so
 // every packet crosses the TAP once. (The TAP is the NIC of a host, not a
 // link between namespaces: this is the path TestPerfTAP runs.)
-func benchOpenTAP(pair *netns.Pair) (*benchEnv, error) {
+func benchOpenTAP(pair *netns.Pair, tap *pcapTap) (*benchEnv, error) {
 	e := &benchEnv{transport: "roce", backend: "tap"}
 	devs := make([]*roce.Device, 2)
 	for i, cfg := range []roce.OpenConfig{
@@ -117,12 +133,14 @@ func benchOpenTAP(pair *netns.Pair) (*benchEnv, error) {
 		{Backend: roce.BackendUDP, Interface: benchTAPName, Addrs: []netip.Addr{benchTAPKernel.Addr()}},
 	} {
 		cfg.Engine = benchEngineConfig()
+		e.benchCapture(tap, &cfg)
 		var d *roce.Device
 		if err := pair.A.NS.Do(func() (err error) {
 			d, err = roce.Open(cfg)
 			return err
 		}); err != nil {
 			benchCloseDevices(devs)
+			e.close()
 			return nil, fmt.Errorf("roce.Open %s on %s: %w", cfg.Backend, benchTAPName, err)
 		}
 		devs[i] = d
@@ -238,8 +256,12 @@ func benchModifyRC(qp *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, dq
 }
 
 // benchOpenIWARP opens an iWARP device on each side, a listener in A, and
-// connects each QP pair with Dial from B and Accept in A.
-func benchOpenIWARP(pair *netns.Pair) (*benchEnv, error) {
+// connects each QP pair with Dial from B and Accept in A. With --pcap (tap not
+// nil) the dialing side's connections are observed (iwarp.ConnParams.Observe)
+// and written as synthesised TCP segments (tcpPcap): one side sees all the
+// octets of a connection, both ways; observing the other too would record each
+// connection twice under one 4-tuple with other sequence numbers.
+func benchOpenIWARP(pair *netns.Pair, tap *pcapTap) (*benchEnv, error) {
 	e := &benchEnv{transport: "iwarp", backend: "tcp"}
 	da, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64()}})
 	if err != nil {
@@ -259,6 +281,24 @@ func benchOpenIWARP(pair *netns.Pair) (*benchEnv, error) {
 		return nil, fmt.Errorf("iwarp.Listen %s: %w", addr, err)
 	}
 	e.closers = append(e.closers, func() { ln.Close() })
+	var dialParams iwarp.ConnParams
+	if tap != nil {
+		src := tap.Source(false)
+		tcp, err := newTCPPcap(src)
+		if err != nil {
+			src.Close()
+			e.close()
+			return nil, fmt.Errorf("--pcap: %w", err)
+		}
+		dialParams.Observe = tcp.Observe
+		// First in, so last out: after the listener, once the connections are closed.
+		e.closers = append([]func(){func() {
+			if err := tcp.Err(); err != nil {
+				tap.fail(err)
+			}
+			src.Close()
+		}}, e.closers...)
+	}
 	e.connect = func(qa, qb *ibtransport.QP) (func(), error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -273,7 +313,7 @@ func benchOpenIWARP(pair *netns.Pair) (*benchEnv, error) {
 		}()
 		var cb *iwarp.Conn
 		derr := pair.B.NS.Do(func() (err error) {
-			cb, err = iwarp.Dial(ctx, qb, addr, iwarp.ConnParams{})
+			cb, err = iwarp.Dial(ctx, qb, addr, dialParams)
 			return err
 		})
 		if derr != nil {

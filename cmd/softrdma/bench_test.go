@@ -2,11 +2,19 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/netio/netns"
+	"github.com/softrdma/softrdma/roce"
 )
 
 // TestBenchRuns runs softrdma bench with tiny measurement times over every
@@ -92,4 +100,109 @@ func TestBenchFlags(t *testing.T) {
 			t.Errorf("%q: exit %d, stderr %q", args, code, stderr.String())
 		}
 	}
+}
+
+// TestBenchPcap runs softrdma bench --pcap over RoCE (udp) and iWARP, WRITE
+// bandwidth only, with the default snap length (128) and with whole frames (0):
+// the file holds as many frames as the report says, each cut to the snap
+// length the report gives; whole, every RDMA frame is well formed (ICRCs and
+// CRCs verify: the IPv4 IDs the UDP sockets hid are recovered) and both
+// devices' frames are there (each WRITE packet twice: sent by B, received by
+// A); cut, the only errors are the cuts, and each RoCE frame still holds its
+// BTH, with at least as many WRITE packets. The iWARP connections are there as
+// synthesised TCP segments, with at least one WRITE FPDU per message measured.
+func TestBenchPcap(t *testing.T) {
+	if err := netns.Check(); err != nil {
+		t.Skipf("needs network namespaces: %v", err)
+	}
+	for _, tc := range []struct {
+		name    string
+		snaplen []string
+		want    int
+	}{
+		{"snaplen-default", nil, benchDefaultSnaplen},
+		{"whole-frames", []string{"--pcap-snaplen", "0"}, netio.CaptureSnapLen},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "bench.pcap")
+			args := append([]string{"--time", "60ms", "--warm", "10ms", "--sizes", "4K", "--backend", "udp", "--transport", "roce,iwarp",
+				"--tests", "write", "--json", "--pcap", file}, tc.snaplen...)
+			var stdout, stderr bytes.Buffer
+			if code := benchCmd(args, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d\n%s", code, stderr.String())
+			}
+			var rep benchReport
+			if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+				t.Fatalf("--json output: %v\n%s", err, stdout.String())
+			}
+			samples := map[string]int{}
+			for _, r := range rep.Rows {
+				if r.Note != "" {
+					t.Fatalf("%s %s did not run: %s", r.Transport, r.Test, r.Note)
+				}
+				samples[r.Transport] += r.Samples
+			}
+			c := readPcap(t, file)
+			if rep.PcapFrames != uint64(c.res.Frames) || rep.PcapSnaplen != tc.want {
+				t.Errorf("report: %d frames, snap length %d; the file holds %d frames, want snap length %d",
+					rep.PcapFrames, rep.PcapSnaplen, c.res.Frames, tc.want)
+			}
+			var roceWrites, iwarpWrites, tcpFrames int
+			for i, data := range c.frames {
+				if ci := c.infos[i]; ci.CaptureLength > tc.want || ci.Length < ci.CaptureLength || (ci.Length > tc.want) != (ci.CaptureLength < ci.Length) {
+					t.Fatalf("frame %d: %d of %d bytes kept, snap length %d", i+1, ci.CaptureLength, ci.Length, tc.want)
+				}
+				if b := benchFrameBTH(data); b != nil {
+					if !b.Opcode().Valid() {
+						t.Fatalf("frame %d: BTH %x: opcode not valid", i+1, []byte(b))
+					}
+					switch b.Opcode() {
+					case ib.OpcodeRCRDMAWriteFirst, ib.OpcodeRCRDMAWriteMiddle, ib.OpcodeRCRDMAWriteLast, ib.OpcodeRCRDMAWriteOnly:
+						roceWrites++
+					}
+					continue
+				}
+				p := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default)
+				if p.Layer(layers.LayerTypeTCP) != nil {
+					tcpFrames++
+				}
+				if pk, ok := c.packets[i+1]; ok && pk.Transport == "iWARP" && pk.Opcode == "Write" {
+					iwarpWrites++
+				}
+			}
+			// 4 KiB over IB MTU 1024 is 4 packets, recorded by both devices.
+			// (A loaded machine may measure no message in the windows: the warm-ups still write.)
+			if roceWrites < 2*4*samples["roce"] || roceWrites == 0 || tcpFrames == 0 {
+				t.Errorf("%d RoCE WRITE packets for %d messages, %d TCP segments", roceWrites, samples["roce"], tcpFrames)
+			}
+			if tc.want < 1000 {
+				for _, e := range c.res.Errors {
+					if !strings.Contains(e.Reason, "cut short") {
+						t.Fatalf("an error not from the snap length: %v", e)
+					}
+				}
+				return
+			}
+			if len(c.res.Errors) != 0 {
+				t.Errorf("%d errors, the first %v", len(c.res.Errors), c.res.Errors[0])
+			}
+			if iwarpWrites < samples["iwarp"] || iwarpWrites == 0 {
+				t.Errorf("%d iWARP WRITE FPDUs for %d messages", iwarpWrites, samples["iwarp"])
+			}
+		})
+	}
+}
+
+// benchFrameBTH returns the BTH of an untagged Ethernet/IPv4/UDP frame to port
+// 4791, read at its offset without decoding the rest (a frame cut by the snap
+// length holds the headers only).
+func benchFrameBTH(frame []byte) ib.BTH {
+	if len(frame) < 14+20 || binary.BigEndian.Uint16(frame[12:]) != roce.EtherTypeIPv4 || frame[14+9] != roce.IPProtocolUDP {
+		return nil
+	}
+	udp := 14 + 4*int(frame[14]&0x0f)
+	if len(frame) < udp+8+ib.BTHLen || binary.BigEndian.Uint16(frame[udp+2:]) != roce.UDPPort {
+		return nil
+	}
+	return ib.BTH(frame[udp+8 : udp+8+ib.BTHLen])
 }

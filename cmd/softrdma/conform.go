@@ -16,6 +16,7 @@ import (
 
 	"github.com/softrdma/softrdma/conform"
 	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -68,7 +69,7 @@ The exit status is 0 only if every applicable case passed (and at least one did)
 flags:
 `
 
-const conformServeUsage = `usage: softrdma conform serve [--transport roce|iwarp] [--listen ADDR] [--backend udp|afpacket] [--addr IP] [--interface IF]
+const conformServeUsage = `usage: softrdma conform serve [--transport roce|iwarp] [--listen ADDR] [--backend udp|afpacket] [--addr IP] [--interface IF] [--pcap FILE]
 
 Opens a softrdma RoCE device (or an iWARP device, whose QPs then listen on --addr
 for the tester's TCP connections) and serves the conformance control protocol for
@@ -98,6 +99,7 @@ type conformOptions struct {
 	seed      uint64
 	udpPort   uint16
 	peerKind  string
+	pcap      string // --pcap FILE
 }
 
 func conformCmd(args []string, stdout, stderr io.Writer) int {
@@ -129,6 +131,7 @@ func conformCmd(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.silence, "silence", 0, "how long no answer must come where the specification requires none (default 100ms)")
 	fs.Uint64Var(&o.seed, "seed", 1, "simulator seed (--self --backend sim)")
 	fs.Uint16Var(&o.udpPort, "udp-port", roce.UDPPort, "RoCEv2 UDP port")
+	fs.StringVar(&o.pcap, "pcap", "", "write every frame the tester sends and receives (iWARP: the TCP octets of its connections, as synthesised segments), the deliberately broken ones exactly as sent, to this pcap `FILE`")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -158,15 +161,32 @@ func conformCmd(args []string, stdout, stderr io.Writer) int {
 			o.backend = "sim"
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	switch o.peerKind {
-	case "control":
-	case "kernel":
-		return conformKernel(ctx, o, stdout, stderr)
+	case "control", "kernel":
 	default:
 		fmt.Fprintf(stderr, "softrdma conform: --peer-kind %q: want control or kernel\n", o.peerKind)
 		return 2
+	}
+	pcap, err := newConformPcap(o.pcap)
+	if err != nil {
+		fmt.Fprintf(stderr, "softrdma conform: --pcap: %v\n", err)
+		return 2
+	}
+	code := conformRun(o, pcap, stdout, stderr)
+	if err := pcap.close(stderr, "softrdma conform"); err != nil {
+		fmt.Fprintf(stderr, "softrdma conform: --pcap: %v\n", err)
+		code = max(code, 1)
+	}
+	return code
+}
+
+// conformRun runs the suite (its capture, if any, is closed by the caller after
+// everything that records into it has stopped).
+func conformRun(o conformOptions, pcap *conformPcap, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if o.peerKind == "kernel" {
+		return conformKernel(ctx, o, pcap, stdout, stderr)
 	}
 
 	var (
@@ -176,9 +196,9 @@ func conformCmd(args []string, stdout, stderr io.Writer) int {
 		err      error
 	)
 	if o.transport == "iwarp" {
-		cases, peerName, cleanup, err = conformSetupIWARP(ctx, o, stderr)
+		cases, peerName, cleanup, err = conformSetupIWARP(ctx, o, pcap, stderr)
 	} else {
-		cases, peerName, cleanup, err = conformSetupRoCE(ctx, o, stderr)
+		cases, peerName, cleanup, err = conformSetupRoCE(ctx, o, pcap, stderr)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma conform: %v\n", err)
@@ -224,7 +244,7 @@ func conformCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 // conformKernel runs the suite against a kernel peer (--peer-kind kernel).
-func conformKernel(ctx context.Context, o conformOptions, stdout, stderr io.Writer) int {
+func conformKernel(ctx context.Context, o conformOptions, pcap *conformPcap, stdout, stderr io.Writer) int {
 	if o.self {
 		fmt.Fprintln(stderr, "softrdma conform: --peer-kind kernel needs --peer, not --self")
 		return 2
@@ -237,7 +257,7 @@ func conformKernel(ctx context.Context, o conformOptions, stdout, stderr io.Writ
 		host = o.peerIP
 	}
 	k := conform.KernelRun{Transport: o.transport, Peer: host, Local: o.local, AnswerTimeout: o.timeout,
-		Silence: o.silence, Pattern: o.pattern}
+		Silence: o.silence, Pattern: o.pattern, WrapLink: pcap.linkWrapper(true), WrapConn: pcap.connWrapper()}
 	if o.verbose {
 		k.Progress = func(c conform.CaseReport) { fmt.Fprintf(stderr, "%-14s %-26s %s\n", c.Result, c.ID, c.Reason) }
 	}
@@ -311,8 +331,8 @@ func conformList(o conformOptions, stdout, stderr io.Writer) int {
 
 // conformSetupRoCE binds the RoCE catalogue to its environment and applies the
 // timeouts.
-func conformSetupRoCE(ctx context.Context, o conformOptions, stderr io.Writer) ([]conform.Case, string, func(), error) {
-	env, name, cleanup, err := conformSetup(ctx, o, stderr)
+func conformSetupRoCE(ctx context.Context, o conformOptions, pcap *conformPcap, stderr io.Writer) ([]conform.Case, string, func(), error) {
+	env, name, cleanup, err := conformSetup(ctx, o, pcap, stderr)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -328,7 +348,7 @@ func conformSetupRoCE(ctx context.Context, o conformOptions, stderr io.Writer) (
 // conformSetupIWARP binds the iWARP catalogue: an in-process peer on loopback TCP
 // (--self) or the control server of a remote one, whose QPs listen for the
 // tester's TCP connections.
-func conformSetupIWARP(ctx context.Context, o conformOptions, stderr io.Writer) ([]conform.Case, string, func(), error) {
+func conformSetupIWARP(ctx context.Context, o conformOptions, pcap *conformPcap, stderr io.Writer) ([]conform.Case, string, func(), error) {
 	var (
 		env     *conform.IWARPEnv
 		name    string
@@ -374,22 +394,23 @@ func conformSetupIWARP(ctx context.Context, o conformOptions, stderr io.Writer) 
 	if o.silence > 0 {
 		env.Silence = o.silence
 	}
+	env.Dial = pcap.wrapDial(env.Dial)
 	return conform.IWARPCases(env), name, cleanup, nil
 }
 
 // conformSetup builds the RoCE tester's environment: an in-process peer (--self)
 // or a wire to a remote one and its control channel.
-func conformSetup(ctx context.Context, o conformOptions, stderr io.Writer) (*conform.RoCEEnv, string, func(), error) {
+func conformSetup(ctx context.Context, o conformOptions, pcap *conformPcap, stderr io.Writer) (*conform.RoCEEnv, string, func(), error) {
 	if o.self {
 		switch o.backend {
 		case "sim":
-			s, err := conform.NewSelfRoCE(ctx, conform.SelfConfig{Seed: o.seed})
+			s, err := conform.NewSelfRoCE(ctx, conform.SelfConfig{Seed: o.seed, WrapLink: pcap.linkWrapper(false)})
 			if err != nil {
 				return nil, "", nil, err
 			}
 			return s.Env, "softrdma (in-process, simulated link)", func() { s.Close() }, nil
 		case "udp":
-			l, err := conform.NewLoopbackRoCE(ctx, conform.LoopbackConfig{UDPPort: o.udpPort})
+			l, err := conform.NewLoopbackRoCE(ctx, conform.LoopbackConfig{UDPPort: o.udpPort, WrapLink: pcap.linkWrapper(true)})
 			if err != nil {
 				return nil, "", nil, err
 			}
@@ -433,7 +454,7 @@ func conformSetup(ctx context.Context, o conformOptions, stderr io.Writer) (*con
 		copy(mac[:], hw)
 	}
 	link := conform.NewEndpointLink(dev.Endpoint())
-	wire, err := conform.NewWire(conform.WireConfig{Link: link, LocalIP: local, PeerIP: peerIP, LocalMAC: mac,
+	wire, err := conform.NewWire(conform.WireConfig{Link: pcap.wrapLink(link, o.backend == "udp"), LocalIP: local, PeerIP: peerIP, LocalMAC: mac,
 		PeerMAC: peerMAC, UDPSocket: o.backend == "udp", SrcPort: o.udpPort, DstPort: o.udpPort})
 	if err != nil {
 		dev.Close()
@@ -542,64 +563,130 @@ func macOfInterface(name string) net.HardwareAddr {
 	return ifi.HardwareAddr
 }
 
+// conformServeOptions are the flags of softrdma conform serve.
+type conformServeOptions struct {
+	listen, transport, backend, addr, iface, pcap string
+	udpPort                                       uint16
+}
+
 // conformServeCmd serves the control protocol for a softrdma device.
 func conformServeCmd(args []string, stdout, stderr io.Writer) int {
+	var o conformServeOptions
 	fs := pflag.NewFlagSet("conform serve", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, conformServeUsage)
 		fs.PrintDefaults()
 	}
-	listen := fs.String("listen", ":"+strconv.Itoa(conform.DefaultControlPort), "TCP address of the control protocol")
-	transport := fs.String("transport", "roce", "the device: roce or iwarp")
-	backend := fs.String("backend", "udp", "the device's backend: udp or afpacket")
-	addr := fs.String("addr", "", "the device's RoCE address (udp: the address to bind; default the interface's first)")
-	iface := fs.StringP("interface", "d", "", "network interface (afpacket: required; udp: where the address comes from)")
-	udpPort := fs.Uint16("udp-port", roce.UDPPort, "RoCEv2 UDP port")
+	fs.StringVar(&o.listen, "listen", ":"+strconv.Itoa(conform.DefaultControlPort), "TCP address of the control protocol")
+	fs.StringVar(&o.transport, "transport", "roce", "the device: roce or iwarp")
+	fs.StringVar(&o.backend, "backend", "udp", "the device's backend: udp or afpacket")
+	fs.StringVar(&o.addr, "addr", "", "the device's RoCE address (udp: the address to bind; default the interface's first)")
+	fs.StringVarP(&o.iface, "interface", "d", "", "network interface (afpacket: required; udp: where the address comes from)")
+	fs.Uint16Var(&o.udpPort, "udp-port", roce.UDPPort, "RoCEv2 UDP port")
+	fs.StringVar(&o.pcap, "pcap", "", "write every frame the device sends and receives (iWARP: the TCP octets of its QPs' connections, as synthesised segments) to this pcap `FILE`")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if *transport == "iwarp" {
-		return conformServeIWARP(*listen, *addr, stdout, stderr)
-	}
-	if *transport != "roce" {
-		fmt.Fprintf(stderr, "softrdma conform serve: --transport %q: want roce or iwarp\n", *transport)
-		return 2
-	}
-	cfg := roce.OpenConfig{Backend: roce.Backend(*backend), Interface: *iface, UDPPort: *udpPort}
-	if *addr != "" {
-		a, err := netip.ParseAddr(*addr)
-		if err != nil {
-			fmt.Fprintf(stderr, "softrdma conform serve: --addr %q: %v\n", *addr, err)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return conformServe(ctx, o, stdout, stderr)
+}
+
+// conformServe serves until ctx ends.
+func conformServe(ctx context.Context, o conformServeOptions, stdout, stderr io.Writer) int {
+	switch o.transport {
+	case "roce":
+	case "iwarp":
+		if o.addr == "" {
+			fmt.Fprintln(stderr, "softrdma conform serve --transport iwarp: give --addr (where the QPs listen for the tester)")
 			return 2
 		}
-		cfg.Addrs = []netip.Addr{a}
-	}
-	if *addr == "" && *iface == "" {
-		fmt.Fprintln(stderr, "softrdma conform serve: give --addr or --interface")
+		if _, err := netip.ParseAddr(o.addr); err != nil {
+			fmt.Fprintf(stderr, "softrdma conform serve: --addr %q: %v\n", o.addr, err)
+			return 2
+		}
+	default:
+		fmt.Fprintf(stderr, "softrdma conform serve: --transport %q: want roce or iwarp\n", o.transport)
 		return 2
+	}
+	cfg := roce.OpenConfig{Backend: roce.Backend(o.backend), Interface: o.iface, UDPPort: o.udpPort}
+	if o.transport == "roce" {
+		if o.addr != "" {
+			a, err := netip.ParseAddr(o.addr)
+			if err != nil {
+				fmt.Fprintf(stderr, "softrdma conform serve: --addr %q: %v\n", o.addr, err)
+				return 2
+			}
+			cfg.Addrs = []netip.Addr{a}
+		}
+		if o.addr == "" && o.iface == "" {
+			fmt.Fprintln(stderr, "softrdma conform serve: give --addr or --interface")
+			return 2
+		}
+	}
+	pcap, err := newConformPcap(o.pcap)
+	if err != nil {
+		fmt.Fprintf(stderr, "softrdma conform serve: --pcap: %v\n", err)
+		return 2
+	}
+	var code int
+	if o.transport == "iwarp" {
+		code = conformServeIWARP(ctx, o.listen, o.addr, pcap, stdout, stderr)
+	} else {
+		code = conformServeRoCE(ctx, o.listen, cfg, pcap, stdout, stderr)
+	}
+	if err := pcap.close(stderr, "softrdma conform serve"); err != nil {
+		fmt.Fprintf(stderr, "softrdma conform serve: --pcap: %v\n", err)
+		code = max(code, 1)
+	}
+	return code
+}
+
+// conformServeRoCE serves the control protocol for a RoCE device opened with
+// cfg, its frames recorded into pcap (if not nil): the device's own capture
+// (roce.OpenConfig.Capture) merged into the file, with the IPv4 IDs a UDP
+// socket hides recovered (as pingpong's ppCapture does).
+func conformServeRoCE(ctx context.Context, listen string, cfg roce.OpenConfig, pcap *conformPcap, stdout, stderr io.Writer) int {
+	var src *pcapTapSource
+	if pcap != nil {
+		src = pcap.tap.Source(cfg.Backend == "" || cfg.Backend == roce.BackendUDP)
+		cfg.Capture, cfg.CaptureFormat = src, netio.FormatPcap
+		defer func() {
+			if err := src.Close(); err != nil {
+				fmt.Fprintf(stderr, "softrdma conform serve: --pcap: %v\n", err)
+			}
+		}()
 	}
 	dev, err := roce.Open(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
 		return 1
 	}
-	defer dev.Close()
-	l, err := net.Listen("tcp", *listen)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	defer func() {
+		// The device stops before its capture is closed: nothing records after.
+		cancel()
+		dev.Close()
+		<-done
+	}()
+	go func() {
+		defer close(done)
+		dev.Run(ctx, nil)
+	}()
+	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	go func() {
 		<-ctx.Done()
 		l.Close()
 	}()
-	go dev.Run(ctx, nil)
 	fmt.Fprintf(stdout, "softrdma conform serve: control protocol %s on %s for the RoCE device at %v (path MTU %d)\n",
 		conform.ControlProtocol, l.Addr(), dev.GIDs(), dev.PathMTU())
 	if err := (&conform.Server{Device: dev}).Serve(l); err != nil && ctx.Err() == nil {
@@ -610,15 +697,13 @@ func conformServeCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 // conformServeIWARP serves the control protocol for an iWARP device whose QPs
-// listen on addr (any port) for the tester's connections.
-func conformServeIWARP(listen, addr string, stdout, stderr io.Writer) int {
-	if addr == "" {
-		fmt.Fprintln(stderr, "softrdma conform serve --transport iwarp: give --addr (where the QPs listen for the tester)")
-		return 2
-	}
-	if _, err := netip.ParseAddr(addr); err != nil {
-		fmt.Fprintf(stderr, "softrdma conform serve: --addr %q: %v\n", addr, err)
-		return 2
+// listen on addr (any port) for the tester's connections, their octets recorded
+// into pcap (if not nil).
+func conformServeIWARP(ctx context.Context, listen, addr string, pcap *conformPcap, stdout, stderr io.Writer) int {
+	observe, err := pcap.observer()
+	if err != nil {
+		fmt.Fprintf(stderr, "softrdma conform serve: --pcap: %v\n", err)
+		return 1
 	}
 	dev, err := iwarp.Open(iwarp.DeviceConfig{})
 	if err != nil {
@@ -630,15 +715,13 @@ func conformServeIWARP(listen, addr string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	go func() {
 		<-ctx.Done()
 		l.Close()
 	}()
 	fmt.Fprintf(stdout, "softrdma conform serve: control protocol %s on %s for an iWARP device whose QPs listen on %s\n",
 		conform.ControlProtocol, l.Addr(), addr)
-	if err := (&conform.Server{Device: dev, Transport: "iwarp", ListenHost: addr}).Serve(l); err != nil && ctx.Err() == nil {
+	if err := (&conform.Server{Device: dev, Transport: "iwarp", ListenHost: addr, Observe: observe}).Serve(l); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
 		return 1
 	}
