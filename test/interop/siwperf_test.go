@@ -39,7 +39,9 @@ func TestSiwPerf(t *testing.T) {
 		sizes              []int
 	}{
 		{"stock", "default", "10.77.0.71", "accept", []int{1, 4096, 65536, 1 << 20}},
-		{"crc", "crc", "10.77.0.72", "request", []int{1, 4096, 65536, 1 << 20}},
+		// With CRC, 4 KiB adds nothing 64 KiB does not (both span FPDUs): left
+		// out to keep make test short.
+		{"crc", "crc", "10.77.0.72", "request", []int{1, 65536, 1 << 20}},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			g := h.Boot(t, "siwperf"+v.ip[len(v.ip)-2:], interop.BootOptions{IP: v.ip, NoIPv6: true, Links: "siw", Siw: v.siw})
