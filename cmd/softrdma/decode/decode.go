@@ -35,6 +35,10 @@ type Problem struct {
 	Frame int
 	// Reason says what is wrong, naming the field and value.
 	Reason string
+	// Cut says the frame is an error only because the capture's snap length cut it
+	// after its headers: the headers were decoded, the payload and the CRC could not
+	// be verified, and nothing else is wrong with it.
+	Cut bool
 }
 
 // Error returns "frame N: reason" (or "file: reason").
@@ -59,8 +63,12 @@ type Result struct {
 	RDMAFrameNumbers []int
 	// Packets is the number of RDMA packets printed: RoCE packets and MPA frames.
 	Packets int
-	// Errors are the bad frames (malformed headers, wrong CRCs) and file damage.
+	// Errors are the bad frames (malformed headers, wrong CRCs, frames cut short by the
+	// capture) and file damage.
 	Errors []Problem
+	// Cut is the number of Errors that are frames cut by the snap length after their
+	// headers and otherwise good (Problem.Cut).
+	Cut int
 	// Notes are observations that are not errors: a capture starting mid-stream, bytes
 	// the capture lost, a connection cut off by the end of the capture.
 	Notes []Problem
@@ -112,13 +120,21 @@ type decoder struct {
 	res   Result
 	frame int
 
-	t0     time.Time
-	haveT0 bool
-	now    time.Time
-	wire   int // the current frame's length on the wire
+	t0       time.Time
+	haveT0   bool
+	now      time.Time
+	wire     int // the current frame's length on the wire
+	captured int // and in the capture
 
 	rf roce.Frame
 	ib ibtransport.Packet
+	// whole is the frame being decoded at its length on the wire, the octets the
+	// capture cut off read as zeros (see decodeCut); cutHeaders says d.rf is a view of
+	// it whose headers the capture holds, cutWhole how many octets of the frame hold
+	// its headers and IB payload (less means the payload is cut).
+	whole      []byte
+	cutHeaders bool
+	cutWhole   int
 
 	// gopacket layers for everything that is not RoCE (TCP for iWARP, and telling
 	// UDP port 4791 apart when roce.Frame rejects a frame).
@@ -194,6 +210,13 @@ func (d *decoder) errorf(frame int, format string, args ...any) string {
 	return p.Reason
 }
 
+// cutError records for frame the error of a frame that the capture's snap length cut
+// after its headers and that is otherwise good.
+func (d *decoder) cutError(frame int, reason string) string {
+	d.res.Errors = append(d.res.Errors, Problem{Frame: frame, Reason: reason, Cut: true})
+	return reason
+}
+
 // notef records a note for frame.
 func (d *decoder) notef(frame int, format string, args ...any) string {
 	p := Problem{Frame: frame, Reason: fmt.Sprintf(format, args...)}
@@ -228,7 +251,7 @@ func (d *decoder) handleFrame(data []byte, ci gopacket.CaptureInfo, link layers.
 		d.t0, d.haveT0 = ci.Timestamp, true
 	}
 	d.now = ci.Timestamp
-	d.wire = ci.Length
+	d.wire, d.captured = ci.Length, ci.CaptureLength
 	var err error
 	var first gopacket.LayerType
 	switch link {
@@ -272,6 +295,12 @@ func (d *decoder) handleFrame(data []byte, ci gopacket.CaptureInfo, link layers.
 		d.other(data, first, ci)
 		return
 	}
+	if errors.Is(err, roce.ErrTruncated) && d.decodeCut(data, ci, link) {
+		d.cutHeaders = true
+		d.roce(ci, nil)
+		d.cutHeaders = false
+		return
+	}
 	// roce.Frame rejected the frame before it could tell whether it is RoCE: it is
 	// only if gopacket finds Ethertype 0x8915 or UDP destination port 4791.
 	if d.isRoCE(data, first, link) {
@@ -279,6 +308,48 @@ func (d *decoder) handleFrame(data []byte, ci gopacket.CaptureInfo, link layers.
 		return
 	}
 	d.other(data, first, ci)
+}
+
+// maxWholeFrame bounds the length on the wire of a cut frame that decodeCut decodes
+// whole: the largest IP packet, behind link headers.
+const maxWholeFrame = 1<<16 + 64
+
+// decodeCut decodes a RoCE frame that the capture's snap length cut short as if it were
+// whole, the octets the capture lost read as zeros, and reports whether the octets
+// captured hold all its headers: link, IP and UDP (or GRH), the BTH and every extension
+// header its opcode carries. Then d.rf is a view of d.whole whose headers are all real;
+// what it says of the payload and the ICRC must not be believed. A frame whose headers
+// the capture cut is left to the caller (false).
+func (d *decoder) decodeCut(data []byte, ci gopacket.CaptureInfo, link layers.LinkType) bool {
+	if ci.Length <= len(data) || ci.Length > maxWholeFrame {
+		return false
+	}
+	if cap(d.whole) < ci.Length {
+		d.whole = make([]byte, ci.Length, max(ci.Length, 2048))
+	}
+	w := d.whole[:ci.Length]
+	clear(w[copy(w, data):])
+	var err error
+	off := 0
+	switch link {
+	case layers.LinkTypeEthernet:
+		err = d.rf.DecodeEthernet(w)
+	case layers.LinkTypeLinuxSLL:
+		off = 16
+		if binary.BigEndian.Uint16(w[14:16]) == roce.EtherTypeRoCEv1 {
+			err = d.rf.DecodeGRH(w[off:])
+		} else {
+			err = d.rf.DecodeIP(w[off:])
+		}
+	default:
+		err = d.rf.DecodeIP(w)
+	}
+	if err != nil || len(d.rf.IB) == 0 {
+		return false
+	}
+	hdr := off + d.rf.HeaderLen()
+	d.cutWhole = hdr + len(d.rf.IB)
+	return len(data) >= hdr+ibtransport.Opcode(d.rf.IB[0]).HeaderLen()
 }
 
 // parse decodes data with gopacket's layers, starting at first.
@@ -631,6 +702,11 @@ func (d *decoder) finish() {
 	}
 	sort.Ints(d.res.RDMAFrameNumbers)
 	d.res.RDMAFrames = len(d.res.RDMAFrameNumbers)
+	for _, p := range d.res.Errors {
+		if p.Cut {
+			d.res.Cut++
+		}
+	}
 	if d.opts.Summary {
 		d.out.summary(&d.res, d.opts.Flows)
 	}

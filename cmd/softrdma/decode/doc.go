@@ -10,5 +10,15 @@
 // skipped: FPDU framing is found again after them, also when they held an MPA start
 // frame. Frames cut before anything tells whether they are RDMA are one error together.
 //
+// A RoCE frame whose captured octets hold all its headers (link, IP, UDP or GRH, the
+// BTH and the extension headers of its opcode), and a TCP segment cut inside an FPDU
+// whose MPA, DDP and RDMAP headers the capture holds, are decoded from those headers as
+// tshark does ("[Packet size limited during capture]"): the packet's line is the one the
+// whole frame would give, its flow counts it (lengths from the headers and the wire),
+// and its error says it was cut after its headers and that the payload and the ICRC or
+// CRC are not verified. Such errors (Problem.Cut) are counted apart in the summary; they
+// still make the exit status 1. An FPDU's octets cut off are stood in for by zeros, so
+// the framing goes on after it without resynchronising.
+//
 // Run is the whole command; the softrdma binary only parses flags around it.
 package decode

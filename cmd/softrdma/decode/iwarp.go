@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"encoding/binary"
 	hexenc "encoding/hex"
 	"errors"
 	"fmt"
@@ -65,6 +66,7 @@ type tcpConn struct {
 	terminates   int
 	crcErrors    int
 	errors       int
+	cut          int // data segments cut by the snap length inside an FPDU, after its headers
 	opcodes      map[string]int
 	messages     map[string]int
 	mpa          *MPANegotiation
@@ -150,7 +152,40 @@ type iwarpDir struct {
 	crcKnown       bool
 	crcFound       bool
 	negFilled      bool
+
+	// A segment the capture cut inside an FPDU whose headers it holds loses only that
+	// FPDU's payload: its lost octets are fed to the decoder as zeros (fillCut), so that
+	// the FPDU is decoded from its headers and the framing goes on after it.
+	// framing: the decoder is delimiting FPDUs from the end of its last MPA frame or
+	// FPDU record (afterFPDU: an FPDU), boundary, where the FPDU in progress starts;
+	// peek holds its first peekN octets from the capture (peekOff = boundary when they
+	// are the current FPDU's).
+	framing   bool
+	afterFPDU bool
+	boundary  uint64
+	peek      [maxFPDUPeek]byte
+	peekOff   uint64
+	peekN     int
+	// seg is the segment being delivered when the capture cut it; filling says zeros
+	// are being fed for it; filledInside says all its lost octets were inside the FPDU
+	// in progress, fillRest how many were lost after it.
+	seg          *tcpSegmentInfo
+	filling      bool
+	filledInside bool
+	fillRest     uint32
+	// fillFrame is the first frame filled inside the FPDU in progress (0: none) and its
+	// lengths; reported is the frame whose cut an FPDU's line reported as its error.
+	fillFrame          int
+	fillOrig, fillCapt int
+	reported           int
 }
+
+// maxFPDUPeek is how much of the start of an FPDU in progress a direction keeps: enough
+// for the longest headers fillCut needs (MPA length, untagged DDP, an Atomic Request).
+const maxFPDUPeek = 128
+
+// zeroOctets stand for the octets of an FPDU that the capture cut off.
+var zeroOctets [4096]byte
 
 // classifyChunk is octets of the stream, or (lost > 0) octets the capture lost.
 type classifyChunk struct {
@@ -245,7 +280,11 @@ func (d *decoder) tcpSegment(s *tcpSegmentInfo) {
 		c.becomeIWARP(d, dir)
 		dir.locked = true
 	}
+	if s.cut != "" {
+		dir.seg, dir.filledInside, dir.fillRest = s, false, 0
+	}
 	dir.stream.segment(d.frame, d.now, s.seq, s.syn, s.fin, s.payload, s.wireLen)
+	dir.seg = nil
 	if s.cut != "" {
 		d.tcpCut(c, dir, s, starts)
 	}
@@ -267,6 +306,19 @@ const midStreamNote = "capture starts mid-stream: no MPA negotiation seen; FPDU 
 func (d *decoder) tcpCut(c *tcpConn, dir *iwarpDir, s *tcpSegmentInfo, startsStream bool) {
 	if s.wireLen <= len(s.payload) {
 		return // no data lost: a bare ACK, SYN or FIN cut inside its header options
+	}
+	if dir.reported == d.frame {
+		return // the line of the FPDU the frame ends says it was cut
+	}
+	if dir.filledInside && c.state == connIWARP {
+		// All the frame lost is inside an FPDU whose headers it holds (or an earlier
+		// frame held): the FPDU's line, where it ends, shows them.
+		c.errors++
+		c.cut++
+		d.markRDMA(d.frame)
+		d.cutError(d.frame, fmt.Sprintf("tcp %s → %s: %s inside an FPDU, after its headers: headers decoded (on the line of the frame the FPDU ends in), payload and CRC not verified",
+			s.src, s.dst, s.cut))
+		return
 	}
 	reason := s.cut
 	if startsStream && (len(s.payload) == 0 || startsWithMPAKeyPrefix(s.payload)) {
@@ -471,12 +523,97 @@ func (dir *iwarpDir) data(frame int, t time.Time, b []byte) {
 		}
 		dir.decoders++
 		dir.chunks, dir.fed = dir.chunks[:0], 0
+		dir.framing, dir.fillFrame = false, 0
 		dec := dir
 		dir.dec = iwarp.NewStreamDecoder(neg, func(r *iwarp.Record) { dec.record(r) })
 	}
+	fed0 := dir.fed
 	dir.fed += uint64(len(b))
 	dir.chunks = append(dir.chunks, chunk{end: dir.fed, frame: frame, time: t})
 	dir.dec.Write(b)
+	dir.keepPeek(fed0, b)
+}
+
+// keepPeek keeps the first octets of the FPDU in progress after b, fed at stream offset
+// fed0: from b if the FPDU starts in it, else appended to those kept if b follows them.
+func (dir *iwarpDir) keepPeek(fed0 uint64, b []byte) {
+	switch {
+	case !dir.framing:
+	case dir.boundary >= fed0 && dir.boundary <= dir.fed:
+		dir.peekOff = dir.boundary
+		dir.peekN = copy(dir.peek[:], b[dir.boundary-fed0:])
+	case dir.peekOff == dir.boundary && dir.peekOff+uint64(dir.peekN) == fed0:
+		dir.peekN += copy(dir.peek[dir.peekN:], b)
+	}
+}
+
+// fpduHeaderLen returns how many octets of an FPDU starting with h (at least 4) its
+// headers are: the MPA length, the DDP header and the RDMAP header that Read Request,
+// the atomics and Immediate Data carry in the DDP payload (Terminate: all of it). ok is
+// false if h does not start an FPDU.
+func fpduHeaderLen(h []byte) (n int, ok bool) {
+	ulpdu := int(binary.BigEndian.Uint16(h))
+	if ulpdu < 2 || h[2]&iwarp.DDPVersionMask != iwarp.DDPVersion || h[3]>>6 != iwarp.RDMAPVersion {
+		return 0, false
+	}
+	ddp := iwarp.DDPUntaggedHeaderLen
+	if h[2]&iwarp.DDPFlagTagged != 0 {
+		ddp = iwarp.DDPTaggedHeaderLen
+	}
+	switch iwarp.Opcode(h[3] & iwarp.RDMAPOpcodeMask) {
+	case iwarp.OpReadRequest:
+		ddp += iwarp.ReadRequestLen
+	case iwarp.OpAtomicRequest:
+		ddp += iwarp.AtomicRequestLen
+	case iwarp.OpAtomicResponse:
+		ddp += iwarp.AtomicResponseLen
+	case iwarp.OpImmediateData, iwarp.OpImmediateDataSE:
+		ddp += iwarp.ImmediateDataLen
+	case iwarp.OpTerminate:
+		ddp = ulpdu
+	}
+	return iwarp.FPDUHeaderLen + min(ddp, ulpdu), true
+}
+
+// fillCut takes n octets that the capture lost at frame, the segment being delivered
+// (dir.seg), when they fall inside an FPDU whose headers the capture holds: it feeds
+// the decoder zeros for those up to the FPDU's end, which it then decodes from its
+// headers, and returns how many octets are lost after the FPDU (n if none were taken:
+// no FPDU in progress, its headers cut, markers in use).
+func (dir *iwarpDir) fillCut(frame int, n uint32) uint32 {
+	s := dir.seg
+	if s == nil || frame != dir.d.frame || dir.dec == nil || !dir.framing || dir.peekOff != dir.boundary || dir.peekN < 4 {
+		return n
+	}
+	neg := dir.dec.Negotiation()
+	if !dir.afterFPDU && !neg.Complete() || neg.Markers(true) || neg.Markers(false) {
+		return n
+	}
+	need, ok := fpduHeaderLen(dir.peek[:dir.peekN])
+	if !ok || dir.peekN < need {
+		return n
+	}
+	total := uint64(iwarp.FPDULen(int(binary.BigEndian.Uint16(dir.peek[:]))))
+	inFPDU := dir.fed - dir.boundary
+	if inFPDU >= total {
+		return n // the decoder would have ended it: not an FPDU in progress
+	}
+	k := min(uint64(n), total-inFPDU)
+	if dir.fillFrame == 0 {
+		dir.fillFrame, dir.fillOrig, dir.fillCapt = frame, dir.d.wire, dir.d.captured
+	}
+	dir.fillRest = n - uint32(k)
+	dir.filledInside = dir.fillRest == 0
+	dir.fed += k
+	dir.chunks = append(dir.chunks, chunk{end: dir.fed, frame: frame, time: dir.d.now})
+	dir.filling = true
+	for left := k; left > 0; {
+		m := min(left, uint64(len(zeroOctets)))
+		dir.dec.Write(zeroOctets[:m])
+		left -= m
+	}
+	dir.filling = false
+	return dir.fillRest
 }
 
 // lost ends the current decoder: the octets after a hole start a new one.
@@ -484,6 +621,12 @@ func (dir *iwarpDir) lost(frame int, n uint32) {
 	c := dir.c
 	if c.state == connOther {
 		return
+	}
+	if c.state == connIWARP {
+		if n = dir.fillCut(frame, n); n == 0 {
+			dir.lostSeen = true
+			return
+		}
 	}
 	if c.state == connUnknown && dir.startLost {
 		if k := len(dir.classify); k > 0 && dir.classify[k-1].lost > 0 {
@@ -590,11 +733,19 @@ func (dir *iwarpDir) record(r *iwarp.Record) {
 	}
 	frame, t := dir.frameOf(last)
 	switch r.Kind {
+	case iwarp.RecordMPAFrame, iwarp.RecordFPDU:
+		dir.framing, dir.afterFPDU, dir.boundary = true, r.Kind == iwarp.RecordFPDU, r.Offset+uint64(r.Len)
+	default:
+		dir.framing = false
+	}
+	switch r.Kind {
 	case iwarp.RecordMPAFrame:
+		dir.fillFrame = 0
 		d.mpaRecord(dir, frame, t, r)
 	case iwarp.RecordFPDU:
 		d.fpduRecord(dir, frame, t, r)
 	default:
+		dir.fillFrame = 0
 		d.iwarpProblem(dir, frame, t, r)
 	}
 }
@@ -684,8 +835,29 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 	if m := (r.Len - len(r.FPDU)) / iwarp.MarkerLen; m > 0 {
 		p.Markers = m
 	}
+	cutFrame := dir.fillFrame
+	dir.fillFrame = 0
+	recErr := r.Err
 	p.CRC = "none"
-	if r.CRCChecked {
+	switch {
+	case cutFrame != 0:
+		// The octets after the headers are zeros standing for what the capture cut:
+		// the CRC cannot be checked, and the headers' own errors are what is left.
+		if r.CRCChecked {
+			p.CRC = "not verified"
+		}
+		recErr = nil
+		if errors.Is(r.Err, iwarp.ErrBadCRC) {
+			if _, err := iwarp.ParseDDP(r.FPDU.ULPDU()); err != nil {
+				recErr = err
+			} else if _, err := iwarp.ParseRDMAP(r.DDP); err != nil {
+				recErr = err
+			}
+		} else {
+			recErr = r.Err
+		}
+		p.Cut, p.OrigLen, p.CapLen = true, dir.fillOrig, dir.fillCapt
+	case r.CRCChecked:
 		p.CRC = "ok"
 		if errors.Is(r.Err, iwarp.ErrBadCRC) {
 			p.CRC = "bad"
@@ -693,8 +865,8 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 		}
 	}
 	var errs []string
-	if r.Err != nil {
-		errs = append(errs, r.Err.Error())
+	if recErr != nil {
+		errs = append(errs, recErr.Error())
 	}
 	p.Opcode = "FPDU"
 	if r.DDP != nil {
@@ -761,7 +933,7 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 			}
 		}
 		p.PayloadLen = intp(len(payload))
-		if r.Err == nil {
+		if recErr == nil {
 			c.opcodes[op.String()]++
 			if dd.Last() {
 				c.messages[op.String()]++
@@ -769,9 +941,33 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 			c.payloadBytes += len(payload)
 		}
 	}
-	if len(errs) > 0 {
+	switch {
+	case cutFrame != 0 && dir.filling:
+		// The FPDU ends in the octets the frame being delivered lost: its line carries
+		// the frame's error.
+		what := "payload not captured"
+		if r.CRCChecked {
+			what = "payload and CRC not verified"
+		}
+		reason := fmt.Sprintf("%s after the headers of the FPDU it ends: headers decoded, %s", dir.seg.cut, what)
+		if dir.fillRest > 0 {
+			reason += fmt.Sprintf("; %d bytes after the FPDU lost", dir.fillRest)
+		}
+		c.errors++
+		dir.reported = d.frame
+		if len(errs) == 0 && dir.fillRest == 0 {
+			c.cut++
+			p.Error = d.cutError(frame, fmt.Sprintf("tcp %s → %s: %s", dir.src, dir.dst, reason))
+		} else {
+			errs = append([]string{reason}, errs...)
+			p.Error = d.errorf(frame, "tcp %s → %s: %s", dir.src, dir.dst, joinErrs(errs))
+		}
+	case len(errs) > 0:
 		c.errors++
 		p.Error = d.errorf(frame, "tcp %s → %s: %s", dir.src, dir.dst, joinErrs(errs))
+	}
+	if cutFrame != 0 && p.Error == "" {
+		p.Note = fmt.Sprintf("FPDU cut short by the capture at frame %d (%d of %d bytes), after its headers: headers decoded, payload not captured", cutFrame, dir.fillCapt, dir.fillOrig)
 	}
 	d.out.packet(p)
 	if dir.startLost && !dir.crcKnown {
@@ -875,7 +1071,7 @@ func (c *tcpConn) summary(d *decoder) FlowSummary {
 		MidStream: c.midStream,
 		Packets:   c.packets, Bytes: c.bytes, PayloadBytes: c.payloadBytes, FPDUs: c.fpdus,
 		Opcodes: c.opcodes, Messages: c.messages, NAKs: map[string]int{},
-		Terminates: c.terminates, CRCErrors: c.crcErrors, Errors: c.errors,
+		Terminates: c.terminates, CRCErrors: c.crcErrors, Errors: c.errors, Cut: c.cut,
 		First: d.relTime(c.first), Last: d.relTime(c.last),
 		goodBytes: c.payloadBytes,
 	}

@@ -34,7 +34,7 @@ type Packet struct {
 	ImmDt         *uint32        `json:"immdt,omitempty"`
 	IETHRKey      *uint32        `json:"ieth_rkey,omitempty"`
 	DETH          *DETHInfo      `json:"deth,omitempty"`
-	ICRC          string         `json:"icrc,omitempty"` // "ok" or "bad"
+	ICRC          string         `json:"icrc,omitempty"` // "ok", "bad" or "not verified" (Cut)
 	MAD           *MADInfo       `json:"mad,omitempty"`
 
 	// iWARP.
@@ -47,8 +47,16 @@ type Packet struct {
 	Immediate      *uint64                  `json:"immediate,omitempty"`
 	Terminate      *TerminateInfo           `json:"terminate,omitempty"`
 	ULPDULen       *int                     `json:"ulpdu_len,omitempty"`
-	CRC            string                   `json:"crc,omitempty"` // "ok", "bad" or "none"
+	CRC            string                   `json:"crc,omitempty"` // "ok", "bad", "none" or "not verified" (Cut)
 	Markers        int                      `json:"markers,omitempty"`
+
+	// Cut says the capture's snap length cut the packet after its headers: they are
+	// decoded (the lengths are those the headers declare), the payload and the CRC are
+	// not verified. OrigLen and CapLen are the lengths on the wire and in the capture of
+	// the frame that was cut (for an FPDU, the first frame cut inside it).
+	Cut     bool `json:"cut,omitempty"`
+	OrigLen int  `json:"orig_len,omitempty"`
+	CapLen  int  `json:"cap_len,omitempty"`
 
 	Note  string `json:"note,omitempty"`
 	Error string `json:"error,omitempty"`
@@ -251,9 +259,12 @@ type FlowSummary struct {
 	LostBytes  uint64 `json:"lost_bytes,omitempty"`
 	CRCErrors  int    `json:"crc_errors,omitempty"`
 
-	Errors int     `json:"errors"`
-	First  float64 `json:"first"`
-	Last   float64 `json:"last"`
+	Errors int `json:"errors"`
+	// Cut counts the packets (RoCE) or TCP segments (iWARP) among Errors that the snap
+	// length cut after their headers.
+	Cut   int     `json:"cut,omitempty"`
+	First float64 `json:"first"`
+	Last  float64 `json:"last"`
 	// GoodputBytes is the payload delivered once (no duplicates); GoodputBPS the rate
 	// over First..Last in bits per second (0 for a single instant).
 	GoodputBytes int     `json:"goodput_bytes"`
@@ -591,18 +602,21 @@ type jsonSummary struct {
 		RDMAFrames int           `json:"rdma_frames"`
 		Packets    int           `json:"packets"`
 		Errors     int           `json:"errors"`
+		Cut        int           `json:"cut"`
 		ErrorList  []Problem     `json:"error_list,omitempty"`
 		Notes      []Problem     `json:"notes,omitempty"`
 		Flows      []FlowSummary `json:"flows,omitempty"`
 	} `json:"summary"`
 }
 
-// MarshalJSON writes a problem as {"frame": N, "reason": "..."}.
+// MarshalJSON writes a problem as {"frame": N, "reason": "..."}, with "cut": true for a
+// frame cut by the snap length after its headers.
 func (p Problem) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Frame  int    `json:"frame"`
 		Reason string `json:"reason"`
-	}{p.Frame, p.Reason})
+		Cut    bool   `json:"cut,omitempty"`
+	}{p.Frame, p.Reason, p.Cut})
 }
 
 // summary prints the totals and, with flows, the per-flow summary.
@@ -614,6 +628,7 @@ func (o *output) summary(r *Result, flows bool) {
 		s.Summary.RDMAFrames = r.RDMAFrames
 		s.Summary.Packets = r.Packets
 		s.Summary.Errors = len(r.Errors)
+		s.Summary.Cut = r.Cut
 		s.Summary.ErrorList = r.Errors
 		s.Summary.Notes = r.Notes
 		if flows {
@@ -626,13 +641,31 @@ func (o *output) summary(r *Result, flows bool) {
 		return
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%d frames (%s), %d RDMA frames, %d RDMA packets, %d errors\n",
+	fmt.Fprintf(&b, "\n%d frames (%s), %d RDMA frames, %d RDMA packets, %d errors",
 		r.Frames, r.Format, r.RDMAFrames, r.Packets, len(r.Errors))
+	if r.Cut > 0 {
+		fmt.Fprintf(&b, " (%d frames cut by the snap length, headers decoded; ", r.Cut)
+		if other := len(r.Errors) - r.Cut; other > 0 {
+			fmt.Fprintf(&b, "%d other errors)", other)
+		} else {
+			b.WriteString("none bad otherwise)")
+		}
+	}
+	b.WriteByte('\n')
 	for _, p := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", p.Error())
 	}
+	// The frames cut after their headers are one line: each packet line says it.
+	var cut frameSet
 	for _, p := range r.Errors {
+		if p.Cut {
+			cut.add(p.Frame)
+			continue
+		}
 		fmt.Fprintf(&b, "ERROR: %s\n", p.Error())
+	}
+	if cut.n > 0 {
+		fmt.Fprintf(&b, "ERROR: %s cut short by the capture's snap length after their headers: headers decoded, payload and CRC not verified\n", cut.String())
 	}
 	if flows && len(r.Flows) > 0 {
 		b.WriteString("\nFlows:\n")
@@ -673,12 +706,20 @@ func writeFlow(b *strings.Builder, f *FlowSummary) {
 	fmt.Fprintf(b, "      opcodes: %s\n", sortedCounts(f.Opcodes))
 	fmt.Fprintf(b, "      messages: %s\n", sortedCounts(f.Messages))
 	if f.Transport == "iWARP" {
-		fmt.Fprintf(b, "      TCP retransmissions %d, out of order %d, lost bytes %d, Terminates %d, CRC errors %d, errors %d\n",
-			f.Duplicates, f.OutOfOrder, f.LostBytes, f.Terminates, f.CRCErrors, f.Errors)
+		fmt.Fprintf(b, "      TCP retransmissions %d, out of order %d, lost bytes %d, Terminates %d, CRC errors %d, errors %d%s\n",
+			f.Duplicates, f.OutOfOrder, f.LostBytes, f.Terminates, f.CRCErrors, f.Errors, cutCount(f.Cut))
 		return
 	}
-	fmt.Fprintf(b, "      PSN gaps %d (%d PSNs missing), duplicates %d, ACKs %d, NAKs: %s, RNR NAKs %d, errors %d\n",
-		f.PSNGaps, f.PSNsMissing, f.Duplicates, f.ACKs, sortedCounts(f.NAKs), f.RNRNAKs, f.Errors)
+	fmt.Fprintf(b, "      PSN gaps %d (%d PSNs missing), duplicates %d, ACKs %d, NAKs: %s, RNR NAKs %d, errors %d%s\n",
+		f.PSNGaps, f.PSNsMissing, f.Duplicates, f.ACKs, sortedCounts(f.NAKs), f.RNRNAKs, f.Errors, cutCount(f.Cut))
+}
+
+// cutCount says how many of a flow's errors are frames cut after their headers, or "".
+func cutCount(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d cut by the snap length after their headers)", n)
 }
 
 func onOff(v bool) string {

@@ -46,7 +46,7 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 		p.Src, p.Dst = gidString(f.Src), gidString(f.Dst)
 	}
 	var errs []string
-	if cut != "" {
+	if cut != "" && !d.cutHeaders {
 		errs = append(errs, cut)
 	}
 	pkt := &d.ib
@@ -63,25 +63,46 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 	} else {
 		d.fillIB(p, pkt)
 	}
-	if err := roce.VerifyICRC(f); err != nil {
+	// A frame cut after its headers (d.cutHeaders) holds the payload only if the cut
+	// is in the ICRC or the Ethernet padding; it never holds a verifiable ICRC.
+	payloadCaptured := !d.cutHeaders || ci.CaptureLength >= d.cutWhole
+	switch err := roce.VerifyICRC(f); {
+	case d.cutHeaders:
+		p.ICRC = "not verified"
+		p.Cut, p.OrigLen, p.CapLen = true, ci.Length, ci.CaptureLength
+	case err != nil:
 		p.ICRC = "bad"
 		errs = append(errs, err.Error())
-	} else {
+	default:
 		p.ICRC = "ok"
 	}
 	var madInfo *cmPair
-	if ibErr == nil && pkt.BTH.DestQP() == roce.GSIQPN && pkt.BTH.Opcode() == ibtransport.OpcodeUDSendOnly {
+	mad := ibErr == nil && pkt.BTH.DestQP() == roce.GSIQPN && pkt.BTH.Opcode() == ibtransport.OpcodeUDSendOnly
+	if mad && payloadCaptured {
 		var err error
 		madInfo, err = d.fillMAD(p, pkt, f)
 		if err != nil {
 			errs = append(errs, err.Error())
 		}
 	}
-	if len(errs) > 0 {
+	switch {
+	case d.cutHeaders:
+		what := "ICRC not verified"
+		if mad && !payloadCaptured {
+			what = "MAD not decoded, ICRC not verified"
+		}
+		reason := fmt.Sprintf("frame cut short by the capture (%d of %d bytes) after its headers: headers decoded, %s",
+			ci.CaptureLength, ci.Length, what)
+		if len(errs) == 0 {
+			p.Error = d.cutError(d.frame, reason)
+		} else {
+			p.Error = d.errorf(d.frame, "%s; %s", reason, strings.Join(errs, "; "))
+		}
+	case len(errs) > 0:
 		p.Error = d.errorf(d.frame, "%s", strings.Join(errs, "; "))
 	}
 	if ibErr == nil {
-		d.roceStats(f, pkt, p.Error != "")
+		d.roceStats(f, pkt, p.Error != "", p.Cut)
 	}
 	if madInfo != nil {
 		d.cmPairs = append(d.cmPairs, *madInfo)
@@ -296,6 +317,7 @@ type roceDir struct {
 	payload  int
 	goodput  int // payload bytes of packets that were not duplicates
 	errors   int
+	cut      int // packets cut by the snap length after their headers
 	opcodes  map[string]int
 	messages map[string]int
 	first    time.Time
@@ -320,7 +342,10 @@ type roceDir struct {
 	readResponseOpen bool
 }
 
-func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad bool) {
+// roceStats counts a packet in its direction's statistics: bad if it is an error, cut if
+// the capture cut it after its headers (its length is still the frame's on the wire, and
+// its payload length the one its headers declare).
+func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad, cut bool) {
 	b := pkt.BTH
 	op := b.Opcode()
 	key := roceDirKey{src: f.Src, dst: f.Dst, qp: b.DestQP(), srcQP: unknownQP}
@@ -340,6 +365,9 @@ func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad bool) {
 	r.opcodes[opcodeName(op)]++
 	if bad {
 		r.errors++
+	}
+	if cut {
+		r.cut++
 	}
 	psn := b.PSN()
 	dup := false
@@ -492,6 +520,7 @@ func (d *decoder) roceFlows() []FlowSummary {
 		fs.PayloadBytes += dir.payload
 		fs.goodBytes += dir.goodput
 		fs.Errors += dir.errors
+		fs.Cut += dir.cut
 		for o, n := range dir.opcodes {
 			fs.Opcodes[o] += n
 		}
