@@ -23,11 +23,13 @@ type CQ struct {
 	refs    int // QPs and SRQs using it
 
 	events chan struct{} // completion events (armed notifications)
-	// avail is closed (and replaced) when a completion is added or the CQ fails
-	// or is destroyed, while waiting says a Wait holds it: a broadcast that
-	// wakes every Wait. Without waiters push allocates nothing.
+	// avail gets one token per parked Wait (waiters counts them) when a
+	// completion is added or the CQ fails or is destroyed, and wakeGen counts
+	// those wakes: a broadcast that wakes every Wait and, unlike closing and
+	// replacing a channel, allocates nothing.
 	avail   chan struct{}
-	waiting bool
+	waiters int
+	wakeGen uint64
 	qps     []*QP
 }
 
@@ -49,7 +51,7 @@ func (c *Context) CreateCQ(depth int) (*CQ, error) {
 		ctx:    c,
 		ring:   make([]WC, depth),
 		events: make(chan struct{}, 1),
-		avail:  make(chan struct{}),
+		avail:  make(chan struct{}, maxCQWaiters),
 	}, nil
 }
 
@@ -94,11 +96,16 @@ func (cq *CQ) Err() error {
 // or ctx ends. It does not take the completion: every waiter returns when one
 // arrives.
 func (cq *CQ) Wait(ctx context.Context) error {
+	parked, gen := false, uint64(0)
+	cq.ctx.mu.Lock()
 	for {
-		cq.ctx.mu.Lock()
 		n, err, dead := cq.count, cq.err, cq.dead
-		avail := cq.avail
-		cq.waiting = true
+		if n == 0 && err == nil && !dead && (!parked || cq.wakeGen != gen) {
+			// Counted once per wake: a token that comes with no wake since
+			// (gen unchanged) is another Wait's, left when it gave up.
+			cq.waiters++
+			parked, gen = true, cq.wakeGen
+		}
 		cq.ctx.mu.Unlock()
 		switch {
 		case n > 0:
@@ -109,20 +116,37 @@ func (cq *CQ) Wait(ctx context.Context) error {
 			return fmt.Errorf("cq wait: %w", ErrDestroyed)
 		}
 		select {
-		case <-avail:
+		case <-cq.avail:
 		case <-ctx.Done():
+			cq.ctx.mu.Lock()
+			if cq.wakeGen == gen {
+				cq.waiters-- // not woken: no token was sent for this Wait
+			} else {
+				select { // woken meanwhile: take back the token sent for it
+				case <-cq.avail:
+				default:
+				}
+			}
+			cq.ctx.mu.Unlock()
 			return ctx.Err()
 		}
+		cq.ctx.mu.Lock()
 	}
 }
 
+// maxCQWaiters is the most Waits on one CQ that one completion wakes at once;
+// more would be woken by later completions.
+const maxCQWaiters = 256
+
 // wakeWaiters wakes every Wait. mu is held.
 func (cq *CQ) wakeWaiters() {
-	if cq.waiting {
-		close(cq.avail)
-		cq.avail = make(chan struct{})
-		cq.waiting = false
+	if cq.waiters == 0 {
+		return
 	}
+	for ; cq.waiters > 0; cq.waiters-- {
+		signal(cq.avail)
+	}
+	cq.wakeGen++
 }
 
 // Notify arms the CQ (ibv_req_notify_cq): the next completion added — or, with
