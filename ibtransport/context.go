@@ -37,8 +37,10 @@ type ContextConfig struct {
 	// PortMTU is the active MTU of the port, the largest PathMTU a QP may use
 	// (default 4096).
 	PortMTU int
-	// MaxUnackedPSNs is the requester's window: how many PSNs it sends beyond the
-	// oldest unacknowledged one (default 128, RXE_MAX_UNACKED_PSNS).
+	// MaxUnackedPSNs is the requester's largest window: how many PSNs it sends
+	// beyond the oldest unacknowledged one (default 1024). An RC QP starts at
+	// rxe's fixed window, 128 (RXE_MAX_UNACKED_PSNS), or this if smaller, widens
+	// it by one PSN per PSN acknowledged up to this, and halves it at each loss.
 	MaxUnackedPSNs int
 	// AckReqInterval sets AckReq on every Nth packet of a long message as well as on
 	// its last (default 64; rxe's captures show AckReq only on last packets of
@@ -81,7 +83,7 @@ func (c *ContextConfig) setDefaults() {
 		c.MaxMsgSize = 1 << 31
 	}
 	def(&c.PortMTU, 4096)
-	def(&c.MaxUnackedPSNs, 128)
+	def(&c.MaxUnackedPSNs, 1024)
 	def(&c.AckReqInterval, 64)
 	def(&c.AsyncEventDepth, 256)
 	def(&c.OutputBurst, 16)

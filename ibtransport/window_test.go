@@ -59,14 +59,26 @@ func (f *inFlight) observe(fr *ibtest.Frame, pk *ib.Packet) {
 	}
 }
 
+// windowSetup returns a pair whose requester's largest window is max PSNs,
+// on a wire with 10 µs latency, and an n-byte source and destination.
+func windowSetup(t *testing.T, max, n int) (*ibtest.Pair, *guarded, *guarded) {
+	t.Helper()
+	p, err := ibtest.NewPair(ib.ContextConfig{Seed: 1, MaxUnackedPSNs: max}, ib.QPTypeRC, ibtest.DefaultConnOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Wire.Latency = 10 * time.Microsecond
+	src := newGuarded(t, p.A.PD, n, ib.AccessLocalWrite)
+	copy(src.buf, pattern(n, 3))
+	return p, src, newGuarded(t, p.B.PD, n, allAccess)
+}
+
 // TestRCWindowAfterLoss: a loss halves the requester's window (go-back-N
 // resends everything past a loss, so a smaller window costs fewer resends on a
-// lossy path), and acknowledged PSNs grow it back to MaxUnackedPSNs (128).
+// lossy path), and acknowledged PSNs grow it back to MaxUnackedPSNs (128 here).
 func TestRCWindowAfterLoss(t *testing.T) {
 	const n = 600 * 1024 // 600 packets at MTU 1024
-	o := ibtest.DefaultConnOptions()
-	p, src, dst := writeSetup(t, o, n)
-	p.Wire.Latency = 10 * time.Microsecond
+	p, src, dst := windowSetup(t, 128, n)
 	var f inFlight
 	p.Wire.Filter = func(fr *ibtest.Frame) ibtest.Action {
 		var pk ib.Packet
@@ -118,5 +130,38 @@ func TestRCRandomLossResends(t *testing.T) {
 	t.Logf("%d resends for 1024 packets (%.1f per packet), %d timeouts", c.Retransmissions, per, c.Timeouts)
 	if per > 4 {
 		t.Errorf("%.1f resends per packet at 10%% loss", per)
+	}
+}
+
+// TestRCWindowGrows: on a clean path an RC requester starts with rxe's window,
+// 128 PSNs, and widens it by the PSNs acknowledged up to MaxUnackedPSNs (the
+// default, 1024); a peer that loses the burst brings it down again.
+func TestRCWindowGrows(t *testing.T) {
+	const n = 4096 * 1024 // 4096 packets
+	p, src, dst := windowSetup(t, 0, n)
+	first := int32(-1)
+	var f inFlight
+	p.Wire.Filter = func(fr *ibtest.Frame) ibtest.Action {
+		var pk ib.Packet
+		if pk.Decode(fr.Data) != nil {
+			return ibtest.Action{}
+		}
+		f.observe(fr, &pk)
+		if fr.Dir == ibtest.AToB && fr.Index == 127 {
+			first = f.peak[0] // the first burst
+		}
+		return ibtest.Action{}
+	}
+	post(t, p.A.QP, writeWR(1, src, dst))
+	wantWC(t, complete(t, p, p.A.CQ, 1)[0], 1, ib.WCRDMAWrite, ib.WCSuccess)
+	if !bytes.Equal(dst.buf, src.buf) {
+		t.Fatal("data differs")
+	}
+	t.Logf("PSNs past the last ACK at most: %d in the first burst, %d in all", first, f.peak[0])
+	if first != 128 {
+		t.Errorf("first burst %d PSNs, want rxe's 128", first)
+	}
+	if f.peak[0] != 1024 {
+		t.Errorf("widest window %d PSNs, want MaxUnackedPSNs 1024", f.peak[0])
 	}
 }
