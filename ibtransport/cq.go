@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // ErrCQOverrun means a completion queue overflowed: a completion was lost, the CQ is
@@ -23,14 +24,13 @@ type CQ struct {
 	refs    int // QPs and SRQs using it
 
 	events chan struct{} // completion events (armed notifications)
-	// avail gets one token per parked Wait (waiters counts them) when a
-	// completion is added or the CQ fails or is destroyed, and wakeGen counts
-	// those wakes: a broadcast that wakes every Wait and, unlike closing and
-	// replacing a channel, allocates nothing.
-	avail   chan struct{}
-	waiters int
-	wakeGen uint64
-	qps     []*QP
+	// waitq holds a channel of each parked Wait, all signalled when a
+	// completion is added or the CQ fails or is destroyed: a broadcast that,
+	// unlike closing and replacing one channel, allocates nothing once the
+	// channels (kept in waitFree between Waits) exist. A Wait's own channel
+	// cannot have its wake taken by another Wait.
+	waitq, waitFree []chan struct{}
+	qps             []*QP
 }
 
 // CreateCQ creates a completion queue with room for depth completions (ibv_create_cq).
@@ -51,7 +51,6 @@ func (c *Context) CreateCQ(depth int) (*CQ, error) {
 		ctx:    c,
 		ring:   make([]WC, depth),
 		events: make(chan struct{}, 1),
-		avail:  make(chan struct{}, maxCQWaiters),
 	}, nil
 }
 
@@ -96,57 +95,53 @@ func (cq *CQ) Err() error {
 // or ctx ends. It does not take the completion: every waiter returns when one
 // arrives.
 func (cq *CQ) Wait(ctx context.Context) error {
-	parked, gen := false, uint64(0)
 	cq.ctx.mu.Lock()
 	for {
-		n, err, dead := cq.count, cq.err, cq.dead
-		if n == 0 && err == nil && !dead && (!parked || cq.wakeGen != gen) {
-			// Counted once per wake: a token that comes with no wake since
-			// (gen unchanged) is another Wait's, left when it gave up.
-			cq.waiters++
-			parked, gen = true, cq.wakeGen
-		}
-		cq.ctx.mu.Unlock()
 		switch {
-		case n > 0:
+		case cq.count > 0:
+			cq.ctx.mu.Unlock()
 			return nil
-		case err != nil:
+		case cq.err != nil:
+			err := cq.err
+			cq.ctx.mu.Unlock()
 			return err
-		case dead:
+		case cq.dead:
+			cq.ctx.mu.Unlock()
 			return fmt.Errorf("cq wait: %w", ErrDestroyed)
 		}
+		var ch chan struct{}
+		if k := len(cq.waitFree); k > 0 {
+			ch, cq.waitFree = cq.waitFree[k-1], cq.waitFree[:k-1]
+		} else {
+			ch = make(chan struct{}, 1)
+		}
+		cq.waitq = append(cq.waitq, ch)
+		cq.ctx.mu.Unlock()
 		select {
-		case <-cq.avail:
+		case <-ch:
+			cq.ctx.mu.Lock()
+			cq.waitFree = append(cq.waitFree, ch)
 		case <-ctx.Done():
 			cq.ctx.mu.Lock()
-			if cq.wakeGen == gen {
-				cq.waiters-- // not woken: no token was sent for this Wait
+			if i := slices.Index(cq.waitq, ch); i >= 0 {
+				cq.waitq = slices.Delete(cq.waitq, i, i+1)
 			} else {
-				select { // woken meanwhile: take back the token sent for it
-				case <-cq.avail:
-				default:
-				}
+				<-ch // woken meanwhile (under mu, so the signal is in ch)
 			}
+			cq.waitFree = append(cq.waitFree, ch)
 			cq.ctx.mu.Unlock()
 			return ctx.Err()
 		}
-		cq.ctx.mu.Lock()
 	}
 }
 
-// maxCQWaiters is the most Waits on one CQ that one completion wakes at once;
-// more would be woken by later completions.
-const maxCQWaiters = 256
-
 // wakeWaiters wakes every Wait. mu is held.
 func (cq *CQ) wakeWaiters() {
-	if cq.waiters == 0 {
-		return
+	for i, ch := range cq.waitq {
+		signal(ch)
+		cq.waitq[i] = nil
 	}
-	for ; cq.waiters > 0; cq.waiters-- {
-		signal(cq.avail)
-	}
-	cq.wakeGen++
+	cq.waitq = cq.waitq[:0]
 }
 
 // Notify arms the CQ (ibv_req_notify_cq): the next completion added — or, with

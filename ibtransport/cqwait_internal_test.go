@@ -3,7 +3,9 @@ package ibtransport
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestCQWaitAllocs: a consumer that blocks in Wait for each completion, the
@@ -54,5 +56,67 @@ func TestCQWaitAllocs(t *testing.T) {
 	t.Logf("%.3f allocations per completion waited for", per)
 	if per >= 0.25 {
 		t.Errorf("%.2f heap allocations per completion waited for, want 0", per)
+	}
+}
+
+// TestCQWaitCompetingConsumers: three goroutines wait on one CQ and race to
+// poll each completion, so that a Wait often wakes to find the completion
+// taken; none may miss a later wake (a shared pool of wake tokens let one
+// Wait take another's and leave it parked uncounted). Once 3000 completions
+// are consumed the producer keeps adding completions until every consumer has
+// returned, for at most 10 s.
+func TestCQWaitCompetingConsumers(t *testing.T) {
+	c := NewContext(ContextConfig{})
+	cq, err := c.CreateCQ(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, consumers = 3000, 3
+	var consumed atomic.Int64
+	stop := make(chan struct{})
+	exited := make(chan struct{}, consumers)
+	for range consumers {
+		go func() {
+			defer func() { exited <- struct{}{} }()
+			var wc [1]WC
+			for {
+				if err := cq.Wait(context.Background()); err != nil {
+					t.Error(err)
+					return
+				}
+				if cq.Poll(wc[:]) == 1 {
+					consumed.Add(1)
+				}
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	push := func() {
+		c.mu.Lock()
+		cq.push(WC{}, false)
+		c.mu.Unlock()
+	}
+	for i := range n {
+		push()
+		for consumed.Load() <= int64(i) {
+			runtime.Gosched()
+		}
+	}
+	close(stop)
+	deadline := time.Now().Add(10 * time.Second)
+	for left := consumers; left > 0; {
+		select {
+		case <-exited:
+			left--
+		case <-time.After(time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d waiters still parked after 10 s of completions", left, consumers)
+			}
+			push()
+		}
 	}
 }
