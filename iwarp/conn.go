@@ -62,13 +62,13 @@ type Conn struct {
 	wroteN                 uint64       // reader: placeWrite's segment length, for wrote
 	wroteLast              bool         // reader: placeWrite's segment ends its message
 	wroteTarget            [1][]byte    // reader: placeWrite's target
-	wroteEffect            func() error // reader: c.wrote, bound once
+	wroteEffect            func() error // reader: c.wrote, bound in newConn
 	fx                     rxEffect     // reader: the arguments of the effects below
-	sendEffect             func() error // reader: c.sendPlaced, bound once
-	readRespEffect         func() error // reader: c.readResponsePlaced, bound once
-	headerEffect           func() error // reader: c.headerOnly, bound once
-	immEffect              func() error // reader: c.immediatePlaced, bound once
-	atomicRespEffect       func() error // reader: c.atomicResponsePlaced, bound once
+	sendEffect             func() error // reader: c.sendPlaced, bound in newConn
+	readRespEffect         func() error // reader: c.readResponsePlaced, bound in newConn
+	headerEffect           func() error // reader: c.headerOnly, bound in newConn
+	immEffect              func() error // reader: c.immediatePlaced, bound in newConn
+	atomicRespEffect       func() error // reader: c.atomicResponsePlaced, bound in newConn
 	sinkBufs, recvBufs     [][]byte
 
 	mu             sync.Mutex
@@ -359,6 +359,10 @@ func newConn(c *Conn, nc net.Conn, qp *ib.QP, w *ib.Wire, neg Negotiated, p Conn
 	}
 	c.neg = neg
 	c.maxRecv = p.maxRecvULPDU()
+	// The receive path's effects, bound here once: a method value made per FPDU
+	// would be an allocation per FPDU.
+	c.wroteEffect, c.sendEffect, c.readRespEffect = c.wrote, c.sendPlaced, c.readResponsePlaced
+	c.headerEffect, c.immEffect, c.atomicRespEffect = c.headerOnly, c.immediatePlaced, c.atomicResponsePlaced
 	c.tx = newTxState(&c.neg, obs)
 	c.rx = rxState{nc: nc, rc: rawReader(nc), obs: obs, buf: make([]byte, rxBufSize), markers: neg.RecvMarkers, crc: neg.CRC}
 	for i := range c.rq {

@@ -171,8 +171,11 @@ func (r *recorder) decode(t testing.TB) map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	counts := map[string]int{}
-	var neg iwarp.Negotiation
-	emit := func(dir string) func(*iwarp.Record) {
+	r.replayLocked(func(sent bool) func(*iwarp.Record) {
+		dir := "received"
+		if sent {
+			dir = "sent"
+		}
 		return func(rec *iwarp.Record) {
 			switch rec.Kind {
 			case iwarp.RecordMPAFrame:
@@ -189,9 +192,17 @@ func (r *recorder) decode(t testing.TB) map[string]int {
 				t.Errorf("%s record at %d (%s): %v", dir, rec.Offset, rec.Kind, rec.Err)
 			}
 		}
-	}
-	out := iwarp.NewStreamDecoder(&neg, emit("sent"))
-	in := iwarp.NewStreamDecoder(&neg, emit("received"))
+	})
+	return counts
+}
+
+// replayLocked runs a StreamDecoder over each direction, in the order the
+// octets were seen, emitting to emit(true) for the sent one and emit(false)
+// for the received one. r.mu is held.
+func (r *recorder) replayLocked(emit func(sent bool) func(*iwarp.Record)) {
+	var neg iwarp.Negotiation
+	out := iwarp.NewStreamDecoder(&neg, emit(true))
+	in := iwarp.NewStreamDecoder(&neg, emit(false))
 	for _, c := range r.chunks {
 		if c.sent {
 			out.Write(c.b)
@@ -201,7 +212,6 @@ func (r *recorder) decode(t testing.TB) map[string]int {
 	}
 	out.Close()
 	in.Close()
-	return counts
 }
 
 func (r *recorder) observe(net.Addr, net.Addr) iwarp.StreamObserver { return r }

@@ -14,8 +14,7 @@ func (r *recorder) maxULPDU(t testing.TB) (longest, n int) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var neg iwarp.Negotiation
-	emit := func(sent bool) func(*iwarp.Record) {
+	r.replayLocked(func(sent bool) func(*iwarp.Record) {
 		return func(rec *iwarp.Record) {
 			if rec.Err != nil {
 				t.Errorf("record at %d (sent %v): %v", rec.Offset, sent, rec.Err)
@@ -24,17 +23,7 @@ func (r *recorder) maxULPDU(t testing.TB) (longest, n int) {
 				longest, n = max(longest, int(rec.FPDU.ULPDULength())), n+1
 			}
 		}
-	}
-	out, in := iwarp.NewStreamDecoder(&neg, emit(true)), iwarp.NewStreamDecoder(&neg, emit(false))
-	for _, c := range r.chunks {
-		if c.sent {
-			out.Write(c.b)
-		} else {
-			in.Write(c.b)
-		}
-	}
-	out.Close()
-	in.Close()
+	})
 	return longest, n
 }
 

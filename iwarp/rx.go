@@ -460,9 +460,6 @@ func (c *Conn) place(h *rxHdr) ([][]byte, func() error, *rxError) {
 	case OpImmediateData, OpImmediateDataSE:
 		return c.placeImmediate(h, d)
 	case OpReadRequest, OpAtomicRequest, OpTerminate:
-		if c.headerEffect == nil {
-			c.headerEffect = c.headerOnly
-		}
 		c.fx = rxEffect{h: h}
 		return nil, c.headerEffect, nil
 	case OpAtomicResponse:
@@ -488,9 +485,6 @@ func (c *Conn) placeWrite(h *rxHdr, d DDP, n uint64) ([][]byte, func() error, *r
 	// The reader handles one FPDU at a time, so the effect's arguments and the
 	// target wait in the Conn: a closure and a slice per FPDU were most of the
 	// receive path's allocations.
-	if c.wroteEffect == nil {
-		c.wroteEffect = c.wrote
-	}
 	c.wroteN, c.wroteLast = n, last
 	if mem == nil {
 		return nil, c.wroteEffect, nil
@@ -557,9 +551,6 @@ func (c *Conn) placeReadResponse(d DDP, n uint64) ([][]byte, func() error, *rxEr
 		return nil, nil, e
 	}
 	c.sinkBufs = bufs
-	if c.readRespEffect == nil {
-		c.readRespEffect = c.readResponsePlaced
-	}
 	c.fx = rxEffect{n: n, last: d.Last(), id: o.id}
 	return bufs, c.readRespEffect, nil
 }
@@ -613,9 +604,6 @@ func (c *Conn) placeSend(h *rxHdr, d DDP, n uint64) ([][]byte, func() error, *rx
 		return nil, nil, e
 	}
 	c.recvBufs = bufs
-	if c.sendEffect == nil {
-		c.sendEffect = c.sendPlaced
-	}
 	c.fx = rxEffect{n: n, last: last, op: h.op, inv: RDMAP(d).InvalidateSTag()}
 	return bufs, c.sendEffect, nil
 }
@@ -650,9 +638,6 @@ func (c *Conn) placeImmediate(h *rxHdr, d DDP) ([][]byte, func() error, *rxError
 	if _, ok := c.wire.BeginRecv(); !ok {
 		return nil, nil, ddpUntagged(ECodeDDPUntaggedNoBuffer, fmt.Errorf("ddp: queue 0 MSN %d: no receive WR for the immediate data", d.MSN()))
 	}
-	if c.immEffect == nil {
-		c.immEffect = c.immediatePlaced
-	}
 	c.fx = rxEffect{op: h.op, imm: uint32(ImmediateData(h.opHdr).Value())}
 	return nil, c.immEffect, nil
 }
@@ -682,9 +667,6 @@ func (c *Conn) placeAtomicResponse(h *rxHdr) ([][]byte, func() error, *rxError) 
 	id := binary.BigEndian.Uint32(a)
 	if id != o.reqID {
 		return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, fmt.Errorf("atomic: response to request %d, expected %d", id, o.reqID))
-	}
-	if c.atomicRespEffect == nil {
-		c.atomicRespEffect = c.atomicResponsePlaced
 	}
 	c.fx = rxEffect{id: o.id, orig: a.OriginalValue()}
 	return nil, c.atomicRespEffect, nil

@@ -43,30 +43,41 @@ const CaptureSnapLen = 262144
 // stream. It is safe for concurrent use. Output is buffered: call Flush (or
 // Close) before closing the underlying writer.
 type CaptureWriter struct {
-	mu     sync.Mutex
-	buf    *bufio.Writer // the pcap path's buffer; nil for pcapng (NgWriter buffers itself)
-	pcap   *pcapgo.Writer
-	ng     *pcapgo.NgWriter
-	err    error // first write error, sticky
-	frames uint64
+	mu      sync.Mutex
+	buf     *bufio.Writer // the pcap path's buffer; nil for pcapng (NgWriter buffers itself)
+	pcap    *pcapgo.Writer
+	ng      *pcapgo.NgWriter
+	snaplen int
+	err     error // first write error, sticky
+	frames  uint64
 }
 
 // NewCaptureWriter writes the file header for format to w and returns a
 // writer for frames.
 func NewCaptureWriter(w io.Writer, format CaptureFormat) (*CaptureWriter, error) {
-	c := &CaptureWriter{}
+	return NewCaptureWriterSnapLen(w, format, CaptureSnapLen)
+}
+
+// NewCaptureWriterSnapLen is NewCaptureWriter recording at most snaplen bytes
+// of each frame (0, or more than CaptureSnapLen: CaptureSnapLen), as
+// tcpdump -s does: the headers of a long run without its payloads.
+func NewCaptureWriterSnapLen(w io.Writer, format CaptureFormat, snaplen int) (*CaptureWriter, error) {
+	if snaplen <= 0 || snaplen > CaptureSnapLen {
+		snaplen = CaptureSnapLen
+	}
+	c := &CaptureWriter{snaplen: snaplen}
 	switch format {
 	case FormatPcap:
 		c.buf = bufio.NewWriter(w)
 		c.pcap = pcapgo.NewWriterNanos(c.buf)
-		if err := c.pcap.WriteFileHeader(CaptureSnapLen, layers.LinkTypeEthernet); err != nil {
+		if err := c.pcap.WriteFileHeader(uint32(snaplen), layers.LinkTypeEthernet); err != nil {
 			return nil, fmt.Errorf("netio: capture: writing pcap header: %w", err)
 		}
 	case FormatPcapNG:
 		intf := pcapgo.DefaultNgInterface
 		intf.Name = "softrdma"
 		intf.LinkType = layers.LinkTypeEthernet
-		intf.SnapLength = CaptureSnapLen
+		intf.SnapLength = uint32(snaplen)
 		opts := pcapgo.DefaultNgWriterOptions
 		opts.SectionInfo.Application = "softrdma"
 		ng, err := pcapgo.NewNgWriterInterface(w, intf, opts)
@@ -87,7 +98,15 @@ func NewCaptureWriter(w io.Writer, format CaptureFormat) (*CaptureWriter, error)
 func (c *CaptureWriter) WriteFrame(ts time.Time, frame []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.writeLocked(ts, frame)
+	return c.writeLocked(ts, frame, len(frame))
+}
+
+// WriteFrameLen is WriteFrame for a frame that was wireLen bytes on the wire,
+// of which frame holds the first (a record of another capture, already cut).
+func (c *CaptureWriter) WriteFrameLen(ts time.Time, frame []byte, wireLen int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writeLocked(ts, frame, max(wireLen, len(frame)))
 }
 
 // WriteFrames records each frames[i][offset:offset+sizes[i]] (or the whole of
@@ -103,25 +122,22 @@ func (c *CaptureWriter) WriteFrames(ts time.Time, frames [][]byte, sizes []int, 
 		if sizes != nil && sizes[i] <= len(f) {
 			f = f[:sizes[i]]
 		}
-		if err := c.writeLocked(ts, f); err != nil {
+		if err := c.writeLocked(ts, f, len(f)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (c *CaptureWriter) writeLocked(ts time.Time, frame []byte) error {
+func (c *CaptureWriter) writeLocked(ts time.Time, frame []byte, wireLen int) error {
 	if c.err != nil {
 		return c.err
 	}
 	if ts.IsZero() {
 		ts = time.Unix(0, 0)
 	}
-	data := frame
-	if len(data) > CaptureSnapLen {
-		data = data[:CaptureSnapLen]
-	}
-	ci := gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(data), Length: len(frame)}
+	data := frame[:min(len(frame), c.snaplen)]
+	ci := gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(data), Length: wireLen}
 	var err error
 	if c.pcap != nil {
 		err = c.pcap.WritePacket(ci, data)
@@ -135,6 +151,9 @@ func (c *CaptureWriter) writeLocked(ts time.Time, frame []byte) error {
 	c.frames++
 	return nil
 }
+
+// SnapLen returns the most bytes of a frame recorded.
+func (c *CaptureWriter) SnapLen() int { return c.snaplen }
 
 // Frames returns the number of frames recorded so far.
 func (c *CaptureWriter) Frames() uint64 {

@@ -104,7 +104,7 @@ func TestDeviceGatherSendCompletion(t *testing.T) {
 						t.Fatal(err)
 					}
 					if typ == ibtransport.QPTypeRC {
-						connectVersioned(t, d, q, peer, ah, sq, rq)
+						connectAH(t, q, peer, ah, d.PathMTU(), sq, rq, 14)
 						return
 					}
 					for _, s := range []struct {

@@ -15,27 +15,6 @@ import (
 	"github.com/softrdma/softrdma/sim"
 )
 
-// connectVersioned is connect with the address handle given instead of the
-// device's.
-func connectVersioned(t *testing.T, d *roce.Device, qp, peer *ibtransport.QP, ah ibtransport.AddressHandle, sq, rq uint32) {
-	t.Helper()
-	for _, s := range []struct {
-		a ibtransport.QPAttr
-		m ibtransport.QPAttrMask
-	}{
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, AccessFlags: ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead},
-			ibtransport.QPAttrState | ibtransport.QPAttrPKeyIndex | ibtransport.QPAttrPort | ibtransport.QPAttrAccessFlags},
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: d.PathMTU(), DestQPN: peer.QPN(), RQPSN: rq, MaxDestRdAtomic: 4, MinRNRTimer: 1},
-			ibtransport.QPAttrState | ibtransport.QPAttrAH | ibtransport.QPAttrPathMTU | ibtransport.QPAttrDestQPN | ibtransport.QPAttrRQPSN | ibtransport.QPAttrMaxDestRdAtomic | ibtransport.QPAttrMinRNRTimer},
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: sq, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-			ibtransport.QPAttrState | ibtransport.QPAttrSQPSN | ibtransport.QPAttrTimeout | ibtransport.QPAttrRetryCnt | ibtransport.QPAttrRNRRetry | ibtransport.QPAttrMaxRdAtomic},
-	} {
-		if err := qp.Modify(&s.a, s.m); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // TestDeviceMixedVersionsPerAH connects three QP pairs between the same two
 // RoCEv2 devices, one with RoCEv1 address handles (AddressHandleVersion), one
 // with RoCEv2 handles over IPv4 and one over IPv6, and runs a WRITE, a READ and a
@@ -97,8 +76,8 @@ func TestDeviceMixedVersionsPerAH(t *testing.T) {
 			t.Fatalf("%s: address handle Opaque %v", p.name, ahA.Opaque)
 		}
 		sq := uint32(100 + 1000*i)
-		connectVersioned(t, a, p.qa, p.qb, ahA, sq, sq+500)
-		connectVersioned(t, b, p.qb, p.qa, ahB, sq+500, sq)
+		connectAH(t, p.qa, p.qb, ahA, a.PathMTU(), sq, sq+500, 14)
+		connectAH(t, p.qb, p.qa, ahB, b.PathMTU(), sq+500, sq, 14)
 	}
 
 	// On each pair at once: a WRITEs 5000 bytes (5 packets) to b, READs them
@@ -171,7 +150,7 @@ func TestDeviceMixedVersionsPerAH(t *testing.T) {
 	if err := tap.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	frames := readPcapFrames(t, &capBuf)
+	frames := readCapture(t, &capBuf)
 	// Which pair a frame belongs to: its direction (source MAC) and BTH DestQP.
 	type key struct {
 		fromA bool
@@ -233,8 +212,8 @@ func TestDeviceMixedVersionsPerAH(t *testing.T) {
 	}
 }
 
-// readPcapFrames returns the frames of a classic pcap stream.
-func readPcapFrames(t *testing.T, r io.Reader) [][]byte {
+// readCapture returns the frames of a classic pcap stream.
+func readCapture(t *testing.T, r io.Reader) [][]byte {
 	t.Helper()
 	pr, err := pcapgo.NewReader(r)
 	if err != nil {

@@ -120,13 +120,20 @@ func connectTimeout(t *testing.T, d *roce.Device, qp, peer *ibtransport.QP, peer
 	if err != nil {
 		t.Fatal(err)
 	}
+	connectAH(t, qp, peer, ah, d.PathMTU(), sq, rq, timeout)
+}
+
+// connectAH brings qp to RTS towards peer through ah, at path MTU mtu, with
+// local ACK timeout timeout.
+func connectAH(t *testing.T, qp, peer *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, sq, rq uint32, timeout uint8) {
+	t.Helper()
 	for _, s := range []struct {
 		a ibtransport.QPAttr
 		m ibtransport.QPAttrMask
 	}{
 		{ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, AccessFlags: ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead},
 			ibtransport.QPAttrState | ibtransport.QPAttrPKeyIndex | ibtransport.QPAttrPort | ibtransport.QPAttrAccessFlags},
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: d.PathMTU(), DestQPN: peer.QPN(), RQPSN: rq, MaxDestRdAtomic: 4, MinRNRTimer: 1},
+		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: mtu, DestQPN: peer.QPN(), RQPSN: rq, MaxDestRdAtomic: 4, MinRNRTimer: 1},
 			ibtransport.QPAttrState | ibtransport.QPAttrAH | ibtransport.QPAttrPathMTU | ibtransport.QPAttrDestQPN | ibtransport.QPAttrRQPSN | ibtransport.QPAttrMaxDestRdAtomic | ibtransport.QPAttrMinRNRTimer},
 		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: sq, Timeout: timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
 			ibtransport.QPAttrState | ibtransport.QPAttrSQPSN | ibtransport.QPAttrTimeout | ibtransport.QPAttrRetryCnt | ibtransport.QPAttrRNRRetry | ibtransport.QPAttrMaxRdAtomic},

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -18,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/gopacket/pcapgo"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/netio/netnstest"
@@ -64,27 +62,6 @@ func runDevice(t *testing.T, d *roce.Device) (stop func()) {
 	return stop
 }
 
-func connectAH(t *testing.T, qp, peer *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, sq, rq uint32) {
-	t.Helper()
-	for _, s := range []struct {
-		a ibtransport.QPAttr
-		m ibtransport.QPAttrMask
-	}{
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, AccessFlags: ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead},
-			ibtransport.QPAttrState | ibtransport.QPAttrPKeyIndex | ibtransport.QPAttrPort | ibtransport.QPAttrAccessFlags},
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: mtu, DestQPN: peer.QPN(), RQPSN: rq, MaxDestRdAtomic: 4, MinRNRTimer: 1},
-			ibtransport.QPAttrState | ibtransport.QPAttrAH | ibtransport.QPAttrPathMTU | ibtransport.QPAttrDestQPN | ibtransport.QPAttrRQPSN | ibtransport.QPAttrMaxDestRdAtomic | ibtransport.QPAttrMinRNRTimer},
-		// Timeout 17 (0.54 s, 4.3 s with the retries): a veth or socket path right after
-		// setup can lose the first frames for a good part of a second under load (seen in CI).
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: sq, Timeout: 17, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-			ibtransport.QPAttrState | ibtransport.QPAttrSQPSN | ibtransport.QPAttrTimeout | ibtransport.QPAttrRetryCnt | ibtransport.QPAttrRNRRetry | ibtransport.QPAttrMaxRdAtomic},
-	} {
-		if err := qp.Modify(&s.a, s.m); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // exchange connects a new RC QP on a to a new one on b with the given address
 // handles and runs RDMA WRITEs (a to b), a READ (a from b) and a SEND (b to
 // a), checking every byte.
@@ -95,8 +72,8 @@ func exchange(t *testing.T, a, b *roce.Device, ahAB, ahBA ibtransport.AddressHan
 	qa, cqa, mra := setupQP(t, a)
 	qb, cqb, mrb := setupQP(t, b)
 	mtu := min(a.PathMTU(), b.PathMTU())
-	connectAH(t, qa, qb, ahAB, mtu, 0xfffff0, 7)
-	connectAH(t, qb, qa, ahBA, mtu, 7, 0xfffff0)
+	connectAH(t, qa, qb, ahAB, mtu, 0xfffff0, 7, 17)
+	connectAH(t, qb, qa, ahBA, mtu, 7, 0xfffff0, 17)
 	wait := func(cq *ibtransport.CQ, want ibtransport.WCOpcode) ibtransport.WC {
 		t.Helper()
 		wc := make([]ibtransport.WC, 1)
@@ -324,25 +301,6 @@ func snmp(t *testing.T, ns *netnstest.NS, group, name string) int64 {
 // captureFrames receives a device's capture; the test reads it once the
 // device's Run has ended.
 type captureFrames struct{ bytes.Buffer }
-
-func readCapture(t *testing.T, r io.Reader) [][]byte {
-	t.Helper()
-	pr, err := pcapgo.NewReader(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var frames [][]byte
-	for {
-		data, _, err := pr.ReadPacketData()
-		if err == io.EOF {
-			return frames
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		frames = append(frames, data)
-	}
-}
 
 // TestOpenAFPacketRoCEv1 runs RC traffic as RoCEv1 between afpacket devices,
 // with IPv4-mapped GIDs (resolved through the kernel) and with the

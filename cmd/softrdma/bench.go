@@ -280,13 +280,13 @@ func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 		pcapFrames = o.tap.Frames()
-		fmt.Fprintf(progress, "softrdma bench: --pcap %s: %d frames, each cut to %d octets\n", o.pcap, pcapFrames, o.tap.snaplen)
+		fmt.Fprintf(progress, "softrdma bench: --pcap %s: %d frames, each cut to %d octets\n", o.pcap, pcapFrames, o.tap.w.SnapLen())
 	}
 	if o.json {
 		rep := benchReport{Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 			VethMTU: o.mtu, Measure: o.measure.String(), Rows: rows, Elapsed: elapsed.Round(time.Millisecond).String()}
 		if o.tap != nil {
-			rep.PcapFrames, rep.PcapSnaplen = pcapFrames, o.tap.snaplen
+			rep.PcapFrames, rep.PcapSnaplen = pcapFrames, o.tap.w.SnapLen()
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 
@@ -21,83 +19,50 @@ import (
 // file: frames written to it directly (WriteFrame), and what captures that write
 // pcap streams of their own record (a device's roce.OpenConfig.Capture, a
 // tcpPcap of iWARP connections), merged record by record through Source. The
-// file is classic pcap with nanosecond timestamps, LINKTYPE_ETHERNET, as
-// netio.CaptureWriter writes; each frame is cut to the snap length, its length
-// on the wire kept. It is safe for concurrent use.
+// file is a netio.CaptureWriter's classic pcap, each frame cut to the snap
+// length, its length on the wire kept. It is safe for concurrent use.
 type pcapTap struct {
-	mu      sync.Mutex
-	buf     *bufio.Writer
-	w       *pcapgo.Writer
-	snaplen int
-	err     error // first write error, sticky
-	frames  uint64
+	w *netio.CaptureWriter
+
+	mu     sync.Mutex
+	srcErr error // the first Source's stream that could not be read
 }
 
 // newPcapTap writes the file header to w; snaplen 0 keeps whole frames
 // (netio.CaptureSnapLen).
 func newPcapTap(w io.Writer, snaplen int) (*pcapTap, error) {
-	if snaplen <= 0 || snaplen > netio.CaptureSnapLen {
-		snaplen = netio.CaptureSnapLen
+	cw, err := netio.NewCaptureWriterSnapLen(w, netio.FormatPcap, snaplen)
+	if err != nil {
+		return nil, err
 	}
-	t := &pcapTap{buf: bufio.NewWriterSize(w, 1<<16), snaplen: snaplen}
-	t.w = pcapgo.NewWriterNanos(t.buf)
-	if err := t.w.WriteFileHeader(uint32(snaplen), layers.LinkTypeEthernet); err != nil {
-		return nil, fmt.Errorf("pcap: %w", err)
-	}
-	return t, nil
+	return &pcapTap{w: cw}, nil
 }
 
 // WriteFrame records frame, seen at ts.
-func (t *pcapTap) WriteFrame(ts time.Time, frame []byte) error {
-	return t.write(ts, frame, len(frame))
-}
-
-// write records frame (of wireLen bytes on the wire) cut to the snap length.
-func (t *pcapTap) write(ts time.Time, frame []byte, wireLen int) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.err != nil {
-		return t.err
-	}
-	if ts.IsZero() {
-		ts = time.Unix(0, 0) // as netio.CaptureWriter: pcapgo would put the wall clock
-	}
-	data := frame[:min(len(frame), t.snaplen)]
-	ci := gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(data), Length: max(wireLen, len(frame))}
-	if err := t.w.WritePacket(ci, data); err != nil {
-		t.err = fmt.Errorf("pcap: %w", err)
-		return t.err
-	}
-	t.frames++
-	return nil
-}
+func (t *pcapTap) WriteFrame(ts time.Time, frame []byte) error { return t.w.WriteFrame(ts, frame) }
 
 // Frames returns the number of frames recorded so far.
-func (t *pcapTap) Frames() uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.frames
-}
+func (t *pcapTap) Frames() uint64 { return t.w.Frames() }
 
-// fail keeps err as the tap's error if it has none (a source's, say).
+// fail keeps err, a source's, as the tap's error if it has none.
 func (t *pcapTap) fail(err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.err == nil {
-		t.err = fmt.Errorf("pcap: %w", err)
+	if t.srcErr == nil {
+		t.srcErr = fmt.Errorf("pcap: %w", err)
 	}
 }
 
-// Flush writes out what is buffered and returns the first error of any write.
+// Flush writes out what is buffered and returns the first error of a source or
+// of any write.
 func (t *pcapTap) Flush() error {
+	err := t.w.Flush()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.err == nil {
-		if err := t.buf.Flush(); err != nil {
-			t.err = fmt.Errorf("pcap: %w", err)
-		}
+	if t.srcErr != nil {
+		return t.srcErr
 	}
-	return t.err
+	return err
 }
 
 // Source returns a writer for a classic pcap stream (Ethernet) whose records go
@@ -138,7 +103,7 @@ func (t *pcapTap) Source(restoreIDs bool) *pcapTapSource {
 			if restoreIDs && ci.CaptureLength == ci.Length {
 				data = ids.restore(data)
 			}
-			if err := t.write(ci.Timestamp, data, ci.Length); err != nil {
+			if err := t.w.WriteFrameLen(ci.Timestamp, data, ci.Length); err != nil {
 				s.err = err
 				return
 			}
@@ -198,7 +163,6 @@ func (r *pcapIPv4IDRestorer) restore(b []byte) []byte {
 	copy(s, b)
 	ip := s[len(f.Ethernet) : len(f.Ethernet)+len(f.IP)]
 	binary.BigEndian.PutUint16(ip[4:], id)
-	binary.BigEndian.PutUint16(ip[10:], 0)
-	binary.BigEndian.PutUint16(ip[10:], ppIPv4Checksum(ip[:4*int(ip[0]&0x0f)]))
+	binary.BigEndian.PutUint16(ip[10:], roce.IPv4Checksum(ip[:4*int(ip[0]&0x0f)]))
 	return s
 }

@@ -17,12 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/gopacket/pcapgo"
-
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/oob/perftest"
-	"github.com/softrdma/softrdma/roce"
 )
 
 // perfLog is one side's output in a capture log of testdata/captures/logs.
@@ -691,35 +688,16 @@ func TestPerfMTUFlag(t *testing.T) {
 					t.Errorf("%s does not print %q once:\n%s", name, line, out)
 				}
 			}
-			fh, err := os.Open(pcap)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fh.Close()
-			pr, err := pcapgo.NewReader(fh)
-			if err != nil {
-				t.Fatal(err)
-			}
 			counts := map[ibtransport.Opcode]int{}
-			for {
-				data, _, err := pr.ReadPacketData()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
+			for _, f := range readPPFrames(t, pcap) {
+				var pk ibtransport.Packet
+				if err := pk.Decode(f.IB); err != nil {
 					t.Fatal(err)
 				}
-				var f roce.Frame
-				if err := f.DecodeEthernet(data); err != nil {
-					t.Fatal(err)
-				}
-				bth := ibtransport.BTH(f.IB)
-				op := bth.Opcode()
-				payload := len(f.IB) - ibtransport.BTHLen - int(bth.PadCount())
+				op := pk.BTH.Opcode()
+				payload := len(pk.Payload)
 				switch op {
-				case ibtransport.OpcodeRCRDMAWriteFirst:
-					payload -= ibtransport.RETHLen
-				case ibtransport.OpcodeRCSendFirst, ibtransport.OpcodeRCSendMiddle, ibtransport.OpcodeRCSendLast,
+				case ibtransport.OpcodeRCRDMAWriteFirst, ibtransport.OpcodeRCSendFirst, ibtransport.OpcodeRCSendMiddle, ibtransport.OpcodeRCSendLast,
 					ibtransport.OpcodeRCRDMAWriteMiddle, ibtransport.OpcodeRCRDMAWriteLast:
 				default:
 					continue

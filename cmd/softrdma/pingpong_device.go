@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -348,9 +347,8 @@ type ppCapture struct {
 	w       *netio.CaptureWriter
 	unknown bool // the endpoint reports received IPv4 IDs as unknown
 
-	mu      sync.Mutex
-	scratch []byte
-	frame   roce.Frame
+	mu  sync.Mutex
+	ids pcapIPv4IDRestorer
 }
 
 func newPPCapture(ep netio.Endpoint, f *os.File) (*ppCapture, error) {
@@ -358,7 +356,7 @@ func newPPCapture(ep netio.Endpoint, f *os.File) (*ppCapture, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &ppCapture{ep: ep, w: w, scratch: make([]byte, netio.MaxFrameLen(ep.MTU())+roce.VLANTagLen)}
+	c := &ppCapture{ep: ep, w: w}
 	if p, ok := ep.(netio.IPv4IDPolicy); ok {
 		c.unknown = p.UnknownIPv4ID()
 	}
@@ -379,25 +377,12 @@ func (c *ppCapture) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	return n, err
 }
 
-// wireFrame returns b, or a copy of it with the IPv4 ID recovered.
+// wireFrame returns b, or a copy of it with the IPv4 ID recovered. mu is held.
 func (c *ppCapture) wireFrame(b []byte) []byte {
-	if !c.unknown || len(b) > len(c.scratch) {
+	if !c.unknown {
 		return b
 	}
-	s := c.scratch[:len(b)]
-	copy(s, b)
-	if c.frame.DecodeEthernet(s) != nil || c.frame.IPv6 || c.frame.Version != roce.RoCEv2 {
-		return b
-	}
-	id, ok := roce.RecoverIPv4ID(&c.frame)
-	if !ok {
-		return b // a corrupted frame: recorded as received
-	}
-	ip := c.frame.IP
-	binary.BigEndian.PutUint16(ip[4:], id)
-	binary.BigEndian.PutUint16(ip[10:], 0)
-	binary.BigEndian.PutUint16(ip[10:], ppIPv4Checksum(ip[:4*int(ip[0]&0x0f)]))
-	return s
+	return c.ids.restore(b)
 }
 
 // Write writes frames and records the ones written, as they left: a UDP
@@ -444,19 +429,6 @@ func (c *ppCapture) Close() error {
 		err = ferr
 	}
 	return err
-}
-
-// ppIPv4Checksum returns the header checksum of an IPv4 header whose checksum
-// field is zero.
-func ppIPv4Checksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(h[i])<<8 | uint32(h[i+1])
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
 }
 
 var (

@@ -366,17 +366,7 @@ func TestPerfNetns(t *testing.T) {
 	bin := interop.Softrdma(t)
 	p := netnstest.NewPair(t, netnstest.PairConfig{})
 	for _, backend := range []string{"udp", "afpacket"} {
-		for _, c := range []perfCase{
-			{tool: "ib_write_bw", size: 65536, iters: 200},
-			{tool: "ib_write_bw", size: 3000, iters: 100, extra: []string{"-q", "2"}},
-			{tool: "ib_read_bw", size: 20000, iters: 100},
-			{tool: "ib_send_bw", size: 8192, iters: 200},
-			{tool: "ib_send_bw", size: 1000, iters: 100, extra: []string{"-b"}},
-			{tool: "ib_atomic_bw", iters: 100, atomic: "CMP_AND_SWAP"},
-			{tool: "ib_write_lat", size: 64, iters: 100},
-			{tool: "ib_read_lat", size: 4096, iters: 100},
-			{tool: "ib_send_lat", size: 2, iters: 100},
-		} {
+		for _, c := range netnsPerfCases {
 			c.server, c.mtu = true, 1024
 			t.Run(backend+"/"+c.String(), func(t *testing.T) {
 				dir := t.TempDir()
@@ -392,19 +382,42 @@ func TestPerfNetns(t *testing.T) {
 					t.Fatalf("exchange failed\nclient:\n%s\nserver:\n%s", cr, sr)
 				}
 				t.Logf("client: %s", perfResultRow(cr.Stdout))
-				pc := c
-				if c.tool == "ib_write_bw" && len(c.extra) > 0 {
-					pc.iters *= 2 // -q 2: iterations × QPs
-				}
-				cs := parsePerfRunNetns(t, "client", cr.Stdout, pc)
-				ss := parsePerfRunNetns(t, "server", sr.Stdout, pc)
-				checkPerfSides(t, cs, ss, c)
-				for _, f := range []string{"server.pcap", "client.pcap"} {
-					checkPerfCapture(t, filepath.Join(dir, f), pc)
-				}
+				checkPerfNetnsRun(t, c, cr, sr, dir)
 			})
 		}
 	}
+}
+
+// netnsPerfCases are the perf tests two softrdma processes run against each
+// other between namespaces (TestPerfNetns, TestPerfTAPNetns).
+var netnsPerfCases = []perfCase{
+	{tool: "ib_write_bw", size: 65536, iters: 200},
+	{tool: "ib_write_bw", size: 3000, iters: 100, extra: []string{"-q", "2"}},
+	{tool: "ib_read_bw", size: 20000, iters: 100},
+	{tool: "ib_send_bw", size: 8192, iters: 200},
+	{tool: "ib_send_bw", size: 1000, iters: 100, extra: []string{"-b"}},
+	{tool: "ib_atomic_bw", iters: 100, atomic: "CMP_AND_SWAP"},
+	{tool: "ib_write_lat", size: 64, iters: 100},
+	{tool: "ib_read_lat", size: 4096, iters: 100},
+	{tool: "ib_send_lat", size: 2, iters: 100},
+}
+
+// checkPerfNetnsRun checks one softrdma-to-softrdma run of c: both sides'
+// layout, keys and reports, and the server.pcap and client.pcap in dir; it
+// returns both sides' parsed output.
+func checkPerfNetnsRun(t *testing.T, c perfCase, client, server interop.Result, dir string) (cs, ss perfRun) {
+	t.Helper()
+	pc := c
+	if c.tool == "ib_write_bw" && len(c.extra) > 0 {
+		pc.iters *= 2 // -q 2: iterations × QPs
+	}
+	cs = parsePerfRunNetns(t, "client", client.Stdout, pc)
+	ss = parsePerfRunNetns(t, "server", server.Stdout, pc)
+	checkPerfSides(t, cs, ss, c)
+	for _, f := range []string{"server.pcap", "client.pcap"} {
+		checkPerfCapture(t, filepath.Join(dir, f), pc)
+	}
+	return cs, ss
 }
 
 // parsePerfRunNetns is parsePerfRun for runs where one side may print no row

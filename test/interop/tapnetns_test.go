@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -165,18 +166,9 @@ func TestPerfTAPNetns(t *testing.T) {
 	bin := interop.Softrdma(t)
 	n := newTAPNetns(t)
 	a, b := n.sides[0], n.sides[1]
-	for _, c := range []perfCase{
-		{tool: "ib_write_bw", size: 65536, iters: 200},
-		{tool: "ib_write_bw", size: 3000, iters: 100, extra: []string{"-q", "2"}},
-		{tool: "ib_read_bw", size: 20000, iters: 100},
-		{tool: "ib_read_bw", size: 65536, iters: 100},
-		{tool: "ib_send_bw", size: 8192, iters: 200},
-		{tool: "ib_send_bw", size: 1000, iters: 100, extra: []string{"-b"}},
-		{tool: "ib_atomic_bw", iters: 100, atomic: "CMP_AND_SWAP"},
-		{tool: "ib_write_lat", size: 64, iters: 100},
-		{tool: "ib_read_lat", size: 4096, iters: 100},
-		{tool: "ib_send_lat", size: 2, iters: 100},
-	} {
+	// TestPerfNetns's cases and a READ burst larger than a TAP queue of 500.
+	cases := append(slices.Clone(netnsPerfCases), perfCase{tool: "ib_read_bw", size: 65536, iters: 100})
+	for _, c := range cases {
 		c.server, c.mtu = true, 1024
 		t.Run("tap-tap/"+c.String(), func(t *testing.T) {
 			n.addTAPs(t)
@@ -193,21 +185,12 @@ func TestPerfTAPNetns(t *testing.T) {
 				t.Fatalf("exchange failed\nclient:\n%s\nserver:\n%s\n%s", cr, sr, n.stats(t))
 			}
 			t.Logf("client: %s (client %v, server %v)", perfResultRow(cr.Stdout), cr.Duration.Round(time.Millisecond), sr.Duration.Round(time.Millisecond))
-			pc := c
-			if c.tool == "ib_write_bw" && len(c.extra) > 0 {
-				pc.iters *= 2 // -q 2: iterations × QPs
-			}
-			cs := parsePerfRunNetns(t, "client", cr.Stdout, pc)
-			ss := parsePerfRunNetns(t, "server", sr.Stdout, pc)
-			checkPerfSides(t, cs, ss, c)
+			cs, ss := checkPerfNetnsRun(t, c, cr, sr, dir)
 			if len(cs.gid) > 0 && cs.gid[0] != "" && cs.gid[0] != "::ffff:"+b.host.Addr().String() {
 				t.Errorf("client GID %v, want ::ffff:%v", cs.gid, b.host.Addr())
 			}
 			if len(ss.gid) > 0 && ss.gid[0] != "" && ss.gid[0] != "::ffff:"+a.host.Addr().String() {
 				t.Errorf("server GID %v, want ::ffff:%v", ss.gid, a.host.Addr())
-			}
-			for _, f := range []string{"server.pcap", "client.pcap"} {
-				checkPerfCapture(t, filepath.Join(dir, f), pc)
 			}
 		})
 	}

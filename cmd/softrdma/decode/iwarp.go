@@ -437,13 +437,7 @@ func startsWithMPAKeyPrefix(b []byte) bool {
 
 // startsWithMPAKey reports whether a segment starts like an MPA start frame: at least 4
 // octets, all of them the start of "MPA ID Req Frame" or "MPA ID Rep Frame".
-func startsWithMPAKey(b []byte) bool {
-	n := min(len(b), iwarp.MPAKeyLen)
-	if n < 4 {
-		return false
-	}
-	return string(b[:n]) == iwarp.MPAKeyRequest[:n] || string(b[:n]) == iwarp.MPAKeyReply[:n]
-}
+func startsWithMPAKey(b []byte) bool { return len(b) >= 4 && startsWithMPAKeyPrefix(b) }
 
 // probeFPDU reports whether a segment of a connection whose start the capture missed
 // begins with an FPDU: a throwaway StreamDecoder, which looks for FPDU boundaries, must
