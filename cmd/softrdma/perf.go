@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -95,6 +97,8 @@ type perfOptions struct {
 	tapPeer   string
 	tapName   string
 	wait      time.Duration
+	// cpuProfile, if set, is where a CPU profile of the run goes.
+	cpuProfile string
 
 	set map[string]bool // flags given on the command line
 
@@ -151,6 +155,18 @@ func perfMain(o *perfOptions, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softrdma perf: %v\n", err)
 		return 2
 	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "softrdma perf: --cpuprofile: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	if err := perfRun(o, p, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "softrdma perf: %v\n", err)
 		return 1
@@ -205,6 +221,7 @@ func perfParseArgs(args []string, stderr io.Writer) (*perfOptions, error) {
 	fs.StringVar(&o.pcap, "pcap", "", "write every RoCE frame sent and received to this pcap file (iWARP: each connection's TCP octets, as synthesised segments)")
 	fs.StringVar(&o.tapPeer, "tap-peer", "", "--backend tap: ADDR/PREFIX to give the kernel's side of the TAP device")
 	fs.StringVar(&o.tapName, "tap-name", "", "--backend tap: the TAP device to create or attach to (default: the kernel picks tapN)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process's run to this file")
 	fs.DurationVar(&o.wait, "wait", perfDialWait, "client: how long to retry connecting to a server that is not listening yet")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

@@ -630,6 +630,28 @@ func TestPerfJSONAndPcap(t *testing.T) {
 	}
 }
 
+// TestPerfCPUProfile: --cpuprofile writes a CPU profile of the run (a gzipped
+// protocol buffer, as pprof reads it); the server, in the same process, cannot
+// profile at the same time and runs without.
+func TestPerfCPUProfile(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "cli.prof")
+	r := runPerfPair(t, "write_bw", []string{"-n", "200", "-s", "64K"}, nil, []string{"--cpuprofile", f})
+	if r.srvCode != 0 || r.cliCode != 0 {
+		t.Fatalf("exchange failed\n%s", r)
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 64 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("%s: %d bytes, starting % x: not a gzipped profile", f, len(b), b[:min(len(b), 4)])
+	}
+	var stderr bytes.Buffer
+	if code := perfCmd([]string{"write_bw", "--cpuprofile", "/nonexistent/dir/p", "-n", "5", "127.0.0.1"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--cpuprofile") {
+		t.Errorf("unwritable --cpuprofile: exit %d, %q", code, stderr.String())
+	}
+}
+
 // TestPerfErrors: bad flags exit 2; a client with no server exits 1 and says so.
 func TestPerfErrors(t *testing.T) {
 	for _, args := range [][]string{{}, {"bogus_bw"}, {"atomic_lat"}, {"write_bw", "--transport", "iwarp"}, {"write_bw", "a", "b"},
