@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -52,6 +54,9 @@ type benchOptions struct {
 	cpuProfile string
 	memProfile string
 	noBaseline bool // for profiling softrdma alone
+	// addrs, if set, are two IPv4 addresses of this host to run between
+	// (--addrs) instead of two namespaces on a veth pair.
+	addrs []netip.Addr
 
 	pcap        string   // --pcap FILE
 	pcapSnaplen int      // --pcap-snaplen
@@ -86,7 +91,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, benchUsage)
 		fs.PrintDefaults()
 	}
-	var sizes []string
+	var sizes, addrs []string
 	fs.BoolVar(&o.json, "json", false, "print the rows as JSON instead of a table")
 	fs.DurationVar(&o.measure, "time", time.Second, "measured time of each measurement (softrdma and baseline alike)")
 	fs.DurationVar(&o.warm, "warm", 200*time.Millisecond, "unmeasured warm-up before each measurement")
@@ -99,6 +104,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.mtu, "mtu", 1500, "MTU of the veth pair (the IB MTU follows as rxe derives it: 1500 gives 1024)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile (every allocation sampled) to this file")
+	fs.StringSliceVar(&addrs, "addrs", nil, "run between these two IPv4 addresses of this host (e.g. 127.0.0.1,127.0.0.2, or two addresses of one NIC, whose traffic the kernel loops back) instead of two network namespaces: no root needed, the udp backend and iwarp only, and --mtu is the path MTU assumed")
 	fs.BoolVar(&o.noBaseline, "no-baseline", false, "measure softrdma alone (to profile it): no baseline, no ratio")
 	fs.StringVar(&o.pcap, "pcap", "", "write every frame both devices send and receive (iWARP: the TCP octets of the connections, as synthesised segments) to this pcap `FILE`; the bench moves hundreds of MB per row, so the file gets large (a tenth of the traffic or more, cut to --pcap-snaplen; gigabytes with whole frames), and the capture slows the devices, which the numbers show")
 	fs.IntVar(&o.pcapSnaplen, "pcap-snaplen", benchDefaultSnaplen, "octets of each frame the --pcap file keeps (the headers: the rest is cut, the length on the wire kept; 0 keeps whole frames)")
@@ -121,11 +127,24 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		o.sizes = append(o.sizes, int(n))
 	}
+	for _, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		if err != nil || !ip.Is4() {
+			fmt.Fprintf(stderr, "softrdma bench: --addrs %q: want an IPv4 address\n", a)
+			return 2
+		}
+		o.addrs = append(o.addrs, ip)
+	}
+	if len(o.addrs) > 0 && !fs.Changed("backend") {
+		o.backends = []string{"udp"}
+	}
 	if err := o.check(); err != nil {
 		fmt.Fprintf(stderr, "softrdma bench: %v\n", err)
 		return 2
 	}
-	if err := netns.Check(); err != nil {
+	if len(o.addrs) > 0 {
+		// This host's own addresses: no namespace to create.
+	} else if err := netns.Check(); err != nil {
 		fmt.Fprintf(stdout, "softrdma bench: skipped: cannot create network namespaces (%v); run it as root\n", err)
 		return 0
 	}
@@ -160,6 +179,16 @@ func (o *benchOptions) check() error {
 	}
 	if o.mtu < 1280 || o.mtu > 65535 {
 		return fmt.Errorf("--mtu %d: want 1280..65535", o.mtu)
+	}
+	if n := len(o.addrs); n != 0 {
+		if n != 2 || o.addrs[0] == o.addrs[1] {
+			return fmt.Errorf("--addrs %v: want two different addresses", o.addrs)
+		}
+		for _, b := range o.backends {
+			if b != "udp" {
+				return fmt.Errorf("--backend %s with --addrs: only udp runs between two addresses of one host (afpacket and tap need interfaces of their own)", b)
+			}
+		}
 	}
 	if o.pcapSnaplen < 0 {
 		return fmt.Errorf("--pcap-snaplen %d: want 0 (whole frames) or more", o.pcapSnaplen)
@@ -241,7 +270,7 @@ func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}
-	pair, err := netns.NewPair(netns.PairConfig{MTU: o.mtu, Prefix: "softrdma-bench-"})
+	pair, err := benchPair(o)
 	if err != nil {
 		return err
 	}
@@ -255,8 +284,7 @@ func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
 		rows = append(rows, r)
 		fmt.Fprintf(progress, "  %-5s %-8s %-14s %8s  %s\n", r.Transport, r.Backend, r.Test, benchSizeString(r.Size), benchValue(r))
 	}
-	fmt.Fprintf(progress, "softrdma bench: namespaces %s and %s, veth MTU %d, %v per measurement\n",
-		pair.A.NS.Name(), pair.B.NS.Name(), o.mtu, o.measure)
+	fmt.Fprintf(progress, "softrdma bench: %s, %v per measurement\n", benchPath(o, pair), o.measure)
 	for _, t := range o.transports {
 		backends := o.backends
 		if t == "iwarp" {
@@ -296,10 +324,35 @@ func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// benchPair is the two sides the bench runs between: two fresh namespaces on
+// a veth pair, or with --addrs two addresses of this namespace.
+func benchPair(o *benchOptions) (*netns.Pair, error) {
+	if len(o.addrs) == 0 {
+		return netns.NewPair(netns.PairConfig{MTU: o.mtu, Prefix: "softrdma-bench-"})
+	}
+	cur := netns.Current()
+	side := func(a netip.Addr) netns.Side {
+		// No link: a zero MAC for the baseline's frames, which the UDP socket strips.
+		return netns.Side{NS: cur, IPv4: netip.PrefixFrom(a, 32), MTU: o.mtu, MAC: make(net.HardwareAddr, 6)}
+	}
+	return &netns.Pair{A: side(o.addrs[0]), B: side(o.addrs[1])}, nil
+}
+
+// benchPath says what the bench runs between, for its first lines.
+func benchPath(o *benchOptions, pair *netns.Pair) string {
+	if len(o.addrs) > 0 {
+		return fmt.Sprintf("addresses %v and %v of this host (path MTU %d assumed)", o.addrs[0], o.addrs[1], o.mtu)
+	}
+	if pair != nil {
+		return fmt.Sprintf("namespaces %s and %s, veth MTU %d", pair.A.NS.Name(), pair.B.NS.Name(), o.mtu)
+	}
+	return fmt.Sprintf("two network namespaces on a veth pair (MTU %d)", o.mtu)
+}
+
 // benchPrintTable prints the rows as one table.
 func benchPrintTable(w io.Writer, rows []benchRow, o *benchOptions, elapsed time.Duration) {
-	fmt.Fprintf(w, "softrdma bench: two network namespaces on a veth pair (MTU %d), %d CPUs, %v measured per number (%d rounds, alternating with the baseline), %v in all\n",
-		o.mtu, runtime.NumCPU(), o.measure, benchRounds, elapsed.Round(time.Second))
+	fmt.Fprintf(w, "softrdma bench: %s, %d CPUs, %v measured per number (%d rounds, alternating with the baseline), %v in all\n",
+		benchPath(o, nil), runtime.NumCPU(), o.measure, benchRounds, elapsed.Round(time.Second))
 	fmt.Fprintln(w, "ratio = softrdma/baseline for rates, baseline/softrdma for latencies (1 = as good as the raw path)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "transport\tbackend\ttest\tsize\tsoftrdma\tbaseline\tunit\tratio\tallocs/msg\tbaseline path")

@@ -81,6 +81,10 @@ func benchOpenRoCE(pair *netns.Pair, backend string, tap *pcapTap) (*benchEnv, e
 	devs := make([]*roce.Device, 2)
 	for i, s := range []*netns.Side{&pair.A, &pair.B} {
 		cfg := roce.OpenConfig{Backend: roce.Backend(backend), Interface: s.Link, Engine: benchEngineConfig()}
+		if s.Link == "" { // --addrs: an address of this host, the path MTU given
+			cfg.Addrs = []netip.Addr{s.IPv4.Addr()}
+			cfg.Engine.PortMTU = roce.PathMTUFor(s.MTU)
+		}
 		e.benchCapture(tap, &cfg)
 		var d *roce.Device
 		err := s.NS.Do(func() (err error) {
@@ -340,8 +344,13 @@ func benchOpenIWARP(pair *netns.Pair, tap *pcapTap) (*benchEnv, error) {
 // benchErrStall is returned when a measurement sees no completion for long.
 var benchErrStall = errors.New("no progress for 3s")
 
-// benchStallTimeout bounds the wait for any one completion.
-const benchStallTimeout = 3 * time.Second
+// benchStallTimeout is how long a measurement may go without a completion
+// (a variable for tests).
+var benchStallTimeout = 3 * time.Second
+
+// benchDrainLimit bounds the time a measurement takes after its window, to
+// complete what is in flight.
+const benchDrainLimit = time.Minute
 
 // benchAddrPort is the baseline's address on a side.
 func benchAddrPort(s *netns.Side) netip.AddrPort {

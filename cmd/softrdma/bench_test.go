@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -94,11 +97,79 @@ func TestBenchFlags(t *testing.T) {
 		{"--time", "0s"},
 		{"--mtu", "100"},
 		{"extra"},
+		{"--addrs", "127.0.0.1"},
+		{"--addrs", "127.0.0.1,127.0.0.1"},
+		{"--addrs", "127.0.0.1,::1"},
+		{"--addrs", "127.0.0.1,127.0.0.2", "--backend", "afpacket"},
+		{"--addrs", "127.0.0.1,127.0.0.2", "--backend", "udp,tap"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := benchCmd(args, &stdout, &stderr); code != 2 || stderr.Len() == 0 {
 			t.Errorf("%q: exit %d, stderr %q", args, code, stderr.String())
 		}
+	}
+}
+
+// TestBenchAddrs runs softrdma bench between two loopback addresses of this
+// namespace (--addrs), which needs no root: RoCE on the udp backend (the only
+// backend then) and iWARP each give a WRITE row with a number beside its
+// baseline, and the table says what it ran between.
+func TestBenchAddrs(t *testing.T) {
+	args := []string{"--addrs", "127.0.0.1,127.0.0.2", "--time", "60ms", "--warm", "10ms", "--sizes", "4K", "--tests", "write"}
+	var stdout, stderr bytes.Buffer
+	if code := benchCmd(append(args, "--json"), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	var rep benchReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout.String())
+	}
+	var got []string
+	for _, r := range rep.Rows {
+		got = append(got, r.Transport+"/"+r.Backend)
+		if r.Note != "" || r.Samples == 0 || r.Value <= 0 || r.Base <= 0 || r.Ratio <= 0 {
+			t.Errorf("row not measured: %+v", r)
+		}
+	}
+	if strings.Join(got, " ") != "roce/udp iwarp/tcp" {
+		t.Errorf("rows %v, want roce/udp and iwarp/tcp", got)
+	}
+	stdout.Reset()
+	if code := benchCmd(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "softrdma bench: addresses 127.0.0.1 and 127.0.0.2 of this host") {
+		t.Errorf("table heading: %q", strings.SplitN(stdout.String(), "\n", 2)[0])
+	}
+}
+
+// TestBenchWatch: a measurement's context lives as long as completions keep
+// coming, well past one stall period (a slow machine draining its WRs), and
+// ends with benchErrStall one or two periods after they stop.
+func TestBenchWatch(t *testing.T) {
+	defer func(d time.Duration) { benchStallTimeout = d }(benchStallTimeout)
+	benchStallTimeout = 40 * time.Millisecond
+	q := &benchQPs{}
+	ctx, cancel := q.watch(0, 0)
+	defer cancel()
+	for i := 0; i < 20; i++ { // 200 ms: five periods
+		time.Sleep(10 * time.Millisecond)
+		if i%2 == 0 {
+			q.completions.Add(1)
+		} else {
+			q.recvDone.Add(1)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("ended after %d progress steps: %v", i, context.Cause(ctx))
+		}
+	}
+	select {
+	case <-ctx.Done():
+		if !errors.Is(context.Cause(ctx), benchErrStall) {
+			t.Fatalf("cause %v, want benchErrStall", context.Cause(ctx))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no end after progress stopped")
 	}
 }
 

@@ -29,7 +29,10 @@ type benchQPs struct {
 	// receive ends the connection, and SENDs complete before the peer has
 	// seen them, so a sender must not outrun the receives posted).
 	recvDone    atomic.Uint64
-	sendsPosted uint64                // B's SENDs posted: sendsPosted-recvDone are in flight
+	sendsPosted uint64 // B's SENDs posted: sendsPosted-recvDone are in flight
+	// completions counts the completions B's loops polled: with recvDone,
+	// the progress the stall watchdog (watch) looks for.
+	completions atomic.Uint64
 	reposterErr atomic.Pointer[error] // why the reposter stopped early
 }
 
@@ -110,20 +113,53 @@ func (q *benchQPs) destroy() {
 	}
 }
 
-// benchWait waits for a completion on cq. ctx is a measurement's context,
-// which ends benchStallTimeout after the measurement should have: a peer that
-// stopped answering fails it instead of hanging (a context per wait would
-// allocate in the loop being measured).
+// benchWait waits for a completion on cq. ctx is a measurement's context
+// (watch), which ends when the QPs stop making progress: a peer that stopped
+// answering fails the measurement instead of hanging it (a context per wait
+// would allocate in the loop being measured).
 func benchWait(ctx context.Context, cq *ibtransport.CQ) error {
 	if err := cq.Wait(ctx); err != nil {
+		if c := context.Cause(ctx); c != nil && c != err {
+			return c
+		}
 		return fmt.Errorf("%w: %v", benchErrStall, err)
 	}
 	return nil
 }
 
-// benchContext is the context of a measurement of warm+measure.
-func benchContext(warm, measure time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), warm+measure+benchStallTimeout)
+// watch returns the context of a measurement of warm+measure. It ends when
+// benchStallTimeout passes without a completion (the watchdog looks once per
+// benchStallTimeout), or benchDrainLimit after the measurement should have
+// ended: a slow machine (an emulated guest moved 16 MiB/s) takes seconds to
+// drain benchTxDepth 1 MiB WRITEs after the window, which a fixed deadline of
+// warm+measure+3s turned into a false "no progress".
+func (q *benchQPs) watch(warm, measure time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	hard := time.Now().Add(warm + measure + benchDrainLimit)
+	progress := func() uint64 { return q.completions.Load() + q.recvDone.Load() }
+	go func() {
+		t := time.NewTicker(benchStallTimeout)
+		defer t.Stop()
+		last := progress()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				n := progress()
+				switch {
+				case n == last:
+					cancel(benchErrStall)
+					return
+				case now.After(hard):
+					cancel(fmt.Errorf("still not drained %v after the measurement", benchDrainLimit))
+					return
+				}
+				last = n
+			}
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
 }
 
 // benchReposter keeps A's receive queue full while a SEND test runs: each
@@ -197,7 +233,7 @@ type benchStream struct {
 // the measured part. Small messages are signalled one in sigEvery (perftest's
 // CQ moderation); each completion's WRID says how many WRs it stands for.
 func (q *benchQPs) streamOps(op ibtransport.WROpcode, size int, warm, measure time.Duration) (benchStream, error) {
-	ctx, cancel := benchContext(warm, measure)
+	ctx, cancel := q.watch(warm, measure)
 	defer cancel()
 	sigEvery := 1
 	if size <= perfCQModLimit {
@@ -271,15 +307,16 @@ func (q *benchQPs) streamOps(op ibtransport.WROpcode, size int, warm, measure ti
 			break
 		}
 		n := q.scqB.Poll(wc)
+		q.completions.Add(uint64(n))
 		if n == 0 && starved && signaled == 0 {
 			// Waiting for credits, perhaps with only unsignalled WRs out:
 			// nothing may complete on this CQ until more are posted.
 			if p := q.reposterErr.Load(); p != nil && *p != nil {
 				return res, fmt.Errorf("receiver: %w", *p)
 			}
-			if err := ctx.Err(); err != nil {
-				return res, fmt.Errorf("%w waiting for the receiver (%d of %d SENDs received): %v", benchErrStall,
-					q.recvDone.Load(), q.sendsPosted, err)
+			if ctx.Err() != nil {
+				return res, fmt.Errorf("%w waiting for the receiver (%d of %d SENDs received)", context.Cause(ctx),
+					q.recvDone.Load(), q.sendsPosted)
 			}
 			runtime.Gosched()
 			continue
@@ -318,7 +355,7 @@ type benchLatency struct {
 // the round trip. The samples are one-way times (half the round trip), as
 // ib_send_lat and ib_write_lat report them.
 func (q *benchQPs) pingPong(op ibtransport.WROpcode, size int, warm, measure time.Duration) (benchLatency, error) {
-	ctx, cancelAll := benchContext(warm, measure)
+	ctx, cancelAll := q.watch(warm, measure)
 	defer cancelAll()
 	post := func(qp *ibtransport.QP, mr *ibtransport.MR) error {
 		return qp.PostRecv(ibtransport.RecvWR{SGL: []ibtransport.SGE{mr.SGE(0, size)}})
@@ -395,7 +432,7 @@ func (q *benchQPs) pingPong(op ibtransport.WROpcode, size int, warm, measure tim
 // readLatency measures READs of size bytes, one at a time: post to
 // completion (ib_read_lat reports the whole round trip).
 func (q *benchQPs) readLatency(size int, warm, measure time.Duration) (benchLatency, error) {
-	ctx, cancel := benchContext(warm, measure)
+	ctx, cancel := q.watch(warm, measure)
 	defer cancel()
 	wr := ibtransport.SendWR{Opcode: ibtransport.WRRDMARead, SGL: []ibtransport.SGE{q.mrB.SGE(0, size)},
 		RemoteAddr: q.mrA.Addr(), RKey: q.mrA.RKey(), Signaled: true}
@@ -411,6 +448,7 @@ func (q *benchQPs) readLatency(size int, warm, measure time.Duration) (benchLate
 func (q *benchQPs) waitOne(ctx context.Context, cq *ibtransport.CQ, wc []ibtransport.WC) error {
 	for {
 		if cq.Poll(wc[:1]) == 1 {
+			q.completions.Add(1)
 			if wc[0].Status != ibtransport.WCSuccess {
 				return fmt.Errorf("completion: %v", wc[0].Status)
 			}

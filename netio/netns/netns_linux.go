@@ -158,6 +158,12 @@ func (ns *NS) bindMount(self string) error {
 	return nil
 }
 
+// Current returns the namespace this process runs in, as an NS whose Do runs
+// f directly (no thread switch, so no privilege needed) and whose Close does
+// nothing: code written for namespaces that New made can then run on this
+// host's own addresses instead (softrdma bench --addrs).
+func Current() *NS { return &NS{name: "(this namespace)"} }
+
 // Name returns the namespace's name, NamePrefix followed by random digits.
 func (ns *NS) Name() string { return ns.name }
 
@@ -174,6 +180,9 @@ func (ns *NS) Close() error {
 			}
 			os.Remove(ns.mount)
 		}
+		if ns.file == nil {
+			return // Current's
+		}
 		if e := ns.file.Close(); e != nil && err == nil {
 			err = e
 		}
@@ -187,6 +196,9 @@ func (ns *NS) Close() error {
 // goroutines that f starts do not run in the namespace. The thread is
 // discarded afterwards, never returned to the Go scheduler.
 func (ns *NS) Do(f func() error) error {
+	if ns.file == nil {
+		return f() // Current's: already in it
+	}
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
@@ -293,7 +305,12 @@ func (ns *NS) Interface(name string) (*net.Interface, error) {
 }
 
 // withRTNL runs f with a route netlink socket opened inside the namespace.
+// Every caller changes the namespace, which Current's refuses: the host's
+// own interfaces are not ours to configure.
 func (ns *NS) withRTNL(f func(*rtnl) error) error {
+	if ns.file == nil {
+		return fmt.Errorf("netns: %s: will not change the interfaces of this process's own namespace", ns.name)
+	}
 	return ns.Do(func() error {
 		r, err := dialRTNL()
 		if err != nil {

@@ -4,6 +4,7 @@ package netns
 
 import (
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -40,5 +41,46 @@ func TestPairWithoutTB(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestCurrent: Current's Do runs in this namespace without privilege (a
+// socket bound to loopback there), it refuses every change to the host's
+// interfaces, and its Close does nothing.
+func TestCurrent(t *testing.T) {
+	ns := Current()
+	var ln net.Listener
+	if err := ns.Do(func() (err error) {
+		ln, err = net.Listen("tcp4", "127.0.0.1:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp4", ln.Addr().String()) // from outside Do: the same namespace
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	ln.Close()
+	for name, change := range map[string]func() error{
+		"LinkUp":     func() error { return ns.LinkUp("lo") },
+		"SetMTU":     func() error { return ns.SetMTU("lo", 65536) },
+		"AddAddress": func() error { return ns.AddAddress("lo", netip.MustParsePrefix("127.0.0.9/8")) },
+		"AddNeighbor": func() error {
+			return ns.AddNeighbor("lo", netip.MustParseAddr("127.0.0.9"), net.HardwareAddr{2, 0, 0, 0, 0, 1})
+		},
+	} {
+		if err := change(); err == nil || !strings.Contains(err.Error(), "will not change") {
+			t.Errorf("%s on Current: %v, want a refusal", name, err)
+		}
+	}
+	if _, err := ns.Interface("lo"); err != nil {
+		t.Errorf("Interface(lo): %v", err)
+	}
+	if err := ns.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
