@@ -95,7 +95,10 @@ func perfOpenIWARP(o *perfOptions, peer netip.Addr) (*perfDevice, error) {
 		return nil, err
 	}
 	d := &perfDevice{iw: dev, name: "iwarp0"}
-	d.params = iwarp.ConnParams{CRC: crc, NoExtensions: true}
+	// Toward another softrdma the connections take the extensions, FPDUs of
+	// up to 64 KiB among them (MPAFlagSoftRDMALargeFPDU); siw echoes the
+	// offer without the acknowledgement, so toward it nothing changes.
+	d.params = iwarp.ConnParams{CRC: crc}
 	if o.device != "" {
 		if a, err := netip.ParseAddr(o.device); err == nil {
 			d.local = a.Unmap()

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -75,6 +77,42 @@ func TestPerfIWARPLoopback(t *testing.T) {
 				checkIWARPCapture(t, f, conns, depth)
 			}
 		})
+	}
+}
+
+// TestPerfIWARPLargeFPDUs: between two softrdma perf processes the test
+// connections take softrdma's extensions, so WRITE FPDUs grow to 64 KiB (the
+// 16-bit MPA length's limit) instead of the MULPDU of the TCP MSS (32 762
+// octets on loopback, where perf stayed while it offered no extensions).
+func TestPerfIWARPLargeFPDUs(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "cli.pcap")
+	r := runPerfPair(t, "write_bw", []string{"-R", "--transport", "iwarp", "-n", "5", "-s", "1M"}, nil, []string{"--pcap", f})
+	if r.srvCode != 0 || r.cliCode != 0 {
+		t.Fatalf("exchange failed\n%s", r)
+	}
+	fh, err := os.Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	var out bytes.Buffer
+	if _, err := decode.Run(fh, &out, decode.Options{JSON: true}); err != nil {
+		t.Fatal(err)
+	}
+	longest, writes := 0, 0
+	for _, line := range strings.Split(out.String(), "\n") {
+		var p struct {
+			Opcode   string `json:"opcode"`
+			ULPDULen int    `json:"ulpdu_len"`
+		}
+		if json.Unmarshal([]byte(line), &p) != nil || p.Opcode != "Write" {
+			continue
+		}
+		writes++
+		longest = max(longest, p.ULPDULen)
+	}
+	if writes == 0 || longest < 65000 {
+		t.Errorf("%d WRITE FPDUs, the longest ULPDU %d octets: want FPDUs of about 64 KiB", writes, longest)
 	}
 }
 

@@ -22,9 +22,10 @@ func rpingOpenIWARP(o rpingOptions, crc iwarp.CRCPolicy, addr netip.Addr) (*rpin
 	// The calls set IRD and ORD (rping's 1 and 1) on each connection; the
 	// listener's own are those of the Reply of a request its policy rejects.
 	params := iwarp.ConnParams{CRC: crc, IRD: rpingIRDORD, ORD: rpingIRDORD,
-		// rping uses neither atomics nor immediate data; and siw as a responder
-		// echoes the Request's reserved flag bits in its Reply (0x11 seen in
-		// answer to softrdma's 0x11), which would enable them by mistake.
+		// rping uses neither atomics nor immediate data nor large FPDUs, so
+		// its start frames carry siw's own flags only. (siw as a responder
+		// echoes the Request's reserved bits in its Reply; that enables
+		// nothing, since softrdma acknowledges with a bit of its own.)
 		NoExtensions: true}
 	var f *os.File
 	var capture *tcpPcap
