@@ -6,7 +6,10 @@
 # perf speaks it), with the same sizes and iteration counts, and the ratios
 # softrdma/rxe and softrdma/siw. The guest has 2 vCPUs; under the harness's
 # TCG emulation the absolute numbers mean little, the ratios (same emulated
-# CPU, same kernel) do.
+# CPU, same kernel) do. A second table puts every tool beside the raw path
+# of the same guest: softrdma bench --addrs's baselines between the same two
+# addresses (a batched UDP GSO blaster of RoCE-sized datagrams; a TCP
+# stream), which bound what any UDP or TCP user of that kernel can move.
 #
 # Needs root, qemu and the harness; without them it says so in one line and
 # exits 0. VM use is serialised with the interop tests by an flock on
@@ -14,11 +17,19 @@
 #
 # Environment: BENCH_KERNEL_SIZES (default "4096 65536 1048576"),
 # BENCH_KERNEL_ITERS (iterations per size, same order; default "500 100 10"),
-# SOFTRDMA_INTEROP_DIR (the harness, default ../shared/interop).
+# BENCH_KERNEL_RAW_TIME (softrdma bench --time of the raw path; default 2s),
+# BENCH_KERNEL_TOOLS (default "rxe siw softrdma-roce softrdma-iwarp raw"),
+# SOFTRDMA_INTEROP_DIR (the harness; default the project's interop/, else
+# ../shared/interop).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-HARNESS="${SOFTRDMA_INTEROP_DIR:-$ROOT/../shared/interop}"
+# The project's own harness, else the shared one beside the clone.
+HARNESS="${SOFTRDMA_INTEROP_DIR:-}"
+if [ -z "$HARNESS" ]; then
+	HARNESS="$ROOT/interop"
+	[ -x "$HARNESS/vm" ] || HARNESS="$ROOT/../shared/interop"
+fi
 LOCK=/tmp/softrdma-interop.lock
 SIZES=(${BENCH_KERNEL_SIZES:-4096 65536 1048576})
 ITERS=(${BENCH_KERNEL_ITERS:-500 100 10})
@@ -49,7 +60,8 @@ SIZES="${SIZES[*]}"
 ITERS="${ITERS[*]}"
 IP=$GUEST_IP
 IP2=$GUEST_IP2
-TOOLS="${BENCH_KERNEL_TOOLS:-rxe siw softrdma-roce softrdma-iwarp}"
+RAWTIME=${BENCH_KERNEL_RAW_TIME:-2s}
+TOOLS="${BENCH_KERNEL_TOOLS:-rxe siw softrdma-roce softrdma-iwarp raw}"
 GIDX=\${SOFTRDMA_RXE_GID_INDEX:-1}
 iters() { local k=\$1; set -- \$ITERS; shift \$k; echo \$1; }
 EOF
@@ -98,6 +110,17 @@ i=0
 want softrdma-roce && for s in $SIZES; do softrdma_run softrdma-roce roce "$s" "$(iters $i)"; cp /tmp/scli.json "/project/softrdma-roce-$s.json"; i=$((i+1)); done
 i=0
 want softrdma-iwarp && for s in $SIZES; do softrdma_run softrdma-iwarp iwarp "$s" "$(iters $i)"; i=$((i+1)); done
+# The raw path between the same addresses: the baselines of softrdma bench
+# (its JSON rows: transport, bytes, ..., baseline in MiB/s, one field a line).
+if want raw; then
+	/project/softrdma bench --addrs "$IP,$IP2" --transport roce,iwarp --tests write \
+		--sizes "$(echo $SIZES | tr ' ' ,)" --time "$RAWTIME" --json >/tmp/raw.json 2>/tmp/raw.err ||
+		echo "NOTE raw 0: softrdma bench --addrs: $(tail -2 /tmp/raw.err | tr '\n' ' ')"
+	awk -F': *' '
+	/"transport":/ { gsub(/[",]/, "", $2); t = ($2 == "roce") ? "raw-udp" : "raw-tcp" }
+	/"bytes":/ { gsub(/,/, "", $2); b = $2 }
+	/"baseline":/ { gsub(/,/, "", $2); print "RESULT " t " " b " " $2 }' /tmp/raw.json
+fi
 EOF
 
 exec 9>>"$LOCK"
@@ -131,5 +154,13 @@ END {
 		s = S[i]
 		r = v(bw["rxe", s]); w = v(bw["siw", s]); sr = v(bw["softrdma-roce", s]); si = v(bw["softrdma-iwarp", s])
 		printf "%-9s %-7s %10s %10s %14s %14s %14s %14s\n", s, I[i], r, w, sr, si, ratio(sr, r), ratio(si, w)
+	}
+	printf "\nthe raw path between the same two addresses of the guest (softrdma bench --addrs baselines), MB/s, and each tool as a fraction of it\n"
+	printf "%-9s %10s %10s %14s %10s %14s %10s\n", "size", "raw-udp", "rxe/raw", "softrdma/raw", "raw-tcp", "siw/raw", "softrdma/raw"
+	for (i = 1; i <= n; i++) {
+		s = S[i]
+		u = v(bw["raw-udp", s]); c = v(bw["raw-tcp", s])
+		printf "%-9s %10s %10s %14s %10s %14s %10s\n", s, u, ratio(v(bw["rxe", s]), u), ratio(v(bw["softrdma-roce", s]), u),
+			c, ratio(v(bw["siw", s]), c), ratio(v(bw["softrdma-iwarp", s]), c)
 	}
 }' "$WORK/out.txt"
