@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/net/bpf"
@@ -20,23 +19,29 @@ import (
 
 // Ring defaults of a PacketEndpoint.
 const (
-	// DefaultPacketBlockSize is the TPACKET_V3 block size: a power-of-two
-	// multiple of the page size, far larger than a jumbo frame.
+	// DefaultPacketBlockSize is the ring's block size: a power-of-two
+	// multiple of the page size, larger than a jumbo frame's slot.
 	DefaultPacketBlockSize = 128 << 10
 	// DefaultPacketBlockCount is the number of ring blocks (4 MiB in all
-	// with the default block size: about 3 ms at 10 Gb/s).
+	// with the default block size: 2048 slots at MTU 1500, about 3 ms at
+	// 10 Gb/s).
 	DefaultPacketBlockCount = 32
-	// DefaultPacketRetireTimeout is how long the kernel keeps a partly
-	// filled block before handing it over: the worst-case receive latency
-	// when traffic is light (the kernel counts whole milliseconds).
-	DefaultPacketRetireTimeout = time.Millisecond
 	// DefaultPacketBatchSize is the batch size of a PacketEndpoint.
 	DefaultPacketBatchSize = 64
 )
 
-// packetFrameSize is tp_frame_size of the ring. TPACKET_V3 packs frames of
-// any length into a block, so it only has to divide the block size.
-const packetFrameSize = 2048
+// packetSlotSize returns tp_frame_size of the ring for a link MTU: the
+// smallest power of two, 2048 at least, that holds the ring's headers
+// (tpacket2_hdr, sockaddr_ll, virtio_net_hdr) and a frame of that MTU.
+// Longer frames (GSO super-frames) go the socket's way (TP_STATUS_COPY).
+func packetSlotSize(mtu int) int {
+	need := tpacketAlign(unix.SizeofTpacket2Hdr) + tpacketAlign(unix.SizeofSockaddrLinklayer+vnetHdrLen) + 16 + MaxFrameLen(mtu)
+	n := 2048
+	for n < need {
+		n *= 2
+	}
+	return n
+}
 
 // packetSnapLen is what the filter keeps of an accepted frame: all of it.
 const packetSnapLen = 0x40000
@@ -54,11 +59,9 @@ type PacketConfig struct {
 	BatchSize int
 	// BlockSize and BlockCount size the receive ring; 0 means
 	// DefaultPacketBlockSize and DefaultPacketBlockCount. BlockSize must be
-	// a multiple of the page size and of 2048.
+	// a multiple of the page size and of the ring's slot size (2048 at MTU
+	// 1500; a power of two).
 	BlockSize, BlockCount int
-	// RetireTimeout bounds how long a partly filled block waits; 0 means
-	// DefaultPacketRetireTimeout. Rounded up to whole milliseconds.
-	RetireTimeout time.Duration
 	// QdiscBypass sends straight to the driver (PACKET_QDISC_BYPASS),
 	// skipping traffic control; frames the device queue cannot take are
 	// dropped.
@@ -75,11 +78,11 @@ type PacketStats struct {
 	FramesSent         uint64 // frames the kernel accepted
 	FramesReceived     uint64 // frames returned by Read or TryRead
 	SendCalls          uint64 // sendmmsg system calls
-	BlocksReceived     uint64 // ring blocks consumed
+	CopiedFrames       uint64 // Read: frames longer than a ring slot, read from the socket (TP_STATUS_COPY)
 	DroppedOversize    uint64 // Write: frame longer than MaxFrameLen(MTU()) or empty
 	DroppedSendError   uint64 // Write: the kernel refused the frame (see LastSendError)
 	DroppedShortBuffer uint64 // Read: frame longer than the caller's buffer
-	DroppedTruncated   uint64 // Read: frame longer than a ring block could hold
+	DroppedTruncated   uint64 // Read: frame longer than a ring slot whose full copy the socket did not keep
 	DroppedOutgoing    uint64 // Read: our own outgoing frames (only without PACKET_IGNORE_OUTGOING)
 	DroppedGSO         uint64 // Read: a GSO frame of another kind than UDP, or one that does not parse
 
@@ -88,9 +91,8 @@ type PacketStats struct {
 	GSOFrames, GSOSegments uint64
 
 	// From PACKET_STATISTICS, accumulated: frames that passed the filter,
-	// of those the ones dropped because the ring was full, and the times
-	// the queue froze.
-	KernelPackets, KernelDrops, KernelFreezes uint64
+	// and of those the ones dropped because the ring was full.
+	KernelPackets, KernelDrops uint64
 }
 
 // PacketEndpoint sends and receives raw Ethernet frames on one interface
@@ -98,11 +100,15 @@ type PacketStats struct {
 // 0x8915) and RoCEv2 (IPv4 or IPv6 UDP to the configured port) frames
 // only, chosen by a classic BPF filter in the kernel (RoCEFilter).
 //
-// Receive uses a TPACKET_V3 memory-mapped ring: the kernel fills blocks of
-// frames and hands each over when full or after RetireTimeout. Read copies
-// each frame out of the ring into the caller's buffer at offset and
-// returns the block to the kernel once consumed (zero-copy reading of the
-// ring is later work). Frames keep whatever Ethernet padding the sender
+// Receive uses a TPACKET_V2 memory-mapped ring of fixed slots, each handed
+// over by the kernel as soon as it holds a frame: a TPACKET_V3 ring hands
+// over whole blocks, when full or after a retire timeout of at least 1 ms,
+// which was the latency of every light exchange (softrdma bench: 500 us
+// one way on a veth). Read copies each frame out of its slot into the
+// caller's buffer at offset; ReadFrames points into the slot. A frame
+// longer than a slot (a GSO super-frame) is truncated in the ring and
+// queued whole on the socket as well (PACKET_COPY_THRESH), and read from
+// there. Frames keep whatever Ethernet padding the sender
 // added, so the upper layer must use the IP and UDP lengths; VLAN tags the
 // NIC stripped are not put back. The socket sits in Go's network poller,
 // so a blocked Read costs no thread, and Close wakes it at once.
@@ -131,21 +137,31 @@ type PacketEndpoint struct {
 	ring      []byte
 	blockSize int
 	blockNr   int
+	slotSize  int              // tp_frame_size
+	slotNr    int              // slots in the ring
+	perBlock  int              // slots per block
 	vnet      bool             // frames carry a virtio_net_hdr (PACKET_VNET_HDR)
 	vnetHdr   [vnetHdrLen]byte // the all-zero header sent before each frame
 
 	closed atomic.Bool
 
 	readMu  sync.Mutex
-	cur     int // block being consumed
-	pktLeft int // packets of block cur not yet consumed; 0: cur not started
-	held    int // blocks before cur consumed by ReadFrames, not yet handed back
-	pktOff  int // offset in block cur of the next packet
-	segNext int // next datagram to return of the GSO frame at pktOff
+	cur     int // slot being consumed
+	held    int // slots before cur consumed by ReadFrames, not yet handed back
+	segNext int // next datagram to return of the GSO frame in slot cur
+	// copied holds slot cur's frame read from the socket (TP_STATUS_COPY),
+	// virtio_net_hdr first, copiedLen bytes; 0 when not read yet.
+	copied    []byte
+	copiedLen int
+	// copyHeld says ReadFrames returned a frame in copied: no other may be
+	// read into it before the next read.
+	copyHeld bool
 	// scratch holds the datagrams split from GSO frames that ReadFrames
 	// returned, until the next read; scratchUsed bytes are in use.
 	scratch     []byte
 	scratchUsed int
+	recvFn      func(fd uintptr) bool // reads slot cur's copy into copied
+	recvErr     syscall.Errno
 
 	writeMu sync.Mutex
 	hdrs    []unix.Mmsghdr
@@ -160,7 +176,7 @@ type PacketEndpoint struct {
 }
 
 type packetCounters struct {
-	framesSent, framesReceived, sendCalls, blocks, droppedOversize, droppedSendError,
+	framesSent, framesReceived, sendCalls, copied, droppedOversize, droppedSendError,
 	droppedShortBuffer, droppedTruncated, droppedOutgoing, droppedGSO, gsoFrames, gsoSegments atomic.Uint64
 }
 
@@ -233,16 +249,18 @@ func NewPacket(cfg PacketConfig) (*PacketEndpoint, error) {
 	if e.blockNr <= 0 {
 		e.blockNr = DefaultPacketBlockCount
 	}
-	if e.blockSize%os.Getpagesize() != 0 || e.blockSize%packetFrameSize != 0 {
-		return nil, fmt.Errorf("netio: packet: block size %d is not a multiple of the page size and %d", e.blockSize, packetFrameSize)
+	e.slotSize = packetSlotSize(e.mtu)
+	if cfg.BlockSize <= 0 && e.blockSize < e.slotSize {
+		e.blockSize = e.slotSize // a jumbo MTU
 	}
+	if e.blockSize%os.Getpagesize() != 0 || e.blockSize%e.slotSize != 0 {
+		return nil, fmt.Errorf("netio: packet: block size %d is not a multiple of the page size and of the slot size %d", e.blockSize, e.slotSize)
+	}
+	e.perBlock = e.blockSize / e.slotSize
+	e.slotNr = e.perBlock * e.blockNr
 	port := cfg.UDPPort
 	if port == 0 {
 		port = RoCEv2Port
-	}
-	tov := cfg.RetireTimeout
-	if tov <= 0 {
-		tov = DefaultPacketRetireTimeout
 	}
 	sndbuf := cfg.SendBuffer
 	if sndbuf == 0 {
@@ -262,7 +280,7 @@ func NewPacket(cfg PacketConfig) (*PacketEndpoint, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("netio: packet: %s on %s: %w", what, cfg.Interface, err)
 	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); err != nil {
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V2); err != nil {
 		return fail("PACKET_VERSION", err)
 	}
 	// Before the ring, or the kernel refuses it. Where it refuses it anyway,
@@ -286,14 +304,19 @@ func NewPacket(cfg PacketConfig) (*PacketEndpoint, error) {
 	if sndbuf > 0 {
 		setSocketBuffer(fd, unix.SO_SNDBUF, unix.SO_SNDBUFFORCE, sndbuf)
 	}
-	req := unix.TpacketReq3{
-		Block_size:     uint32(e.blockSize),
-		Block_nr:       uint32(e.blockNr),
-		Frame_size:     packetFrameSize,
-		Frame_nr:       uint32(e.blockSize / packetFrameSize * e.blockNr),
-		Retire_blk_tov: uint32((tov + time.Millisecond - 1) / time.Millisecond),
+	// A frame longer than a slot is queued whole on the socket too (up to
+	// the receive buffer), its slot marked TP_STATUS_COPY.
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_COPY_THRESH, 1); err != nil {
+		return fail("PACKET_COPY_THRESH", err)
 	}
-	if err := unix.SetsockoptTpacketReq3(fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req); err != nil {
+	setSocketBuffer(fd, unix.SO_RCVBUF, unix.SO_RCVBUFFORCE, DefaultUDPSocketBuffer)
+	req := unix.TpacketReq{
+		Block_size: uint32(e.blockSize),
+		Block_nr:   uint32(e.blockNr),
+		Frame_size: uint32(e.slotSize),
+		Frame_nr:   uint32(e.slotNr),
+	}
+	if err := unix.SetsockoptTpacketReq(fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req); err != nil {
 		return fail("PACKET_RX_RING", err)
 	}
 	e.ring, err = unix.Mmap(fd, 0, e.blockSize*e.blockNr, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -319,9 +342,18 @@ func NewPacket(cfg PacketConfig) (*PacketEndpoint, error) {
 	}
 	e.hdrs = make([]unix.Mmsghdr, e.batch)
 	e.iovs = make([]unix.Iovec, e.batch*packetIovecs)
-	e.scratch = make([]byte, 2*e.blockSize)
+	e.scratch = make([]byte, 2*maxGSOFrame)
+	e.copied = make([]byte, vnetHdrLen+maxGSOFrame)
 	e.send = newPacketSend(e)
-	e.waitFn = func(uintptr) bool { return e.closed.Load() || e.blockReady(e.cur) }
+	e.waitFn = func(uintptr) bool { return e.closed.Load() || e.slotReady(e.cur) }
+	e.recvFn = func(fd uintptr) bool {
+		r, _, en := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&e.copied[0])), uintptr(len(e.copied)), unix.MSG_DONTWAIT, 0, 0)
+		e.copiedLen, e.recvErr = int(r), en
+		if en != 0 {
+			e.copiedLen = 0
+		}
+		return true // never wait: the copy is queued before its slot is handed over, or not at all
+	}
 	return e, nil
 }
 
@@ -355,17 +387,16 @@ func (e *PacketEndpoint) Stats() PacketStats {
 	defer e.statsMu.Unlock()
 	if !e.closed.Load() {
 		e.rc.Control(func(fd uintptr) {
-			if st, err := unix.GetsockoptTpacketStatsV3(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
+			if st, err := unix.GetsockoptTpacketStats(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
 				e.kernel.KernelPackets += uint64(st.Packets)
 				e.kernel.KernelDrops += uint64(st.Drops)
-				e.kernel.KernelFreezes += uint64(st.Freeze_q_cnt)
 			}
 		})
 	}
 	s := e.kernel
 	c := &e.c
 	s.FramesSent, s.FramesReceived, s.SendCalls = c.framesSent.Load(), c.framesReceived.Load(), c.sendCalls.Load()
-	s.BlocksReceived = c.blocks.Load()
+	s.CopiedFrames = c.copied.Load()
 	s.DroppedOversize, s.DroppedSendError = c.droppedOversize.Load(), c.droppedSendError.Load()
 	s.DroppedShortBuffer, s.DroppedTruncated = c.droppedShortBuffer.Load(), c.droppedTruncated.Load()
 	s.DroppedOutgoing, s.DroppedGSO = c.droppedOutgoing.Load(), c.droppedGSO.Load()
@@ -421,27 +452,31 @@ func (e *PacketEndpoint) read(bufs [][]byte, sizes []int, offset int, block bool
 	}
 }
 
-// Offsets in a TPACKET_V3 block descriptor (struct tpacket_block_desc,
-// whose union starts with struct tpacket_hdr_v1) and in struct sockaddr_ll.
-const (
-	blockStatusOff   = 8
-	blockNumPktsOff  = 12
-	blockFirstPktOff = 16
-	sllPktTypeOff    = 10
-)
+// sllPktTypeOff is the offset of sll_pkttype in struct sockaddr_ll.
+const sllPktTypeOff = 10
 
-// blockStatus returns the status word of block i, shared with the kernel.
-func (e *PacketEndpoint) blockStatus(i int) *uint32 {
-	return (*uint32)(unsafe.Pointer(&e.ring[i*e.blockSize+blockStatusOff]))
+// maxGSOFrame bounds a GSO super-frame: 64 KiB of IP packet and its
+// Ethernet header (with a VLAN tag).
+const maxGSOFrame = 65535 + EthernetHeaderLen + 4
+
+// slot returns ring slot i, shared with the kernel: its tpacket2_hdr first.
+func (e *PacketEndpoint) slot(i int) []byte {
+	off := i/e.perBlock*e.blockSize + i%e.perBlock*e.slotSize
+	return e.ring[off : off+e.slotSize : off+e.slotSize]
 }
 
-func (e *PacketEndpoint) blockReady(i int) bool {
-	return atomic.LoadUint32(e.blockStatus(i))&unix.TP_STATUS_USER != 0
+// slotStatus returns the status word (tp_status) of slot i.
+func (e *PacketEndpoint) slotStatus(i int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&e.slot(i)[0]))
+}
+
+func (e *PacketEndpoint) slotReady(i int) bool {
+	return atomic.LoadUint32(e.slotStatus(i))&unix.TP_STATUS_USER != 0
 }
 
 // ReadFrames returns up to len(frames) frames where they lie in the ring,
 // blocking until at least one is there: no copy. They stay valid until the
-// next read of any kind, which hands their blocks back to the kernel. See
+// next read of any kind, which hands their slots back to the kernel. See
 // FrameReader.
 func (e *PacketEndpoint) ReadFrames(frames [][]byte) (int, error) {
 	return e.readFrames(frames, true)
@@ -475,106 +510,116 @@ func (e *PacketEndpoint) readFrames(frames [][]byte, block bool) (int, error) {
 	}
 }
 
-// releaseHeld hands back to the kernel the blocks whose frames ReadFrames
+// releaseHeld hands back to the kernel the slots whose frames ReadFrames
 // returned last time.
 func (e *PacketEndpoint) releaseHeld() {
 	e.scratchUsed = 0
+	e.copyHeld = false
 	for ; e.held > 0; e.held-- {
-		i := (e.cur - e.held + e.blockNr) % e.blockNr
-		atomic.StoreUint32(e.blockStatus(i), unix.TP_STATUS_KERNEL)
-		e.c.blocks.Add(1)
+		i := (e.cur - e.held + e.slotNr) % e.slotNr
+		atomic.StoreUint32(e.slotStatus(i), unix.TP_STATUS_KERNEL)
 	}
 }
 
-// drain copies frames from ready blocks into bufs (or, inPlace, points
-// bufs[i] at them in the ring, sizes unused), handing each block back to the
-// kernel once all its frames are consumed (inPlace: at the next read).
+// drain copies frames from ready slots into bufs (or, inPlace, points
+// bufs[i] at them in the ring, sizes unused), handing each slot back to the
+// kernel once its frame is consumed (inPlace: at the next read).
 func (e *PacketEndpoint) drain(bufs [][]byte, sizes []int, offset int, inPlace bool) (int, error) {
 	n := 0
 	var rerr error
-	ne := binary.NativeEndian
 	for n < len(bufs) {
-		base := e.cur * e.blockSize
-		if e.pktLeft == 0 {
-			if e.held == e.blockNr || !e.blockReady(e.cur) {
-				break
-			}
-			e.pktLeft = int(ne.Uint32(e.ring[base+blockNumPktsOff:]))
-			e.pktOff = int(ne.Uint32(e.ring[base+blockFirstPktOff:]))
-			if e.pktLeft == 0 {
-				e.doneBlock(inPlace)
-				continue
-			}
+		if e.held == e.slotNr || !e.slotReady(e.cur) {
+			break
 		}
-		p := base + e.pktOff
-		h := (*unix.Tpacket3Hdr)(unsafe.Pointer(&e.ring[p]))
-		mac, snap, length := p+int(h.Mac), int(h.Snaplen), int(h.Len)
-		pktType := e.ring[p+tpacketAlign(unix.SizeofTpacket3Hdr)+sllPktTypeOff]
-		gsoSize := 0
-		if e.vnet && mac >= p+vnetHdrLen {
-			gsoSize = e.gsoSize(e.ring[mac-vnetHdrLen : mac])
-		}
+		sl := e.slot(e.cur)
+		h := (*unix.Tpacket2Hdr)(unsafe.Pointer(&sl[0]))
+		mac, snap, length := int(h.Mac), int(h.Snaplen), int(h.Len)
+		pktType := sl[tpacketAlign(unix.SizeofTpacket2Hdr)+sllPktTypeOff]
+		var frame, vnet []byte
 		switch {
 		case pktType == unix.PACKET_OUTGOING:
 			e.c.droppedOutgoing.Add(1)
-		case snap < length || mac+snap > base+e.blockSize:
-			e.c.droppedTruncated.Add(1)
-		case gsoSize < 0:
-			e.c.droppedGSO.Add(1)
-		case gsoSize > 0:
-			k, done, err := e.split(e.ring[mac:mac+snap:mac+snap], gsoSize, bufs[n:], sizes, n, offset, inPlace)
-			n += k
-			if err != nil && rerr == nil {
-				rerr = err
-			}
-			if !done {
-				e.c.framesReceived.Add(uint64(n))
-				return n, rerr
-			}
-		case inPlace:
-			bufs[n] = e.ring[mac : mac+snap : mac+snap]
-			n++
-		default:
-			m, err := CopyFrame(bufs[n], offset, e.ring[mac:mac+snap])
-			if err != nil {
-				e.c.droppedShortBuffer.Add(1)
-				if rerr == nil {
-					rerr = err
+		case h.Status&unix.TP_STATUS_COPY != 0 && snap < length:
+			if e.copiedLen == 0 {
+				if inPlace && e.copyHeld {
+					e.c.framesReceived.Add(uint64(n))
+					return n, rerr // copied still holds a frame returned by this read
 				}
+				e.rc.Read(e.recvFn)
+				if e.copiedLen > 0 {
+					e.c.copied.Add(1)
+				}
+			}
+			hdr := 0
+			if e.vnet {
+				hdr = vnetHdrLen
+			}
+			if e.copiedLen-hdr != length {
+				e.c.droppedTruncated.Add(1) // the socket kept no copy (receive buffer full)
 				break
 			}
-			sizes[n] = m
-			n++
+			frame, vnet = e.copied[hdr:e.copiedLen:e.copiedLen], e.copied[:hdr]
+		case snap < length || mac+snap > len(sl):
+			e.c.droppedTruncated.Add(1)
+		default:
+			frame = sl[mac : mac+snap : mac+snap]
+			if e.vnet && mac >= vnetHdrLen {
+				vnet = sl[mac-vnetHdrLen : mac]
+			}
 		}
-		e.pktLeft--
-		e.pktOff += int(h.Next_offset)
-		e.segNext = 0
-		if e.pktLeft == 0 {
-			e.doneBlock(inPlace)
+		if frame != nil {
+			gsoSize := 0
+			if len(vnet) == vnetHdrLen {
+				gsoSize = e.gsoSize(vnet)
+			}
+			switch {
+			case gsoSize < 0:
+				e.c.droppedGSO.Add(1)
+			case gsoSize > 0:
+				k, done, err := e.split(frame, gsoSize, bufs[n:], sizes, n, offset, inPlace)
+				n += k
+				if err != nil && rerr == nil {
+					rerr = err
+				}
+				if !done {
+					e.c.framesReceived.Add(uint64(n))
+					return n, rerr
+				}
+			case inPlace:
+				bufs[n] = frame
+				n++
+				if e.copiedLen > 0 {
+					e.copyHeld = true
+				}
+			default:
+				m, err := CopyFrame(bufs[n], offset, frame)
+				if err != nil {
+					e.c.droppedShortBuffer.Add(1)
+					if rerr == nil {
+						rerr = err
+					}
+					break
+				}
+				sizes[n] = m
+				n++
+			}
 		}
+		e.doneSlot(inPlace)
 	}
 	e.c.framesReceived.Add(uint64(n))
 	return n, rerr
 }
 
-// doneBlock moves past block cur, handing it back to the kernel now, or
-// (inPlace: its frames are still in use) at the next read.
-func (e *PacketEndpoint) doneBlock(inPlace bool) {
-	if !inPlace {
-		e.releaseBlock()
-		return
+// doneSlot moves past slot cur, handing it back to the kernel now, or
+// (inPlace: its frame is still in use) at the next read.
+func (e *PacketEndpoint) doneSlot(inPlace bool) {
+	if inPlace {
+		e.held++
+	} else {
+		atomic.StoreUint32(e.slotStatus(e.cur), unix.TP_STATUS_KERNEL)
 	}
-	e.held++
-	e.cur = (e.cur + 1) % e.blockNr
-	e.pktLeft, e.pktOff = 0, 0
-}
-
-// releaseBlock hands block cur back to the kernel and moves to the next.
-func (e *PacketEndpoint) releaseBlock() {
-	atomic.StoreUint32(e.blockStatus(e.cur), unix.TP_STATUS_KERNEL)
-	e.c.blocks.Add(1)
-	e.cur = (e.cur + 1) % e.blockNr
-	e.pktLeft, e.pktOff = 0, 0
+	e.cur = (e.cur + 1) % e.slotNr
+	e.segNext, e.copiedLen = 0, 0
 }
 
 func tpacketAlign(n int) int {
@@ -787,7 +832,7 @@ func (e *PacketEndpoint) split(frame []byte, gsoSize int, bufs [][]byte, sizes [
 		if inPlace {
 			if e.scratchUsed+l > len(e.scratch) {
 				// Only after earlier frames of this read: scratch holds
-				// two ring blocks, and a frame fits in one.
+				// two GSO frames' datagrams.
 				return k, false, err
 			}
 			dst := e.scratch[e.scratchUsed : e.scratchUsed+l : e.scratchUsed+l]

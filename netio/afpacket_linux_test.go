@@ -467,13 +467,33 @@ func TestPacketWriteVectors(t *testing.T) {
 	}
 }
 
+// TestPacketRingHandsOverEachFrame: the receive ring is TPACKET_V2, whose
+// slots the kernel hands over one frame at a time, not TPACKET_V3, whose
+// blocks wait to fill or for a retire timeout of 1 ms at least (the latency
+// of every light exchange before: 500 us one way in softrdma bench's
+// afpacket rows); and its slots hold a frame of the link's MTU.
+func TestPacketRingHandsOverEachFrame(t *testing.T) {
+	_, a, _ := packetPair(t, PacketConfig{})
+	var v int
+	var err error
+	a.rc.Control(func(fd uintptr) { v, err = unix.GetsockoptInt(int(fd), unix.SOL_PACKET, unix.PACKET_VERSION) })
+	if err != nil || v != unix.TPACKET_V2 {
+		t.Fatalf("PACKET_VERSION %d (%v), want TPACKET_V2 (%d)", v, err, unix.TPACKET_V2)
+	}
+	for _, c := range []struct{ mtu, slot int }{{1500, 2048}, {9000, 16384}, {65535, 131072}} {
+		if got := packetSlotSize(c.mtu); got != c.slot || got < MaxFrameLen(c.mtu)+tpacketAlign(unix.SizeofTpacket2Hdr) {
+			t.Errorf("MTU %d: slot %d, want %d", c.mtu, got, c.slot)
+		}
+	}
+}
+
 // TestPacketReadFrames reads frames in place from the ring, in small
 // batches mixed with copying Reads: every frame arrives once and in order,
 // the in-place frames stay intact until the next read, and the ring's
-// blocks all go back to the kernel (a long run does not stall).
+// slots all go back to the kernel (a long run does not stall).
 func TestPacketReadFrames(t *testing.T) {
-	p, a, b := packetPair(t, PacketConfig{BlockSize: 1 << 16, BlockCount: 4, RetireTimeout: time.Millisecond})
-	const n = 600 // many more frames than four blocks hold
+	p, a, b := packetPair(t, PacketConfig{BlockSize: 1 << 16, BlockCount: 4})
+	const n = 600 // many more frames than the ring's 128 slots hold
 	want := roceFrames(p.A, p.B, 0, n)
 	go func() {
 		for i := 0; i < n; i += 32 {
@@ -611,6 +631,10 @@ func TestUDPGSOToPacketEndpoint(t *testing.T) {
 			st := raw.Stats()
 			if st.GSOFrames == before.GSOFrames || st.DroppedGSO != before.DroppedGSO {
 				t.Fatalf("GSO frames split %d, dropped %d: the veth delivered no GSO frame, or it did not parse", st.GSOFrames-before.GSOFrames, st.DroppedGSO-before.DroppedGSO)
+			}
+			// Longer than a ring slot, each came whole from the socket.
+			if st.CopiedFrames-before.CopiedFrames != st.GSOFrames-before.GSOFrames || st.DroppedTruncated != before.DroppedTruncated {
+				t.Fatalf("%d GSO frames, %d read from the socket, %d truncated", st.GSOFrames-before.GSOFrames, st.CopiedFrames-before.CopiedFrames, st.DroppedTruncated-before.DroppedTruncated)
 			}
 			for k, g := range got {
 				i := rocePSN(g, tc.hdrLen)

@@ -196,10 +196,10 @@ var zeroPad [3]byte
 
 // DefaultDeviceWindow is a device's requester window (PSNs in flight per QP)
 // unless DeviceConfig.Engine sets one: larger than rxe's 128 because a
-// user-space responder's ACK takes a goroutine hand-off or two, and on
-// AF_PACKET up to a ring block's retire timeout (1 ms), to come back.
-// softrdma bench, WRITE 64 KiB, 2 CPUs: udp 730-930 MiB/s with 128,
-// 1420 with 512; afpacket 62 vs 192.
+// user-space responder's ACK takes a goroutine hand-off or two to come back
+// (and, while the AF_PACKET ring was TPACKET_V3, up to a block's retire
+// timeout, 1 ms). softrdma bench, WRITE 64 KiB, 2 CPUs: udp 730-930 MiB/s
+// with 128, 1420 with 512; afpacket (then) 62 vs 192.
 const DefaultDeviceWindow = 512
 
 // NewDevice returns a device on cfg.Endpoint.
