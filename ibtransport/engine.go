@@ -116,8 +116,11 @@ func NewOutputBatch(capacity, headroom, tailroom int) *OutputBatch {
 // Reset empties the batch, keeping its buffers (and dropping its references
 // to payloads).
 func (b *OutputBatch) Reset() {
+	// The pieces used, and those of a packet begun but not added: clearing
+	// all of them (46 KiB of slice headers for a device's batch) took 3.6% of
+	// the CPU of softrdma bench's RoCE latency rows.
+	clear(b.pieces[:min(len(b.pieces), (len(b.Packets)+1)*b.perPkt)])
 	b.Packets = b.Packets[:0]
-	clear(b.pieces)
 }
 
 // Len returns the number of packets in the batch.

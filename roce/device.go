@@ -799,7 +799,7 @@ func (d *Device) Flush(now time.Time) (int, error) {
 				}
 			}
 			n, err = d.writeVectors(d.vecs)
-			clear(d.pieces) // keep no reference to the memory regions
+			clear(d.pieces[:len(d.out.Packets)*maxFramePieces]) // keep no reference to the memory regions
 		} else {
 			for i := range d.out.Packets {
 				if fr, _, ok := d.frame(now, &d.out.Packets[i], nil); ok {
