@@ -539,6 +539,13 @@ func (e *PacketEndpoint) drain(bufs [][]byte, sizes []int, offset int, inPlace b
 		switch {
 		case pktType == unix.PACKET_OUTGOING:
 			e.c.droppedOutgoing.Add(1)
+			if h.Status&unix.TP_STATUS_COPY != 0 && e.copiedLen == 0 {
+				if inPlace && e.copyHeld {
+					e.c.framesReceived.Add(uint64(n))
+					return n, rerr // copied still holds a frame returned by this read
+				}
+				e.rc.Read(e.recvFn) // its copy too, or the next slot would read this one's
+			}
 		case h.Status&unix.TP_STATUS_COPY != 0 && snap < length:
 			if e.copiedLen == 0 {
 				if inPlace && e.copyHeld {
