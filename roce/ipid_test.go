@@ -3,7 +3,9 @@ package roce
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 )
 
@@ -160,5 +162,44 @@ func TestPowCacheTables(t *testing.T) {
 				t.Fatalf("n %d: shift(%#x) = %#x, want %#x", n, d, s, want)
 			}
 		}
+	}
+}
+
+// TestPowCacheConcurrent has goroutines multiply through one cache with more
+// lengths than it has slots, so that slots change hands and tables are
+// built while others read them: every product must be the bit loop's (with
+// -race, also that nothing is read unsynchronised).
+func TestPowCacheConcurrent(t *testing.T) {
+	c := &powCache{pow: &xPow}
+	lengths := []int{18, 84, 96, 1058, 1074, 1040 + 18, 4096, 9000, 12, 65507, 3, 700}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			for i := range 20000 {
+				// Mostly a few hot lengths (they earn tables), now and
+				// then others that push them out of their slots.
+				n := lengths[i%3]
+				if rng.IntN(8) == 0 {
+					n = lengths[rng.IntN(len(lengths))]
+				}
+				d := rng.Uint32()
+				if got, want := c.mul(d, n), multModP(c.power(n), d); got != want {
+					errs <- fmt.Errorf("n %d: %#x times x^8n = %#x, want %#x", n, d, got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got := c.mul(0x1234, 0); got != 0x1234 {
+		t.Errorf("n 0: %#x, want d unchanged", got)
 	}
 }
