@@ -112,8 +112,10 @@ func (qp *QP) progress(now time.Time, unacked uint32) {
 		return
 	}
 	qp.growWindow(PSNDiff(unacked, qp.req.unacked))
+	qp.rttAcked(now, unacked)
 	qp.req.unacked = unacked
 	qp.req.rewound = false
+	qp.req.lastActive, qp.req.probed = now, false
 	qp.req.resetRetries(&qp.attr)
 	if PSNLess(qp.req.psn, unacked) {
 		qp.seek(unacked)

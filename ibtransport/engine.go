@@ -242,6 +242,9 @@ type QPCounters struct {
 	Retransmissions uint64
 	// Timeouts counts expiries of the retransmission timer.
 	Timeouts uint64
+	// Probes counts tail-loss probes: the last packet sent again, with
+	// AckReq, after two round trips without an ACK (not in Retransmissions).
+	Probes uint64
 	// AcksSent and AcksReceived count Acknowledge packets with an ACK syndrome.
 	AcksSent     uint64
 	AcksReceived uint64

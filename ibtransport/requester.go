@@ -129,6 +129,15 @@ type requester struct {
 	noAckPkts int    // packets sent since the last AckReq
 	cwnd      int32  // the window in use (sendWindow); 0 before the first ACK
 
+	// The tail-loss probe (probe.go).
+	srtt       time.Duration // smoothed round trip of AckReq packets; 0 before a sample
+	rttSent    time.Time     // when rttPSN left; zero when nothing is timed
+	rttPSN     uint32
+	lastActive time.Time // the last packet sent or PSN acknowledged
+	probed     bool      // the probe for this ACK went out (or was passed over)
+	probing    bool      // probePSN, at the send cursor, is the probe
+	probePSN   uint32
+
 	drainNotified bool
 }
 
@@ -325,8 +334,13 @@ func (qp *QP) sendPacket(now time.Time, w *sendWQE, out *OutputBatch) bool {
 		ah, dst = w.wr.AH, w.wr.RemoteQPN
 	}
 	qp.emitPayload(out, n, payload, pad, ah, dst)
-	if PSNLess(psn, qp.req.sentHigh) {
+	switch {
+	case qp.req.probing && psn == qp.req.probePSN:
+		qp.req.probing = false // counted in Probes
+	case PSNLess(psn, qp.req.sentHigh):
 		qp.counters.Retransmissions++
+	case qp.typ == QPTypeRC:
+		qp.rttSample(now, psn)
 	}
 	// Advance the cursor past this packet (a READ request past all its PSNs).
 	next := PSNAdd(psn, 1)
@@ -345,8 +359,12 @@ func (qp *QP) sendPacket(now time.Time, w *sendWQE, out *OutputBatch) bool {
 			qp.retire()
 		}
 	}
-	if qp.typ == QPTypeRC && qp.req.timer.IsZero() {
-		qp.armTimer(now)
+	if qp.typ == QPTypeRC {
+		if qp.req.timer.IsZero() {
+			qp.armTimer(now)
+		}
+		qp.req.lastActive = now
+		qp.addTimered() // the probe's deadline, even with an infinite timeout
 	}
 	return true
 }
@@ -360,6 +378,10 @@ func (qp *QP) ackReq(psn uint32, last bool) bool {
 		return false
 	}
 	qp.req.noAckPkts++
+	if qp.req.probing && psn == qp.req.probePSN {
+		qp.req.noAckPkts = 0
+		return true // the probe asks for an ACK (probe.go)
+	}
 	if last || qp.req.noAckPkts >= qp.ctx.cfg.AckReqInterval ||
 		PSNDiff(PSNAdd(psn, 1), qp.req.unacked) >= qp.sendWindow() {
 		qp.req.noAckPkts = 0
@@ -628,6 +650,8 @@ func (qp *QP) seek(psn uint32) {
 // PSN).
 func (qp *QP) rewind(psn uint32) {
 	qp.shrinkWindow()
+	qp.req.rttSent = time.Time{} // an ACK may now answer either copy
+	qp.req.probing = false
 	qp.seek(psn)
 	qp.req.rewound = true
 	qp.req.rewindPSN = psn

@@ -39,6 +39,9 @@ func (qp *QP) deadline() (time.Time, bool) {
 	if qp.req.rnrWait && (!ok || qp.req.rnrUntil.Before(t)) {
 		t, ok = qp.req.rnrUntil, true
 	}
+	if p, have := qp.probeDeadline(); have && (!ok || p.Before(t)) {
+		t, ok = p, true
+	}
 	return t, ok
 }
 
@@ -95,6 +98,7 @@ func (qp *QP) fireTimers(now time.Time) {
 		qp.req.timer = time.Time{}
 		qp.onTimeout(now)
 	}
+	qp.fireProbe(now)
 }
 
 // onTimeout handles the expiry of the retransmission timer (IBTA 9.7.6):
