@@ -50,8 +50,9 @@ bench-go:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
 
 # softrdma perf against perftest over the kernel's rxe and siw inside one
-# guest of the interop harness (../shared/interop), same sizes and iterations;
-# prints softrdma/rxe and softrdma/siw. Skips (one line) without the harness.
+# guest of the interop harness (the project's interop/, else ../shared/interop),
+# same sizes and iterations, then across the link between two guests; prints
+# softrdma/rxe and softrdma/siw. Skips (one line) without the harness.
 bench-kernel:
 	./scripts/bench-kernel.sh
 

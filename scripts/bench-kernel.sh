@@ -10,6 +10,12 @@
 # of the same guest: softrdma bench --addrs's baselines between the same two
 # addresses (a batched UDP GSO blaster of RoCE-sized datagrams; a TCP
 # stream), which bound what any UDP or TCP user of that kernel can move.
+# A third table runs the same tools across the harness's virtual link, between
+# two guests of 1 vCPU each (virtio-net, tap, bridge): in one guest rxe never
+# crosses a link or the network stack at all (a packet for its own MAC goes
+# from rxe_xmit_packet straight to rxe_loopback and its receive path:
+# rxe_net.c, rxe_prepare sets RXE_LOOPBACK_MASK), while softrdma crosses the
+# kernel's UDP stack twice; across the link both cross it.
 #
 # Needs root, qemu and the harness; without them it says so in one line and
 # exits 0. VM use is serialised with the interop tests by an flock on
@@ -19,6 +25,7 @@
 # BENCH_KERNEL_ITERS (iterations per size, same order; default "500 100 10"),
 # BENCH_KERNEL_RAW_TIME (softrdma bench --time of the raw path; default 2s),
 # BENCH_KERNEL_TOOLS (default "rxe siw softrdma-roce softrdma-iwarp raw"),
+# BENCH_KERNEL_LINK (1, the default, runs the two-guest table; 0 does not),
 # SOFTRDMA_INTEROP_DIR (the harness; default the project's interop/, else
 # ../shared/interop).
 set -euo pipefail
@@ -35,6 +42,9 @@ SIZES=(${BENCH_KERNEL_SIZES:-4096 65536 1048576})
 ITERS=(${BENCH_KERNEL_ITERS:-500 100 10})
 GUEST_IP=10.77.0.90   # the guest's eth0 (rxe, siw, softrdma's server)
 GUEST_IP2=10.77.0.91  # a second address on eth0 for softrdma's client
+LINK_A=10.77.0.92     # the two guests of the link table: A serves,
+LINK_B=10.77.0.93     # B is the client
+LINK="${BENCH_KERNEL_LINK:-1}"
 
 skip() { echo "bench-kernel: skipped: $*"; exit 0; }
 [ "$(id -u)" = 0 ] || skip "not running as root (the VM harness needs network namespaces, taps and qemu)"
@@ -131,6 +141,86 @@ if want raw; then
 fi
 EOF
 
+# The link table's guest part: bash link.sh prep | server TOOL SIZE N |
+# client TOOL SIZE N PEER. The client prints "BW MB/s", or "BW -" and why.
+cat >"$WORK/link.sh" <<'EOF'
+set -u
+role=$1
+if [ "$role" = prep ]; then
+	# softrdma's UDP backend needs port 4791, which rxe's module holds.
+	rdma link delete rxe0 2>/dev/null
+	modprobe -r rdma_rxe 2>/dev/null || rmmod rdma_rxe
+	exit 0
+fi
+tool=$2 size=$3 n=$4 peer=${5:-}
+self=$SOFTRDMA_GUEST_IP
+case $tool in
+rxe) cmd=(ib_write_bw -d rxe0 -x "${SOFTRDMA_RXE_GID_INDEX:-1}" -s "$size" -n "$n" -F) ;;
+siw) cmd=(ib_write_bw -R -s "$size" -n "$n" -F) ;;
+softrdma-roce) cmd=(/project/softrdma perf write_bw -d "$self" -s "$size" -n "$n" -F --json) ;;
+softrdma-iwarp) cmd=(/project/softrdma perf write_bw --transport iwarp -R -d "$self" -s "$size" -n "$n" -F --json) ;;
+*) echo "link.sh: unknown tool $tool" >&2; exit 2 ;;
+esac
+if [ "$role" = server ]; then
+	exec "${cmd[@]}" >/tmp/link-srv.out 2>&1
+fi
+timeout 300 "${cmd[@]}" "$peer" >/tmp/link-cli.out 2>&1
+rc=$?
+case $tool in
+softrdma-*) bw=$(sed -n 's/.*"bw_average": *\([0-9.eE+-]*\).*/\1/p' /tmp/link-cli.out | head -1) ;;
+*) bw=$(awk -v s="$size" '$1 == s && NF >= 4 {v = $4} END {print v}' /tmp/link-cli.out) ;;
+esac
+if [ $rc != 0 ] || [ -z "$bw" ]; then
+	echo "BW - exit $rc: $(tail -2 /tmp/link-cli.out | tr '\n' ' ')"
+else
+	echo "BW $bw"
+fi
+EOF
+
+# link_table runs the link table's tools between two guests and prints
+# "RESULT link-TOOL SIZE MB/s" lines, and NOTE lines for what failed.
+link_table() {
+	local vm="$HARNESS/vm" a=kblinka b=kblinkb g tool i n s job out bw
+	local tools="${BENCH_KERNEL_TOOLS:-rxe siw softrdma-roce softrdma-iwarp}"
+	for g in "$a $LINK_A" "$b $LINK_B"; do
+		set -- $g
+		if ! "$vm" start "$1" --ip "$2" --no-ip6 --links siw,rxe --cpus 1 --mem 1024 --project "$WORK" >>"$WORK/link.log" 2>&1; then
+			echo "NOTE link 0: guest $1 did not boot: $(tail -1 "$WORK/link.log")"
+			"$vm" stop "$a" >/dev/null 2>&1
+			"$vm" stop "$b" >/dev/null 2>&1
+			return 0
+		fi
+	done
+	for tool in rxe siw softrdma-roce softrdma-iwarp; do
+		case " $tools " in *" $tool "*) ;; *) continue ;; esac
+		if [ "$tool" = softrdma-roce ]; then
+			"$vm" exec "$a" -t 60 -c 'bash /project/link.sh prep' >>"$WORK/link.log" 2>&1
+			"$vm" exec "$b" -t 60 -c 'bash /project/link.sh prep' >>"$WORK/link.log" 2>&1
+		fi
+		i=0
+		for s in "${SIZES[@]}"; do
+			n=${ITERS[$i]}
+			i=$((i + 1))
+			if ! job=$("$vm" exec "$a" -b -c "bash /project/link.sh server $tool $s $n" 2>>"$WORK/link.log"); then
+				echo "NOTE link-$tool $s: the server did not start"
+				echo "RESULT link-$tool $s -"
+				continue
+			fi
+			sleep 2
+			out=$("$vm" exec "$b" -t 330 -c "bash /project/link.sh client $tool $s $n $LINK_A" 2>>"$WORK/link.log")
+			"$vm" wait "$a" "$job" -t 60 >/dev/null 2>&1 || "$vm" kill "$a" "$job" KILL >/dev/null 2>&1 || true
+			bw=$(echo "$out" | sed -n 's/^BW //p' | tail -1)
+			case $bw in
+			"" | "-"*) echo "NOTE link-$tool $s: ${bw:-no result}"; bw=- ;;
+			esac
+			echo "RESULT link-$tool $s $bw"
+		done
+	done
+	"$vm" stop "$a" >/dev/null 2>&1
+	"$vm" stop "$b" >/dev/null 2>&1
+	return 0
+}
+
 exec 9>>"$LOCK"
 if ! flock -w 3600 9; then
 	skip "$LOCK stayed busy for an hour"
@@ -140,6 +230,10 @@ echo "bench-kernel: booting a 2-vCPU guest (rxe and siw on eth0); this takes a m
 status=0
 "$HARNESS/vm" run kbench --ip "$GUEST_IP" --no-ip6 --links siw,rxe --cpus 2 --mem 2048 --project "$WORK" \
 	-c 'bash /project/kbench.sh' >"$WORK/out.txt" 2>&1 || status=$?
+if [ "$LINK" = 1 ]; then
+	echo "bench-kernel: booting two 1-vCPU guests for the link table" >&2
+	link_table >>"$WORK/out.txt"
+fi
 flock -u 9
 
 if ! grep -q '^RESULT ' "$WORK/out.txt"; then
@@ -150,7 +244,7 @@ fi
 grep '^NOTE ' "$WORK/out.txt" | sed 's/^NOTE /bench-kernel: note: /' >&2 || true
 
 # One table: MB/s (perftest's 2^20 bytes/s) of each tool, and the ratios.
-awk -v sizes="${SIZES[*]}" -v iters="${ITERS[*]}" '
+awk -v sizes="${SIZES[*]}" -v iters="${ITERS[*]}" -v link="$LINK" '
 $1 == "RESULT" { bw[$2, $3] = $4 }
 function ratio(a, b) { return (a == "-" || b == "-" || b + 0 == 0) ? "-" : sprintf("%.2f", a / b) }
 function v(x) { return (x == "" || x == "-") ? "-" : sprintf("%.2f", x) }
@@ -170,5 +264,13 @@ END {
 		u = v(bw["raw-udp", s]); c = v(bw["raw-tcp", s])
 		printf "%-9s %10s %10s %14s %10s %14s %10s\n", s, u, ratio(v(bw["rxe", s]), u), ratio(v(bw["softrdma-roce", s]), u),
 			c, ratio(v(bw["siw", s]), c), ratio(v(bw["softrdma-iwarp", s]), c)
+	}
+	if (!link) exit
+	printf "\nthe same tools across the virtual link between two guests (1 vCPU each; virtio-net, tap, bridge), MB/s\n"
+	printf "%-9s %-7s %10s %10s %14s %14s %14s %14s\n", "size", "iters", "rxe", "siw", "softrdma-roce", "softrdma-iwarp", "softrdma/rxe", "softrdma/siw"
+	for (i = 1; i <= n; i++) {
+		s = S[i]
+		r = v(bw["link-rxe", s]); w = v(bw["link-siw", s]); sr = v(bw["link-softrdma-roce", s]); si = v(bw["link-softrdma-iwarp", s])
+		printf "%-9s %-7s %10s %10s %14s %14s %14s %14s\n", s, I[i], r, w, sr, si, ratio(sr, r), ratio(si, w)
 	}
 }' "$WORK/out.txt"

@@ -15,10 +15,10 @@ import (
 )
 
 // TestBenchKernel runs make bench-kernel's script at one size and a few
-// iterations: it must exit 0 and print both tables with a number in every
-// column (perftest over rxe and siw, softrdma perf over RoCE and iWARP, the
-// raw UDP and TCP paths of the guest, and the ratios). Nothing is asserted
-// about the numbers.
+// iterations: it must exit 0 and print its three tables with a number in
+// every column (perftest over rxe and siw, softrdma perf over RoCE and iWARP,
+// the raw UDP and TCP paths of the guest, and the ratios; the same tools
+// across the link between two guests). Nothing is asserted about the numbers.
 func TestBenchKernel(t *testing.T) {
 	h := interop.Require(t)
 	script := filepath.Join(h.ModuleRoot, "scripts", "bench-kernel.sh")
@@ -36,16 +36,16 @@ func TestBenchKernel(t *testing.T) {
 	if strings.Contains(string(out), "bench-kernel: skipped:") {
 		t.Skip(lastLine(string(out)))
 	}
-	// The rows of both tables start with the size; the first has the
-	// iterations next.
+	// The rows of the tables start with the size; the first and the third
+	// have the iterations next.
 	var rows [][]string
 	for _, line := range strings.Split(string(out), "\n") {
 		if f := strings.Fields(line); len(f) > 0 && f[0] == "65536" {
 			rows = append(rows, f)
 		}
 	}
-	if len(rows) != 2 || len(rows[0]) != 8 || len(rows[1]) != 7 {
-		t.Fatalf("want two rows for 65536 (8 and 7 columns), got %q", rows)
+	if len(rows) != 3 || len(rows[0]) != 8 || len(rows[1]) != 7 || len(rows[2]) != 8 {
+		t.Fatalf("want three rows for 65536 (8, 7 and 8 columns), got %q", rows)
 	}
 	for i, row := range rows {
 		if err := checkBenchKernelRow(row, benchKernelSpecs[i]); err != nil {
@@ -62,6 +62,7 @@ func TestBenchKernel(t *testing.T) {
 var benchKernelSpecs = [][]string{
 	{"+", "0", "0", "+", "+", "/2", "/3"}, // iters rxe siw softrdma-roce softrdma-iwarp softrdma/rxe softrdma/siw
 	{"+", "0", "+", "+", "0", "+"},        // raw-udp rxe/raw softrdma/raw raw-tcp siw/raw softrdma/raw
+	{"+", "0", "0", "+", "+", "/2", "/3"}, // the same as the first, across the link between two guests
 }
 
 // checkBenchKernelRow checks the fields of one table row against spec.
@@ -99,6 +100,8 @@ func TestCheckBenchKernelRow(t *testing.T) {
 		{0, "65536 20 20.33 54.73 5.22 33.38 0.26 -", false}, // siw measured, ratio missing
 		{1, "65536 - 0.47 0.12 67.50 0.80 0.49", false},
 		{1, "65536 43.33 0.47 0.12 67.50 0.80", false},
+		{2, "65536 20 12.69 3.33 3.66 14.63 0.29 4.39", true},
+		{2, "65536 20 12.69 3.33 - 14.63 - 4.39", false}, // softrdma across the link not measured
 	} {
 		err := checkBenchKernelRow(strings.Fields(c.row), benchKernelSpecs[c.table])
 		if (err == nil) != c.ok {
