@@ -25,9 +25,10 @@ import "time"
 // the test suite ran), and 10 ms is still a seventh of perftest's 67 ms timer.
 const probeMin = 10 * time.Millisecond
 
-// rttSample starts timing psn, sent now with AckReq, if nothing is being
-// timed. Resent packets are not timed (Karn's algorithm: their ACK may answer
-// the first copy).
+// rttSample starts timing psn, sent now for the first time, if nothing is
+// being timed; its ACK may wait for a later AckReq, which only lengthens the
+// probe timeout. Resent packets are not timed (Karn's algorithm: their ACK may
+// answer the first copy).
 func (qp *QP) rttSample(now time.Time, psn uint32) {
 	if qp.req.rttSent.IsZero() {
 		qp.req.rttSent, qp.req.rttPSN = now, psn
@@ -98,7 +99,13 @@ func (qp *QP) fireProbe(now time.Time) {
 		return
 	}
 	qp.counters.Probes++
-	r.probing, r.probePSN = true, last
+	r.probing = true
 	qp.seek(last)
 	qp.schedule()
+}
+
+// isProbe reports whether psn, about to be sent, is the probe: the last PSN
+// sent so far, sent again while probing.
+func (qp *QP) isProbe(psn uint32) bool {
+	return qp.req.probing && psn == PSNAdd(qp.req.sentHigh, -1)
 }

@@ -130,13 +130,12 @@ type requester struct {
 	cwnd      int32  // the window in use (sendWindow); 0 before the first ACK
 
 	// The tail-loss probe (probe.go).
-	srtt       time.Duration // smoothed round trip of AckReq packets; 0 before a sample
+	srtt       time.Duration // smoothed round trip of new packets; 0 before a sample
 	rttSent    time.Time     // when rttPSN left; zero when nothing is timed
 	rttPSN     uint32
 	lastActive time.Time // the last packet sent or PSN acknowledged
 	probed     bool      // the probe for this ACK went out (or was passed over)
-	probing    bool      // probePSN, at the send cursor, is the probe
-	probePSN   uint32
+	probing    bool      // the packet before sentHigh, at the send cursor, is the probe
 
 	drainNotified bool
 }
@@ -335,7 +334,7 @@ func (qp *QP) sendPacket(now time.Time, w *sendWQE, out *OutputBatch) bool {
 	}
 	qp.emitPayload(out, n, payload, pad, ah, dst)
 	switch {
-	case qp.req.probing && psn == qp.req.probePSN:
+	case qp.isProbe(psn):
 		qp.req.probing = false // counted in Probes
 	case PSNLess(psn, qp.req.sentHigh):
 		qp.counters.Retransmissions++
@@ -378,7 +377,7 @@ func (qp *QP) ackReq(psn uint32, last bool) bool {
 		return false
 	}
 	qp.req.noAckPkts++
-	if qp.req.probing && psn == qp.req.probePSN {
+	if qp.isProbe(psn) {
 		qp.req.noAckPkts = 0
 		return true // the probe asks for an ACK (probe.go)
 	}

@@ -62,6 +62,13 @@ else
 fi
 (cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/softrdma" ./cmd/softrdma)
 
+# How the guest's scripts read a run's MB/s: perftest's table row for the
+# size (bytes iterations peak average rate), softrdma perf's JSON.
+cat >"$WORK/parse.sh" <<'EOF'
+bw_of() { awk -v s="$1" '$1 == s && NF >= 4 {v = $4} END {print v}' "$2"; }
+softrdma_bw_of() { sed -n 's/.*"bw_average": *\([0-9.eE+-]*\).*/\1/p' "$1" | head -1; }
+EOF
+
 # The guest's part: one line "RESULT TOOL SIZE MB/s" per run ("-" when it
 # did not run, with the reason on a NOTE line).
 cat >"$WORK/kbench.sh" <<EOF
@@ -76,10 +83,9 @@ GIDX=\${SOFTRDMA_RXE_GID_INDEX:-1}
 iters() { local k=\$1; set -- \$ITERS; shift \$k; echo \$1; }
 EOF
 cat >>"$WORK/kbench.sh" <<'EOF'
+. /project/parse.sh
 result() { echo "RESULT $1 $2 ${3:--}"; }
 want() { case " $TOOLS " in *" $1 "*) return 0;; esac; return 1; }
-# perftest's table row for the size: bytes iterations peak average rate.
-bw_of() { awk -v s="$1" '$1 == s && NF >= 4 {v = $4} END {print v}' "$2"; }
 # ib_write_bw over siw now and then prints a row of 0.00 MB/s for a run that
 # moved its data (3 of about 30 siw runs of make bench-kernel and
 # TestBenchKernel in one day, none in 10 by hand): such a run is made again,
@@ -110,7 +116,7 @@ softrdma_run() { # TOOL TRANSPORT SIZE N
 	timeout 300 /project/softrdma perf write_bw --transport "$tr" $cm -d "$IP2" -s "$size" -n "$n" -F --json "$IP" >/tmp/scli.json 2>/tmp/scli.err
 	local rc=$?
 	wait $srv
-	local bw; bw=$(sed -n 's/.*"bw_average": *\([0-9.eE+-]*\).*/\1/p' /tmp/scli.json | head -1)
+	local bw; bw=$(softrdma_bw_of /tmp/scli.json)
 	[ $rc = 0 ] && [ -n "$bw" ] || { echo "NOTE $tool $size: exit $rc: $(cat /tmp/scli.err /tmp/ssrv.err | head -2 | tr '\n' ' ')"; bw=-; }
 	result "$tool" "$size" "$bw"
 }
@@ -145,6 +151,7 @@ EOF
 # client TOOL SIZE N PEER. The client prints "BW MB/s", or "BW -" and why.
 cat >"$WORK/link.sh" <<'EOF'
 set -u
+. /project/parse.sh
 role=$1
 if [ "$role" = prep ]; then
 	# softrdma's UDP backend needs port 4791, which rxe's module holds.
@@ -167,8 +174,8 @@ fi
 timeout 300 "${cmd[@]}" "$peer" >/tmp/link-cli.out 2>&1
 rc=$?
 case $tool in
-softrdma-*) bw=$(sed -n 's/.*"bw_average": *\([0-9.eE+-]*\).*/\1/p' /tmp/link-cli.out | head -1) ;;
-*) bw=$(awk -v s="$size" '$1 == s && NF >= 4 {v = $4} END {print v}' /tmp/link-cli.out) ;;
+softrdma-*) bw=$(softrdma_bw_of /tmp/link-cli.out) ;;
+*) bw=$(bw_of "$size" /tmp/link-cli.out) ;;
 esac
 if [ $rc != 0 ] || [ -z "$bw" ]; then
 	echo "BW - exit $rc: $(tail -2 /tmp/link-cli.out | tr '\n' ' ')"
@@ -248,15 +255,19 @@ awk -v sizes="${SIZES[*]}" -v iters="${ITERS[*]}" -v link="$LINK" '
 $1 == "RESULT" { bw[$2, $3] = $4 }
 function ratio(a, b) { return (a == "-" || b == "-" || b + 0 == 0) ? "-" : sprintf("%.2f", a / b) }
 function v(x) { return (x == "" || x == "-") ? "-" : sprintf("%.2f", x) }
-END {
-	n = split(sizes, S, " "); split(iters, I, " ")
-	printf "bench-kernel: ib_write_bw (perftest) over the kernel and softrdma perf write_bw, one guest (2 vCPUs), MB/s\n"
+# tools prints the table of the four tools whose results are named pfx TOOL.
+function tools(title, pfx,   i, s, r, w, sr, si) {
+	printf "%s", title
 	printf "%-9s %-7s %10s %10s %14s %14s %14s %14s\n", "size", "iters", "rxe", "siw", "softrdma-roce", "softrdma-iwarp", "softrdma/rxe", "softrdma/siw"
 	for (i = 1; i <= n; i++) {
 		s = S[i]
-		r = v(bw["rxe", s]); w = v(bw["siw", s]); sr = v(bw["softrdma-roce", s]); si = v(bw["softrdma-iwarp", s])
+		r = v(bw[pfx "rxe", s]); w = v(bw[pfx "siw", s]); sr = v(bw[pfx "softrdma-roce", s]); si = v(bw[pfx "softrdma-iwarp", s])
 		printf "%-9s %-7s %10s %10s %14s %14s %14s %14s\n", s, I[i], r, w, sr, si, ratio(sr, r), ratio(si, w)
 	}
+}
+END {
+	n = split(sizes, S, " "); split(iters, I, " ")
+	tools("bench-kernel: ib_write_bw (perftest) over the kernel and softrdma perf write_bw, one guest (2 vCPUs), MB/s\n", "")
 	printf "\nthe raw path between the same two addresses of the guest (softrdma bench --addrs baselines), MB/s, and each tool as a fraction of it\n"
 	printf "%-9s %10s %10s %14s %10s %14s %10s\n", "size", "raw-udp", "rxe/raw", "softrdma/raw", "raw-tcp", "siw/raw", "softrdma/raw"
 	for (i = 1; i <= n; i++) {
@@ -265,12 +276,6 @@ END {
 		printf "%-9s %10s %10s %14s %10s %14s %10s\n", s, u, ratio(v(bw["rxe", s]), u), ratio(v(bw["softrdma-roce", s]), u),
 			c, ratio(v(bw["siw", s]), c), ratio(v(bw["softrdma-iwarp", s]), c)
 	}
-	if (!link) exit
-	printf "\nthe same tools across the virtual link between two guests (1 vCPU each; virtio-net, tap, bridge), MB/s\n"
-	printf "%-9s %-7s %10s %10s %14s %14s %14s %14s\n", "size", "iters", "rxe", "siw", "softrdma-roce", "softrdma-iwarp", "softrdma/rxe", "softrdma/siw"
-	for (i = 1; i <= n; i++) {
-		s = S[i]
-		r = v(bw["link-rxe", s]); w = v(bw["link-siw", s]); sr = v(bw["link-softrdma-roce", s]); si = v(bw["link-softrdma-iwarp", s])
-		printf "%-9s %-7s %10s %10s %14s %14s %14s %14s\n", s, I[i], r, w, sr, si, ratio(sr, r), ratio(si, w)
-	}
+	if (link)
+		tools("\nthe same tools across the virtual link between two guests (1 vCPU each; virtio-net, tap, bridge), MB/s\n", "link-")
 }' "$WORK/out.txt"
