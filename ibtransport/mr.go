@@ -35,6 +35,27 @@ type MR struct {
 // an R_Key usable by peers if access grants a remote right. As in verbs, remote
 // write or atomic access needs local write too.
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	return pd.regMR(buf, 0, false, access)
+}
+
+// RegMRAt registers buf like RegMR but at the I/O virtual address iova the
+// caller chooses (ibv_reg_mr_iova2): a C program's region sits at its own
+// virtual address, which is what it puts in its work requests and sends to its
+// peer. Regions may overlap in this address space: keys tell them apart. The
+// range [iova, iova+len(buf)) must not wrap, and iova must be 0 with
+// AccessZeroBased.
+func (pd *PD) RegMRAt(buf []byte, iova uint64, access Access) (*MR, error) {
+	if iova+uint64(len(buf)) < iova {
+		return nil, fmt.Errorf("reg mr: iova 0x%x length %d wraps the address space: %w", iova, len(buf), ErrInvalidArgument)
+	}
+	if access&AccessZeroBased != 0 && iova != 0 {
+		return nil, fmt.Errorf("reg mr: iova 0x%x with ZeroBased access: %w", iova, ErrInvalidArgument)
+	}
+	return pd.regMR(buf, iova, true, access)
+}
+
+// regMR registers buf at iova if at is set, else at an address allocVA picks.
+func (pd *PD) regMR(buf []byte, iova uint64, at bool, access Access) (*MR, error) {
 	c := pd.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -50,7 +71,10 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 		return nil, fmt.Errorf("reg mr: %w", err)
 	}
 	mr.lkey, mr.rkey = key, key
-	if access&AccessZeroBased == 0 {
+	switch {
+	case at:
+		mr.addr = iova
+	case access&AccessZeroBased == 0:
 		mr.addr = c.allocVA(len(buf))
 	}
 	pd.refs++
