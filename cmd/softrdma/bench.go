@@ -15,8 +15,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/softrdma/softrdma/netio/netns"
 )
 
@@ -85,12 +83,7 @@ var benchAllTests = []string{"write", "read", "send", "rate", "lat"}
 
 func benchCmd(args []string, stdout, stderr io.Writer) int {
 	o := &benchOptions{}
-	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, benchUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("bench", benchUsage, stderr)
 	var sizes, addrs []string
 	fs.BoolVar(&o.json, "json", false, "print the rows as JSON instead of a table")
 	fs.DurationVar(&o.measure, "time", time.Second, "measured time of each measurement (softrdma and baseline alike)")
@@ -108,12 +101,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.noBaseline, "no-baseline", false, "measure softrdma alone (to profile it): no baseline, no ratio")
 	fs.StringVar(&o.pcap, "pcap", "", "write every frame both devices send and receive (iWARP: the TCP octets of the connections, as synthesised segments) to this pcap `FILE`; the bench moves hundreds of MB per row, so the file gets large (a tenth of the traffic or more, cut to --pcap-snaplen; gigabytes with whole frames), and the capture slows the devices, which the numbers show")
 	fs.IntVar(&o.pcapSnaplen, "pcap-snaplen", benchDefaultSnaplen, "octets of each frame the --pcap file keeps (the headers: the rest is cut, the length on the wire kept; 0 keeps whole frames)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "softrdma bench: %v\n", err)
-		return 2
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return flagsExit(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "softrdma bench: unexpected arguments %q\n", fs.Args())

@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/netip"
 	"time"
-
-	"github.com/spf13/pflag"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/rdmacm"
@@ -44,10 +41,18 @@ type cmatoseOptions struct {
 	timeout      time.Duration
 }
 
+const cmatoseUsage = `usage: softrdma cmatose -b ADDR [flags]          (server)
+       softrdma cmatose -s HOST [-b ADDR] [flags] (client)
+
+librdmacm's ucmatose (RC) or, with --ud, udaddy (UD by SIDR), over RoCEv2
+through rdma_cm; either side may be the real tool.
+
+flags:
+`
+
 func cmatoseCmd(args []string, stdout, stderr io.Writer) int {
 	var o cmatoseOptions
-	fs := pflag.NewFlagSet("cmatose", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("cmatose", cmatoseUsage, stderr)
 	fs.StringVarP(&o.server, "server", "s", "", "the server's address: run the client (without it: the server)")
 	fs.StringVarP(&o.bind, "bind", "b", "", "the address to bind (server: default any; the RoCE device's address)")
 	fs.IntVarP(&o.count, "count", "C", 10, "messages each way")
@@ -56,11 +61,8 @@ func cmatoseCmd(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.ud, "ud", false, "be udaddy: UD QPs resolved by SIDR (RDMA_PS_UDP)")
 	fs.StringVar(&o.pcap, "pcap", "", "write every RoCE frame sent and received to this pcap file")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return flagsExit(err)
 	}
 	if o.port == 0 {
 		o.port = 7471

@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/softrdma/softrdma/conform"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/netio"
@@ -107,12 +105,7 @@ func conformCmd(args []string, stdout, stderr io.Writer) int {
 		return conformServeCmd(args[1:], stdout, stderr)
 	}
 	var o conformOptions
-	fs := pflag.NewFlagSet("conform", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, conformUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("conform", conformUsage, stderr)
 	fs.SortFlags = false
 	fs.StringVar(&o.transport, "transport", "roce", "transport under test: roce or iwarp")
 	fs.BoolVar(&o.self, "self", false, "test an in-process softrdma peer")
@@ -132,11 +125,8 @@ func conformCmd(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&o.seed, "seed", 1, "simulator seed (--self --backend sim)")
 	fs.Uint16Var(&o.udpPort, "udp-port", roce.UDPPort, "RoCEv2 UDP port")
 	fs.StringVar(&o.pcap, "pcap", "", "write every frame the tester sends and receives (iWARP: the TCP octets of its connections, as synthesised segments), the deliberately broken ones exactly as sent, to this pcap `FILE`")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return flagsExit(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "softrdma conform: unexpected argument %q\n", fs.Arg(0))
@@ -572,12 +562,7 @@ type conformServeOptions struct {
 // conformServeCmd serves the control protocol for a softrdma device.
 func conformServeCmd(args []string, stdout, stderr io.Writer) int {
 	var o conformServeOptions
-	fs := pflag.NewFlagSet("conform serve", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, conformServeUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("conform serve", conformServeUsage, stderr)
 	fs.StringVar(&o.listen, "listen", ":"+strconv.Itoa(conform.DefaultControlPort), "TCP address of the control protocol")
 	fs.StringVar(&o.transport, "transport", "roce", "the device: roce or iwarp")
 	fs.StringVar(&o.backend, "backend", "udp", "the device's backend: udp or afpacket")
@@ -585,11 +570,8 @@ func conformServeCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVarP(&o.iface, "interface", "d", "", "network interface (afpacket: required; udp: where the address comes from)")
 	fs.Uint16Var(&o.udpPort, "udp-port", roce.UDPPort, "RoCEv2 UDP port")
 	fs.StringVar(&o.pcap, "pcap", "", "write every frame the device sends and receives (iWARP: the TCP octets of its QPs' connections, as synthesised segments) to this pcap `FILE`")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return flagsExit(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -12,13 +11,21 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/roce"
 	"github.com/softrdma/softrdma/sim"
 )
+
+const demoUsage = `usage: softrdma demo [flags]
+
+Two nodes in one process move SEND, WRITE, READ and atomic traffic and verify
+every byte: over a simulated link (--transport roce, deterministic for a given
+--seed, with optional loss, corruption, latency and bandwidth) or over loopback
+TCP (--transport iwarp).
+
+flags:
+`
 
 // demoOptions are the flags of softrdma demo.
 type demoOptions struct {
@@ -39,8 +46,7 @@ type demoOptions struct {
 
 func demoCmd(args []string, stdout, stderr io.Writer) int {
 	var o demoOptions
-	fs := pflag.NewFlagSet("demo", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("demo", demoUsage, stderr)
 	fs.StringVar(&o.transport, "transport", "roce", "transport: roce (simulated link) or iwarp (two devices over loopback TCP)")
 	fs.IntVarP(&o.messages, "messages", "n", 200, "messages per operation")
 	fs.IntVarP(&o.size, "size", "s", 16384, "bytes per SEND, WRITE and READ message")
@@ -54,11 +60,8 @@ func demoCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.pcap, "pcap", "", "write the link's traffic to this pcap file")
 	fs.BoolVar(&o.json, "json", false, "print the result as JSON")
 	fs.StringVar(&o.crc, "crc", "accept", "iwarp: MPA CRC policy of both sides: accept, request or require")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return flagsExit(err)
 	}
 	switch o.transport {
 	case "roce":

@@ -3,6 +3,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 )
 
@@ -11,32 +12,42 @@ func main() {
 }
 
 func run(args []string) int {
+	return runCommand(args, os.Stdout, os.Stderr)
+}
+
+// commands is the command table: each subcommand by name, and its entry
+// point, which parses its own flags (parseFlags) and returns the exit code.
+var commands = []struct {
+	name string
+	run  func(args []string, stdout, stderr io.Writer) int
+}{
+	{"decode", runDecode},
+	{"demo", demoCmd},
+	{"pingpong", pingpongCmd},
+	{"perf", perfCmd},
+	{"rping", rpingCmd},
+	{"cmatose", cmatoseCmd},
+	{"bench", benchCmd},
+	{"conform", conformCmd},
+}
+
+// runCommand runs the subcommand args[0] with the rest of args.
+func runCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, usage)
+		fmt.Fprintln(stderr, usage)
 		return 2
 	}
 	switch args[0] {
 	case "-h", "--help", "help":
-		fmt.Println(usage)
+		fmt.Fprintln(stdout, usage)
 		return 0
-	case "decode":
-		return runDecode(args[1:], os.Stdout, os.Stderr)
-	case "demo":
-		return demoCmd(args[1:], os.Stdout, os.Stderr)
-	case "pingpong":
-		return pingpongCmd(args[1:], os.Stdout, os.Stderr)
-	case "perf":
-		return perfCmd(args[1:], os.Stdout, os.Stderr)
-	case "rping":
-		return rpingCmd(args[1:], os.Stdout, os.Stderr)
-	case "cmatose":
-		return cmatoseCmd(args[1:], os.Stdout, os.Stderr)
-	case "bench":
-		return benchCmd(args[1:], os.Stdout, os.Stderr)
-	case "conform":
-		return conformCmd(args[1:], os.Stdout, os.Stderr)
 	}
-	fmt.Fprintf(os.Stderr, "softrdma: unknown command %q\n%s\n", args[0], usage)
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "softrdma: unknown command %q\n%s\n", args[0], usage)
 	return 2
 }
 

@@ -139,8 +139,9 @@ func (p *perfParams) durationMode() bool { return p.duration > 0 }
 func perfCmd(args []string, stdout, stderr io.Writer) int {
 	o, err := perfParseArgs(args, stderr)
 	if err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
+		var fe *flagsError
+		if errors.Is(err, pflag.ErrHelp) || errors.As(err, &fe) {
+			return flagsExit(err) // parseFlags has said why
 		}
 		fmt.Fprintf(stderr, "softrdma perf: %v\n", err)
 		return 2
@@ -186,12 +187,7 @@ flags:
 
 func perfParseArgs(args []string, stderr io.Writer) (*perfOptions, error) {
 	o := &perfOptions{set: map[string]bool{}}
-	fs := pflag.NewFlagSet("perf", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, perfUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("perf", perfUsage, stderr)
 	fs.StringVarP(&o.size, "size", "s", "", "message size in bytes, with a K or M suffix (default 65536 for _bw, 2 for _lat, 8 for atomics)")
 	fs.IntVarP(&o.iters, "iters", "n", 0, "iterations (default 5000 for write_bw, 1000 otherwise)")
 	fs.IntVarP(&o.duration, "duration", "D", 0, "run for this many seconds instead of -n iterations")
@@ -223,7 +219,7 @@ func perfParseArgs(args []string, stderr io.Writer) (*perfOptions, error) {
 	fs.StringVar(&o.tapName, "tap-name", "", "--backend tap: the TAP device to create or attach to (default: the kernel picks tapN)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process's run to this file")
 	fs.DurationVar(&o.wait, "wait", perfDialWait, "client: how long to retry connecting to a server that is not listening yet")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stderr); err != nil {
 		return nil, err
 	}
 	fs.Visit(func(f *pflag.Flag) { o.set[f.Name] = true })

@@ -14,8 +14,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/oob/pingpong"
 	"github.com/softrdma/softrdma/roce"
@@ -107,12 +105,7 @@ func pingpongCmd(args []string, stdout, stderr io.Writer) int {
 			o.mode, args = args[0], args[1:]
 		}
 	}
-	fs := pflag.NewFlagSet("pingpong", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, pingpongUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("pingpong", pingpongUsage, stderr)
 	fs.SortFlags = false
 	fs.IntVarP(&o.port, "port", "p", pingpong.DefaultPort, "listen on/connect to TCP `port`")
 	fs.StringVarP(&o.device, "ib-dev", "d", "", "use network interface `dev` (or the interface address dev)")
@@ -133,11 +126,8 @@ func pingpongCmd(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.json, "json", false, "print the result as JSON instead of the tools' lines")
 	fs.DurationVar(&o.wait, "wait", 0, "client: keep retrying the TCP connection this long (the tools try once)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (0: never, as the tools)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 1
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return flagsExit(err)
 	}
 	for _, l := range []struct {
 		in  []string

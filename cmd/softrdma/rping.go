@@ -12,8 +12,6 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/rdmacm"
 )
@@ -53,6 +51,15 @@ const (
 	rpingSettle = 200 * time.Millisecond
 )
 
+const rpingUsage = `usage: softrdma rping -s [-a ADDR] [-p PORT] [flags]
+       softrdma rping -c -a ADDR [-p PORT] [-C COUNT] [-S SIZE] [-vV] [flags]
+
+rdma-core's rping over rdma_cm: iWARP on TCP (the default) or, with
+--transport roce, the IB CM on a RoCE device; either side may be the real tool.
+
+flags:
+`
+
 type rpingOptions struct {
 	server, client    bool
 	addr              string
@@ -69,8 +76,7 @@ type rpingOptions struct {
 
 func rpingCmd(args []string, stdout, stderr io.Writer) int {
 	var o rpingOptions
-	fs := pflag.NewFlagSet("rping", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("rping", rpingUsage, stderr)
 	fs.BoolVarP(&o.server, "server", "s", false, "server side")
 	fs.BoolVarP(&o.client, "client", "c", false, "client side")
 	fs.StringVarP(&o.addr, "addr", "a", "", "address (server: to bind, default any; client: of the server)")
@@ -85,11 +91,8 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.pcap, "pcap", "", "write the connection to this pcap file (iWARP: its TCP octets; RoCE: its frames)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (0: never)")
 	fs.DurationVar(&o.settle, "settle", rpingSettle, "iWARP client: wait this long after ESTABLISHED before the first SEND (see rpingSettle)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return flagsExit(err)
 	}
 	if o.server == o.client {
 		fmt.Fprintln(stderr, "softrdma rping: exactly one of -s and -c")
