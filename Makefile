@@ -5,12 +5,29 @@ BIN      := bin/softrdma
 RACEPKGS := ./ibtransport/... ./roce/... ./iwarp/... ./netio/... ./sim/... ./rdmacm/... ./conform/... ./test
 export CGO_ENABLED ?= 0
 
-.PHONY: all build demo test vet fmt-check unit race fuzz-short fuzz bench bench-go bench-kernel deps clean interop
+.PHONY: all build lib lib-deps demo test vet fmt-check unit race fuzz-short fuzz bench bench-go bench-kernel deps clean interop
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/softrdma
+
+# lib/libibverbs.so.1: the drop-in libibverbs (capi/libibverbs, cgo, built
+# against rdma-core's headers, which lib-deps installs). Unmodified verbs
+# programs run on softrdma with LD_LIBRARY_PATH=lib SOFTRDMA_DEVICES=SPEC...
+# (devspec). The softrdma binary and every other package stay CGO_ENABLED=0.
+# LIBDIR puts it elsewhere (the tests build into a temporary directory).
+LIBDIR ?= lib
+LIBMAP := $(CURDIR)/capi/libibverbs/libibverbs.map
+lib: lib-deps
+	mkdir -p $(LIBDIR)
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath \
+		-ldflags "-extldflags '-Wl,--version-script=$(LIBMAP) -Wl,-soname,libibverbs.so.1'" \
+		-o $(LIBDIR)/libibverbs.so.1 ./capi/libibverbs
+	rm -f $(LIBDIR)/libibverbs.so.h
+
+lib-deps:
+	@./scripts/deps.sh lib
 
 demo: build
 	./$(BIN) demo
@@ -65,4 +82,4 @@ interop:
 	SOFTRDMA_INTEROP_HARNESS=$(CURDIR)/interop $(GO) test -count=1 -v -timeout 90m $(INTEROPFLAGS) ./test/interop/...
 
 clean:
-	rm -rf bin
+	rm -rf bin lib

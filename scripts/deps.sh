@@ -1,9 +1,27 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine: Go modules, and tshark for the
 # tests that compare softrdma's decoding with Wireshark's. Without root or apt-get the
-# tshark-dependent tests skip with a reason instead.
+# tshark-dependent tests skip with a reason instead. The same for gcc, rdma-core's headers
+# (libibverbs-dev) and tools (ibverbs-utils), which `make lib` and its tests need;
+# `deps.sh lib` installs only those, and fails if it cannot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+apt_install() {
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 1
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null && apt-get install -y -qq "$@" >/dev/null
+}
+lib_deps_present() {
+  command -v gcc >/dev/null 2>&1 && [ -f /usr/include/infiniband/verbs.h ] && command -v ibv_devinfo >/dev/null 2>&1
+}
+if ! lib_deps_present; then
+  echo "deps: installing gcc, libibverbs-dev and ibverbs-utils for make lib and its tests"
+  if ! apt_install gcc libibverbs-dev ibverbs-utils; then
+    echo "deps: cannot install gcc/libibverbs-dev/ibverbs-utils (need root and apt-get): make lib fails, its tests skip"
+    [ "${1:-}" = lib ] && exit 1
+  fi
+fi
+[ "${1:-}" = lib ] && exit 0
 go mod download
 if ! command -v tshark >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

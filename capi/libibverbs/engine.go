@@ -1,0 +1,71 @@
+package main
+
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+
+	"github.com/softrdma/softrdma/capi/verbsdev"
+	"github.com/softrdma/softrdma/devspec"
+	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/roce"
+)
+
+// engine is a device opened for traffic: its verbs engine and, for RoCE, the
+// device whose loop runs it. It is opened at the first verb that needs it (not
+// at ibv_open_device, so that ibv_devinfo does not take the device's UDP port
+// from a program already using it) and stays open for the process's life.
+type engine struct {
+	ctx  *ibtransport.Context
+	roce *roce.Device
+}
+
+var engines struct {
+	mu sync.Mutex
+	m  map[C.int]*engine
+}
+
+func engineOf(i C.int, d *verbsdev.Device) (*engine, error) {
+	engines.mu.Lock()
+	defer engines.mu.Unlock()
+	if e := engines.m[i]; e != nil {
+		return e, nil
+	}
+	e, err := openEngine(d)
+	if err != nil {
+		return nil, err
+	}
+	if engines.m == nil {
+		engines.m = map[C.int]*engine{}
+	}
+	engines.m[i] = e
+	return e, nil
+}
+
+func openEngine(d *verbsdev.Device) (*engine, error) {
+	s := d.Spec
+	cfg := ibtransport.ContextConfig{Seed: rand.Uint64()}
+	if s.Transport == devspec.IWARP {
+		dev, err := iwarp.Open(iwarp.DeviceConfig{Context: cfg})
+		if err != nil {
+			return nil, err
+		}
+		return &engine{ctx: dev.Context()}, nil
+	}
+	dev, err := roce.Open(roce.OpenConfig{
+		Backend:   roce.Backend(s.Backend),
+		Interface: s.Iface,
+		Addrs:     []netip.Addr{s.Addr},
+		Engine:    cfg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", s, err)
+	}
+	go dev.Run(context.Background(), nil)
+	return &engine{ctx: dev.Context(), roce: dev}, nil
+}

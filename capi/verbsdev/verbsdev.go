@@ -1,0 +1,238 @@
+// Package verbsdev describes the devices softrdma's libibverbs.so.1 replacement
+// (capi/libibverbs) shows to C programs: which devices there are (the
+// SOFTRDMA_DEVICES list, devspec), and what ibv_query_device, ibv_query_port and
+// ibv_query_gid say about each, in the shape the kernel's rxe (RoCE) and siw
+// (iWARP) give them, so that tools and scripts written for those see the same
+// thing with only the device name changed. It is pure Go: the cgo layer only
+// copies these values into rdma-core's structs.
+package verbsdev
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/softrdma/softrdma/devspec"
+	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/roce"
+)
+
+// Vendor IDs ibv_query_device reports: rxe's (0xFFFFFF, which perftest and
+// UCX treat as "not a vendor we know": ibv_post_send, no vendor extensions)
+// and siw's (SIW_VENDOR_ID, "bmt").
+const (
+	VendorRoCE  = 0xFFFFFF
+	VendorIWARP = 0x626d74
+)
+
+// GIDTableLen is the length of a port's GID table: rxe's
+// (RXE_PORT_GID_TBL_LEN); entries past the device's GIDs are zero. siw has one.
+const (
+	GIDTableLenRoCE  = 1024
+	GIDTableLenIWARP = 1
+)
+
+// Device is one device as a verbs program sees it.
+type Device struct {
+	Spec devspec.Spec
+	// MAC is the interface's Ethernet address (zero for loopback or no
+	// interface).
+	MAC [6]byte
+	// IfaceMTU is the interface MTU (1500 when the address is on no interface).
+	IfaceMTU int
+	// IfIndex is the interface's index (0 when on none).
+	IfIndex int
+	// GIDs is the GID table before the device is opened: what roce.Open will
+	// derive (roce.GIDTable) for RoCE; the MAC padded with zeros, siw's one
+	// GID, for iWARP.
+	GIDs []netip.Addr
+	// Engine is the engine configuration with its defaults: the limits
+	// ibv_query_device reports and the engine enforces.
+	Engine ibtransport.ContextConfig
+}
+
+// NodeGUID returns the node GUID in host order: the EUI-64 of the MAC as rxe
+// and siw make it (addrconf_addr_eui48). Loopback has no MAC; a device there
+// takes the EUI-64 of 02:00 and its IPv4 address (or the low 4 bytes of its
+// IPv6 one), so that two devices on lo differ.
+func (d *Device) NodeGUID() uint64 {
+	mac := d.MAC
+	if mac == ([6]byte{}) {
+		a := d.Spec.Addr.As16()
+		mac = [6]byte{0x02, 0x00, a[12], a[13], a[14], a[15]}
+	}
+	g := [8]byte{mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]}
+	var v uint64
+	for _, b := range g {
+		v = v<<8 | uint64(b)
+	}
+	return v
+}
+
+// ActiveMTU returns the port's active MTU in bytes: rxe's derivation from the
+// interface MTU (roce.PathMTUFor) for both transports.
+func (d *Device) ActiveMTU() int { return roce.PathMTUFor(d.IfaceMTU) }
+
+// GIDTableLen returns the port's GID table length.
+func (d *Device) GIDTableLen() int {
+	if d.Spec.Transport == devspec.IWARP {
+		return GIDTableLenIWARP
+	}
+	return GIDTableLenRoCE
+}
+
+// Vendor returns the vendor ID.
+func (d *Device) Vendor() uint32 {
+	if d.Spec.Transport == devspec.IWARP {
+		return VendorIWARP
+	}
+	return VendorRoCE
+}
+
+// GID returns entry i of the port's GID table (zero past the device's GIDs)
+// and whether i is inside the table.
+func (d *Device) GID(i int) ([16]byte, bool) {
+	if i < 0 || i >= d.GIDTableLen() {
+		return [16]byte{}, false
+	}
+	if i < len(d.GIDs) {
+		return d.GIDs[i].As16(), true
+	}
+	return [16]byte{}, true
+}
+
+// Load returns the devices the environment variable devspec.EnvVar lists, or,
+// when it is unset or empty, the default devices (Defaults).
+func Load() ([]*Device, error) {
+	list := os.Getenv(devspec.EnvVar)
+	var specs []devspec.Spec
+	var err error
+	if list == "" {
+		specs, err = devspec.Name(Defaults())
+	} else {
+		specs, err = devspec.ParseList(list)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", devspec.EnvVar, err)
+	}
+	devs := make([]*Device, 0, len(specs))
+	for _, s := range specs {
+		d, err := Describe(s)
+		if err != nil {
+			return nil, err
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
+
+// Defaults returns one RoCE and one iWARP spec per interface that is up, is not
+// loopback and has an address (its first IPv4 address, else its first global
+// IPv6 one), as a user of `rdma link add` would set up rxe and siw.
+func Defaults() []devspec.Spec {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var roceSpecs, iwarpSpecs []devspec.Spec
+	for _, ifi := range ifs {
+		if ifi.Flags&net.FlagUp == 0 || ifi.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		v4, v6 := addrsOf(&ifi)
+		var a netip.Addr
+		if len(v4) > 0 {
+			a = v4[0]
+		} else {
+			for _, x := range v6 {
+				if !x.IsLinkLocalUnicast() {
+					a = x
+					break
+				}
+			}
+		}
+		if !a.IsValid() {
+			continue
+		}
+		roceSpecs = append(roceSpecs, devspec.Spec{Transport: devspec.RoCE, Addr: a, Backend: devspec.BackendUDP, Iface: ifi.Name})
+		iwarpSpecs = append(iwarpSpecs, devspec.Spec{Transport: devspec.IWARP, Addr: a, Iface: ifi.Name})
+	}
+	return append(roceSpecs, iwarpSpecs...)
+}
+
+// Describe returns what a program sees of the device s: the interface that
+// holds s's address (or s.Iface) gives the MAC, the MTU and the addresses of
+// the GID table, as roce.Open would take them.
+func Describe(s devspec.Spec) (*Device, error) {
+	d := &Device{Spec: s, IfaceMTU: 1500}
+	var ifi *net.Interface
+	if s.Iface != "" {
+		var err error
+		if ifi, err = net.InterfaceByName(s.Iface); err != nil {
+			return nil, fmt.Errorf("device %s: iface %q: %w", s.Name, s.Iface, err)
+		}
+	} else {
+		ifi = interfaceWithAddr(s.Addr)
+	}
+	addrs := []netip.Addr{s.Addr}
+	if ifi != nil {
+		if len(ifi.HardwareAddr) == 6 {
+			d.MAC = [6]byte(ifi.HardwareAddr)
+		}
+		d.IfaceMTU, d.IfIndex = ifi.MTU, ifi.Index
+		v4, v6 := addrsOf(ifi)
+		addrs = append(v4, v6...)
+	}
+	if s.Transport == devspec.IWARP {
+		var g [16]byte
+		copy(g[:], d.MAC[:])
+		d.GIDs = []netip.Addr{netip.AddrFrom16(g)}
+	} else {
+		d.GIDs = roce.GIDTable(d.MAC, addrs)
+	}
+	d.Engine = ibtransport.NewContext(ibtransport.ContextConfig{}).Config()
+	d.Engine.PortMTU = d.ActiveMTU()
+	return d, nil
+}
+
+// addrsOf returns ifi's addresses, IPv4 first, each family in the kernel's order.
+func addrsOf(ifi *net.Interface) (v4, v6 []netip.Addr) {
+	as, err := ifi.Addrs()
+	if err != nil {
+		return nil, nil
+	}
+	for _, x := range as {
+		n, ok := x.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			continue
+		}
+		if a = a.Unmap(); a.Is4() {
+			v4 = append(v4, a)
+		} else {
+			v6 = append(v6, a)
+		}
+	}
+	return v4, v6
+}
+
+// interfaceWithAddr returns the interface holding a, or nil.
+func interfaceWithAddr(a netip.Addr) *net.Interface {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	for i := range ifs {
+		v4, v6 := addrsOf(&ifs[i])
+		for _, x := range append(v4, v6...) {
+			if x == a {
+				return &ifs[i]
+			}
+		}
+	}
+	return nil
+}

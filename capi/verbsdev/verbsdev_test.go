@@ -1,0 +1,79 @@
+package verbsdev
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/softrdma/softrdma/devspec"
+)
+
+func TestDescribe(t *testing.T) {
+	lo4 := netip.MustParseAddr("127.0.0.2") // on lo's route, not an address of lo
+	tests := []struct {
+		spec     string
+		gids     []string
+		guid     uint64
+		vendor   uint32
+		tableLen int
+	}{
+		// An address on no interface: the default GID of a zero MAC, then the
+		// address, IPv4-mapped at index 1 as rxe has it.
+		{"roce:127.0.0.2", []string{"fe80::200:ff:fe00:0", "::ffff:127.0.0.2"}, 0x00007ffffe000002, VendorRoCE, 1024},
+		// iWARP: siw's one GID, the MAC padded (zero here).
+		{"iwarp:127.0.0.2", []string{"::"}, 0x00007ffffe000002, VendorIWARP, 1},
+	}
+	for _, tt := range tests {
+		s, err := devspec.Parse(tt.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Addr != lo4 {
+			t.Fatalf("%s: addr %v", tt.spec, s.Addr)
+		}
+		d, err := Describe(s)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.spec, err)
+		}
+		if len(d.GIDs) != len(tt.gids) {
+			t.Fatalf("%s: GIDs %v, want %v", tt.spec, d.GIDs, tt.gids)
+		}
+		for i, g := range tt.gids {
+			if d.GIDs[i] != netip.MustParseAddr(g) {
+				t.Errorf("%s: GID %d %v, want %s", tt.spec, i, d.GIDs[i], g)
+			}
+			if raw, ok := d.GID(i); !ok || raw != netip.MustParseAddr(g).As16() {
+				t.Errorf("%s: GID(%d) = %x, %v", tt.spec, i, raw, ok)
+			}
+		}
+		if raw, ok := d.GID(tt.tableLen - 1); !ok || (tt.tableLen > len(tt.gids) && raw != [16]byte{}) {
+			t.Errorf("%s: last entry GID(%d) = %x, %v; want zero, true", tt.spec, tt.tableLen-1, raw, ok)
+		}
+		if _, ok := d.GID(tt.tableLen); ok {
+			t.Errorf("%s: GID(%d) past the table is ok", tt.spec, tt.tableLen)
+		}
+		if d.NodeGUID() != tt.guid || d.Vendor() != tt.vendor || d.GIDTableLen() != tt.tableLen {
+			t.Errorf("%s: guid %016x vendor %x table %d, want %016x %x %d", tt.spec,
+				d.NodeGUID(), d.Vendor(), d.GIDTableLen(), tt.guid, tt.vendor, tt.tableLen)
+		}
+		// No interface: 1500, which rxe turns into 1024.
+		if d.IfaceMTU != 1500 || d.ActiveMTU() != 1024 || d.Port().ActiveMTU != 3 {
+			t.Errorf("%s: iface MTU %d active %d (enum %d), want 1500 1024 (3)", tt.spec, d.IfaceMTU, d.ActiveMTU(), d.Port().ActiveMTU)
+		}
+	}
+}
+
+func TestNodeGUIDFromMAC(t *testing.T) {
+	d := &Device{MAC: [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}}
+	// addrconf_addr_eui48: flip the U/L bit, put ff:fe in the middle.
+	if g := d.NodeGUID(); g != 0x505400fffe123456 {
+		t.Fatalf("NodeGUID %016x, want 505400fffe123456", g)
+	}
+}
+
+func TestMTUEnum(t *testing.T) {
+	for n, want := range map[int]int{256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5, 100: 0, 1500: 0, 8192: 0} {
+		if got := MTUEnum(n); got != want {
+			t.Errorf("MTUEnum(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
