@@ -31,9 +31,11 @@ import (
 //     QP is connected by rdma_cm to the same port: the server listens with a
 //     backlog of -q, accepts each request with retry and RNR retry counts 7
 //     (and -o's READ depth, clamped to the peer's), then destroys the
-//     listener; the client connects each QP, retrying the whole series up to
-//     10 times 100 ms apart (a REJ for a port nobody listens on yet is the
-//     usual reason: both sides leave the first handshake at once).
+//     listener; the client connects each QP in turn (the next once the last
+//     is ESTABLISHED: both sides pair them in that order), retrying the
+//     whole series up to 10 times 100 ms apart (a REJ for a port nobody
+//     listens on yet is the usual reason: both sides leave the first
+//     handshake at once).
 //   - After the closing handshake each side disconnects its test connections
 //     and waits for their DISCONNECTED events (rdma_cm_disconnect_nodes).
 //
@@ -466,6 +468,15 @@ func (s *perfSession) acceptTests(ctx context.Context, attr ibtransport.QPInitAt
 	return nil
 }
 
+// dialTests connects the test QPs one at a time: each connection is
+// ESTABLISHED before the next is asked for. The server (acceptTests, and
+// perftest's) pairs connections with test QPs in the order the requests
+// arrive, the client in the order it dials; with every request in flight at
+// once (iWARP's TCP connections, each with its own goroutine on the server)
+// they arrived out of order now and then, so that QP i's SENDs went to the
+// server's QP j with QP i's receive credit and the server's credit WRITEs to
+// the wrong word: a Terminate for a SEND without a receive, or a sender
+// waiting for credit forever (issue 19).
 func (s *perfSession) dialTests(ctx context.Context, attr ibtransport.QPInitAttr) error {
 	dst := netip.AddrPortFrom(s.cmPeer, uint16(s.cmPort))
 	for range s.p.qps {
@@ -489,8 +500,6 @@ func (s *perfSession) dialTests(ctx context.Context, attr ibtransport.QPInitAttr
 		if err := id.Connect(s.cmConnParam(nil)); err != nil {
 			return fmt.Errorf("Failed to connect through RDMA CM: %w", err)
 		}
-	}
-	for _, id := range s.cm.tests {
 		if _, err := perfCMWait(ctx, id, perfCMStep, rdmacm.EventEstablished); err != nil {
 			return err
 		}
