@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/ibtransport"
@@ -229,5 +231,61 @@ func TestPerfCreditWindow(t *testing.T) {
 	}
 	if s := strings.Join(got, " "); s != "2 4 6 8 10 12 6 12 18 20" {
 		t.Errorf("credit WRITEs after %s receives", s)
+	}
+}
+
+// TestPerfCreditGivesUp: an ib_send_bw sender over iWARP that waits for the
+// receiver's credit gives up when its QP is in the error state (the peer
+// ended the connection: no credit WRITE comes, and with nothing in flight no
+// completion either) and when nothing has moved for the no-progress limit. It
+// waited forever: each of its short waits for the credit word began the
+// no-progress limit again, and it never looked at the QP. An rx depth of 1
+// makes SEND 0 wait for credit already, and no credit comes; the context's
+// timeout only ends the test of a sender that waits on.
+func TestPerfCreditGivesUp(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		qpErr      bool
+		noProgress time.Duration
+		want       string
+	}{
+		{name: "QP error", qpErr: true, want: "QP 0 is in state"},
+		{name: "no progress", noProgress: 20 * time.Millisecond, want: "no credit from the receiver for 20ms"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dev, err := iwarp.Open(iwarp.DeviceConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := dev.Context()
+			pd := ctx.AllocPD()
+			cq, err := ctx.CreateCQ(16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			qp, err := ctx.CreateQP(pd, ibtransport.QPInitAttr{Type: ibtransport.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+				Cap: ibtransport.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.qpErr {
+				if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateErr}, ibtransport.QPAttrState); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mr, err := pd.RegMR(make([]byte, 4*(1+4)), ibtransport.AccessLocalWrite|ibtransport.AccessRemoteWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := &perfParams{verb: perfSend, bw: true, iters: 5, txDepth: 4, rxDepth: 1, cqMod: 1, noPeak: true}
+			s := &perfSession{p: p, qps: []*ibtransport.QP{qp}, sendCQ: cq, wc: make([]ibtransport.WC, 16),
+				credit: &perfCredit{mr: mr, nqp: 1, ring: 4, every: 1, rxDepth: 1}, noProgress: c.noProgress}
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err = s.runBWSender(rctx, 64)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("runBWSender: %v, want an error with %q", err, c.want)
+			}
+		})
 	}
 }

@@ -177,6 +177,9 @@ type perfSession struct {
 
 	// credit is ib_send_bw's receive credit over iWARP (perf_iwarp.go).
 	credit *perfCredit
+	// noProgress, if not zero, replaces perfNoProgress for a sender waiting
+	// for credit (tests).
+	noProgress time.Duration
 }
 
 // init finds the GID index and the port MTU.
@@ -665,6 +668,9 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 	} else if p.noPeak {
 		samples.tposted[0] = clock.now()
 	}
+	// progress is when the sender last posted or reaped (clock time): a
+	// sender waiting for credit gives up perfNoProgress after it.
+	var progress int64
 	for {
 		now := clock.now()
 		over := dur && timer.phase(now) == perfOver
@@ -672,6 +678,7 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 			break
 		}
 		creditBlocked := false
+		postedBefore := totscnt
 		for q, qp := range s.qps {
 			for (dur || scnt[q] < iters) && scnt[q]-ccnt[q]+1 <= uint64(p.txDepth) {
 				if s.credit != nil && !s.credit.mayPost(q, scnt[q]) {
@@ -690,6 +697,9 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 				totscnt++
 			}
 		}
+		if totscnt != postedBefore {
+			progress = now
+		}
 		if !dur && totccnt >= tot {
 			continue
 		}
@@ -700,6 +710,9 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 				deadline = clock.at(timer.end)
 			}
 			if creditBlocked {
+				if err := s.creditStalled(time.Duration(now-progress), totscnt, totccnt); err != nil {
+					return perftest.BWReport{}, err
+				}
 				// The receiver's credit arrives as an RDMA WRITE, with no
 				// completion here: look at the credit word again soon.
 				deadline = time.Now().Add(perfCreditPoll)
@@ -710,6 +723,7 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 			continue
 		}
 		now = clock.now()
+		progress = now
 		for _, wc := range s.wc[:n] {
 			if wc.Status != ibtransport.WCSuccess {
 				return perftest.BWReport{}, perfCompletionError(wc, "send", totscnt, totccnt)
@@ -733,6 +747,33 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 		samples.iters = measured
 	}
 	return samples.report(p.gbits), nil
+}
+
+// creditStalled says why a sender that waits for the receiver's credit, and
+// has waited idle for this long, gives up: a QP in the error state (its peer
+// ended the connection: no credit WRITE will come, and with nothing in
+// flight no completion either), or nothing posted or completed for the
+// session's no-progress limit. Each of the sender's waits for credit is short
+// (perfCreditPoll), so waitCQ's own limit never runs out.
+func (s *perfSession) creditStalled(idle time.Duration, posted, done uint64) error {
+	for q, qp := range s.qps {
+		if st := qp.State(); st == ibtransport.QPStateErr {
+			return fmt.Errorf("waiting for the receiver's credit: QP %d is in state %v (posted %d, completed %d)", q, st, posted, done)
+		}
+	}
+	if limit := s.noProgressLimit(); idle >= limit {
+		return fmt.Errorf("no credit from the receiver for %v (posted %d, completed %d): is the peer still there?", limit, posted, done)
+	}
+	return nil
+}
+
+// noProgressLimit is how long the session waits without progress:
+// perfNoProgress unless a test sets noProgress.
+func (s *perfSession) noProgressLimit() time.Duration {
+	if s.noProgress > 0 {
+		return s.noProgress
+	}
+	return perfNoProgress
 }
 
 // runBWReceiver is ib_send_bw's server: it keeps the receives posted and times
