@@ -3,6 +3,7 @@ package main
 /*
 #include <stdint.h>
 #include <infiniband/verbs.h>
+
 */
 import "C"
 

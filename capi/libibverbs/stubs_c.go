@@ -27,29 +27,20 @@ void *ibv_get_sysfs_path(void) { sr_refuse("ibv_get_sysfs_path"); return NULL; }
 long ibv_rate_to_mult(void) { sr_refuse("ibv_rate_to_mult"); return EOPNOTSUPP; }
 long mult_to_ibv_rate(void) { sr_refuse("mult_to_ibv_rate"); return EOPNOTSUPP; }
 void ibv_ack_async_event(void) { sr_refuse("ibv_ack_async_event"); }
-void ibv_ack_cq_events(void) { sr_refuse("ibv_ack_cq_events"); }
 long ibv_attach_mcast(void) { sr_refuse("ibv_attach_mcast"); return EOPNOTSUPP; }
 void ibv_copy_ah_attr_from_kern(void) { sr_refuse("ibv_copy_ah_attr_from_kern"); }
 void *ibv_create_ah(void) { sr_refuse("ibv_create_ah"); return NULL; }
 void *ibv_create_ah_from_wc(void) { sr_refuse("ibv_create_ah_from_wc"); return NULL; }
-void *ibv_create_cq(void) { sr_refuse("ibv_create_cq"); return NULL; }
-void *ibv_create_qp(void) { sr_refuse("ibv_create_qp"); return NULL; }
 void *ibv_create_srq(void) { sr_refuse("ibv_create_srq"); return NULL; }
-long ibv_dereg_mr(void) { sr_refuse("ibv_dereg_mr"); return EOPNOTSUPP; }
 long ibv_destroy_ah(void) { sr_refuse("ibv_destroy_ah"); return EOPNOTSUPP; }
-long ibv_destroy_cq(void) { sr_refuse("ibv_destroy_cq"); return EOPNOTSUPP; }
-long ibv_destroy_qp(void) { sr_refuse("ibv_destroy_qp"); return EOPNOTSUPP; }
 long ibv_destroy_srq(void) { sr_refuse("ibv_destroy_srq"); return EOPNOTSUPP; }
 long ibv_detach_mcast(void) { sr_refuse("ibv_detach_mcast"); return EOPNOTSUPP; }
 long ibv_get_async_event(void) { sr_refuse("ibv_get_async_event"); return EOPNOTSUPP; }
 long ibv_get_cq_event(void) { sr_refuse("ibv_get_cq_event"); return EOPNOTSUPP; }
 long ibv_init_ah_from_wc(void) { sr_refuse("ibv_init_ah_from_wc"); return EOPNOTSUPP; }
-long ibv_modify_qp(void) { sr_refuse("ibv_modify_qp"); return EOPNOTSUPP; }
 long ibv_modify_srq(void) { sr_refuse("ibv_modify_srq"); return EOPNOTSUPP; }
-long ibv_query_qp(void) { sr_refuse("ibv_query_qp"); return EOPNOTSUPP; }
 long ibv_query_srq(void) { sr_refuse("ibv_query_srq"); return EOPNOTSUPP; }
 long ibv_rate_to_mbps(void) { sr_refuse("ibv_rate_to_mbps"); return EOPNOTSUPP; }
-void *ibv_reg_mr(void) { sr_refuse("ibv_reg_mr"); return NULL; }
 long ibv_rereg_mr(void) { sr_refuse("ibv_rereg_mr"); return EOPNOTSUPP; }
 long ibv_resize_cq(void) { sr_refuse("ibv_resize_cq"); return EOPNOTSUPP; }
 long ibv_resolve_eth_l2_from_gid(void) { sr_refuse("ibv_resolve_eth_l2_from_gid"); return EOPNOTSUPP; }
@@ -68,7 +59,5 @@ void ibv_unimport_dm(void) { sr_refuse("ibv_unimport_dm"); }
 long ibv_query_qp_data_in_order(void) { sr_refuse("ibv_query_qp_data_in_order"); return EOPNOTSUPP; }
 long ibv_get_pkey_index(void) { sr_refuse("ibv_get_pkey_index"); return EOPNOTSUPP; }
 void *ibv_qp_to_qp_ex(void) { sr_refuse("ibv_qp_to_qp_ex"); return NULL; }
-void *ibv_reg_mr_iova(void) { sr_refuse("ibv_reg_mr_iova"); return NULL; }
-void *ibv_reg_mr_iova2(void) { sr_refuse("ibv_reg_mr_iova2"); return NULL; }
 */
 import "C"

@@ -28,6 +28,45 @@ extern int srgo_query_pkey(int i, uint8_t port, int index);
 extern uintptr_t srgo_alloc_pd(int i, int *err);
 extern int srgo_dealloc_pd(uintptr_t h);
 
+// Flat work requests and completions: the C side walks rdma-core's lists and
+// unions and the Go side gets plain arrays, crossing once per list.
+struct sr_swr {
+	uint64_t wr_id, remote_addr, compare_add, swap;
+	uint32_t rkey, imm, opcode, flags, num_sge, invalidate_rkey;
+	struct ibv_sge *sg;
+};
+struct sr_rwr {
+	uint64_t wr_id;
+	uint32_t num_sge;
+	struct ibv_sge *sg;
+};
+struct sr_wc {
+	uint64_t wr_id;
+	uint32_t status, opcode, byte_len, imm, qp_num, src_qp, flags, pkey_index, invalidated_rkey;
+};
+struct sr_qpattr {
+	uint32_t state, cur_state, path_mtu, qkey, rq_psn, sq_psn, dest_qp_num, access;
+	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline;
+	uint16_t pkey_index;
+	uint8_t en_sqd_async_notify, port_num, timeout, retry_cnt, rnr_retry, min_rnr_timer;
+	uint8_t max_rd_atomic, max_dest_rd_atomic, sgid_index, hop_limit, traffic_class, sl, is_global;
+	uint32_t flow_label;
+	uint8_t dgid[16];
+};
+
+extern uintptr_t srgo_reg_mr(uintptr_t pd, void *addr, size_t length, uint64_t iova, int access, uint32_t *lkey, int *err);
+extern int srgo_dereg_mr(uintptr_t h);
+extern uintptr_t srgo_create_cq(int i, int cqe, int *depth, int *err);
+extern int srgo_destroy_cq(uintptr_t h);
+extern int srgo_poll_cq(uintptr_t h, int n, struct sr_wc *wc);
+extern uintptr_t srgo_create_qp(uintptr_t pd, int type, uintptr_t scq, uintptr_t rcq, int sig_all,
+				struct sr_qpattr *cap, uint32_t *qpn, int *err);
+extern int srgo_modify_qp(uintptr_t h, struct sr_qpattr *a, int mask);
+extern int srgo_query_qp(uintptr_t h, struct sr_qpattr *a);
+extern int srgo_destroy_qp(uintptr_t h);
+extern int srgo_post_send(uintptr_t h, struct sr_swr *w, int n, int *posted);
+extern int srgo_post_recv(uintptr_t h, struct sr_rwr *w, int n, int *posted);
+
 // sr_device is what ibv_get_device_list hands out: rdma-core's struct with the
 // index of the Go device behind it.
 struct sr_device {
@@ -47,6 +86,26 @@ struct sr_pd {
 	struct ibv_pd pd;
 	uintptr_t h;
 };
+
+struct sr_mr {
+	struct ibv_mr mr;
+	uintptr_t h;
+};
+
+struct sr_cq {
+	struct ibv_cq cq;
+	uintptr_t h;
+};
+
+struct sr_qp {
+	struct ibv_qp qp;
+	uintptr_t h;
+};
+
+static int sr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+static int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+static int sr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+static int sr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 
 static struct sr_device **sr_devices;
 static int sr_ndevices;
@@ -168,6 +227,10 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->cmd_fd = -1;
 	ctx->async_fd = -1;
 	ctx->num_comp_vectors = 1;
+	ctx->ops.post_send = sr_post_send;
+	ctx->ops.post_recv = sr_post_recv;
+	ctx->ops.poll_cq = sr_poll_cq;
+	ctx->ops.req_notify_cq = sr_req_notify_cq;
 	pthread_mutex_init(&ctx->mutex, NULL);
 	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
 	return ctx;
@@ -287,6 +350,398 @@ int ibv_dealloc_pd(struct ibv_pd *pd)
 	if (rc)
 		return rc;
 	free(p);
+	return 0;
+}
+
+static struct ibv_mr *sr_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	if (!pd) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct sr_mr *m = calloc(1, sizeof(*m));
+	if (!m) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	int err = 0;
+	uint32_t key = 0;
+	m->h = srgo_reg_mr(((struct sr_pd *)pd)->h, addr, length, iova, (int)access, &key, &err);
+	if (!m->h) {
+		free(m);
+		errno = err;
+		return NULL;
+	}
+	m->mr.context = pd->context;
+	m->mr.pd = pd;
+	m->mr.addr = addr;
+	m->mr.length = length;
+	m->mr.handle = key;
+	m->mr.lkey = key;
+	m->mr.rkey = key;
+	return &m->mr;
+}
+
+// ibv_reg_mr registers [addr, addr+length) at its own virtual address: what the
+// program sends its peer is its own pointer (ibv_reg_mr's semantics).
+struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return sr_reg_mr(pd, addr, length, (uintptr_t)addr, (unsigned int)access);
+}
+
+struct ibv_mr *(ibv_reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+{
+	return sr_reg_mr(pd, addr, length, iova, (unsigned int)access);
+}
+
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	return sr_reg_mr(pd, addr, length, iova, access);
+}
+
+int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	if (!mr)
+		return EINVAL;
+	struct sr_mr *m = (struct sr_mr *)mr;
+	int rc = srgo_dereg_mr(m->h);
+	if (rc)
+		return rc;
+	free(m);
+	return 0;
+}
+
+struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+			     struct ibv_comp_channel *channel, int comp_vector)
+{
+	if (!ctx) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (channel) {
+		if (getenv("SOFTRDMA_DEBUG"))
+			fprintf(stderr, "softrdma: ibv_create_cq: completion channels not implemented (EOPNOTSUPP)\n");
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct sr_cq *c = calloc(1, sizeof(*c));
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	int err = 0, depth = 0;
+	c->h = srgo_create_cq(sr_ctx(ctx)->idx, cqe, &depth, &err);
+	if (!c->h) {
+		free(c);
+		errno = err;
+		return NULL;
+	}
+	c->cq.context = ctx;
+	c->cq.cq_context = cq_context;
+	c->cq.cqe = depth;
+	c->cq.handle = (uint32_t)c->h;
+	pthread_mutex_init(&c->cq.mutex, NULL);
+	pthread_cond_init(&c->cq.cond, NULL);
+	return &c->cq;
+}
+
+int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	if (!cq)
+		return EINVAL;
+	struct sr_cq *c = (struct sr_cq *)cq;
+	int rc = srgo_destroy_cq(c->h);
+	if (rc)
+		return rc;
+	pthread_mutex_destroy(&cq->mutex);
+	pthread_cond_destroy(&cq->cond);
+	free(c);
+	return 0;
+}
+
+// ibv_ack_cq_events counts acknowledged completion events, as rdma-core's does
+// (ibv_destroy_cq's callers wait on the count).
+void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+	if (!cq)
+		return;
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += nevents;
+	pthread_cond_signal(&cq->cond);
+	pthread_mutex_unlock(&cq->mutex);
+}
+
+#define SR_BATCH 64
+
+static int sr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	struct sr_wc w[SR_BATCH];
+	int total = 0;
+	if (n < 0 || (n > 0 && !wc))
+		return -1;
+	while (total < n) {
+		int want = n - total < SR_BATCH ? n - total : SR_BATCH;
+		int got = srgo_poll_cq(((struct sr_cq *)cq)->h, want, w);
+		if (got < 0)
+			return total ? total : -1;
+		for (int i = 0; i < got; i++) {
+			struct ibv_wc *o = &wc[total + i];
+			memset(o, 0, sizeof(*o));
+			o->wr_id = w[i].wr_id;
+			o->status = w[i].status;
+			o->opcode = w[i].opcode;
+			o->byte_len = w[i].byte_len;
+			if (w[i].flags & IBV_WC_WITH_INV)
+				o->invalidated_rkey = w[i].invalidated_rkey;
+			else
+				o->imm_data = htobe32(w[i].imm);
+			o->qp_num = w[i].qp_num;
+			o->src_qp = w[i].src_qp;
+			o->wc_flags = w[i].flags;
+			o->pkey_index = w[i].pkey_index;
+		}
+		total += got;
+		if (got < want)
+			break;
+	}
+	return total;
+}
+
+static int sr_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	if (getenv("SOFTRDMA_DEBUG"))
+		fprintf(stderr, "softrdma: ibv_req_notify_cq: completion events not implemented (EOPNOTSUPP)\n");
+	return EOPNOTSUPP;
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
+{
+	if (!pd || !a || !a->send_cq || !a->recv_cq) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (a->srq) {
+		if (getenv("SOFTRDMA_DEBUG"))
+			fprintf(stderr, "softrdma: ibv_create_qp: SRQs not implemented (EOPNOTSUPP)\n");
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct sr_qp *q = calloc(1, sizeof(*q));
+	if (!q) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct sr_qpattr cap = {
+		.max_send_wr = a->cap.max_send_wr, .max_recv_wr = a->cap.max_recv_wr,
+		.max_send_sge = a->cap.max_send_sge, .max_recv_sge = a->cap.max_recv_sge,
+		.max_inline = a->cap.max_inline_data,
+	};
+	int err = 0;
+	uint32_t qpn = 0;
+	q->h = srgo_create_qp(((struct sr_pd *)pd)->h, a->qp_type, ((struct sr_cq *)a->send_cq)->h,
+			      ((struct sr_cq *)a->recv_cq)->h, a->sq_sig_all, &cap, &qpn, &err);
+	if (!q->h) {
+		free(q);
+		errno = err;
+		return NULL;
+	}
+	a->cap.max_send_wr = cap.max_send_wr;
+	a->cap.max_recv_wr = cap.max_recv_wr;
+	a->cap.max_send_sge = cap.max_send_sge;
+	a->cap.max_recv_sge = cap.max_recv_sge;
+	a->cap.max_inline_data = cap.max_inline;
+	q->qp.context = pd->context;
+	q->qp.qp_context = a->qp_context;
+	q->qp.pd = pd;
+	q->qp.send_cq = a->send_cq;
+	q->qp.recv_cq = a->recv_cq;
+	q->qp.handle = qpn;
+	q->qp.qp_num = qpn;
+	q->qp.state = IBV_QPS_RESET;
+	q->qp.qp_type = a->qp_type;
+	pthread_mutex_init(&q->qp.mutex, NULL);
+	pthread_cond_init(&q->qp.cond, NULL);
+	return &q->qp;
+}
+
+int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	if (!qp)
+		return EINVAL;
+	struct sr_qp *q = (struct sr_qp *)qp;
+	int rc = srgo_destroy_qp(q->h);
+	if (rc)
+		return rc;
+	pthread_mutex_destroy(&qp->mutex);
+	pthread_cond_destroy(&qp->cond);
+	free(q);
+	return 0;
+}
+
+static void sr_from_qp_attr(struct sr_qpattr *o, const struct ibv_qp_attr *a)
+{
+	memset(o, 0, sizeof(*o));
+	o->state = a->qp_state;
+	o->cur_state = a->cur_qp_state;
+	o->path_mtu = a->path_mtu;
+	o->qkey = a->qkey;
+	o->rq_psn = a->rq_psn;
+	o->sq_psn = a->sq_psn;
+	o->dest_qp_num = a->dest_qp_num;
+	o->access = a->qp_access_flags;
+	o->pkey_index = a->pkey_index;
+	o->en_sqd_async_notify = a->en_sqd_async_notify;
+	o->port_num = a->port_num;
+	o->timeout = a->timeout;
+	o->retry_cnt = a->retry_cnt;
+	o->rnr_retry = a->rnr_retry;
+	o->min_rnr_timer = a->min_rnr_timer;
+	o->max_rd_atomic = a->max_rd_atomic;
+	o->max_dest_rd_atomic = a->max_dest_rd_atomic;
+	o->is_global = a->ah_attr.is_global;
+	o->sgid_index = a->ah_attr.grh.sgid_index;
+	o->hop_limit = a->ah_attr.grh.hop_limit;
+	o->traffic_class = a->ah_attr.grh.traffic_class;
+	o->flow_label = a->ah_attr.grh.flow_label;
+	o->sl = a->ah_attr.sl;
+	memcpy(o->dgid, a->ah_attr.grh.dgid.raw, 16);
+}
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	if (!qp || !attr)
+		return EINVAL;
+	struct sr_qpattr a;
+	sr_from_qp_attr(&a, attr);
+	int rc = srgo_modify_qp(((struct sr_qp *)qp)->h, &a, mask);
+	if (!rc && (mask & IBV_QP_STATE))
+		qp->state = attr->qp_state;
+	return rc;
+}
+
+int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
+{
+	if (!qp || !attr || !init)
+		return EINVAL;
+	struct sr_qpattr a;
+	memset(&a, 0, sizeof(a));
+	int rc = srgo_query_qp(((struct sr_qp *)qp)->h, &a);
+	if (rc)
+		return rc;
+	memset(attr, 0, sizeof(*attr));
+	attr->qp_state = a.state;
+	attr->cur_qp_state = a.state;
+	attr->path_mtu = a.path_mtu;
+	attr->qkey = a.qkey;
+	attr->rq_psn = a.rq_psn;
+	attr->sq_psn = a.sq_psn;
+	attr->dest_qp_num = a.dest_qp_num;
+	attr->qp_access_flags = a.access;
+	attr->pkey_index = a.pkey_index;
+	attr->port_num = a.port_num;
+	attr->timeout = a.timeout;
+	attr->retry_cnt = a.retry_cnt;
+	attr->rnr_retry = a.rnr_retry;
+	attr->min_rnr_timer = a.min_rnr_timer;
+	attr->max_rd_atomic = a.max_rd_atomic;
+	attr->max_dest_rd_atomic = a.max_dest_rd_atomic;
+	attr->ah_attr.is_global = 1;
+	attr->ah_attr.port_num = 1;
+	attr->ah_attr.grh.sgid_index = a.sgid_index;
+	attr->ah_attr.grh.hop_limit = a.hop_limit;
+	attr->ah_attr.grh.traffic_class = a.traffic_class;
+	attr->ah_attr.grh.flow_label = a.flow_label;
+	attr->ah_attr.sl = a.sl;
+	memcpy(attr->ah_attr.grh.dgid.raw, a.dgid, 16);
+	attr->cap.max_send_wr = a.max_send_wr;
+	attr->cap.max_recv_wr = a.max_recv_wr;
+	attr->cap.max_send_sge = a.max_send_sge;
+	attr->cap.max_recv_sge = a.max_recv_sge;
+	attr->cap.max_inline_data = a.max_inline;
+	memset(init, 0, sizeof(*init));
+	init->qp_context = qp->qp_context;
+	init->send_cq = qp->send_cq;
+	init->recv_cq = qp->recv_cq;
+	init->srq = qp->srq;
+	init->qp_type = qp->qp_type;
+	init->cap = attr->cap;
+	qp->state = a.state;
+	return 0;
+}
+
+static int sr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct sr_swr a[SR_BATCH];
+	uintptr_t h = ((struct sr_qp *)qp)->h;
+	while (wr) {
+		struct ibv_send_wr *first = wr;
+		int n = 0;
+		for (; wr && n < SR_BATCH; wr = wr->next, n++) {
+			struct sr_swr *o = &a[n];
+			memset(o, 0, sizeof(*o));
+			o->wr_id = wr->wr_id;
+			o->opcode = wr->opcode;
+			o->flags = wr->send_flags;
+			o->num_sge = wr->num_sge < 0 ? 0 : (uint32_t)wr->num_sge;
+			o->sg = wr->sg_list;
+			switch (wr->opcode) {
+			case IBV_WR_SEND_WITH_INV:
+			case IBV_WR_LOCAL_INV:
+				o->invalidate_rkey = wr->invalidate_rkey;
+				break;
+			default:
+				o->imm = be32toh(wr->imm_data);
+			}
+			switch (wr->opcode) {
+			case IBV_WR_ATOMIC_CMP_AND_SWP:
+			case IBV_WR_ATOMIC_FETCH_AND_ADD:
+				o->remote_addr = wr->wr.atomic.remote_addr;
+				o->rkey = wr->wr.atomic.rkey;
+				o->compare_add = wr->wr.atomic.compare_add;
+				o->swap = wr->wr.atomic.swap;
+				break;
+			default:
+				o->remote_addr = wr->wr.rdma.remote_addr;
+				o->rkey = wr->wr.rdma.rkey;
+			}
+		}
+		int posted = 0;
+		int rc = srgo_post_send(h, a, n, &posted);
+		if (rc) {
+			struct ibv_send_wr *b = first;
+			for (int i = 0; i < posted && b; i++)
+				b = b->next;
+			if (bad)
+				*bad = b;
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct sr_rwr a[SR_BATCH];
+	uintptr_t h = ((struct sr_qp *)qp)->h;
+	while (wr) {
+		struct ibv_recv_wr *first = wr;
+		int n = 0;
+		for (; wr && n < SR_BATCH; wr = wr->next, n++) {
+			a[n].wr_id = wr->wr_id;
+			a[n].num_sge = wr->num_sge < 0 ? 0 : (uint32_t)wr->num_sge;
+			a[n].sg = wr->sg_list;
+		}
+		int posted = 0;
+		int rc = srgo_post_recv(h, a, n, &posted);
+		if (rc) {
+			struct ibv_recv_wr *b = first;
+			for (int i = 0; i < posted && b; i++)
+				b = b->next;
+			if (bad)
+				*bad = b;
+			return rc;
+		}
+	}
 	return 0;
 }
 

@@ -7,18 +7,36 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/softrdma/softrdma/capi/verbsdev"
 	"github.com/softrdma/softrdma/devspec"
 )
 
+// built is the library that buildLib built once for all the tests, in a
+// directory TestMain removes.
+var built struct {
+	once sync.Once
+	dir  string
+	err  error
+	out  []byte
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
 // buildLib builds lib/libibverbs.so.1 into a temporary directory with `make lib`
-// (cgo, rdma-core's headers), or skips the test with one line when gcc, the
-// headers or rdma-core's tools are missing (scripts/deps.sh installs them).
+// (cgo, rdma-core's headers), once, or skips the test with one line when gcc,
+// the headers or rdma-core's tools are missing (scripts/deps.sh installs them).
 func buildLib(t *testing.T) string {
 	t.Helper()
-	for _, tool := range []string{"make", "gcc", "ibv_devices", "ibv_devinfo"} {
+	for _, tool := range []string{"make", "gcc", "ibv_devices", "ibv_devinfo", "ibv_rc_pingpong"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("needs %s (scripts/deps.sh installs gcc, libibverbs-dev, ibverbs-utils)", tool)
 		}
@@ -26,16 +44,22 @@ func buildLib(t *testing.T) string {
 	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
 		t.Skip("needs rdma-core's headers, libibverbs-dev (scripts/deps.sh installs it)")
 	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
+	built.once.Do(func() {
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			built.err = err
+			return
+		}
+		if built.dir, built.err = os.MkdirTemp("", "softrdma-lib"); built.err != nil {
+			return
+		}
+		cmd := exec.Command("make", "-s", "-C", root, "lib", "LIBDIR="+built.dir)
+		built.out, built.err = cmd.CombinedOutput()
+	})
+	if built.err != nil {
+		t.Fatalf("make lib: %v\n%s", built.err, built.out)
 	}
-	dir := t.TempDir()
-	cmd := exec.Command("make", "-s", "-C", root, "lib", "LIBDIR="+dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make lib: %v\n%s", err, out)
-	}
-	return dir
+	return built.dir
 }
 
 // run runs a program with the library and the devices of list.

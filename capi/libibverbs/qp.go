@@ -1,0 +1,413 @@
+package main
+
+/*
+#include <stdint.h>
+#include <infiniband/verbs.h>
+
+struct sr_swr {
+	uint64_t wr_id, remote_addr, compare_add, swap;
+	uint32_t rkey, imm, opcode, flags, num_sge, invalidate_rkey;
+	struct ibv_sge *sg;
+};
+struct sr_rwr {
+	uint64_t wr_id;
+	uint32_t num_sge;
+	struct ibv_sge *sg;
+};
+struct sr_wc {
+	uint64_t wr_id;
+	uint32_t status, opcode, byte_len, imm, qp_num, src_qp, flags, pkey_index, invalidated_rkey;
+};
+struct sr_qpattr {
+	uint32_t state, cur_state, path_mtu, qkey, rq_psn, sq_psn, dest_qp_num, access;
+	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline;
+	uint16_t pkey_index;
+	uint8_t en_sqd_async_notify, port_num, timeout, retry_cnt, rnr_retry, min_rnr_timer;
+	uint8_t max_rd_atomic, max_dest_rd_atomic, sgid_index, hop_limit, traffic_class, sl, is_global;
+	uint32_t flow_label;
+	uint8_t dgid[16];
+};
+*/
+import "C"
+
+import (
+	"errors"
+	"runtime/cgo"
+	"unsafe"
+
+	ib "github.com/softrdma/softrdma/ibtransport"
+)
+
+// cq is a CQ handed to C, with the buffer Poll fills.
+type cq struct {
+	cq *ib.CQ
+	wc []ib.WC
+}
+
+// qp is a QP handed to C, with scratch space for posting.
+type qp struct {
+	qp    *ib.QP
+	send  []ib.SendWR
+	recv  []ib.RecvWR
+	sges  []ib.SGE
+	rsges []ib.SGE
+}
+
+func value[T any](h C.uintptr_t) (T, bool) {
+	var zero T
+	if h == 0 {
+		return zero, false
+	}
+	v, ok := cgo.Handle(h).Value().(T)
+	return v, ok
+}
+
+// Send flags (enum ibv_send_flags).
+const (
+	sendFence     = 1 << 0
+	sendSignaled  = 1 << 1
+	sendSolicited = 1 << 2
+	sendInline    = 1 << 3
+)
+
+//export srgo_reg_mr
+func srgo_reg_mr(pdh C.uintptr_t, addr unsafe.Pointer, length C.size_t, iova C.uint64_t, access C.int, key *C.uint32_t, err *C.int) C.uintptr_t {
+	pd, ok := value[*ib.PD](pdh)
+	if !ok || (addr == nil && length > 0) {
+		*err = C.EINVAL
+		return 0
+	}
+	var buf []byte
+	if length > 0 {
+		buf = unsafe.Slice((*byte)(addr), int(length))
+	}
+	mr, e := pd.RegMRAt(buf, uint64(iova), ib.Access(access))
+	if e != nil {
+		debugf("reg mr: %v", e)
+		*err = errno(e)
+		return 0
+	}
+	*key = C.uint32_t(mr.LKey())
+	return C.uintptr_t(cgo.NewHandle(mr))
+}
+
+//export srgo_dereg_mr
+func srgo_dereg_mr(h C.uintptr_t) C.int {
+	mr, ok := value[*ib.MR](h)
+	if !ok {
+		return C.EINVAL
+	}
+	if err := mr.Dereg(); err != nil {
+		debugf("dereg mr: %v", err)
+		return errno(err)
+	}
+	cgo.Handle(h).Delete()
+	return 0
+}
+
+//export srgo_create_cq
+func srgo_create_cq(i C.int, cqe C.int, depth *C.int, err *C.int) C.uintptr_t {
+	d := device(i)
+	if d == nil {
+		*err = C.EINVAL
+		return 0
+	}
+	e, oerr := engineOf(i, d)
+	if oerr != nil {
+		debugf("create cq: device %s: %v", d.Spec.Name, oerr)
+		*err = C.EIO
+		return 0
+	}
+	c, cerr := e.ctx.CreateCQ(int(cqe))
+	if cerr != nil {
+		debugf("create cq: %v", cerr)
+		*err = errno(cerr)
+		return 0
+	}
+	*depth = C.int(c.Depth())
+	return C.uintptr_t(cgo.NewHandle(&cq{cq: c}))
+}
+
+//export srgo_destroy_cq
+func srgo_destroy_cq(h C.uintptr_t) C.int {
+	c, ok := value[*cq](h)
+	if !ok {
+		return C.EINVAL
+	}
+	if err := c.cq.Destroy(); err != nil {
+		debugf("destroy cq: %v", err)
+		return errno(err)
+	}
+	cgo.Handle(h).Delete()
+	return 0
+}
+
+//export srgo_poll_cq
+func srgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_sr_wc) C.int {
+	c, ok := value[*cq](h)
+	if !ok || n < 0 {
+		return -1
+	}
+	if cap(c.wc) < int(n) {
+		c.wc = make([]ib.WC, n)
+	}
+	wc := c.wc[:n]
+	got := c.cq.Poll(wc)
+	o := unsafe.Slice(out, int(n))
+	for k, w := range wc[:got] {
+		o[k] = C.struct_sr_wc{
+			wr_id: C.uint64_t(w.WRID), status: C.uint32_t(w.Status), opcode: C.uint32_t(w.Opcode),
+			byte_len: C.uint32_t(w.ByteLen), imm: C.uint32_t(w.Imm), qp_num: C.uint32_t(w.QPNum),
+			src_qp: C.uint32_t(w.SrcQP), flags: C.uint32_t(w.Flags), pkey_index: C.uint32_t(w.PKeyIndex),
+			invalidated_rkey: C.uint32_t(w.InvalidatedRKey),
+		}
+	}
+	return C.int(got)
+}
+
+//export srgo_create_qp
+func srgo_create_qp(pdh C.uintptr_t, typ C.int, scq, rcq C.uintptr_t, sigAll C.int, a *C.struct_sr_qpattr, qpn *C.uint32_t, err *C.int) C.uintptr_t {
+	pd, ok := value[*ib.PD](pdh)
+	s, ok2 := value[*cq](scq)
+	r, ok3 := value[*cq](rcq)
+	if !ok || !ok2 || !ok3 {
+		*err = C.EINVAL
+		return 0
+	}
+	if pd.Context().Config().ExternalQPs {
+		// An iWARP QP is connected by rdma_cm (MPA over TCP), which
+		// librdmacm's replacement will do; ibv_modify_qp alone cannot.
+		debugf("create qp: iWARP QPs need librdmacm, not implemented yet")
+		*err = C.EOPNOTSUPP
+		return 0
+	}
+	t := ib.QPType(typ)
+	if t != ib.QPTypeRC && t != ib.QPTypeUC && t != ib.QPTypeUD {
+		debugf("create qp: type %d not supported", typ)
+		*err = C.EOPNOTSUPP
+		return 0
+	}
+	q, e := pd.Context().CreateQP(pd, ib.QPInitAttr{
+		Type: t, SendCQ: s.cq, RecvCQ: r.cq, SignalAll: sigAll != 0,
+		Cap: ib.QPCap{
+			MaxSendWR: int(a.max_send_wr), MaxRecvWR: int(a.max_recv_wr),
+			MaxSendSGE: int(a.max_send_sge), MaxRecvSGE: int(a.max_recv_sge),
+			MaxInlineData: int(a.max_inline),
+		},
+	})
+	if e != nil {
+		debugf("create qp: %v", e)
+		*err = errno(e)
+		return 0
+	}
+	c := q.Cap()
+	a.max_send_wr, a.max_recv_wr = C.uint32_t(c.MaxSendWR), C.uint32_t(c.MaxRecvWR)
+	a.max_send_sge, a.max_recv_sge = C.uint32_t(c.MaxSendSGE), C.uint32_t(c.MaxRecvSGE)
+	a.max_inline = C.uint32_t(c.MaxInlineData)
+	*qpn = C.uint32_t(q.QPN())
+	return C.uintptr_t(cgo.NewHandle(&qp{qp: q}))
+}
+
+//export srgo_destroy_qp
+func srgo_destroy_qp(h C.uintptr_t) C.int {
+	q, ok := value[*qp](h)
+	if !ok {
+		return C.EINVAL
+	}
+	if err := q.qp.Destroy(); err != nil {
+		debugf("destroy qp: %v", err)
+		return errno(err)
+	}
+	cgo.Handle(h).Delete()
+	return 0
+}
+
+//export srgo_modify_qp
+func srgo_modify_qp(h C.uintptr_t, a *C.struct_sr_qpattr, mask C.int) C.int {
+	q, ok := value[*qp](h)
+	if !ok {
+		return C.EINVAL
+	}
+	m := ib.QPAttrMask(mask)
+	attr := ib.QPAttr{
+		QPState: ib.QPState(a.state), CurQPState: ib.QPState(a.cur_state),
+		EnSQDAsyncNotify: a.en_sqd_async_notify != 0, AccessFlags: ib.Access(a.access),
+		PKeyIndex: uint16(a.pkey_index), Port: uint8(a.port_num), QKey: uint32(a.qkey),
+		Timeout: uint8(a.timeout), RetryCnt: uint8(a.retry_cnt), RNRRetry: uint8(a.rnr_retry),
+		RQPSN: uint32(a.rq_psn), SQPSN: uint32(a.sq_psn), DestQPN: uint32(a.dest_qp_num),
+		MaxRdAtomic: int(a.max_rd_atomic), MaxDestRdAtomic: int(a.max_dest_rd_atomic),
+		MinRNRTimer: uint8(a.min_rnr_timer),
+	}
+	if m&ib.QPAttrPathMTU != 0 {
+		if a.path_mtu < 1 || a.path_mtu > 5 {
+			debugf("modify qp 0x%x: path_mtu %d not an enum ibv_mtu", q.qp.QPN(), a.path_mtu)
+			return C.EINVAL
+		}
+		attr.PathMTU = 128 << a.path_mtu
+	}
+	if m&ib.QPAttrAH != 0 {
+		if a.is_global == 0 {
+			// RoCE has no LIDs: rdma-core's rxe provider refuses an AH without a GRH too.
+			debugf("modify qp 0x%x: address without a GRH (is_global 0): RoCE needs the GID", q.qp.QPN())
+			return C.EINVAL
+		}
+		hop := uint8(a.hop_limit)
+		if hop <= 1 {
+			// ibv_rc_pingpong asks for 1; rxe sends 64 whatever it is told
+			// on RoCEv2 (rxe_init_av uses the GRH, but the IP TTL is the
+			// netdev's), and a TTL of 1 would not cross a router.
+			hop = 64
+		}
+		attr.AH = ib.AddressHandle{
+			DGID: *(*[16]byte)(unsafe.Pointer(&a.dgid[0])), SGIDIndex: uint8(a.sgid_index),
+			HopLimit: hop, TrafficClass: uint8(a.traffic_class), FlowLabel: uint32(a.flow_label), SL: uint8(a.sl),
+		}
+	}
+	if err := q.qp.Modify(&attr, m); err != nil {
+		debugf("modify qp 0x%x: %v", q.qp.QPN(), err)
+		return errno(err)
+	}
+	return 0
+}
+
+//export srgo_query_qp
+func srgo_query_qp(h C.uintptr_t, a *C.struct_sr_qpattr) C.int {
+	q, ok := value[*qp](h)
+	if !ok {
+		return C.EINVAL
+	}
+	at := q.qp.Query()
+	a.state = C.uint32_t(q.qp.State())
+	for e := 1; e <= 5; e++ {
+		if 128<<e == at.PathMTU {
+			a.path_mtu = C.uint32_t(e)
+		}
+	}
+	a.qkey, a.rq_psn, a.sq_psn, a.dest_qp_num = C.uint32_t(at.QKey), C.uint32_t(at.RQPSN), C.uint32_t(at.SQPSN), C.uint32_t(at.DestQPN)
+	a.access = C.uint32_t(at.AccessFlags)
+	a.pkey_index, a.port_num = C.uint16_t(at.PKeyIndex), C.uint8_t(at.Port)
+	a.timeout, a.retry_cnt, a.rnr_retry, a.min_rnr_timer = C.uint8_t(at.Timeout), C.uint8_t(at.RetryCnt), C.uint8_t(at.RNRRetry), C.uint8_t(at.MinRNRTimer)
+	a.max_rd_atomic, a.max_dest_rd_atomic = C.uint8_t(at.MaxRdAtomic), C.uint8_t(at.MaxDestRdAtomic)
+	a.sgid_index, a.hop_limit, a.traffic_class, a.sl = C.uint8_t(at.AH.SGIDIndex), C.uint8_t(at.AH.HopLimit), C.uint8_t(at.AH.TrafficClass), C.uint8_t(at.AH.SL)
+	a.flow_label = C.uint32_t(at.AH.FlowLabel)
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&a.dgid[0])), 16), at.AH.DGID[:])
+	c := q.qp.Cap()
+	a.max_send_wr, a.max_recv_wr = C.uint32_t(c.MaxSendWR), C.uint32_t(c.MaxRecvWR)
+	a.max_send_sge, a.max_recv_sge = C.uint32_t(c.MaxSendSGE), C.uint32_t(c.MaxRecvSGE)
+	a.max_inline = C.uint32_t(c.MaxInlineData)
+	return 0
+}
+
+// sgl converts n C SGEs, appending to buf.
+func sgl(buf []ib.SGE, sg *C.struct_ibv_sge, n C.uint32_t) []ib.SGE {
+	if n == 0 || sg == nil {
+		return buf
+	}
+	for _, s := range unsafe.Slice(sg, int(n)) {
+		buf = append(buf, ib.SGE{Addr: uint64(s.addr), Length: uint32(s.length), LKey: uint32(s.lkey)})
+	}
+	return buf
+}
+
+// postErr maps a post error to ibv_post_send's return: ENOMEM for a full
+// queue, EINVAL otherwise.
+func postErr(err error) C.int {
+	if errors.Is(err, ib.ErrQueueFull) || errors.Is(err, ib.ErrNoResources) {
+		return C.ENOMEM
+	}
+	return C.EINVAL
+}
+
+//export srgo_post_send
+func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C.int {
+	q, ok := value[*qp](h)
+	if !ok || n <= 0 {
+		return C.EINVAL
+	}
+	q.send, q.sges = q.send[:0], q.sges[:0]
+	in := unsafe.Slice(w, int(n))
+	for k := range in {
+		c := &in[k]
+		start := len(q.sges)
+		q.sges = sgl(q.sges, c.sg, c.num_sge)
+		wr := ib.SendWR{
+			WRID: uint64(c.wr_id), Opcode: ib.WROpcode(c.opcode),
+			Signaled: c.flags&sendSignaled != 0, Fence: c.flags&sendFence != 0, Solicited: c.flags&sendSolicited != 0,
+			Imm: uint32(c.imm), InvalidateRKey: uint32(c.invalidate_rkey),
+			RemoteAddr: uint64(c.remote_addr), RKey: uint32(c.rkey),
+			CompareAdd: uint64(c.compare_add), Swap: uint64(c.swap),
+		}
+		if c.flags&sendInline != 0 {
+			// The SGEs name unregistered memory the program may reuse at once:
+			// copy the bytes now.
+			var data []byte
+			for _, s := range q.sges[start:] {
+				if s.Length > 0 {
+					data = append(data, unsafe.Slice((*byte)(unsafe.Pointer(uintptr(s.Addr))), int(s.Length))...)
+				}
+			}
+			if data == nil {
+				data = []byte{}
+			}
+			wr.Inline, wr.InlineData = true, data
+			q.sges = q.sges[:start]
+		}
+		q.send = append(q.send, wr)
+	}
+	// The SGL slices are cut once q.sges stops growing.
+	off := 0
+	for k := range q.send {
+		if q.send[k].Inline {
+			continue
+		}
+		m := int(in[k].num_sge)
+		if in[k].sg == nil {
+			m = 0
+		}
+		q.send[k].SGL = q.sges[off : off+m : off+m]
+		off += m
+	}
+	if err := q.qp.PostSend(q.send...); err != nil {
+		var pe *ib.PostError
+		if errors.As(err, &pe) {
+			*posted = C.int(pe.Index)
+		}
+		debugf("post send: %v", err)
+		return postErr(err)
+	}
+	*posted = n
+	return 0
+}
+
+//export srgo_post_recv
+func srgo_post_recv(h C.uintptr_t, w *C.struct_sr_rwr, n C.int, posted *C.int) C.int {
+	q, ok := value[*qp](h)
+	if !ok || n <= 0 {
+		return C.EINVAL
+	}
+	q.recv, q.rsges = q.recv[:0], q.rsges[:0]
+	in := unsafe.Slice(w, int(n))
+	for k := range in {
+		q.rsges = sgl(q.rsges, in[k].sg, in[k].num_sge)
+		q.recv = append(q.recv, ib.RecvWR{WRID: uint64(in[k].wr_id)})
+	}
+	off := 0
+	for k := range q.recv {
+		m := int(in[k].num_sge)
+		if in[k].sg == nil {
+			m = 0
+		}
+		q.recv[k].SGL = q.rsges[off : off+m : off+m]
+		off += m
+	}
+	if err := q.qp.PostRecv(q.recv...); err != nil {
+		var pe *ib.PostError
+		if errors.As(err, &pe) {
+			*posted = C.int(pe.Index)
+		}
+		debugf("post recv: %v", err)
+		return postErr(err)
+	}
+	*posted = n
+	return 0
+}
