@@ -11,13 +11,17 @@ import (
 	"github.com/spf13/pflag"
 )
 
-const decodeUsage = `usage: softrdma decode FILE [--json] [--flows=false] [--no-summary]
+const decodeUsage = `usage: softrdma decode FILE|- [--json] [--flows=false] [--no-summary]
 
-Explains a pcap or pcapng capture of RoCEv1, RoCEv2 and iWARP traffic: one line per RDMA
+Explains a pcap or pcapng capture (FILE, or standard input for -, as in
+'tcpdump -w - | softrdma decode -') of RoCEv1, RoCEv2 and iWARP traffic: one line per RDMA
 packet, then a summary per flow. Every RoCE ICRC and every FPDU CRC32c is verified.
 Exit status: 0 all RDMA frames well formed, 1 some frame bad (named on stderr), 2 not a
 capture or cannot be read.
 `
+
+// decodeStdin is what "softrdma decode -" reads: standard input (tests replace it).
+var decodeStdin io.Reader = os.Stdin
 
 // runDecode is the decode subcommand: flags around decode.Run.
 func runDecode(args []string, stdout, stderr io.Writer) int {
@@ -43,14 +47,17 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	name := fs.Arg(0)
-	f, err := os.Open(name)
+	in, closeIn, err := openDecodeInput(name)
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma decode: %v\n", err)
 		return 2
 	}
-	defer f.Close()
+	defer closeIn()
+	if name == "-" {
+		name = "standard input"
+	}
 	out := bufio.NewWriterSize(stdout, 64<<10)
-	res, err := decode.Run(f, out, decode.Options{JSON: *jsonOut, Flows: *flows, Summary: !*noSummary})
+	res, err := decode.Run(in, out, decode.Options{JSON: *jsonOut, Flows: *flows, Summary: !*noSummary})
 	if ferr := out.Flush(); err == nil && ferr != nil {
 		err = ferr
 	}
@@ -62,4 +69,22 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softrdma decode: %s: %v\n", name, e)
 	}
 	return res.ExitCode()
+}
+
+// openDecodeInput opens the capture named on the command line: standard input for "-",
+// else the file, which must not be a directory (reading one fails with EISDIR only at
+// the first read, which the decoder would otherwise report as a file with no bytes).
+func openDecodeInput(name string) (r io.Reader, closeFn func(), err error) {
+	if name == "-" {
+		return decodeStdin, func() {}, nil
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: is a directory, not a capture file", name)
+	}
+	return f, func() { f.Close() }, nil
 }

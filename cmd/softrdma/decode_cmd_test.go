@@ -73,3 +73,39 @@ func TestDecodeCommand(t *testing.T) {
 		t.Errorf("softrdma decode --help: exit %d", code)
 	}
 }
+
+// TestDecodeInput: "-" reads the capture from standard input (and names it so in
+// errors); a directory is said to be a directory, not an empty file.
+func TestDecodeInput(t *testing.T) {
+	good, err := os.ReadFile(filepath.Join(decodeCaptures, "rxe-write-bw.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		stdin  []byte
+		code   int
+		stdout string // substring of stdout
+		stderr string // substring of stderr
+	}{
+		{"stdin", []string{"-"}, good, 0, "RC RDMA WRITE First", ""},
+		{"stdin json", []string{"--json", "-"}, good, 0, `{"summary":`, ""},
+		{"stdin truncated", []string{"-"}, good[:len(good)-7], 1, "", "softrdma decode: standard input: file: capture file truncated"},
+		{"stdin garbage", []string{"-"}, []byte("not a capture\n"), 2, "", "standard input: not a pcap or pcapng capture"},
+		{"stdin empty", []string{"-"}, nil, 2, "", "standard input: not a pcap or pcapng capture: empty file"},
+		{"directory", []string{dir}, nil, 2, "", dir + ": is a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			decodeStdin = bytes.NewReader(tc.stdin)
+			t.Cleanup(func() { decodeStdin = os.Stdin })
+			var stdout, stderr bytes.Buffer
+			code := runDecode(tc.args, &stdout, &stderr)
+			if code != tc.code || !strings.Contains(stdout.String(), tc.stdout) || !strings.Contains(stderr.String(), tc.stderr) ||
+				strings.Contains(stderr.String(), "empty file") != strings.Contains(tc.stderr, "empty file") {
+				t.Errorf("decode %v: exit %d (want %d)\nstdout: %.300s\nstderr: %s", tc.args, code, tc.code, stdout.String(), stderr.String())
+			}
+		})
+	}
+}

@@ -59,6 +59,10 @@ func openCapture(r io.Reader) (src frameSource, err error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	magic, err := br.Peek(4)
 	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			// Not a short file but one that cannot be read (a directory: EISDIR).
+			return nil, fmt.Errorf("read: %w", err)
+		}
 		if len(magic) == 0 {
 			return nil, fmt.Errorf("%w: empty file", ErrNotCapture)
 		}

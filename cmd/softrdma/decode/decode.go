@@ -86,7 +86,8 @@ func (r *Result) ExitCode() int {
 }
 
 // Run reads a pcap or pcapng capture from r and writes its explanation to w. The error
-// is non-nil only if r is not a capture (it wraps ErrNotCapture) or w fails; problems
+// is non-nil only if r is not a capture (it wraps ErrNotCapture), r cannot be read at all
+// (a directory), or w fails; problems
 // with frames, and a file cut short, are in Result.Errors.
 func Run(r io.Reader, w io.Writer, opts Options) (Result, error) {
 	src, err := openCapture(r)

@@ -367,3 +367,17 @@ func writeCapture(t testing.TB, frames []frameOut, link layers.LinkType, ng bool
 	}
 	return out.Bytes()
 }
+
+// TestUnreadableInput: an input that fails to read (a directory gives EISDIR) is reported
+// with its read error, not as an empty file, and not as ErrNotCapture.
+func TestUnreadableInput(t *testing.T) {
+	dir, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	_, err = Run(dir, io.Discard, Options{})
+	if err == nil || errors.Is(err, ErrNotCapture) || strings.Contains(err.Error(), "empty") || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("Run(directory): %v", err)
+	}
+}
