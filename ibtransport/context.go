@@ -131,6 +131,9 @@ type Context struct {
 	events        chan AsyncEvent
 	eventsDropped uint64
 	counters      ContextCounters
+
+	placing   []*Wire    // Wires with an open placement (placement.go)
+	placeDone *sync.Cond // signalled when a placement ends; made at the first wait
 }
 
 // ContextCounters count packets that never reached a QP.

@@ -36,12 +36,14 @@ import (
 //     outstanding WR with IBV_WC_WR_FLUSH_ERR; SetError does the same without a
 //     WQE of its own.
 //
-// Every Wire method takes the Context's mutex for its duration and none blocks, so
-// the transport's goroutines may call them freely; slices returned point into
+// Every Wire method takes the Context's mutex for its duration, so the
+// transport's goroutines may call them freely; slices returned point into
 // registered memory and are read or written by the transport after the call
 // returns, without the lock (that is the zero-copy path; verbs forbid the
 // application to touch memory of outstanding WRs, and the engine itself never
-// does). The Wake channel tells the transport that something changed: WRs were
+// does). None blocks, except that a call which invalidates a key (NextSend
+// executing LOCAL_INV or BIND_MW, EndRecv's remote invalidation, CompleteSend of
+// READ_WITH_INV) waits for the placements into that memory to end (placement.go). The Wake channel tells the transport that something changed: WRs were
 // posted, a WQE may start, or the QP's state changed (check State).
 
 // KeyFault says why a memory key check failed.
@@ -87,6 +89,7 @@ type Wire struct {
 	wake  chan struct{}
 	owner any
 	check func(*SendWR) error
+	place placement // the transport's open placement (placement.go)
 }
 
 // Wire returns the QP's external-transport interface, or nil if the QP is not
@@ -335,6 +338,11 @@ func (w *Wire) CompleteSend(id uint64, status WCStatus) bool {
 	}
 	if status == WCSuccess && wq.wr.Opcode == WRRDMAReadWithInv {
 		status = qp.localInvalidate(wq.wr.InvalidateRKey)
+		if status == WCSuccess && c.settlePlacements() {
+			if wq = qp.startedWQE(id); wq == nil {
+				return false // flushed while the invalidation settled
+			}
+		}
 	}
 	qp.finishExternal(wq, status)
 	return true
@@ -394,7 +402,33 @@ func (w *Wire) ReadSink(id, off, n uint64, dst [][]byte) ([][]byte, KeyFault) {
 	if off > wq.length || n > wq.length-off {
 		return nil, KeyBounds
 	}
-	return qp.resolveSGL(wq.wr.SGL, off, n, dst[:0])
+	bufs, f := qp.resolveSGL(wq.wr.SGL, off, n, dst[:0])
+	if f == KeyOK {
+		w.recordSGL(wq.wr.SGL, off, n)
+	}
+	return bufs, f
+}
+
+// recordSGL adds the regions of bytes [off, off+n) of sgl (just resolved) to the
+// Wire's open placement. mu is held.
+func (w *Wire) recordSGL(sgl []SGE, off, n uint64) {
+	if w.place.interrupt == nil {
+		return
+	}
+	for _, s := range sgl {
+		if n == 0 {
+			break
+		}
+		if off >= uint64(s.Length) {
+			off -= uint64(s.Length)
+			continue
+		}
+		if e, ok := w.qp.ctx.keys[s.LKey>>8]; ok && e.mr != nil {
+			w.recordMR(e.mr)
+		}
+		n -= min(n, uint64(s.Length)-off)
+		off = 0
+	}
 }
 
 // resolveSGL returns the local-write memory of bytes [off, off+n) of sgl. mu is held.
@@ -529,6 +563,7 @@ func (w *Wire) RecvBuffers(off, n uint64, dst [][]byte) ([][]byte, WCStatus) {
 	if f != KeyOK {
 		return nil, WCLocProtErr
 	}
+	w.recordSGL(r.recv.sgl, off, n)
 	return bufs, WCSuccess
 }
 
@@ -571,6 +606,9 @@ func (w *Wire) EndRecv(rc RecvCompletion) KeyFault {
 	if rc.Invalidate {
 		if f := c.invalidateRemoteKey(qp, rc.InvalidateRKey); f != faultNone {
 			return KeyFault(f)
+		}
+		if c.settlePlacements() && (!r.haveRecv || qp.dead) {
+			return KeyOK // flushed while the invalidation settled
 		}
 		wc.InvalidatedRKey, wc.Flags = rc.InvalidateRKey, wc.Flags|WCFlagWithInv
 	}
@@ -618,6 +656,9 @@ func (w *Wire) RemoteBuffer(rkey uint32, va, n uint64, want Access) ([]byte, Key
 		return nil, KeyQPAccess
 	}
 	mem, f := c.lookupRemote(qp, rkey, va, n, want)
+	if f == faultNone && want&AccessRemoteWrite != 0 {
+		w.recordRemote(rkey)
+	}
 	return mem, KeyFault(f)
 }
 

@@ -20,6 +20,13 @@ func (qp *QP) execLocal(w *sendWQE) {
 		qp.fail(w, status)
 		return
 	}
+	// An invalidation or (re)binding completes only once nothing writes into the
+	// memory its key named any more (placement.go). While settling waits, the QP
+	// may have been flushed (its own transport terminated for the revocation): the
+	// WQE has completed then.
+	if w.wr.Opcode != WRRegMR && qp.ctx.settlePlacements() && (qp.dead || qp.state == QPStateErr || qp.state == QPStateReset) {
+		return
+	}
 	w.state, w.status = wqeDone, WCSuccess
 	qp.sq.next++
 	qp.retire()

@@ -133,6 +133,7 @@ func (mr *MR) Dereg() error {
 	mr.state = mrFreed
 	c.freeKey(mr.lkey)
 	mr.pd.refs--
+	c.settlePlacements() // nothing writes into the region once Dereg returns
 	return nil
 }
 
@@ -270,6 +271,7 @@ func (mw *MW) Dealloc() error {
 	mw.state = mrFreed
 	c.freeKey(mw.rkey)
 	mw.pd.refs--
+	c.settlePlacements()
 	return nil
 }
 

@@ -215,6 +215,7 @@ func (qp *QP) Destroy() error {
 		mw.unbind()
 	}
 	qp.pd.refs--
+	c.settlePlacements()
 	return nil
 }
 

@@ -81,11 +81,12 @@ type Conn struct {
 	err            error
 	term           *TerminateFields
 
-	failed  atomic.Bool
-	aborted atomic.Bool // Abort: the writer must not send FIN before the RST
-	kick    chan struct{}
-	done    chan struct{}
-	wg      sync.WaitGroup
+	failed      atomic.Bool
+	aborted     atomic.Bool // Abort: the writer must not send FIN before the RST
+	interrupted atomic.Bool // the engine interrupted the reader's placement (rx.go)
+	kick        chan struct{}
+	done        chan struct{}
+	wg          sync.WaitGroup
 }
 
 // outReq is an outstanding Read or Atomic Request of this side.
@@ -208,6 +209,10 @@ func (c *Conn) fail(err error, term *TerminateFields) bool {
 	c.failed.Store(true)
 	c.mu.Unlock()
 	c.nc.SetDeadline(time.Now().Add(c.params.linger()))
+	if c.interrupted.Load() {
+		// A Dereg waits for the reader: keep its read interrupted.
+		c.nc.SetReadDeadline(time.Unix(1, 0))
+	}
 	c.kickWriter()
 	return true
 }
@@ -374,6 +379,7 @@ func newConn(c *Conn, nc net.Conn, qp *ib.QP, w *ib.Wire, neg Negotiated, p Conn
 	}
 	c.kick = make(chan struct{}, 1)
 	c.done = make(chan struct{})
+	w.SetPlacementInterrupt(c.interruptPlacement)
 }
 
 func (c *Conn) start() {
@@ -384,6 +390,7 @@ func (c *Conn) start() {
 		c.wg.Wait()
 		c.nc.Close()
 		c.wire.SetError(0, false)
+		c.wire.SetPlacementInterrupt(nil)
 		c.wire.Detach(c)
 		close(c.done)
 	}()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
 )
@@ -357,13 +358,26 @@ func (c *Conn) readFPDU1(h *rxHdr) error {
 		target, effect, perr = c.place(h)
 	}
 	placed := 0
+	var rerr error
 	if perr == nil {
 		for _, b := range target {
-			if err := r.read(b); err != nil {
-				return err
+			if rerr = r.read(b); rerr != nil {
+				break
 			}
 			placed += len(b)
 		}
+	}
+	// The engine recorded the regions place resolved as this connection's open
+	// placement; a Dereg or an invalidation of one of them has interrupted the
+	// read above (a read deadline in the past) and waits for this. The rest of
+	// the segment is not placed: the STag is no longer valid (RFC 5041 §7.2:
+	// tagged Invalid STag; a receive buffer gone is a local catastrophic error),
+	// and the stream is not read on, so the connection is terminated.
+	if (len(target) > 0 || perr != nil) && c.endPlacement() {
+		return c.revoked(h)
+	}
+	if rerr != nil {
+		return rerr
 	}
 	if err := r.discard(h.paylen - placed); err != nil {
 		return err
@@ -384,6 +398,36 @@ func (c *Conn) readFPDU1(h *rxHdr) error {
 		return effect()
 	}
 	return nil
+}
+
+// endPlacement closes the engine's record of the FPDU's placement and reports
+// whether one of its regions was invalidated meanwhile.
+func (c *Conn) endPlacement() bool {
+	revoked := c.wire.EndPlacement()
+	c.interrupted.Store(false)
+	return revoked
+}
+
+// interruptPlacement is the engine's placement interrupt (called with its lock
+// held, while a Dereg or an invalidation waits): it stops the reader's read into
+// the region with a read deadline in the past.
+func (c *Conn) interruptPlacement() {
+	c.interrupted.Store(true)
+	c.nc.SetReadDeadline(time.Unix(1, 0))
+}
+
+// revoked is the error for an FPDU whose target was deregistered or invalidated
+// while its payload was being placed.
+func (c *Conn) revoked(h *rxHdr) *rxError {
+	switch h.op {
+	case OpSend, OpSendInvalidate, OpSendSE, OpSendSEInvalidate:
+		e := newRxError(LayerRDMAP, ETypeRDMAPLocalCatastrophic, ECodeRDMAPLocalCatastrophic, ib.EventQPFatal,
+			fmt.Errorf("ddp: queue 0 MSN %d: the receive WR's memory was deregistered during placement", h.ddp.MSN()))
+		e.status = ib.WCLocProtErr
+		return e
+	}
+	return ddpTagged(ib.KeyInvalid, fmt.Sprintf("%s STag 0x%08x TO 0x%x: invalidated during placement",
+		h.op, h.ddp.STag(), h.ddp.TO()))
 }
 
 // checkHeaders checks the DDP and RDMAP versions and the opcode, and for untagged
