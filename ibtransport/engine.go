@@ -232,12 +232,17 @@ var dropErrors = func() (a [numDropReasons]*DropError) {
 	return
 }()
 
-// QPCounters count a QP's traffic and its protocol events.
+// QPCounters count a QP's traffic and its protocol events. On an external QP
+// (iWARP) a packet is an FPDU and its bytes run from ULPDU_Length to the CRC,
+// markers included; the IB-specific counters stay zero.
 type QPCounters struct {
 	PacketsOut uint64
 	BytesOut   uint64 // transport bytes (BTH .. pad)
 	PacketsIn  uint64
 	BytesIn    uint64
+	// TerminatesSent and TerminatesReceived count iWARP Terminate messages.
+	TerminatesSent     uint64
+	TerminatesReceived uint64
 	// Retransmissions counts request packets sent again (go-back-N).
 	Retransmissions uint64
 	// Timeouts counts expiries of the retransmission timer.
@@ -268,7 +273,11 @@ type QPCounters struct {
 func (qp *QP) Counters() QPCounters {
 	qp.ctx.mu.Lock()
 	defer qp.ctx.mu.Unlock()
-	return qp.counters
+	cnt := qp.counters
+	if qp.wire != nil && qp.wire.counters != nil {
+		qp.wire.counters(&cnt)
+	}
+	return cnt
 }
 
 // Input processes one received packet: pkt runs from the BTH to the end of the pad

@@ -90,6 +90,23 @@ type Wire struct {
 	owner any
 	check func(*SendWR) error
 	place placement // the transport's open placement (placement.go)
+
+	counters func(*QPCounters) // the transport's counts (SetCounterSource)
+}
+
+// SetCounterSource installs fn, which QP.Counters calls (with the Context's lock
+// held: it must not call into the engine) to add the transport's counts to the
+// QP's; the transport counts without the lock. The source it replaces is called
+// once more and its counts are kept in the QP's, so a transport that stops
+// calls SetCounterSource(nil) when its counts are final.
+func (w *Wire) SetCounterSource(fn func(*QPCounters)) {
+	c := w.qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w.counters != nil {
+		w.counters(&w.qp.counters)
+	}
+	w.counters = fn
 }
 
 // Wire returns the QP's external-transport interface, or nil if the QP is not

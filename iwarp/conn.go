@@ -81,6 +81,8 @@ type Conn struct {
 	err            error
 	term           *TerminateFields
 
+	cnt connCounters
+
 	failed      atomic.Bool
 	aborted     atomic.Bool // Abort: the writer must not send FIN before the RST
 	interrupted atomic.Bool // the engine interrupted the reader's placement (rx.go)
@@ -111,6 +113,24 @@ type rxEffect struct {
 	id   uint64 // Read Response, Atomic Response: the WR
 	orig uint64 // Atomic Response: the original value
 	h    *rxHdr // Read Request, Atomic Request, Terminate: the headers
+}
+
+// connCounters are the connection's part of its QP's QPCounters, counted by the
+// reader and the writer without the engine's lock and added by QP.Counters
+// (ibtransport.Wire.SetCounterSource).
+type connCounters struct {
+	packetsOut, bytesOut, packetsIn, bytesIn atomic.Uint64
+	terminatesSent, terminatesReceived       atomic.Uint64
+}
+
+// addTo adds the counts to q (called by the engine, with its lock held).
+func (k *connCounters) addTo(q *ib.QPCounters) {
+	q.PacketsOut += k.packetsOut.Load()
+	q.BytesOut += k.bytesOut.Load()
+	q.PacketsIn += k.packetsIn.Load()
+	q.BytesIn += k.bytesIn.Load()
+	q.TerminatesSent += k.terminatesSent.Load()
+	q.TerminatesReceived += k.terminatesReceived.Load()
 }
 
 // inResp is a Read or Atomic Response this side owes the peer.
@@ -380,6 +400,7 @@ func newConn(c *Conn, nc net.Conn, qp *ib.QP, w *ib.Wire, neg Negotiated, p Conn
 	c.kick = make(chan struct{}, 1)
 	c.done = make(chan struct{})
 	w.SetPlacementInterrupt(c.interruptPlacement)
+	w.SetCounterSource(c.cnt.addTo)
 }
 
 func (c *Conn) start() {
@@ -391,6 +412,7 @@ func (c *Conn) start() {
 		c.nc.Close()
 		c.wire.SetError(0, false)
 		c.wire.SetPlacementInterrupt(nil)
+		c.wire.SetCounterSource(nil) // the counts are final: the QP keeps them
 		c.wire.Detach(c)
 		close(c.done)
 	}()

@@ -382,7 +382,13 @@ func (c *Conn) readFPDU1(h *rxHdr) error {
 	if err := r.discard(h.paylen - placed); err != nil {
 		return err
 	}
-	if err := r.trailer(h.ulpdu); err != nil {
+	err := r.trailer(h.ulpdu)
+	if err == nil || errors.Is(err, ErrMarkerMismatch) || errors.Is(err, ErrBadCRC) {
+		// The whole FPDU was read (checked or not).
+		c.cnt.packetsIn.Add(1)
+		c.cnt.bytesIn.Add(r.pos - start)
+	}
+	if err != nil {
 		if errors.Is(err, ErrMarkerMismatch) {
 			return llpError(ECodeMPAMarkerMismatch, err)
 		}
@@ -824,6 +830,7 @@ func (c *Conn) atomicRequest(h *rxHdr) error {
 // peerTerminate handles the peer's Terminate message.
 func (c *Conn) peerTerminate(h *rxHdr) error {
 	c.rq[QueueTerminate].msn++
+	c.cnt.terminatesReceived.Add(1)
 	t, err := ParseTerminate(h.opHdr)
 	if err != nil {
 		return &TerminateError{Layer: LayerRDMAP, EType: ETypeRDMAPRemoteOperation, Code: ECodeRDMAPUnspecified, Err: err}

@@ -214,6 +214,18 @@ func (t *txState) write(nc net.Conn) error {
 	return err
 }
 
+// writeBatch writes the framed batch and counts its FPDUs and octets.
+func (c *Conn) writeBatch() error {
+	t := &c.tx
+	fpdus, n := t.fpdus, t.bytes
+	if err := t.write(c.nc); err != nil {
+		return err
+	}
+	c.cnt.packetsOut.Add(uint64(fpdus))
+	c.cnt.bytesOut.Add(uint64(n))
+	return nil
+}
+
 // txMsg is the send WQE being framed, which may take several batches.
 type txMsg struct {
 	active bool
@@ -463,7 +475,7 @@ func (c *Conn) writer() {
 	if c.initiator && c.neg.PeerToPeer {
 		t.reset()
 		c.frameRTR()
-		if err := t.write(c.nc); err != nil {
+		if err := c.writeBatch(); err != nil {
 			c.lost(err)
 		}
 	}
@@ -476,7 +488,9 @@ func (c *Conn) writer() {
 			if term != nil {
 				t.reset()
 				c.frameTerminate(term)
-				t.write(c.nc)
+				if c.writeBatch() == nil {
+					c.cnt.terminatesSent.Add(1)
+				}
 			}
 			c.closeWrite()
 			return
@@ -517,7 +531,7 @@ func (c *Conn) writer() {
 			}
 			continue
 		}
-		if err := t.write(c.nc); err != nil {
+		if err := c.writeBatch(); err != nil {
 			c.lost(err)
 			continue
 		}
