@@ -62,12 +62,9 @@ else
 fi
 (cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/softrdma" ./cmd/softrdma)
 
-# How the guest's scripts read a run's MB/s: perftest's table row for the
-# size (bytes iterations peak average rate), softrdma perf's JSON.
-cat >"$WORK/parse.sh" <<'EOF'
-bw_of() { awk -v s="$1" '$1 == s && NF >= 4 {v = $4} END {print v}' "$2"; }
-softrdma_bw_of() { sed -n 's/.*"bw_average": *\([0-9.eE+-]*\).*/\1/p' "$1" | head -1; }
-EOF
+# How the guest's scripts read a run's MB/s (perftest's row, softrdma perf's
+# JSON, softrdma bench's baselines).
+cp "$ROOT/scripts/bench-kernel-parse.sh" "$WORK/parse.sh"
 
 # The guest's part: one line "RESULT TOOL SIZE MB/s" per run ("-" when it
 # did not run, with the reason on a NOTE line).
@@ -140,10 +137,7 @@ if want raw; then
 	/project/softrdma bench --addrs "$IP,$IP2" --transport roce,iwarp --tests write \
 		--sizes "$(echo $SIZES | tr ' ' ,)" --time "$RAWTIME" --json >/tmp/raw.json 2>/tmp/raw.err ||
 		echo "NOTE raw 0: softrdma bench --addrs: $(tail -2 /tmp/raw.err | tr '\n' ' ')"
-	awk -F': *' '
-	/"transport":/ { gsub(/[",]/, "", $2); t = ($2 == "roce") ? "raw-udp" : "raw-tcp" }
-	/"bytes":/ { gsub(/,/, "", $2); b = $2 }
-	/"baseline":/ { gsub(/,/, "", $2); print "RESULT " t " " b " " $2 }' /tmp/raw.json
+	raw_results /tmp/raw.json
 fi
 EOF
 
