@@ -3,10 +3,12 @@ package decode
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -41,16 +43,59 @@ const (
 	gzipMagic2          = 0x8b
 )
 
+// linkType is a capture's link-layer header type (LINKTYPE_*, tcpdump.org/linktypes):
+// 16 bits in both pcap and pcapng. gopacket's layers.LinkType is 8 bits and pcapgo
+// truncates to it (LINUX_SLL2, 276, read as 20), so the capture readers take the link
+// type from the file headers themselves.
+type linkType uint16
+
+// The link types the decoder reads.
+const (
+	linkNull      linkType = 0   // BSD loopback: not read
+	linkEthernet  linkType = 1   // Ethernet (and Linux lo)
+	linkRaw       linkType = 101 // raw IPv4 or IPv6
+	linkLinuxSLL  linkType = 113 // Linux cooked capture v1 (tcpdump -i any before libpcap 1.10)
+	linkIPv4      linkType = 228
+	linkIPv6      linkType = 229
+	linkLinuxSLL2 linkType = 276 // Linux cooked capture v2 (tcpdump -i any)
+)
+
+// String names the link type as tcpdump does, or by its number.
+func (l linkType) String() string {
+	switch l {
+	case linkNull:
+		return "NULL"
+	case linkEthernet:
+		return "EN10MB"
+	case linkRaw:
+		return "RAW"
+	case linkLinuxSLL:
+		return "LINUX_SLL"
+	case linkIPv4:
+		return "IPV4"
+	case linkIPv6:
+		return "IPV6"
+	case linkLinuxSLL2:
+		return "LINUX_SLL2"
+	}
+	return fmt.Sprintf("LINKTYPE %d", uint16(l))
+}
+
 // frameSource yields the frames of a capture with their link types. Data is only valid
 // until the next call.
 type frameSource interface {
-	next() (data []byte, ci gopacket.CaptureInfo, link layers.LinkType, err error)
+	next() (data []byte, ci gopacket.CaptureInfo, link linkType, err error)
 	format() string
 }
 
 // openCapture detects the file format by its magic number and returns a frame source.
-// A file that is neither pcap nor pcapng yields an error wrapping ErrNotCapture.
+// A file that is neither pcap nor pcapng yields an error wrapping ErrNotCapture. A
+// gzip-compressed capture (pcap or pcapng) is read through gzip.
 func openCapture(r io.Reader) (src frameSource, err error) {
+	return openCaptureGzip(r, false)
+}
+
+func openCaptureGzip(r io.Reader, inGzip bool) (src frameSource, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			src, err = nil, fmt.Errorf("%w: capture header: malformed (%v)", ErrNotCapture, p)
@@ -61,6 +106,9 @@ func openCapture(r io.Reader) (src frameSource, err error) {
 	if err != nil {
 		if !errors.Is(err, io.EOF) {
 			// Not a short file but one that cannot be read (a directory: EISDIR).
+			if inGzip {
+				return nil, fmt.Errorf("%w: gzip: %v", ErrNotCapture, err)
+			}
 			return nil, fmt.Errorf("read: %w", err)
 		}
 		if len(magic) == 0 {
@@ -71,13 +119,23 @@ func openCapture(r io.Reader) (src frameSource, err error) {
 	le, be := binary.LittleEndian.Uint32(magic), binary.BigEndian.Uint32(magic)
 	switch {
 	case le == pcapngMagic:
-		ng, err := pcapgo.NewNgReader(&ngSanitizer{r: br}, pcapgo.NgReaderOptions{WantMixedLinkType: true})
+		san := &ngSanitizer{r: br}
+		ng, err := pcapgo.NewNgReader(san, pcapgo.NgReaderOptions{WantMixedLinkType: true})
 		if err != nil {
 			return nil, fmt.Errorf("%w: pcapng: %v", ErrNotCapture, readErr(err))
 		}
-		return &ngSource{r: ng}, nil
-	case le == pcapMagicMicro || le == pcapMagicNano || be == pcapMagicMicro || be == pcapMagicNano,
-		magic[0] == gzipMagic1 && magic[1] == gzipMagic2:
+		return &ngSource{r: ng, san: san}, nil
+	case le == pcapMagicMicro || le == pcapMagicNano || be == pcapMagicMicro || be == pcapMagicNano:
+		var link linkType
+		if hdr, err := br.Peek(24); err == nil {
+			// The link type is the low 16 bits of the header's last word (the upper
+			// ones may say the frames end in an FCS).
+			if le == pcapMagicMicro || le == pcapMagicNano {
+				link = linkType(binary.LittleEndian.Uint32(hdr[20:24]))
+			} else {
+				link = linkType(binary.BigEndian.Uint32(hdr[20:24]))
+			}
+		}
 		pr, err := pcapgo.NewReader(br)
 		if err != nil {
 			return nil, fmt.Errorf("%w: pcap: %v", ErrNotCapture, readErr(err))
@@ -85,7 +143,13 @@ func openCapture(r io.Reader) (src frameSource, err error) {
 		if s := pr.Snaplen(); s == 0 || s > maxSnaplen {
 			pr.SetSnaplen(maxSnaplen)
 		}
-		return &pcapSource{r: pr}, nil
+		return &pcapSource{r: pr, link: link}, nil
+	case magic[0] == gzipMagic1 && magic[1] == gzipMagic2 && !inGzip:
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("%w: gzip: %v", ErrNotCapture, readErr(err))
+		}
+		return openCaptureGzip(gz, true)
 	}
 	return nil, fmt.Errorf("%w: unknown magic number %#08x", ErrNotCapture, be)
 }
@@ -98,16 +162,19 @@ func readErr(err error) error {
 	return err
 }
 
-// pcapSource reads classic pcap files.
-type pcapSource struct{ r *pcapgo.Reader }
+// pcapSource reads classic pcap files; link is the file's link type as its header says.
+type pcapSource struct {
+	r    *pcapgo.Reader
+	link linkType
+}
 
-func (s *pcapSource) next() (data []byte, ci gopacket.CaptureInfo, link layers.LinkType, err error) {
+func (s *pcapSource) next() (data []byte, ci gopacket.CaptureInfo, link linkType, err error) {
 	data, ci, err = s.r.ZeroCopyReadPacketData()
 	if err == io.EOF && ci.CaptureLength > 0 {
 		// The record header was read but none of its data: the file is cut short.
 		err = io.ErrUnexpectedEOF
 	}
-	return data, ci, s.r.LinkType(), err
+	return data, ci, s.link, err
 }
 
 func (s *pcapSource) format() string { return "pcap" }
@@ -115,19 +182,24 @@ func (s *pcapSource) format() string { return "pcap" }
 // ngSource reads pcapng files. pcapgo's pcapng reader indexes option values and divides by
 // a resolution taken from the file without checking them; ngSanitizer checks what it can,
 // and a recover() here turns anything left into an error for the file instead of a crash.
-type ngSource struct{ r *pcapgo.NgReader }
+// The link type pcapgo reports for a packet is the sanitizer's code for its interface's
+// link type (see ngSanitizer.links).
+type ngSource struct {
+	r   *pcapgo.NgReader
+	san *ngSanitizer
+}
 
-func (s *ngSource) next() (data []byte, ci gopacket.CaptureInfo, link layers.LinkType, err error) {
+func (s *ngSource) next() (data []byte, ci gopacket.CaptureInfo, link linkType, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			data, err = nil, fmt.Errorf("pcapng: malformed block (%v)", p)
 		}
 	}()
 	data, ci, err = s.r.ZeroCopyReadPacketData()
-	link = layers.LinkTypeNull
+	link = linkNull
 	if len(ci.AncillaryData) > 0 {
-		if l, ok := ci.AncillaryData[0].(layers.LinkType); ok {
-			link = l
+		if code, ok := ci.AncillaryData[0].(layers.LinkType); ok && int(code) < len(s.san.links) {
+			link = s.san.links[code]
 		}
 	}
 	return data, ci, link, err
@@ -159,6 +231,10 @@ type ngSanitizer struct {
 	nIfaces int
 	offset  int64
 	err     error
+	// links are the link types of the file's interfaces, each once. An interface
+	// description's 16-bit link type is replaced by its index here before pcapgo reads
+	// it, because pcapgo keeps it in 8 bits (layers.LinkType); ngSource maps it back.
+	links []linkType
 }
 
 func (s *ngSanitizer) Read(p []byte) (int, error) {
@@ -246,6 +322,16 @@ func (s *ngSanitizer) readBlock() error {
 func (s *ngSanitizer) checkBody(typ uint32, body []byte) string {
 	switch typ {
 	case ngBlockIDB:
+		link := linkType(s.order.Uint16(body[0:2]))
+		code := slices.Index(s.links, link)
+		if code < 0 {
+			if len(s.links) > 0xff {
+				return fmt.Sprintf("link type %d: more than 256 link types in one file", uint16(link))
+			}
+			code = len(s.links)
+			s.links = append(s.links, link)
+		}
+		s.order.PutUint16(body[0:2], uint16(code))
 		snap := s.order.Uint32(body[4:8])
 		if snap == 0 || snap > maxSnaplen {
 			snap = maxSnaplen

@@ -141,7 +141,6 @@ type decoder struct {
 	// UDP port 4791 apart when roce.Frame rejects a frame).
 	eth     layers.Ethernet
 	dot1q   layers.Dot1Q
-	sll     layers.LinuxSLL
 	ip4     layers.IPv4
 	ip6     layers.IPv6
 	tcp     layers.TCP
@@ -155,7 +154,7 @@ type decoder struct {
 	conns     map[connKey]*tcpConn
 	connOrder []*tcpConn
 	cmPairs   []cmPair
-	badLinks  map[layers.LinkType]bool
+	badLinks  map[linkType]bool
 	// headerCuts are the frames cut inside their UDP or TCP headers, decided at the end
 	// (at most maxHeaderCuts; headerCutsDropped counts the rest).
 	headerCuts        []headerCut
@@ -172,12 +171,12 @@ func newDecoder(w io.Writer, opts Options) *decoder {
 		rdma:     map[int]bool{},
 		roceDirs: map[roceDirKey]*roceDir{},
 		conns:    map[connKey]*tcpConn{},
-		badLinks: map[layers.LinkType]bool{},
+		badLinks: map[linkType]bool{},
 		parsers:  map[gopacket.LayerType]*gopacket.DecodingLayerParser{},
 		decoded:  make([]gopacket.LayerType, 0, 8),
 	}
-	for _, first := range []gopacket.LayerType{layers.LayerTypeEthernet, layers.LayerTypeLinuxSLL, layers.LayerTypeIPv4, layers.LayerTypeIPv6} {
-		p := gopacket.NewDecodingLayerParser(first, &d.eth, &d.dot1q, &d.sll, &d.ip4, &d.ip6, &d.tcp, &d.udp)
+	for _, first := range []gopacket.LayerType{layers.LayerTypeEthernet, layers.LayerTypeIPv4, layers.LayerTypeIPv6} {
+		p := gopacket.NewDecodingLayerParser(first, &d.eth, &d.dot1q, &d.ip4, &d.ip6, &d.tcp, &d.udp)
 		p.IgnoreUnsupported = true
 		d.parsers[first] = p
 	}
@@ -246,8 +245,31 @@ func cutShort(ci gopacket.CaptureInfo) string {
 	return ""
 }
 
+// cookedHeader returns the length of a Linux cooked capture header (tcpdump -i any) and
+// the protocol it names, an Ethertype; ok is false if link is not a cooked capture or the
+// frame is too short to hold its header.
+//
+// LINUX_SLL (113): packet type, ARPHRD type, address length, 8 address bytes, protocol
+// (2 bytes at 14). LINUX_SLL2 (276): protocol (2 bytes at 0), reserved, interface
+// index, ARPHRD type, packet type, address length, 8 address bytes: 20 bytes.
+func cookedHeader(link linkType, frame []byte) (n int, proto uint16, ok bool) {
+	switch link {
+	case linkLinuxSLL:
+		if len(frame) < 16 {
+			return 0, 0, false
+		}
+		return 16, binary.BigEndian.Uint16(frame[14:16]), true
+	case linkLinuxSLL2:
+		if len(frame) < 20 {
+			return 0, 0, false
+		}
+		return 20, binary.BigEndian.Uint16(frame[0:2]), true
+	}
+	return 0, 0, false
+}
+
 // handleFrame decodes one frame: RoCE first (roce.Frame), then TCP for iWARP.
-func (d *decoder) handleFrame(data []byte, ci gopacket.CaptureInfo, link layers.LinkType) {
+func (d *decoder) handleFrame(frame []byte, ci gopacket.CaptureInfo, link linkType) {
 	if !d.haveT0 {
 		d.t0, d.haveT0 = ci.Timestamp, true
 	}
@@ -255,24 +277,34 @@ func (d *decoder) handleFrame(data []byte, ci gopacket.CaptureInfo, link layers.
 	d.wire, d.captured = ci.Length, ci.CaptureLength
 	var err error
 	var first gopacket.LayerType
+	// data is the frame from the header gopacket's parse starts at (first); a cooked
+	// RoCEv1 frame (cookedV1) has none, its link header being all it has besides the GRH.
+	data := frame
+	cookedV1 := false
 	switch link {
-	case layers.LinkTypeEthernet:
+	case linkEthernet:
 		err = d.rf.DecodeEthernet(data)
 		first = layers.LayerTypeEthernet
-	case layers.LinkTypeLinuxSLL:
-		first = layers.LayerTypeLinuxSLL
-		if len(data) < 16 {
+	case linkLinuxSLL, linkLinuxSLL2:
+		n, proto, ok := cookedHeader(link, frame)
+		if !ok {
 			return
 		}
-		switch proto := binary.BigEndian.Uint16(data[14:16]); proto {
+		data = frame[n:]
+		switch proto {
 		case roce.EtherTypeIPv4, roce.EtherTypeIPv6:
-			err = d.rf.DecodeIP(data[16:])
+			first = layers.LayerTypeIPv4
+			if proto == roce.EtherTypeIPv6 {
+				first = layers.LayerTypeIPv6
+			}
+			err = d.rf.DecodeIP(data)
 		case roce.EtherTypeRoCEv1:
-			err = d.rf.DecodeGRH(data[16:])
+			cookedV1 = true
+			err = d.rf.DecodeGRH(data)
 		default:
-			err = roce.ErrNotRoCE
+			return // not IP, not RoCE (ARP, and the like)
 		}
-	case layers.LinkTypeRaw, layers.LinkTypeIPv4, layers.LinkTypeIPv6:
+	case linkRaw, linkIPv4, linkIPv6:
 		if len(data) == 0 {
 			return
 		}
@@ -284,7 +316,7 @@ func (d *decoder) handleFrame(data []byte, ci gopacket.CaptureInfo, link layers.
 	default:
 		if !d.badLinks[link] {
 			d.badLinks[link] = true
-			d.notef(d.frame, "link type %v (%d) not supported: its frames are skipped", link, int(link))
+			d.errorf(d.frame, "link type %d (%v) not supported: this frame and every later one of link type %d are not decoded", uint16(link), link, uint16(link))
 		}
 		return
 	}
@@ -296,7 +328,7 @@ func (d *decoder) handleFrame(data []byte, ci gopacket.CaptureInfo, link layers.
 		d.other(data, first, ci)
 		return
 	}
-	if errors.Is(err, roce.ErrTruncated) && d.decodeCut(data, ci, link) {
+	if errors.Is(err, roce.ErrTruncated) && d.decodeCut(frame, ci, link) {
 		d.cutHeaders = true
 		d.roce(ci, nil)
 		d.cutHeaders = false
@@ -304,7 +336,12 @@ func (d *decoder) handleFrame(data []byte, ci gopacket.CaptureInfo, link layers.
 	}
 	// roce.Frame rejected the frame before it could tell whether it is RoCE: it is
 	// only if gopacket finds Ethertype 0x8915 or UDP destination port 4791.
-	if d.isRoCE(data, first, link) {
+	if cookedV1 {
+		d.decoded = d.decoded[:0]
+		d.roce(ci, err)
+		return
+	}
+	if d.isRoCE(data, first) {
 		d.roce(ci, err)
 		return
 	}
@@ -321,7 +358,7 @@ const maxWholeFrame = 1<<16 + 64
 // header its opcode carries. Then d.rf is a view of d.whole whose headers are all real;
 // what it says of the payload and the ICRC must not be believed. A frame whose headers
 // the capture cut is left to the caller (false).
-func (d *decoder) decodeCut(data []byte, ci gopacket.CaptureInfo, link layers.LinkType) bool {
+func (d *decoder) decodeCut(data []byte, ci gopacket.CaptureInfo, link linkType) bool {
 	if ci.Length <= len(data) || ci.Length > maxWholeFrame {
 		return false
 	}
@@ -333,11 +370,15 @@ func (d *decoder) decodeCut(data []byte, ci gopacket.CaptureInfo, link layers.Li
 	var err error
 	off := 0
 	switch link {
-	case layers.LinkTypeEthernet:
+	case linkEthernet:
 		err = d.rf.DecodeEthernet(w)
-	case layers.LinkTypeLinuxSLL:
-		off = 16
-		if binary.BigEndian.Uint16(w[14:16]) == roce.EtherTypeRoCEv1 {
+	case linkLinuxSLL, linkLinuxSLL2:
+		n, proto, ok := cookedHeader(link, data)
+		if !ok {
+			return false
+		}
+		off = n
+		if proto == roce.EtherTypeRoCEv1 {
 			err = d.rf.DecodeGRH(w[off:])
 		} else {
 			err = d.rf.DecodeIP(w[off:])
@@ -369,7 +410,7 @@ func (d *decoder) has(t gopacket.LayerType) bool {
 }
 
 // isRoCE reports whether a frame that roce.Frame rejected is addressed to RoCE.
-func (d *decoder) isRoCE(data []byte, first gopacket.LayerType, link layers.LinkType) bool {
+func (d *decoder) isRoCE(data []byte, first gopacket.LayerType) bool {
 	d.parse(data, first)
 	switch {
 	case d.has(layers.LayerTypeUDP):
@@ -384,8 +425,6 @@ func (d *decoder) isRoCE(data []byte, first gopacket.LayerType, link layers.Link
 		return d.dot1q.Type == roce.EtherTypeRoCEv1
 	case d.has(layers.LayerTypeEthernet) && !d.has(layers.LayerTypeIPv4) && !d.has(layers.LayerTypeIPv6):
 		return d.eth.EthernetType == roce.EtherTypeRoCEv1
-	case link == layers.LinkTypeLinuxSLL && len(data) >= 16:
-		return binary.BigEndian.Uint16(data[14:16]) == roce.EtherTypeRoCEv1
 	}
 	return false
 }

@@ -1,7 +1,10 @@
 // Package decode explains a pcap or pcapng capture of RoCE (v1 and v2) and iWARP traffic:
 // one line per RDMA packet, like a tshark summary, then a summary per flow. It verifies
 // the ICRC of every RoCE packet and the CRC32c of every FPDU that carries one, and
-// reassembles each direction of every TCP connection to find iWARP's MPA frames.
+// reassembles each direction of every TCP connection to find iWARP's MPA frames. It reads
+// pcap and pcapng (also gzip-compressed) of link types Ethernet, raw IP and Linux cooked
+// capture v1 and v2 (LINUX_SLL and LINUX_SLL2, what tcpdump -i any writes); frames of
+// any other link type are an error naming its number.
 //
 // A frame the capture cut short (a small snap length) is an error when what it shows
 // makes it RDMA: UDP destination port 4791, a TCP segment of a connection found to be

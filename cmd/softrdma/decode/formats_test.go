@@ -2,10 +2,15 @@ package decode
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -354,5 +359,171 @@ func TestCoalescedSegments(t *testing.T) {
 	a, b := packetLines(got), packetLines(wantOut)
 	if len(a) != len(b) {
 		t.Errorf("%d packets, want %d", len(a), len(b))
+	}
+}
+
+// cook replaces the Ethernet header of each frame by a Linux cooked capture header, as
+// tcpdump -i any writes it: LINUX_SLL (16 bytes, the protocol last) or LINUX_SLL2
+// (20 bytes, the protocol first), with packet type outgoing and ARPHRD_ETHER.
+func cook(t testing.TB, frames []frameOut, link linkType) []frameOut {
+	t.Helper()
+	out := make([]frameOut, len(frames))
+	for i, f := range frames {
+		var h []byte
+		switch link {
+		case linkLinuxSLL:
+			h = make([]byte, 16)
+			binary.BigEndian.PutUint16(h[0:], 4) // outgoing
+			binary.BigEndian.PutUint16(h[2:], 1) // ARPHRD_ETHER
+			binary.BigEndian.PutUint16(h[4:], 6)
+			copy(h[6:], f.data[6:12])
+			copy(h[14:], f.data[12:14])
+		case linkLinuxSLL2:
+			h = make([]byte, 20)
+			copy(h[0:], f.data[12:14])
+			binary.BigEndian.PutUint32(h[4:], 1) // interface index
+			binary.BigEndian.PutUint16(h[8:], 1) // ARPHRD_ETHER
+			h[10], h[11] = 4, 6                  // outgoing, address length
+			copy(h[12:], f.data[6:12])
+		default:
+			t.Fatalf("cook: link type %v", link)
+		}
+		d := append(h, f.data[14:]...)
+		ci := f.ci
+		ci.CaptureLength, ci.Length = ci.CaptureLength-14+len(h), ci.Length-14+len(h)
+		out[i] = frameOut{ci, d}
+	}
+	return out
+}
+
+// withLinkType writes frames as pcap (or pcapng with ng) of link type link: pcapgo's
+// writers take gopacket's 8-bit layers.LinkType, so the header's 16 bits are set after.
+func withLinkType(t testing.TB, frames []frameOut, link linkType, ng bool) []byte {
+	t.Helper()
+	b := writeCapture(t, frames, layers.LinkTypeNull, ng)
+	if !ng {
+		binary.LittleEndian.PutUint32(b[20:24], uint32(link))
+		return b
+	}
+	for off := 0; off+12 <= len(b); {
+		typ, n := binary.LittleEndian.Uint32(b[off:]), int(binary.LittleEndian.Uint32(b[off+4:]))
+		if typ == ngBlockIDB {
+			binary.LittleEndian.PutUint16(b[off+8:], uint16(link))
+		}
+		if n < 12 {
+			t.Fatalf("pcapng block %#x of length %d", typ, n)
+		}
+		off += n
+	}
+	return b
+}
+
+// TestCookedCaptures: captures of tcpdump -i any, LINUX_SLL (113) and LINUX_SLL2 (276),
+// in pcap and pcapng, decode to the packets and flows of the Ethernet capture (but for
+// the frames' byte counts), also when the snap length cuts them (the cooked header
+// taking the place of Ethernet's). gopacket's 8-bit link type read 276 as 20, which the
+// decoder refused.
+func TestCookedCaptures(t *testing.T) {
+	for _, name := range []string{"rxe-rdma-cm-rping.pcap", "rxe-rc-pingpong-ipv6.pcap", "rxe-read-bw.pcap", "siw-crc-rping.pcap", "siw-read-bw.pcap"} {
+		frames := readFrames(t, readFile(t, filepath.Join(captureDir, name)))
+		for _, snapLen := range []int{0, 72, 128} {
+			eth := frames
+			if snapLen > 0 {
+				eth = snap(frames, snapLen)
+			}
+			want, wantOut, err := decodeBytes(t, writeCapture(t, eth, layers.LinkTypeEthernet, false), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, link := range []linkType{linkLinuxSLL, linkLinuxSLL2} {
+				cooked := cook(t, frames, link)
+				if snapLen > 0 {
+					hdrLen := len(cooked[0].data) - len(frames[0].data) + 14
+					cooked = snap(cooked, snapLen-14+hdrLen)
+				}
+				for _, ng := range []bool{false, true} {
+					what := fmt.Sprintf("%s as %v (pcapng %v, snap length %d)", name, link, ng, snapLen)
+					res, out, err := decodeBytes(t, withLinkType(t, cooked, link, ng), Options{})
+					if err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+					// A cut frame's lengths, which errors name, count its link header.
+					delta := len(cooked[0].data) - len(eth[0].data)
+					out = unshiftLengths(out, delta)
+					for i := range res.Errors {
+						res.Errors[i].Reason = unshiftLengths(res.Errors[i].Reason, delta)
+					}
+					if fmt.Sprint(res.Errors) != fmt.Sprint(want.Errors) || fmt.Sprint(res.RDMAFrameNumbers) != fmt.Sprint(want.RDMAFrameNumbers) {
+						t.Errorf("%s: errors %v, RDMA frames %v; want %v, %v", what, res.Errors, res.RDMAFrameNumbers, want.Errors, want.RDMAFrameNumbers)
+					}
+					if out != wantOut {
+						t.Errorf("%s: packet lines differ from Ethernet's:\n%.600s\nwant\n%.600s", what, out, wantOut)
+					}
+					if len(res.Flows) != len(want.Flows) {
+						t.Fatalf("%s: %d flows, want %d", what, len(res.Flows), len(want.Flows))
+					}
+					for i := range res.Flows {
+						got, w := res.Flows[i], want.Flows[i]
+						if got.Transport != "iWARP" {
+							got.Bytes, w.Bytes = 0, 0 // the link headers' lengths differ
+						}
+						if !reflect.DeepEqual(got, w) {
+							t.Errorf("%s: flow %d:\n%+v\nwant\n%+v", what, i, got, w)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+var cutLengthsRE = regexp.MustCompile(`\(([0-9]+) of ([0-9]+) bytes\)`)
+
+// unshiftLengths takes delta from both lengths of every "(N of M bytes)" in s.
+func unshiftLengths(s string, delta int) string {
+	return cutLengthsRE.ReplaceAllStringFunc(s, func(m string) string {
+		v := cutLengthsRE.FindStringSubmatch(m)
+		a, _ := strconv.Atoi(v[1])
+		b, _ := strconv.Atoi(v[2])
+		return fmt.Sprintf("(%d of %d bytes)", a-delta, b-delta)
+	})
+}
+
+// TestUnknownLinkType: frames of a link type the decoder does not read are an error
+// that names the link type by its number, in pcap and pcapng.
+func TestUnknownLinkType(t *testing.T) {
+	frames := readFrames(t, readFile(t, filepath.Join(captureDir, "rxe-send-lat.pcap")))
+	for _, link := range []linkType{147, 276 + 256, 0xfffe} {
+		for _, ng := range []bool{false, true} {
+			res, _, err := decodeBytes(t, withLinkType(t, frames, link, ng), allOn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := fmt.Sprintf("frame 1: link type %d (LINKTYPE %d) not supported", link, link)
+			if len(res.Errors) != 1 || !strings.HasPrefix(res.Errors[0].Error(), want) || res.ExitCode() != 1 || res.RDMAFrames != 0 {
+				t.Errorf("link type %d (pcapng %v): errors %v, exit %d, %d RDMA frames; want one error %q", link, ng, res.Errors, res.ExitCode(), res.RDMAFrames, want)
+			}
+		}
+	}
+}
+
+// TestGzip: gzip-compressed captures (pcap, whose link type is read from the
+// decompressed header, and pcapng) decode as the uncompressed ones do.
+func TestGzip(t *testing.T) {
+	frames := readFrames(t, readFile(t, filepath.Join(captureDir, "rxe-rdma-cm-rping.pcap")))
+	for _, ng := range []bool{false, true} {
+		plain := withLinkType(t, cook(t, frames, linkLinuxSLL2), linkLinuxSLL2, ng)
+		want, wantOut, err := decodeBytes(t, plain, allOn)
+		if err != nil || want.Packets == 0 {
+			t.Fatalf("pcapng %v: %v, %d packets", ng, err, want.Packets)
+		}
+		var gz bytes.Buffer
+		w := gzip.NewWriter(&gz)
+		w.Write(plain)
+		w.Close()
+		res, out, err := decodeBytes(t, gz.Bytes(), allOn)
+		if err != nil || out != wantOut || res.Format != want.Format {
+			t.Errorf("gzip (pcapng %v): %v, format %s\n%.400s", ng, err, res.Format, out)
+		}
 	}
 }

@@ -27,6 +27,12 @@ func FuzzDecode(f *testing.F) {
 	f.Add(writeCapture(f, cutFrame(frames, 4, 70), layers.LinkTypeEthernet, false))
 	f.Add(writeCapture(f, snap(frames, 67), layers.LinkTypeEthernet, false))
 	f.Add(writeCapture(f, snap(readFrames(f, readFile(f, captureDir+"/rxe-write-bw.pcap")), 37), layers.LinkTypeEthernet, false))
+	// Linux cooked captures (tcpdump -i any), whole and cut after the headers.
+	for _, link := range []linkType{linkLinuxSLL, linkLinuxSLL2} {
+		rxe := readFrames(f, readFile(f, captureDir+"/rxe-rdma-cm-rping.pcap"))
+		f.Add(withLinkType(f, cook(f, rxe[:40], link), link, false))
+		f.Add(withLinkType(f, snap(cook(f, frames[:30], link), 90), link, true))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, opts := range []Options{{Flows: true, Summary: true}, {JSON: true, Flows: true, Summary: true}} {
 			var out bytes.Buffer

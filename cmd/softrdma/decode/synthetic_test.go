@@ -3,6 +3,7 @@ package decode
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -480,6 +481,33 @@ func TestRoCEv1AndVLAN(t *testing.T) {
 	}
 	if len(res.Errors) != 0 || res.RDMAFrames != len(frames) || !strings.Contains(out, "10.77.0.22 → 10.77.0.21 RoCEv1 UD SEND only CM REQ") {
 		t.Errorf("RoCEv1: errors %v, %d RDMA frames\n%.400s", res.Errors, res.RDMAFrames, out)
+	}
+	// RoCEv1 in Linux cooked captures (the protocol field 0x8915), whole and cut after
+	// the headers of the largest (the GRH is 40 bytes, a CM MAD's BTH and DETH 20).
+	for _, snapLen := range []int{0, 14 + 40 + 20 + 10} {
+		eth := v1
+		if snapLen > 0 {
+			eth = snap(v1, snapLen)
+		}
+		want, wantOut, _ := decodeBytes(t, writeCapture(t, eth, layers.LinkTypeEthernet, false), Options{})
+		for _, link := range []linkType{linkLinuxSLL, linkLinuxSLL2} {
+			cooked := cook(t, v1, link)
+			delta := len(cooked[0].data) - len(v1[0].data)
+			if snapLen > 0 {
+				cooked = snap(cooked, snapLen+delta)
+			}
+			res, out, err := decodeBytes(t, withLinkType(t, cooked, link, false), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = unshiftLengths(out, delta)
+			for i := range res.Errors {
+				res.Errors[i].Reason = unshiftLengths(res.Errors[i].Reason, delta)
+			}
+			if out != wantOut || fmt.Sprint(res.Errors) != fmt.Sprint(want.Errors) || res.Cut != want.Cut || res.RDMAFrames != len(v1) {
+				t.Errorf("RoCEv1 as %v (snap length %d): errors %v (want %v), %d RDMA frames\n%.400s\nwant\n%.400s", link, snapLen, res.Errors, want.Errors, res.RDMAFrames, out, wantOut)
+			}
+		}
 	}
 	for _, name := range []string{"rxe-rdma-cm-rping.pcap", "siw-crc-rping.pcap"} {
 		frames := readFrames(t, readFile(t, captureDir+"/"+name))
