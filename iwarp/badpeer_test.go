@@ -257,6 +257,7 @@ func TestBadPeerTerminates(t *testing.T) {
 		rdma    bool          // ... and the Read Request header
 		recvs   []ib.WCStatus // statuses of the two receive WRs (nil: both flushed)
 		noRead  bool          // post no READ (the case is about Read Responses)
+		check   func(e env)   // after the end: what else must hold
 	}{
 		{name: "bad CRC", crc: true, send: func(e env) {
 			e.r.send(0x1, untagged(iwarp.OpSend, 1, 0, true), []byte("payload"))
@@ -384,6 +385,26 @@ func TestBadPeerTerminates(t *testing.T) {
 			e.r.write(b)
 		}, layer: iwarp.LayerLLP, etype: iwarp.ETypeLLPMPA, code: iwarp.ECodeMPAMarkerMismatch, errText: "marker: FPDU pointer",
 			echoed: true},
+		{name: "marker mismatch inside a write: nothing after it is placed", markers: true, lp: iwarp.ConnParams{Markers: iwarp.MarkersRequest},
+			send: func(e env) {
+				payload := bytes.Repeat([]byte{0x5a}, 1200)
+				b, _ := iwarp.AppendMarkedFPDU(nil, 0, false, tagged(iwarp.OpWrite, e.s.mr.RKey(), e.s.mr.Addr(), true), payload)
+				b[512+3] ^= 0x10 // the second marker, after 492 payload octets
+				e.r.write(b)
+			}, layer: iwarp.LayerLLP, etype: iwarp.ETypeLLPMPA, code: iwarp.ECodeMPAMarkerMismatch, errText: "marker: FPDU pointer",
+			echoed: true, check: func(e env) {
+				const before = 512 - iwarp.MarkerLen - iwarp.FPDUHeaderLen - iwarp.DDPTaggedHeaderLen
+				if i := bytes.IndexByte(e.s.buf[before:1200], 0x5a); i >= 0 {
+					e.r.t.Errorf("payload octet %d, after the bad marker, was placed", before+i)
+				}
+			}},
+		{name: "markers negotiated, none sent", lp: iwarp.ConnParams{Markers: iwarp.MarkersRequest}, send: func(e env) {
+			// Read as a marker, the ULPDU_Length and the control octets are
+			// a bad FPDU pointer; read as the FPDU header, the STag's first
+			// octets would be a ULPDU length of 4096 that never comes.
+			b, _ := iwarp.AppendFPDU(nil, false, tagged(iwarp.OpWrite, 0x10000000, 0, true), make([]byte, 64))
+			e.r.write(b)
+		}, layer: iwarp.LayerLLP, etype: iwarp.ETypeLLPMPA, code: iwarp.ECodeMPAMarkerMismatch, errText: "marker: FPDU pointer"},
 		{name: "p2p: a Send instead of the RTR", lp: iwarp.ConnParams{PeerToPeer: true}, send: func(e env) {
 			e.r.send(0, untagged(iwarp.OpSend, 1, 0, true), []byte("hello"))
 		}, layer: iwarp.LayerLLP, etype: iwarp.ETypeLLPMPA, code: iwarp.ECodeMPANoMatchingRTROption,
@@ -460,6 +481,9 @@ func TestBadPeerTerminates(t *testing.T) {
 				if sw := wait(t, s.scq, 1); sw[0].WRID != 3 || sw[0].Status != ib.WCWRFlushErr {
 					t.Fatalf("send completion %v, want it flushed", sw)
 				}
+			}
+			if c.check != nil {
+				c.check(env{s, r})
 			}
 		})
 	}

@@ -43,7 +43,6 @@ type rxState struct {
 	fcrc    uint32
 	started bool
 	hdrPos  uint64
-	merr    error // the first marker mismatch of the FPDU
 	scratch []byte
 	pad     [3]byte      // trailer's pad octets (locals escape through read)
 	crcBuf  [CRCLen]byte // trailer's CRC octets
@@ -94,9 +93,13 @@ func (r *rxState) readRaw(p []byte) error {
 }
 
 // begin starts an FPDU.
-func (r *rxState) begin() { r.fcrc, r.started, r.merr = 0, false, nil }
+func (r *rxState) begin() { r.fcrc, r.started = 0, false }
 
-// marker reads and checks the marker at the current position.
+// marker reads and checks the marker at the current position. A mismatch is
+// returned at once (RFC 5044 §4.3, §8: the stream's framing is lost): no octet
+// after it is placed, and a peer that negotiated markers but sends none is
+// caught at the first marker position instead of having its octets taken for an
+// FPDU header (a ULPDU length out of the data, waited for in silence).
 func (r *rxState) marker() error {
 	var m [MarkerLen]byte
 	if err := r.readRaw(m[:]); err != nil {
@@ -109,8 +112,8 @@ func (r *rxState) marker() error {
 	if r.started {
 		want = r.pos - r.hdrPos
 	}
-	if got := Marker(m[:]).FPDUPointer(); uint64(got) != want && r.merr == nil {
-		r.merr = &HeaderError{Header: "marker", Field: "FPDU pointer", Value: uint64(got), Limit: want,
+	if got := Marker(m[:]).FPDUPointer(); uint64(got) != want {
+		return &HeaderError{Header: "marker", Field: "FPDU pointer", Value: uint64(got), Limit: want,
 			Rel: "!=", Err: ErrMarkerMismatch}
 	}
 	r.pos += MarkerLen
@@ -175,9 +178,6 @@ func (r *rxState) trailer(n int) error {
 		return err
 	}
 	r.pos += CRCLen
-	if r.merr != nil {
-		return r.merr
-	}
 	if r.crc {
 		if got := binary.LittleEndian.Uint32(c); got != r.fcrc {
 			return checkCRC(got, r.fcrc)
@@ -291,9 +291,16 @@ func opHeaderLen(op Opcode) int {
 // terminates), a *TerminateError for the peer's Terminate, and an I/O error
 // otherwise.
 func (c *Conn) readFPDU(h *rxHdr) error {
+	h.ddp, h.opHdr = nil, nil // a Terminate echoes this FPDU's header, once read
 	err := c.readFPDU1(h)
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		err = io.ErrUnexpectedEOF // the orderly EOF between FPDUs is errOrderlyEOF
+	case errors.Is(err, ErrMarkerMismatch):
+		var re *rxError
+		if !errors.As(err, &re) {
+			err = llpError(ECodeMPAMarkerMismatch, err)
+		}
 	}
 	return err
 }
