@@ -13,7 +13,8 @@ build:
 	$(GO) build -o $(BIN) ./cmd/softrdma
 
 # lib/libibverbs.so.1: the drop-in libibverbs (capi/libibverbs, cgo, built
-# against rdma-core's headers, which lib-deps installs). Unmodified verbs
+# against rdma-core's headers, which lib-deps installs), and libmlx5.so.1 and
+# libefa.so.1 stubs (capi/vendorstubs) that perftest links. Unmodified verbs
 # programs run on softrdma with LD_LIBRARY_PATH=lib SOFTRDMA_DEVICES=SPEC...
 # (devspec). The softrdma binary and every other package stay CGO_ENABLED=0.
 # LIBDIR puts it elsewhere (the tests build into a temporary directory).
@@ -25,6 +26,10 @@ lib: lib-deps
 		-ldflags "-extldflags '-Wl,--version-script=$(LIBMAP) -Wl,-soname,libibverbs.so.1'" \
 		-o $(LIBDIR)/libibverbs.so.1 ./capi/libibverbs
 	rm -f $(LIBDIR)/libibverbs.so.h
+	gcc -shared -fPIC -O2 -Wall -Wl,--version-script=capi/vendorstubs/mlx5.map -Wl,-soname,libmlx5.so.1 \
+		-o $(LIBDIR)/libmlx5.so.1 capi/vendorstubs/mlx5.c
+	gcc -shared -fPIC -O2 -Wall -Wl,--version-script=capi/vendorstubs/efa.map -Wl,-soname,libefa.so.1 \
+		-o $(LIBDIR)/libefa.so.1 capi/vendorstubs/efa.c
 
 lib-deps:
 	@./scripts/deps.sh lib

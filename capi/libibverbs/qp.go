@@ -81,7 +81,11 @@ func srgo_reg_mr(pdh C.uintptr_t, addr unsafe.Pointer, length C.size_t, iova C.u
 	if length > 0 {
 		buf = unsafe.Slice((*byte)(addr), int(length))
 	}
-	mr, e := pd.RegMRAt(buf, uint64(iova), ib.Access(access))
+	// Bits 20..29 (IBV_ACCESS_OPTIONAL_RANGE, e.g. RELAXED_ORDERING, which
+	// perftest sets) are hints a device may ignore: rdma-core strips them
+	// for providers that do not know them.
+	const optionalRange = 0x3ff00000
+	mr, e := pd.RegMRAt(buf, uint64(iova), ib.Access(access)&^optionalRange)
 	if e != nil {
 		debugf("reg mr: %v", e)
 		*err = errno(e)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -48,11 +49,58 @@ func listening(t *testing.T, port string) bool {
 	return false
 }
 
+// pair runs prog as a server on 127.X.Y.1 and as a client of it on 127.X.Y.2
+// (X, Y random, so that concurrent tests do not share RoCE's UDP port), each
+// on softrdma's library with one RoCE device there, sr_roce0, and the
+// out-of-band TCP port given with -p. args go to both ends. It returns both
+// outputs and the two addresses, failing the test if either end fails.
+func pair(t *testing.T, lib, prog string, args ...string) (srvOut, cliOut, srvAddr, cliAddr string) {
+	t.Helper()
+	net3 := fmt.Sprintf("127.%d.%d.", 100+rand.IntN(100), 1+rand.IntN(250))
+	srvAddr, cliAddr = net3+"1", net3+"2"
+	port := fmt.Sprint(freeTCPPort(t, srvAddr))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := func(addr string, extra ...string) (*exec.Cmd, *bytes.Buffer) {
+		a := append([]string{"-d", "sr_roce0", "-p", port}, args...)
+		cmd := exec.CommandContext(ctx, prog, append(a, extra...)...)
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"=roce:"+addr, "SOFTRDMA_DEBUG=1")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, &out
+	}
+	// The client connects once: wait until the server listens, looking (not
+	// connecting: that would be the server's one connection).
+	srv, so := start(srvAddr)
+	for deadline := time.Now().Add(30 * time.Second); !listening(t, port); {
+		if time.Now().After(deadline) {
+			srv.Process.Kill()
+			srv.Wait()
+			t.Fatalf("%s server never listened\n%s", prog, so)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cli, co := start(cliAddr, srvAddr)
+	cliErr := cli.Wait()
+	srvErr := srv.Wait()
+	if cliErr != nil || srvErr != nil {
+		t.Fatalf("%s %s: client: %v\n%s\nserver: %v\n%s", prog, args, cliErr, co, srvErr, so)
+	}
+	for _, o := range []string{so.String(), co.String()} {
+		if strings.Contains(o, "softrdma:") {
+			t.Errorf("%s %s: a verb was refused:\n%s", prog, args, o)
+		}
+	}
+	return so.String(), co.String(), srvAddr, cliAddr
+}
+
 // TestRCPingpong runs Debian's unmodified ibv_rc_pingpong at both ends on
-// softrdma's libibverbs.so.1, an RC QP over RoCEv2 on two loopback addresses
-// of their own (127.X.Y.1 and .2, random, so that concurrent tests do not share
-// the RoCE UDP port), with -c: each end checks every byte it received. Both
-// must finish every iteration and print each other's QPN and GID.
+// softrdma's libibverbs.so.1 (pair), an RC QP over RoCEv2, with -c: each end
+// checks the data it received. Both must finish every iteration and print
+// each other's QPN and GID.
 func TestRCPingpong(t *testing.T) {
 	lib := buildLib(t)
 	for _, tc := range []struct {
@@ -66,47 +114,14 @@ func TestRCPingpong(t *testing.T) {
 		{"small messages, deep receive queue", []string{"-n", "300", "-c", "-s", "1", "-r", "1000"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			net3 := fmt.Sprintf("127.%d.%d.", 100+rand.IntN(100), 1+rand.IntN(250))
-			srvAddr, cliAddr := net3+"1", net3+"2"
-			port := fmt.Sprint(freeTCPPort(t, srvAddr))
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			start := func(addr string, extra ...string) (*exec.Cmd, *bytes.Buffer) {
-				args := append([]string{"-d", "sr_roce0", "-g", "1", "-p", port}, tc.args...)
-				cmd := exec.CommandContext(ctx, "ibv_rc_pingpong", append(args, extra...)...)
-				cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"=roce:"+addr, "SOFTRDMA_DEBUG=1")
-				var out bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &out, &out
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				return cmd, &out
-			}
-			// The client connects once: wait until the server listens, looking
-			// (not connecting: that would be the server's one connection).
-			srv, srvOut := start(srvAddr)
-			for deadline := time.Now().Add(30 * time.Second); !listening(t, port); {
-				if time.Now().After(deadline) {
-					srv.Process.Kill()
-					srv.Wait()
-					t.Fatalf("server never listened\n%s", srvOut)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			cli, cliOut := start(cliAddr, srvAddr)
-			cliErr := cli.Wait()
-			srvErr := srv.Wait()
-			if cliErr != nil || srvErr != nil {
-				t.Fatalf("client: %v\n%s\nserver: %v\n%s", cliErr, cliOut, srvErr, srvOut)
-			}
+			srvOut, cliOut, srvAddr, cliAddr := pair(t, lib, "ibv_rc_pingpong", append([]string{"-g", "1"}, tc.args...)...)
 			for _, o := range []struct {
 				out        string
 				local, rem string
-			}{{srvOut.String(), srvAddr, cliAddr}, {cliOut.String(), cliAddr, srvAddr}} {
-				iters := tc.args[1]
+			}{{srvOut, srvAddr, cliAddr}, {cliOut, cliAddr, srvAddr}} {
 				for _, w := range []string{
 					"GID ::ffff:" + o.local + "\n", "remote address: LID 0x0000", "GID ::ffff:" + o.rem + "\n",
-					iters + " iters in ",
+					tc.args[1] + " iters in ",
 				} {
 					if !strings.Contains(o.out, w) {
 						t.Errorf("no %q in\n%s", w, o.out)
@@ -115,10 +130,63 @@ func TestRCPingpong(t *testing.T) {
 				if strings.Contains(o.out, "invalid data") {
 					t.Errorf("-c found bad data:\n%s", o.out)
 				}
-				if strings.Contains(o.out, "softrdma:") {
-					t.Errorf("a verb was refused:\n%s", o.out)
-				}
 			}
 		})
 	}
+}
+
+// TestPerftest runs Debian's unmodified perftest tools at both ends on
+// softrdma's libraries (pair): every ib_{write,read,send,atomic}_{bw,lat} over
+// an RC QP, and ib_write_bw with -a, -q 4, --report_gbits and -D (a duration:
+// SIGALRM). The WRITEs and READs target the buffer address the peer sent.
+// perftest links libmlx5.so.1 and libefa.so.1: the stubs in lib/
+// stand in. Each must print its result row with the iterations asked for.
+func TestPerftest(t *testing.T) {
+	lib := buildLib(t)
+	if _, err := exec.LookPath("ib_write_bw"); err != nil {
+		t.Skip("needs perftest (apt-get install perftest)")
+	}
+	type tc struct {
+		prog string
+		args []string
+		row  *regexp.Regexp // a result row the client must print
+	}
+	var cases []tc
+	for _, op := range []string{"write", "read", "send", "atomic"} {
+		size := `65536`
+		if op == "atomic" {
+			size = `8`
+		}
+		cases = append(cases,
+			tc{"ib_" + op + "_bw", []string{"-n", "100"}, regexp.MustCompile(`(?m)^ ` + size + `\s+100\s+[0-9.]+\s+[0-9.]+`)},
+			tc{"ib_" + op + "_lat", []string{"-n", "100"}, regexp.MustCompile(`(?m)^ (2|8)\s+100\s+[0-9.]+`)})
+	}
+	cases = append(cases,
+		tc{"ib_write_bw", []string{"-a", "-n", "5"}, regexp.MustCompile(`(?m)^ 8388608\s+5\s+[0-9.]+`)},
+		tc{"ib_write_bw", []string{"-q", "4", "-n", "50"}, regexp.MustCompile(`(?m)^ 65536\s+200\s+[0-9.]+`)},
+		tc{"ib_write_bw", []string{"--report_gbits", "-n", "50"}, regexp.MustCompile(`(?m)BW average\[Gb/sec\][^\n]*\n 65536\s+50\s+`)},
+		tc{"ib_send_bw", []string{"-D", "1"}, regexp.MustCompile(`(?m)^ 65536\s+[1-9][0-9]*\s+[0-9.]+`)},
+	)
+	for _, c := range cases {
+		t.Run(c.prog+" "+strings.Join(c.args, " "), func(t *testing.T) {
+			_, cliOut, _, cliAddr := pair(t, lib, c.prog, c.args...)
+			if !c.row.MatchString(cliOut) {
+				t.Errorf("no result row %q in\n%s", c.row, cliOut)
+			}
+			// The WRITEs and READs reach the peer at the VAddr it printed, its
+			// buffer's own pointer: they complete only because a region's
+			// iova is the program's address (ibv_reg_mr at PD.RegMRAt).
+			if !strings.Contains(cliOut, "GID: 00:00:00:00:00:00:00:00:00:00:255:255:"+strings.ReplaceAll(dotted(cliAddr), ".", ":")) {
+				t.Errorf("client's GID is not its IPv4-mapped address %s:\n%s", cliAddr, cliOut)
+			}
+		})
+	}
+}
+
+// dotted writes an IPv4 address as perftest prints a GID's bytes: decimal,
+// two digits at least.
+func dotted(a string) string {
+	var b [4]int
+	fmt.Sscanf(a, "%d.%d.%d.%d", &b[0], &b[1], &b[2], &b[3])
+	return fmt.Sprintf("%02d.%02d.%02d.%02d", b[0], b[1], b[2], b[3])
 }
