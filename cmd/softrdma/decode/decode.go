@@ -69,6 +69,10 @@ type Result struct {
 	// Cut is the number of Errors that are frames cut by the snap length after their
 	// headers and otherwise good (Problem.Cut).
 	Cut int
+	// CRCErrors is the number of RoCE packets whose ICRC, and iWARP FPDUs whose CRC32c,
+	// is wrong: they are among Errors, and in no flow's statistics (packets, PSNs,
+	// opcodes, messages), only in its ICRCErrors or CRCErrors.
+	CRCErrors int
 	// Notes are observations that are not errors: a capture starting mid-stream, bytes
 	// the capture lost, a connection cut off by the end of the capture.
 	Notes []Problem
@@ -148,13 +152,16 @@ type decoder struct {
 	parsers map[gopacket.LayerType]*gopacket.DecodingLayerParser
 	decoded []gopacket.LayerType
 
-	rdma      map[int]bool // frames counted as RDMA
-	roceDirs  map[roceDirKey]*roceDir
-	roceOrder []*roceDir
-	conns     map[connKey]*tcpConn
-	connOrder []*tcpConn
-	cmPairs   []cmPair
-	badLinks  map[linkType]bool
+	rdma     map[int]bool // frames counted as RDMA
+	roceDirs map[roceDirKey]*roceDir
+	// roceICRCErrors counts the packets with a wrong ICRC by the direction their
+	// headers name: they are in no direction's statistics.
+	roceICRCErrors map[roceDirKey]int
+	roceOrder      []*roceDir
+	conns          map[connKey]*tcpConn
+	connOrder      []*tcpConn
+	cmPairs        []cmPair
+	badLinks       map[linkType]bool
 	// headerCuts are the frames cut inside their UDP or TCP headers, decided at the end
 	// (at most maxHeaderCuts; headerCutsDropped counts the rest).
 	headerCuts        []headerCut
@@ -166,14 +173,15 @@ type decoder struct {
 
 func newDecoder(w io.Writer, opts Options) *decoder {
 	d := &decoder{
-		opts:     opts,
-		out:      newOutput(w, opts.JSON),
-		rdma:     map[int]bool{},
-		roceDirs: map[roceDirKey]*roceDir{},
-		conns:    map[connKey]*tcpConn{},
-		badLinks: map[linkType]bool{},
-		parsers:  map[gopacket.LayerType]*gopacket.DecodingLayerParser{},
-		decoded:  make([]gopacket.LayerType, 0, 8),
+		opts:           opts,
+		out:            newOutput(w, opts.JSON),
+		rdma:           map[int]bool{},
+		roceDirs:       map[roceDirKey]*roceDir{},
+		roceICRCErrors: map[roceDirKey]int{},
+		conns:          map[connKey]*tcpConn{},
+		badLinks:       map[linkType]bool{},
+		parsers:        map[gopacket.LayerType]*gopacket.DecodingLayerParser{},
+		decoded:        make([]gopacket.LayerType, 0, 8),
 	}
 	for _, first := range []gopacket.LayerType{layers.LayerTypeEthernet, layers.LayerTypeIPv4, layers.LayerTypeIPv6} {
 		p := gopacket.NewDecodingLayerParser(first, &d.eth, &d.dot1q, &d.ip4, &d.ip6, &d.tcp, &d.udp)

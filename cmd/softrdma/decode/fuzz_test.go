@@ -27,6 +27,20 @@ func FuzzDecode(f *testing.F) {
 	f.Add(writeCapture(f, cutFrame(frames, 4, 70), layers.LinkTypeEthernet, false))
 	f.Add(writeCapture(f, snap(frames, 67), layers.LinkTypeEthernet, false))
 	f.Add(writeCapture(f, snap(readFrames(f, readFile(f, captureDir+"/rxe-write-bw.pcap")), 37), layers.LinkTypeEthernet, false))
+	// A wrong ICRC (a PSN) and a wrong FPDU CRC (a payload byte).
+	for _, c := range []struct {
+		file  string
+		frame int
+		off   int
+	}{{"rxe-read-bw.pcap", 30, 14 + 20 + 8 + 9}, {"siw-crc-write-bw.pcap", 30, 100}} {
+		fr := readFrames(f, readFile(f, captureDir+"/"+c.file))
+		if c.frame <= len(fr) && c.off < len(fr[c.frame-1].data) {
+			d := append([]byte(nil), fr[c.frame-1].data...)
+			d[c.off] ^= 0x40
+			fr[c.frame-1].data = d
+			f.Add(writeCapture(f, fr, layers.LinkTypeEthernet, false))
+		}
+	}
 	// Linux cooked captures (tcpdump -i any), whole and cut after the headers.
 	for _, link := range []linkType{linkLinuxSLL, linkLinuxSLL2} {
 		rxe := readFrames(f, readFile(f, captureDir+"/rxe-rdma-cm-rping.pcap"))

@@ -856,6 +856,7 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 		if errors.Is(r.Err, iwarp.ErrBadCRC) {
 			p.CRC = "bad"
 			c.crcErrors++
+			d.res.CRCErrors++
 		}
 	}
 	var errs []string
@@ -915,7 +916,9 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 				payload = payload[len(im):]
 			}
 		case iwarp.OpTerminate:
-			c.terminates++
+			if recErr == nil {
+				c.terminates++
+			}
 			tm, err := iwarp.ParseTerminate(payload)
 			if err != nil {
 				errs = append(errs, err.Error())

@@ -257,7 +257,11 @@ type FlowSummary struct {
 	// iWARP: TCP segments that arrived out of order, and bytes the capture lost.
 	OutOfOrder int    `json:"out_of_order,omitempty"`
 	LostBytes  uint64 `json:"lost_bytes,omitempty"`
-	CRCErrors  int    `json:"crc_errors,omitempty"`
+	// CRCErrors (iWARP) counts the FPDUs whose CRC32c is wrong, ICRCErrors (RoCE) the
+	// packets whose ICRC is wrong and whose headers name this flow. They are among
+	// Errors and in no other count: a corrupted packet's fields cannot be believed.
+	CRCErrors  int `json:"crc_errors,omitempty"`
+	ICRCErrors int `json:"icrc_errors,omitempty"`
 
 	Errors int `json:"errors"`
 	// Cut counts the packets (RoCE) or TCP segments (iWARP) among Errors that the snap
@@ -603,6 +607,7 @@ type jsonSummary struct {
 		Packets    int           `json:"packets"`
 		Errors     int           `json:"errors"`
 		Cut        int           `json:"cut"`
+		CRCErrors  int           `json:"crc_errors"`
 		ErrorList  []Problem     `json:"error_list,omitempty"`
 		Notes      []Problem     `json:"notes,omitempty"`
 		Flows      []FlowSummary `json:"flows,omitempty"`
@@ -629,6 +634,7 @@ func (o *output) summary(r *Result, flows bool) {
 		s.Summary.Packets = r.Packets
 		s.Summary.Errors = len(r.Errors)
 		s.Summary.Cut = r.Cut
+		s.Summary.CRCErrors = r.CRCErrors
 		s.Summary.ErrorList = r.Errors
 		s.Summary.Notes = r.Notes
 		if flows {
@@ -650,6 +656,9 @@ func (o *output) summary(r *Result, flows bool) {
 		} else {
 			b.WriteString("none bad otherwise)")
 		}
+	}
+	if r.CRCErrors > 0 {
+		fmt.Fprintf(&b, ", %d with a wrong ICRC or CRC (kept out of the flows' counts)", r.CRCErrors)
 	}
 	b.WriteByte('\n')
 	for _, p := range r.Notes {
@@ -710,8 +719,12 @@ func writeFlow(b *strings.Builder, f *FlowSummary) {
 			f.Duplicates, f.OutOfOrder, f.LostBytes, f.Terminates, f.CRCErrors, f.Errors, cutCount(f.Cut))
 		return
 	}
-	fmt.Fprintf(b, "      PSN gaps %d (%d PSNs missing), duplicates %d, ACKs %d, NAKs: %s, RNR NAKs %d, errors %d%s\n",
-		f.PSNGaps, f.PSNsMissing, f.Duplicates, f.ACKs, sortedCounts(f.NAKs), f.RNRNAKs, f.Errors, cutCount(f.Cut))
+	icrc := ""
+	if f.ICRCErrors > 0 {
+		icrc = fmt.Sprintf(", ICRC errors %d", f.ICRCErrors)
+	}
+	fmt.Fprintf(b, "      PSN gaps %d (%d PSNs missing), duplicates %d, ACKs %d, NAKs: %s, RNR NAKs %d%s, errors %d%s\n",
+		f.PSNGaps, f.PSNsMissing, f.Duplicates, f.ACKs, sortedCounts(f.NAKs), f.RNRNAKs, icrc, f.Errors, cutCount(f.Cut))
 }
 
 // cutCount says how many of a flow's errors are frames cut after their headers, or "".

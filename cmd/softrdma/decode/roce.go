@@ -66,12 +66,15 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 	// A frame cut after its headers (d.cutHeaders) holds the payload only if the cut
 	// is in the ICRC or the Ethernet padding; it never holds a verifiable ICRC.
 	payloadCaptured := !d.cutHeaders || ci.CaptureLength >= d.cutWhole
+	badICRC := false
 	switch err := roce.VerifyICRC(f); {
 	case d.cutHeaders:
 		p.ICRC = "not verified"
 		p.Cut, p.OrigLen, p.CapLen = true, ci.Length, ci.CaptureLength
 	case err != nil:
 		p.ICRC = "bad"
+		badICRC = true
+		d.res.CRCErrors++
 		errs = append(errs, err.Error())
 	default:
 		p.ICRC = "ok"
@@ -101,7 +104,17 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 	case len(errs) > 0:
 		p.Error = d.errorf(d.frame, "%s", strings.Join(errs, "; "))
 	}
-	if ibErr == nil {
+	switch {
+	case badICRC:
+		// The packet is not what its sender sent: any field may be the corrupted one
+		// (a PSN far ahead made every later packet a duplicate), so it feeds no
+		// statistic. It is counted apart, in the direction its headers name if that
+		// direction exists at the end (roceFlows).
+		if len(f.IB) >= ibtransport.BTHLen {
+			d.roceICRCErrors[d.roceKey(f, ibtransport.BTH(f.IB[:ibtransport.BTHLen]), pkt, ibErr == nil)]++
+		}
+		madInfo = nil
+	case ibErr == nil:
 		d.roceStats(f, pkt, p.Error != "", p.Cut)
 	}
 	if madInfo != nil {
@@ -317,6 +330,7 @@ type roceDir struct {
 	payload  int
 	goodput  int // payload bytes of packets that were not duplicates
 	errors   int
+	icrc     int // packets whose ICRC is wrong (counted in nothing else)
 	cut      int // packets cut by the snap length after their headers
 	opcodes  map[string]int
 	messages map[string]int
@@ -342,16 +356,23 @@ type roceDir struct {
 	readResponseOpen bool
 }
 
+// roceKey is the direction a packet's headers name: its addresses, destination QP and,
+// if decoded says pkt holds its decoded headers and it has a DETH, its source QP.
+func (d *decoder) roceKey(f *roce.Frame, b ibtransport.BTH, pkt *ibtransport.Packet, decoded bool) roceDirKey {
+	key := roceDirKey{src: f.Src, dst: f.Dst, qp: b.DestQP(), srcQP: unknownQP}
+	if decoded && pkt.DETH != nil {
+		key.srcQP = pkt.DETH.SrcQP()
+	}
+	return key
+}
+
 // roceStats counts a packet in its direction's statistics: bad if it is an error, cut if
 // the capture cut it after its headers (its length is still the frame's on the wire, and
 // its payload length the one its headers declare).
 func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad, cut bool) {
 	b := pkt.BTH
 	op := b.Opcode()
-	key := roceDirKey{src: f.Src, dst: f.Dst, qp: b.DestQP(), srcQP: unknownQP}
-	if pkt.DETH != nil {
-		key.srcQP = pkt.DETH.SrcQP()
-	}
+	key := d.roceKey(f, b, pkt, true)
 	r := d.roceDirs[key]
 	if r == nil {
 		r = &roceDir{key: key, version: f.Version.String(), service: op.Service(), first: d.now,
@@ -488,6 +509,12 @@ func (d *decoder) roceFlows() []FlowSummary {
 		a, b     netip.Addr
 		qpa, qpb uint32
 	}
+	// Packets with a wrong ICRC go to the direction their headers name, if there is
+	// one (the corrupted field may be the address or the QP: then only the total has
+	// them).
+	for _, dir := range d.roceOrder {
+		dir.icrc = d.roceICRCErrors[dir.key]
+	}
 	flows := map[pairKey]*FlowSummary{}
 	var out []FlowSummary
 	var order []pairKey
@@ -519,7 +546,8 @@ func (d *decoder) roceFlows() []FlowSummary {
 		fs.Bytes += dir.bytes
 		fs.PayloadBytes += dir.payload
 		fs.goodBytes += dir.goodput
-		fs.Errors += dir.errors
+		fs.Errors += dir.errors + dir.icrc
+		fs.ICRCErrors += dir.icrc
 		fs.Cut += dir.cut
 		for o, n := range dir.opcodes {
 			fs.Opcodes[o] += n
