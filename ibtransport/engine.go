@@ -195,6 +195,7 @@ const (
 	DropUnexpectedResponse                   // a response or ACK that matches no outstanding request
 	DropDuplicate                            // a duplicate request that cannot be answered again
 	DropResources                            // the responder's response queue is full
+	DropSourceAddress                        // RC/UC: the source GID is not the QP's destination GID
 	numDropReasons
 )
 
@@ -202,6 +203,7 @@ var dropReasonNames = [numDropReasons]string{
 	"malformed", "unknown QP", "bad QP state", "wrong transport service", "P_Key mismatch",
 	"Q_Key mismatch", "out of sequence", "no receive WQE", "too long", "invalid request",
 	"access violation", "unexpected response", "unanswerable duplicate", "no responder resources",
+	"source address mismatch",
 }
 
 // String names the reason.
@@ -321,6 +323,9 @@ func (qp *QP) input(now time.Time, p *Packet, meta *InputMeta) (DropReason, bool
 	if !serviceMatches(qp.typ, op.Service()) {
 		return DropWrongService, true
 	}
+	if !qp.fromPeer(meta) {
+		return DropSourceAddress, true
+	}
 	if (p.BTH.PKey()^qp.pkey)&0x7fff != 0 || (p.BTH.PKey()&0x7fff) == 0 {
 		return DropPKey, true // IBTA 9.6 / 10.9: P_Key check (base values must match)
 	}
@@ -342,6 +347,24 @@ func (qp *QP) input(now time.Time, p *Packet, meta *InputMeta) (DropReason, bool
 	default:
 		return qp.udRequest(p, meta)
 	}
+}
+
+// fromPeer reports whether a packet may be for the QP as far as its source
+// address goes: a connected (RC or UC) QP takes packets only from the GID of
+// its primary path: the packet's SGID (on RoCEv2 the IP source) must be the
+// DGID of the QP's address handle, as Linux rxe's check_addr requires of the
+// IP source against the address vector's destination. Without the check any host that
+// guesses a QPN and PSN could WRITE into a registered region. A packet
+// without a GRH (no RoCE device delivers one) and a QP without an address
+// handle are not checked; UD takes packets from anyone.
+func (qp *QP) fromPeer(meta *InputMeta) bool {
+	if qp.typ != QPTypeRC && qp.typ != QPTypeUC {
+		return true
+	}
+	if !meta.HasGRH || qp.ah == nil {
+		return true
+	}
+	return meta.SGID == qp.ah.DGID
 }
 
 // serviceMatches reports whether an opcode's service is the QP's.

@@ -147,7 +147,9 @@ func (r *fuzzRig) inject(data []byte) {
 		if d == ibtest.BToA {
 			dst = w.A
 		}
-		_ = dst.Input(now, pkt, ib.InputMeta{HasGRH: true})
+		// The sender's GID as source: a connected QP drops anything else.
+		meta := ib.InputMeta{HasGRH: true, SGID: ibtest.GID(d), DGID: ibtest.GID(1 - d), HopLimit: 64}
+		_ = dst.Input(now, pkt, meta)
 	}
 	_ = w.Run(nil, 20000)
 	w.RunFor(time.Second, 20000) // let every timer fire

@@ -129,7 +129,7 @@ func TestDeviceOverUDP(t *testing.T) {
 	if got := (c.Malformed + c.BadICRC) - (before.Malformed + before.BadICRC); got != 3 {
 		t.Errorf("junk datagrams: malformed+bad ICRC grew by %d, want 3 (%+v)", got, c)
 	}
-	checkBadDatagrams(t, b, qb, ipB)
+	checkBadDatagrams(t, b, qb, ipA, ipB)
 	if err := qa.PostSend(ibtransport.SendWR{WRID: 30, Opcode: ibtransport.WRRDMAWrite, Signaled: true,
 		SGL: []ibtransport.SGE{mra.SGE(0, size)}, RemoteAddr: mrb.Addr(), RKey: mrb.RKey()}); err != nil {
 		t.Fatal(err)
@@ -163,14 +163,14 @@ type udpCounts struct {
 }
 
 // checkBadDatagrams sends d (b's device, qb its connected RC QP on ipB), from a
-// plain UDP socket, one at a time: a packet with a valid ICRC for a QPN that
+// plain UDP socket on the address of qb's peer, ipA (another port), one at a time: a packet with a valid ICRC for a QPN that
 // does not exist, one for qb with a P_Key of another partition, a datagram too
 // short to hold a BTH and ICRC, an RDMA WRITE whose RETH is cut off (valid
 // ICRC), and a SEND for qb whose ICRC is wrong. Each must raise exactly its own
 // counters (device, engine and QP) and reach nothing else.
-func checkBadDatagrams(t *testing.T, d *roce.Device, qb *ibtransport.QP, ipB netip.Addr) {
+func checkBadDatagrams(t *testing.T, d *roce.Device, qb *ibtransport.QP, ipA, ipB netip.Addr) {
 	t.Helper()
-	conn, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(ipB, netio.RoCEv2Port)))
+	conn, err := net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ipA, 0)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(ipB, netio.RoCEv2Port)))
 	if err != nil {
 		t.Fatal(err)
 	}
