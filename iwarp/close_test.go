@@ -2,6 +2,8 @@ package iwarp_test
 
 import (
 	"errors"
+	"net"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -86,5 +88,88 @@ func TestCloseAbortAndError(t *testing.T) {
 				cb.Close()
 			}
 		})
+	}
+}
+
+// holdingObserver holds the writer of the connection it observes just before
+// its next write, once armed: the test then knows that a Terminate is queued and
+// not yet written.
+type holdingObserver struct {
+	armed   chan struct{} // closed to arm
+	held    chan struct{} // closed when the writer is held
+	release chan struct{} // closed to let it write
+	once    sync.Once
+}
+
+func (o *holdingObserver) Received([]byte) {}
+
+func (o *holdingObserver) Sent([]byte) {
+	select {
+	case <-o.armed:
+	default:
+		return
+	}
+	o.once.Do(func() {
+		close(o.held)
+		<-o.release
+	})
+}
+
+// TestAbortSendsQueuedTerminate: an application that aborts as soon as its QP
+// has failed (rping does on a bad completion) still gets the Terminate for the
+// error to the peer before the reset. A raw peer sends a bad FPDU; the writer is
+// held just before it writes the Terminate, and Abort is called. Without the
+// wait, Abort reset the connection at once and the Terminate was lost (seen as
+// 2 of 8 rping runs whose peer saw only a reset): the writer is released when
+// Abort waits for it (a hook), or when the peer has seen the reset.
+func TestAbortSendsQueuedTerminate(t *testing.T) {
+	o := &holdingObserver{armed: make(chan struct{}), held: make(chan struct{}), release: make(chan struct{})}
+	waiting := make(chan struct{})
+	iwarp.SetAbortWaitHook(func() { close(waiting) })
+	t.Cleanup(func() { iwarp.SetAbortWaitHook(nil) })
+	s, ln, accepted := listening(t, iwarp.ConnParams{Observe: func(net.Addr, net.Addr) iwarp.StreamObserver { return o }})
+	r := dialRaw(t, ln.Addr().String(), request(false, false, 4, 4))
+	conn := <-accepted
+	if conn == nil {
+		t.FailNow()
+	}
+	s.qp.PostRecv(ib.RecvWR{WRID: 1, SGL: []ib.SGE{s.mr.SGE(0, 64)}})
+	close(o.armed)
+	b, _ := iwarp.AppendFPDU(nil, false, tagged(iwarp.OpWrite, 0xdeadbe00, 0x1000, true), []byte("payload"))
+	r.write(b)
+	<-o.held // the Terminate is queued, and not written
+	if wc := wait(t, s.rcq, 1)[0]; wc.Status != ib.WCWRFlushErr {
+		t.Fatalf("receive completion %v, want flushed", wc)
+	}
+	done := make(chan struct{})
+	go func() {
+		conn.Abort()
+		close(done)
+	}()
+	select {
+	case <-waiting:
+	case <-r.eof:
+	}
+	close(o.release)
+	r.waitEOF()
+	<-done
+	var sawTerm bool
+	var neg iwarp.Negotiation
+	neg.SetRequest(r.req.Flags(), r.req.Revision())
+	d := iwarp.NewStreamDecoder(&neg, func(rec *iwarp.Record) {
+		if rec.Kind == iwarp.RecordFPDU && rec.RDMAP.Opcode() == iwarp.OpTerminate {
+			sawTerm = true
+		}
+	})
+	d.Write(r.rep)
+	r.mu.Lock()
+	d.Write(r.in)
+	got := len(r.in)
+	r.mu.Unlock()
+	if !sawTerm {
+		t.Fatalf("the peer read %d octets and then %v, and no Terminate", got, r.inErr)
+	}
+	if !errors.Is(r.inErr, syscall.ECONNRESET) {
+		t.Fatalf("the stream ended with %v after the Terminate, want a reset (Abort)", r.inErr)
 	}
 }

@@ -80,6 +80,8 @@ type Conn struct {
 	rtrReadPending bool
 	err            error
 	term           *TerminateFields
+	termQueued     bool          // fail queued a Terminate for the writer
+	termWritten    chan struct{} // closed by the writer once it has written it (or given up)
 
 	cnt connCounters
 
@@ -202,18 +204,60 @@ func (c *Conn) Close() error {
 }
 
 // Abort ends the connection abortively: the QP moves to the error state and the
-// TCP connection is reset (RST) at once.
+// TCP connection is reset (RST). A Terminate already queued for an error this
+// side found is sent first: Abort waits (at most the linger time) until the
+// socket has transmitted it, since a reset discards what the socket has not
+// sent (RFC 5040 §6.2.1: the Terminate precedes the stream's end).
 func (c *Conn) Abort() error {
 	c.aborted.Store(true)
-	if c.tcp != nil {
-		c.tcp.SetLinger(0)
-	}
 	if c.fail(errAbort, nil) {
 		c.wire.SetError(0, false)
+	}
+	c.flushTerminate()
+	if c.tcp != nil {
+		c.tcp.SetLinger(0)
 	}
 	c.nc.Close()
 	<-c.done
 	return nil
+}
+
+// abortWaitHook, if set (by tests, export_test.go), is called when Abort starts
+// waiting for a queued Terminate.
+var abortWaitHook func()
+
+// flushTerminate waits, at most the linger time, until a queued Terminate has
+// been written and the socket has transmitted every octet of it.
+func (c *Conn) flushTerminate() {
+	c.mu.Lock()
+	queued := c.termQueued
+	c.mu.Unlock()
+	if !queued {
+		return
+	}
+	d := c.params.linger()
+	deadline := time.Now().Add(d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	if abortWaitHook != nil {
+		abortWaitHook()
+	}
+	select {
+	case <-c.termWritten:
+	case <-c.done:
+		return
+	case <-t.C:
+		return
+	}
+	if c.tcp == nil {
+		return
+	}
+	for time.Now().Before(deadline) {
+		if n, err := unsentLen(c.tcp); err != nil || n == 0 {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // fail records why the connection ends (the first caller wins and gets true),
@@ -225,7 +269,7 @@ func (c *Conn) fail(err error, term *TerminateFields) bool {
 		c.mu.Unlock()
 		return false
 	}
-	c.err, c.term = err, term
+	c.err, c.term, c.termQueued = err, term, term != nil
 	c.failed.Store(true)
 	c.mu.Unlock()
 	c.nc.SetDeadline(time.Now().Add(c.params.linger()))
@@ -399,6 +443,7 @@ func newConn(c *Conn, nc net.Conn, qp *ib.QP, w *ib.Wire, neg Negotiated, p Conn
 	}
 	c.kick = make(chan struct{}, 1)
 	c.done = make(chan struct{})
+	c.termWritten = make(chan struct{})
 	w.SetPlacementInterrupt(c.interruptPlacement)
 	w.SetCounterSource(c.cnt.addTo)
 }

@@ -492,6 +492,7 @@ func (c *Conn) writer() {
 					c.cnt.terminatesSent.Add(1)
 				}
 			}
+			close(c.termWritten)
 			c.closeWrite()
 			return
 		}
