@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/conform"
-	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/roce"
 )
@@ -687,7 +686,7 @@ func conformServeIWARP(ctx context.Context, listen, addr string, pcap *conformPc
 		fmt.Fprintf(stderr, "softrdma conform serve: --pcap: %v\n", err)
 		return 1
 	}
-	dev, err := iwarp.Open(iwarp.DeviceConfig{})
+	dev, err := openIWARPDevice()
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
 		return 1

@@ -53,7 +53,7 @@ func rpingOpenIWARP(o rpingOptions, crc iwarp.CRCPolicy, addr netip.Addr) (*rpin
 		}
 		return nil
 	}
-	dev, err := iwarp.Open(iwarp.DeviceConfig{})
+	dev, err := openIWARPDevice()
 	if err != nil {
 		closeAll()
 		return nil, err
