@@ -326,13 +326,16 @@ func (c *Conn) addORQ(o outReq) {
 	c.mu.Unlock()
 }
 
-// closeWrite sends FIN (unless the connection is being reset).
+// closeWrite sends FIN (unless the connection is being reset): it closes the
+// writing half of a connection that has one (TCP, a Unix socket, FuzzConnReceive's
+// in-memory peer), so that the reader still drains what the peer sends, and
+// closes any other.
 func (c *Conn) closeWrite() {
 	if c.aborted.Load() {
 		return
 	}
-	if c.tcp != nil {
-		c.tcp.CloseWrite()
+	if hc, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		hc.CloseWrite()
 		return
 	}
 	c.nc.Close()
