@@ -63,6 +63,10 @@ func (t *iwarpTransport) kind() Transport               { return TransportIWARP 
 func (t *iwarpTransport) context() *ibtransport.Context { return t.dev.Context() }
 func (t *iwarpTransport) addrs() []netip.Addr           { return t.cfg.Addrs }
 
+// sources are the device's addresses: TCP sends from any of them (Dial
+// leaves the choice to the kernel, and the ID takes the connection's own).
+func (t *iwarpTransport) sources() []netip.Addr { return t.cfg.Addrs }
+
 // resolveAddr needs no query: TCP finds the link address itself. m.mu is held.
 func (t *iwarpTransport) resolveAddr(id *ID, dst netip.Addr, _ time.Duration) {
 	t.m.addrResolved(id, id.resolveGen, nil)

@@ -222,8 +222,12 @@ type portKey struct {
 type transport interface {
 	kind() Transport
 	context() *ibtransport.Context
-	// addrs lists the device's IP addresses.
+	// addrs lists the device's IP addresses: those it may be bound to and
+	// reached at.
 	addrs() []netip.Addr
+	// sources lists the addresses among addrs that the device can send
+	// from: the candidates for an unbound ID's source address.
+	sources() []netip.Addr
 	// resolveAddr resolves dst's link address for id (then calls
 	// id.m.addrResolved); resolveRoute makes the path.
 	resolveAddr(id *ID, dst netip.Addr, timeout time.Duration)
@@ -441,24 +445,45 @@ func (m *Manager) transportFor(addr netip.Addr) transport {
 }
 
 // routeTo picks the device and source address for dst: the device owning dst
-// (loopback), else the first device with an address of dst's family (the
-// devices in the order added; IPv6 link-local destinations take the device's
-// link-local address).
+// (loopback), else the first device that can send to dst's family (the
+// devices in the order added). The source is one the device sends from
+// (transport.sources): dst itself if it is one, else the first of dst's
+// family (IPv6 link-local destinations take a link-local source). It is not
+// dst merely because the device owns dst: a RoCE device on a UDP socket
+// bound to 10.9.0.1 lists 10.9.0.2, another address of the interface, in
+// its GID table, but its socket drops a REQ sent from 10.9.0.2 (the kernel
+// too picks the route's source, not the destination, for a local address).
 func (m *Manager) routeTo(dst netip.Addr) (transport, netip.Addr) {
 	dst = dst.Unmap()
 	if t := m.transportFor(dst); t != nil {
-		return t, dst
+		if s, ok := sourceFor(t, dst); ok {
+			return t, s
+		}
 	}
-	ll := dst.Is6() && dst.IsLinkLocalUnicast()
 	for _, t := range m.transports {
-		for _, a := range t.addrs() {
-			a = a.Unmap()
-			if a.Is4() == dst.Is4() && (a.Is6() && a.IsLinkLocalUnicast()) == ll && !a.IsUnspecified() {
-				return t, a
-			}
+		if s, ok := sourceFor(t, dst); ok {
+			return t, s
 		}
 	}
 	return nil, netip.Addr{}
+}
+
+// sourceFor returns the address t sends to dst from (see routeTo).
+func sourceFor(t transport, dst netip.Addr) (netip.Addr, bool) {
+	srcs := t.sources()
+	for _, a := range srcs {
+		if a.Unmap() == dst {
+			return dst, true
+		}
+	}
+	ll := dst.Is6() && dst.IsLinkLocalUnicast()
+	for _, a := range srcs {
+		a = a.Unmap()
+		if a.Is4() == dst.Is4() && (a.Is6() && a.IsLinkLocalUnicast()) == ll && !a.IsUnspecified() {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // Ephemeral ports: Linux's default ip_local_port_range, which the captured

@@ -67,6 +67,19 @@ func (t *roceTransport) addrs() []netip.Addr {
 	return out
 }
 
+// sources are the addresses the device sends from (roce.Device.Addrs), and
+// the link-local GIDs, which AddressHandle takes for a link-local
+// destination.
+func (t *roceTransport) sources() []netip.Addr {
+	out := append([]netip.Addr(nil), t.dev.Addrs()...)
+	for _, g := range t.dev.GIDs() {
+		if g = g.Unmap(); g.Is6() && g.IsLinkLocalUnicast() {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
 func (t *roceTransport) resolveAddr(id *ID, dst netip.Addr, timeout time.Duration) {
 	gen := id.resolveGen
 	m := t.m

@@ -315,6 +315,12 @@ func (d *Device) Context() *ibtransport.Context { return d.ctx }
 // GIDs returns the GID table.
 func (d *Device) GIDs() []netip.Addr { return d.gids }
 
+// Addrs returns DeviceConfig.Addrs: the addresses the device sends from
+// (AddressHandle's source GIDs). The GID table may list more: a device on a
+// UDP socket bound to one address has every address of the interface in its
+// table, but a datagram from any other one is dropped by the socket.
+func (d *Device) Addrs() []netip.Addr { return d.cfg.Addrs }
+
 // PathMTU returns the port's active IB MTU.
 func (d *Device) PathMTU() int { return d.mtu }
 

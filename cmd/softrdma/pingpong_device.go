@@ -169,7 +169,14 @@ func ppOpenBackend(cfg ppDeviceConfig, pcapFile *os.File) (*ppDevice, error) {
 		ep = d.capture
 	}
 	d.close = ep.Close
-	d.dev, err = roce.NewDevice(roce.DeviceConfig{Endpoint: ep, MAC: mac, Addrs: addrs, Engine: engine})
+	// The socket sends from local alone: that is the device's address (its
+	// source GIDs, and rdma_cm's source for an unbound ID), while the GID
+	// table lists every address of the interface, as rxe's does, for -g. With
+	// every address as the device's, rdma_cm took a destination on the same
+	// interface (10.9.0.2 beside 10.9.0.1 on lo) as its own source, and the
+	// socket dropped the REQ.
+	d.dev, err = roce.NewDevice(roce.DeviceConfig{Endpoint: ep, MAC: mac, Addrs: []netip.Addr{local},
+		GIDs: roce.GIDTable(mac, addrs), Engine: engine})
 	if err != nil {
 		ep.Close()
 		return nil, err
