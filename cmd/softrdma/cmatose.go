@@ -74,8 +74,15 @@ func cmatoseCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "softrdma cmatose: the server needs -b ADDR (the RoCE device's address)")
 		return 2
 	}
-	if o.count < 0 || o.size < 1 || o.size > 1<<20 {
-		fmt.Fprintln(stderr, "softrdma cmatose: -C >= 0 and 1 <= -S <= 1048576")
+	// Both sides post -C receives before connecting: the QP's queues hold
+	// them all (the engine's MaxQPWR).
+	if err := checkFlags(
+		intRange("-p", o.port, 1, 65535),
+		intRange("-C", o.count, 0, 16384),
+		intRange("-S", o.size, 1, 1<<20),
+		flagRange{"--timeout", o.timeout, o.timeout > 0, "a duration above 0"},
+	); err != nil {
+		fmt.Fprintf(stderr, "softrdma cmatose: %v\n", err)
 		return 2
 	}
 	name := "cmatose"

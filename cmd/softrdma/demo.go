@@ -78,8 +78,8 @@ func demoCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softrdma demo: --transport %s: want roce or iwarp\n", o.transport)
 		return 2
 	}
-	if o.messages < 1 || o.size < 8 || o.depth < 1 {
-		fmt.Fprintln(stderr, "softrdma demo: --messages and --depth must be ≥ 1, --size ≥ 8")
+	if err := o.check(); err != nil {
+		fmt.Fprintf(stderr, "softrdma demo: %v\n", err)
 		return 2
 	}
 	run := runDemo
@@ -102,6 +102,44 @@ func demoCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// The demo's limits. Each node registers a buffer of --messages × --size
+// octets (and 8 per message for the atomics), so that product is bounded;
+// a CQ of 4 × --depth entries must fit the engine's MaxCQE (32768); an
+// Ethernet MTU below 256 + rxe's 80 octets of headers carries no IB MTU; and
+// the iWARP demo posts a receive for every message of a phase (MaxQPWR).
+const (
+	demoMaxBuffer   = 256 << 20
+	demoMaxDepth    = 8192
+	demoMinMTU      = 256 + 80
+	demoMaxMTU      = 65535
+	demoMaxLatency  = 100 * time.Millisecond
+	demoMaxBitRate  = 1e15
+	demoMaxIWARPMsg = 16384
+)
+
+// check reports the first flag out of its range, before anything starts: the
+// simulator panics on a loss, corruption, bandwidth or latency outside its
+// LinkConfig's ranges, -n × -s can overflow int or exhaust the memory, and a
+// link MTU too small for any IB MTU drops every frame.
+func (o demoOptions) check() error {
+	maxMsgs := demoMaxBuffer / 8
+	if o.transport == "iwarp" {
+		maxMsgs = demoMaxIWARPMsg
+	}
+	maxSize := demoMaxBuffer / max(1, min(o.messages, maxMsgs))
+	return checkFlags(
+		intRange("--messages", o.messages, 1, maxMsgs),
+		flagRange{"--size", o.size, 8 <= o.size && o.size <= maxSize,
+			fmt.Sprintf("8 to %d (--messages × --size, each node's buffer, is at most %d MiB)", maxSize, demoMaxBuffer>>20)},
+		intRange("--depth", o.depth, 1, demoMaxDepth),
+		floatRange("--loss", o.loss, 0, 1, "a probability"),
+		floatRange("--corrupt", o.corrupt, 0, 1, "a probability"),
+		durationRange("--latency", o.latency, 0, demoMaxLatency),
+		floatRange("--bandwidth", o.bandwidth, 1, demoMaxBitRate, "bit/s"),
+		intRange("--mtu", o.mtu, demoMinMTU, demoMaxMTU),
+	)
 }
 
 // demoResult is what softrdma demo reports.

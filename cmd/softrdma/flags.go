@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -51,4 +52,45 @@ func flagsExit(err error) int {
 		return 0
 	}
 	return 2
+}
+
+// flagRange is one numeric flag's range check: the flag as the user wrote it
+// (e.g. "--loss" or "-s"), its value, and whether the value is in range,
+// described by want ("a probability in [0, 1]"). checkFlags reports the first
+// one out of range as "FLAG VALUE: want WANT", before anything starts.
+type flagRange struct {
+	flag  string
+	value any
+	ok    bool
+	want  string
+}
+
+// checkFlags returns an error naming the first flag of checks out of its range.
+func checkFlags(checks ...flagRange) error {
+	for _, c := range checks {
+		if !c.ok {
+			return fmt.Errorf("%s %v: want %s", c.flag, c.value, c.want)
+		}
+	}
+	return nil
+}
+
+// intRange checks lo <= v <= hi.
+func intRange[T ~int | ~int64 | ~uint64](flag string, v, lo, hi T) flagRange {
+	return flagRange{flag, v, lo <= v && v <= hi, fmt.Sprintf("%v to %v", lo, hi)}
+}
+
+// floatRange checks lo <= v <= hi (NaN is out of every range).
+func floatRange(flag string, v, lo, hi float64, what string) flagRange {
+	return flagRange{flag, v, lo <= v && v <= hi, fmt.Sprintf("%s in [%g, %g]", what, lo, hi)}
+}
+
+// durationRange checks lo <= v <= hi.
+func durationRange(flag string, v, lo, hi time.Duration) flagRange {
+	return flagRange{flag, v, lo <= v && v <= hi, fmt.Sprintf("a duration from %v to %v", lo, hi)}
+}
+
+// durationNonNegative checks v >= 0 (durations with no upper bound).
+func durationNonNegative(flag string, v time.Duration) flagRange {
+	return flagRange{flag, v, v >= 0, "a duration of 0 or more"}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"runtime/pprof"
@@ -257,8 +258,12 @@ func perfParseSize(s string) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("-s %q: not a number", s)
 	}
+	// v is compared before it is multiplied: 2^54K would wrap to 0.
+	if v < 1 || uint64(v) > (1<<31-1)/factor {
+		return 0, fmt.Errorf("-s: Message Size should be between 1 and %d", uint32(1<<31-1))
+	}
 	size := uint64(v) * factor
-	if v < 1 || size > 1<<31-1 {
+	if size > 1<<31-1 {
 		return 0, fmt.Errorf("-s: Message Size should be between 1 and %d", uint32(1<<31-1))
 	}
 	return size, nil
@@ -404,6 +409,17 @@ func perfDerive(o *perfOptions) (*perfParams, error) {
 	}
 	if o.port < 0 || o.port > 65535 {
 		return nil, fmt.Errorf("-p %d: not a TCP port", o.port)
+	}
+	// -D in seconds becomes a time.Duration (int64 nanoseconds): a C int's
+	// worth of seconds fits. -f is -1 (unset: duration/4) or seconds. -o 0 is
+	// the device's maximum.
+	if err := checkFlags(
+		intRange("-D", o.duration, 0, math.MaxInt32),
+		intRange("-f", o.margin, -1, math.MaxInt32),
+		intRange("-o", o.outReads, 0, math.MaxInt32),
+		durationNonNegative("--wait", o.wait),
+	); err != nil {
+		return nil, err
 	}
 	if o.set["duration"] {
 		if o.duration < 1 {

@@ -165,9 +165,9 @@ func pingpongCmd(args []string, stdout, stderr io.Writer) int {
 			o.size = 1024
 		}
 	}
-	if o.port < 0 || o.port > 65535 || o.ibPort < 1 || ppMTUValid(o.mtu) != nil || o.rxDepth < 1 || o.iters < 0 || o.size < 1 {
-		fs.Usage()
-		return 1
+	if err := o.validate(); err != nil {
+		fmt.Fprintf(stderr, "softrdma pingpong: %v\n", err)
+		return 2
 	}
 	if o.ibPort != 1 {
 		fmt.Fprintf(stderr, "Couldn't get port info (softrdma devices have port 1 only, not %d)\n", o.ibPort)
@@ -191,6 +191,28 @@ func pingpongCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 // ppMTUValid accepts the IB MTUs pp_mtu_to_enum knows.
+// ppMaxSize is the largest -s: the message buffer is allocated (and
+// registered) whole before anything is exchanged.
+const ppMaxSize = 1 << 30
+
+// validate reports the first numeric flag out of its range, before anything
+// starts. -r has no upper bound here: the QP's creation names the engine's
+// (MaxQPWR), as the tools' "Couldn't create QP".
+func (o pingpongOptions) validate() error {
+	return checkFlags(
+		intRange("-p", o.port, 0, 65535),
+		intRange("-i", o.ibPort, 1, 255),
+		intRange("-s", o.size, 1, ppMaxSize),
+		flagRange{"-m", o.mtu, ppMTUValid(o.mtu) == nil, "256, 512, 1024, 2048 or 4096"},
+		intRange("-r", o.rxDepth, 1, math.MaxInt32),
+		intRange("-n", o.iters, 0, math.MaxInt32),
+		intRange("-l", o.sl, 0, 15),
+		intRange("-g", o.gidx, -1, 255),
+		durationNonNegative("--wait", o.wait),
+		durationNonNegative("--timeout", o.timeout),
+	)
+}
+
 func ppMTUValid(m int) error {
 	switch m {
 	case 256, 512, 1024, 2048, 4096:

@@ -174,7 +174,7 @@ func TestPingpongFlags(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"--transport", "iwarp"}, 2, "not yet"},
-		{[]string{"-m", "1000"}, 1, ""},
+		{[]string{"-m", "1000"}, 2, "-m 1000: want 256, 512, 1024, 2048 or 4096"},
 		{[]string{"-i", "2"}, 1, "port 1 only"},
 		{[]string{"a", "b"}, 1, ""},
 		{[]string{"--backend", "carrier-pigeon", "-d", "127.0.0.1", "-p", "1"}, 1, "want udp"},

@@ -110,6 +110,14 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Invalid count %d\n", o.count)
 		return 2
 	}
+	if err := checkFlags(
+		intRange("-p", o.port, 0, 65535),
+		durationNonNegative("--timeout", o.timeout),
+		durationNonNegative("--settle", o.settle),
+	); err != nil {
+		fmt.Fprintf(stderr, "softrdma rping: %v\n", err)
+		return 2
+	}
 	crc, err := parseCRCPolicy(o.crc)
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma rping: %v\n", err)
