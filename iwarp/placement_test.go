@@ -68,6 +68,7 @@ func TestNoPlacementAfterDereg(t *testing.T) {
 		recv  ib.WCStatus // the receive WR's status (0: none posted)
 		send  ib.WCStatus // the READ's status (0: none posted)
 		inv   bool        // a fast-register region, invalidated by LOCAL_INV instead
+		mw    bool        // a type 2 window onto the region, invalidated by LOCAL_INV instead
 	}{
 		{name: "tagged write", hdr: func(mr *ib.MR) []byte {
 			return tagged(iwarp.OpWrite, mr.RKey(), mr.Addr(), true)
@@ -75,6 +76,8 @@ func TestNoPlacementAfterDereg(t *testing.T) {
 		{name: "tagged write, LOCAL_INV", inv: true, hdr: func(mr *ib.MR) []byte {
 			return tagged(iwarp.OpWrite, mr.RKey(), mr.Addr(), true)
 		}, layer: iwarp.LayerDDP, etype: iwarp.ETypeDDPTaggedBuffer, code: iwarp.ECodeDDPTaggedInvalidSTag},
+		{name: "tagged write through a window, LOCAL_INV", mw: true, hdr: nil,
+			layer: iwarp.LayerDDP, etype: iwarp.ETypeDDPTaggedBuffer, code: iwarp.ECodeDDPTaggedInvalidSTag},
 		{name: "untagged send", setup: func(s *side, mr *ib.MR, r *raw) {
 			s.qp.PostRecv(ib.RecvWR{WRID: 1, SGL: []ib.SGE{mr.SGE(0, size)}})
 		}, hdr: func(mr *ib.MR) []byte {
@@ -98,9 +101,12 @@ func TestNoPlacementAfterDereg(t *testing.T) {
 			buf := make([]byte, size)
 			var mr *ib.MR
 			var err error
-			if c.inv {
+			switch {
+			case c.inv:
 				mr, err = s.pd.AllocMR(size)
-			} else {
+			case c.mw:
+				mr, err = s.pd.RegMR(buf, testAccess|ib.AccessMWBind)
+			default:
 				mr, err = s.pd.RegMR(buf, testAccess)
 			}
 			if err != nil {
@@ -116,12 +122,29 @@ func TestNoPlacementAfterDereg(t *testing.T) {
 					RegMR: ib.RegMRInfo{MR: mr, Buf: buf, Access: testAccess, Key: 0x42}})
 				wantOK(t, wait(t, s.scq, 1)[0], 10, ib.WCRegMR)
 			}
+			hdr := c.hdr
+			invKey := uint32(0) // the key LOCAL_INV invalidates
+			if c.mw {
+				// The region is reached only through a type 2 window bound to the QP.
+				mw, err := s.pd.AllocMW(ib.MWType2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rkey := mw.RKey()&^0xff | 0x17
+				s.qp.PostSend(ib.SendWR{WRID: 10, Opcode: ib.WRBindMW, Signaled: true, Bind: ib.MWBindInfo{MW: mw, RKey: rkey,
+					MR: mr, Addr: mr.Addr(), Length: size, Access: ib.AccessRemoteWrite}})
+				wantOK(t, wait(t, s.scq, 1)[0], 10, ib.WCBindMW)
+				invKey = rkey
+				hdr = func(mr *ib.MR) []byte { return tagged(iwarp.OpWrite, rkey, mr.Addr(), true) }
+			} else if c.inv {
+				invKey = mr.RKey()
+			}
 			if c.setup != nil {
 				c.setup(s, mr, r)
 			}
 			payload := make([]byte, size)
 			fill(payload, 0x5a)
-			fpdu, err := iwarp.AppendFPDU(nil, true, c.hdr(mr), payload)
+			fpdu, err := iwarp.AppendFPDU(nil, true, hdr(mr), payload)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,10 +156,10 @@ func TestNoPlacementAfterDereg(t *testing.T) {
 			// Every octet sent has been read: beyond the read-ahead buffer, so the
 			// reader is reading the payload into the region (the STag checked).
 			cnt.waitFor(t, before+cut)
-			if c.inv {
+			if invKey != 0 {
 				// LOCAL_INV returns with its completion: success, or flushed
 				// when the connection is terminated for the invalidation.
-				s.qp.PostSend(ib.SendWR{WRID: 11, Opcode: ib.WRLocalInv, InvalidateRKey: mr.RKey(), Signaled: true})
+				s.qp.PostSend(ib.SendWR{WRID: 11, Opcode: ib.WRLocalInv, InvalidateRKey: invKey, Signaled: true})
 				if wc := wait(t, s.scq, 1)[0]; wc.WRID != 11 {
 					t.Fatalf("completion %v, want the LOCAL_INV's", wc)
 				}
@@ -148,7 +171,7 @@ func TestNoPlacementAfterDereg(t *testing.T) {
 			r.nc.(*net.TCPConn).CloseWrite()
 			waitDone(t, conn)
 			if n := countDiff(snap, buf); n != 0 {
-				t.Fatalf("%d octets of the region changed after Dereg returned", n)
+				t.Fatalf("%d octets of the region changed after the Dereg or LOCAL_INV returned", n)
 			}
 			var te *iwarp.TerminateError
 			if err := conn.Err(); !errors.As(err, &te) || !te.Local {

@@ -21,7 +21,10 @@ import (
 // the CRC and checks it. Nothing that completes a WR, executes an atomic or queues a
 // response happens before the CRC has been checked; data placed before the check
 // belongs to a connection that is then terminated (RFC 5041 §3 allows placement
-// before delivery).
+// before delivery). The engine records each FPDU's target regions as the
+// connection's open placement (ibtransport placement.go) until the payload is
+// in, so that a Dereg or an invalidation meanwhile interrupts the read and
+// waits for it, and no octet lands in the region once it has returned.
 
 // rxBufSize is the read-ahead buffer: big enough for several small FPDUs per read
 // system call, small enough that the payload octets it copies on the way to their
