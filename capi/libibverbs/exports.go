@@ -57,10 +57,10 @@ func debugf(format string, a ...any) {
 func srgo_ndevices() C.int { return C.int(len(loadDevices())) }
 
 //export srgo_device_name
-func srgo_device_name(i C.int, buf *C.char, n C.int, iwarp *C.int) {
+func srgo_device_name(i C.int, buf *C.char, n C.int, iwarp *C.int) C.int {
 	d := device(i)
 	if d == nil || n <= 0 {
-		return
+		return C.EINVAL
 	}
 	b := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
 	k := copy(b[:len(b)-1], d.Spec.Name)
@@ -68,6 +68,7 @@ func srgo_device_name(i C.int, buf *C.char, n C.int, iwarp *C.int) {
 	if d.Spec.Transport == devspec.IWARP {
 		*iwarp = 1
 	}
+	return 0
 }
 
 //export srgo_node_guid
@@ -96,10 +97,10 @@ func htobe64(v uint64) C.__be64 {
 }
 
 //export srgo_query_device
-func srgo_query_device(i C.int, a *C.struct_ibv_device_attr) {
+func srgo_query_device(i C.int, a *C.struct_ibv_device_attr) C.int {
 	d := device(i)
 	if d == nil {
-		return
+		return C.EINVAL
 	}
 	v := d.Attr()
 	fw := unsafe.Slice((*byte)(unsafe.Pointer(&a.fw_ver[0])), len(a.fw_ver))
@@ -133,6 +134,7 @@ func srgo_query_device(i C.int, a *C.struct_ibv_device_attr) {
 	a.max_pkeys = C.uint16_t(v.MaxPKeys)
 	a.local_ca_ack_delay = C.uint8_t(v.LocalCAAckDelay)
 	a.phys_port_cnt = 1
+	return 0
 }
 
 //export srgo_query_port

@@ -10,6 +10,7 @@ package main
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +19,10 @@ package main
 
 // The Go side (exports.go).
 extern int srgo_ndevices(void);
-extern void srgo_device_name(int i, char *buf, int n, int *iwarp);
+extern int srgo_device_name(int i, char *buf, int n, int *iwarp);
 extern uint64_t srgo_node_guid(int i);
 extern uint32_t srgo_ifindex(int i);
-extern void srgo_query_device(int i, struct ibv_device_attr *a);
+extern int srgo_query_device(int i, struct ibv_device_attr *a);
 extern int srgo_query_port(int i, uint8_t port, struct ibv_port_attr *a);
 extern int srgo_query_gid(int i, uint32_t port, int index, uint8_t *raw);
 extern int srgo_query_pkey(int i, uint8_t port, int index);
@@ -66,6 +67,56 @@ extern int srgo_query_qp(uintptr_t h, struct sr_qpattr *a);
 extern int srgo_destroy_qp(uintptr_t h);
 extern int srgo_post_send(uintptr_t h, struct sr_swr *w, int n, int *posted);
 extern int srgo_post_recv(uintptr_t h, struct sr_rwr *w, int n, int *posted);
+
+// Signals. A program's handler installed without SA_ONSTACK (perftest's
+// SIGALRM for -D) that runs on a thread of the Go runtime runs on a goroutine
+// stack and kills the process ("fatal error: fault"). So no Go thread may take
+// an asynchronous signal: the first constructor blocks them all on the loading
+// thread before the Go runtime's constructor (unprioritized, in go.o, linked
+// first) starts the runtime's first thread, which inherits the mask; the
+// runtime keeps the mask it started with (initSigmask) for every thread it
+// makes, and a c-shared library leaves every blockable signal to it. The last
+// constructor (unprioritized, in a cgo object linked after go.o) gives the
+// loading thread its mask back. The kernel then delivers process signals only
+// to the program's own threads. Synchronous signals stay unblocked.
+static sigset_t sr_loader_mask;
+
+// sr_async is what SRGO blocks: every signal but the synchronous ones.
+static sigset_t sr_async;
+
+__attribute__((constructor(101))) static void sr_block_async_signals(void)
+{
+	sigset_t s;
+	sigfillset(&s);
+	sigdelset(&s, SIGSEGV);
+	sigdelset(&s, SIGBUS);
+	sigdelset(&s, SIGFPE);
+	sigdelset(&s, SIGILL);
+	sigdelset(&s, SIGTRAP);
+	sigdelset(&s, SIGSYS);
+	sr_async = s;
+	pthread_sigmask(SIG_BLOCK, &s, &sr_loader_mask);
+}
+
+// SRGO(f, args...) calls the Go function f with the asynchronous signals
+// blocked on the calling thread, the program's: while the thread runs Go code
+// it is on a goroutine stack, and a handler without SA_ONSTACK would push its
+// frame there (a few KiB with the FPU state) and overwrite the neighbouring
+// goroutine's stack (seen: perftest -D, a corrupted roce receive goroutine).
+// A signal that arrives meanwhile is delivered when the call returns, on the
+// program's stack. The cost is two rt_sigprocmask calls per verb.
+#define SRGO(f, ...) ({                                                   \
+	sigset_t sr_old_;                                                 \
+	pthread_sigmask(SIG_BLOCK, &sr_async, &sr_old_);                  \
+	__typeof__(f(__VA_ARGS__)) sr_r_ = f(__VA_ARGS__);                \
+	pthread_sigmask(SIG_SETMASK, &sr_old_, NULL);                     \
+	sr_r_;                                                            \
+})
+
+__attribute__((constructor)) static void sr_restore_signals(void)
+{
+	pthread_sigmask(SIG_SETMASK, &sr_loader_mask, NULL);
+}
 
 // sr_device is what ibv_get_device_list hands out: rdma-core's struct with the
 // index of the Go device behind it.
@@ -113,7 +164,7 @@ static pthread_once_t sr_once = PTHREAD_ONCE_INIT;
 
 static void sr_load(void)
 {
-	int n = srgo_ndevices();
+	int n = SRGO(srgo_ndevices, );
 	if (n <= 0)
 		return;
 	sr_devices = calloc(n, sizeof(*sr_devices));
@@ -124,7 +175,7 @@ static void sr_load(void)
 		if (!d)
 			return;
 		int iwarp = 0;
-		srgo_device_name(i, d->dev.name, sizeof(d->dev.name), &iwarp);
+		SRGO(srgo_device_name, i, d->dev.name, sizeof(d->dev.name), &iwarp);
 		d->idx = i;
 		d->dev.node_type = iwarp ? IBV_NODE_RNIC : IBV_NODE_CA;
 		d->dev.transport_type = iwarp ? IBV_TRANSPORT_IWARP : IBV_TRANSPORT_IB;
@@ -176,7 +227,7 @@ __be64 ibv_get_device_guid(struct ibv_device *device)
 {
 	if (!device)
 		return 0;
-	return htobe64(srgo_node_guid(sr_dev(device)->idx));
+	return htobe64(SRGO(srgo_node_guid, sr_dev(device)->idx));
 }
 
 int ibv_get_device_index(struct ibv_device *device)
@@ -188,7 +239,7 @@ static int sr_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_
 {
 	struct ibv_port_attr a;
 	memset(&a, 0, sizeof(a));
-	int rc = srgo_query_port(sr_ctx(ctx)->idx, port, &a);
+	int rc = SRGO(srgo_query_port, sr_ctx(ctx)->idx, port, &a);
 	if (rc)
 		return rc;
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
@@ -202,7 +253,7 @@ static int sr_query_device_ex(struct ibv_context *ctx, const struct ibv_query_de
 	if (input && input->comp_mask)
 		return EINVAL;
 	memset(&a, 0, sizeof(a));
-	srgo_query_device(sr_ctx(ctx)->idx, &a.orig_attr);
+	SRGO(srgo_query_device, sr_ctx(ctx)->idx, &a.orig_attr);
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
 	return 0;
 }
@@ -251,7 +302,7 @@ int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
 	if (!ctx || !attr)
 		return EINVAL;
 	memset(attr, 0, sizeof(*attr));
-	srgo_query_device(sr_ctx(ctx)->idx, attr);
+	SRGO(srgo_query_device, sr_ctx(ctx)->idx, attr);
 	return 0;
 }
 
@@ -269,7 +320,7 @@ int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gi
 {
 	if (!ctx || !gid)
 		return EINVAL;
-	if (srgo_query_gid(sr_ctx(ctx)->idx, port, index, gid->raw))
+	if (SRGO(srgo_query_gid, sr_ctx(ctx)->idx, port, index, gid->raw))
 		return -1;
 	return 0;
 }
@@ -282,7 +333,7 @@ int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index
 	union ibv_gid gid;
 	if (!ctx || !type)
 		return EINVAL;
-	if (srgo_query_gid(sr_ctx(ctx)->idx, port, (int)index, gid.raw))
+	if (SRGO(srgo_query_gid, sr_ctx(ctx)->idx, port, (int)index, gid.raw))
 		return -1;
 	*type = ctx->device->transport_type == IBV_TRANSPORT_IB ? 1 : 0;
 	return 0;
@@ -293,7 +344,7 @@ int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index, st
 	if (!ctx || !entry || flags || entry_size < sizeof(*entry))
 		return EINVAL;
 	memset(entry, 0, sizeof(*entry));
-	if (srgo_query_gid(sr_ctx(ctx)->idx, port, (int)index, entry->gid.raw))
+	if (SRGO(srgo_query_gid, sr_ctx(ctx)->idx, port, (int)index, entry->gid.raw))
 		return EINVAL;
 	for (int i = 0; i < 16; i++)
 		if (entry->gid.raw[i])
@@ -303,7 +354,7 @@ found:
 	entry->gid_index = index;
 	entry->port_num = port;
 	entry->gid_type = ctx->device->transport_type == IBV_TRANSPORT_IB ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_IB;
-	entry->ndev_ifindex = srgo_ifindex(sr_ctx(ctx)->idx);
+	entry->ndev_ifindex = SRGO(srgo_ifindex, sr_ctx(ctx)->idx);
 	return 0;
 }
 
@@ -311,7 +362,7 @@ int ibv_query_pkey(struct ibv_context *ctx, uint8_t port, int index, __be16 *pke
 {
 	if (!ctx || !pkey)
 		return EINVAL;
-	int v = srgo_query_pkey(sr_ctx(ctx)->idx, port, index);
+	int v = SRGO(srgo_query_pkey, sr_ctx(ctx)->idx, port, index);
 	if (v < 0)
 		return -1;
 	*pkey = htobe16((uint16_t)v);
@@ -330,7 +381,7 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
 		return NULL;
 	}
 	int err = 0;
-	p->h = srgo_alloc_pd(sr_ctx(ctx)->idx, &err);
+	p->h = SRGO(srgo_alloc_pd, sr_ctx(ctx)->idx, &err);
 	if (!p->h) {
 		free(p);
 		errno = err;
@@ -346,7 +397,7 @@ int ibv_dealloc_pd(struct ibv_pd *pd)
 	if (!pd)
 		return EINVAL;
 	struct sr_pd *p = (struct sr_pd *)pd;
-	int rc = srgo_dealloc_pd(p->h);
+	int rc = SRGO(srgo_dealloc_pd, p->h);
 	if (rc)
 		return rc;
 	free(p);
@@ -366,7 +417,7 @@ static struct ibv_mr *sr_reg_mr(struct ibv_pd *pd, void *addr, size_t length, ui
 	}
 	int err = 0;
 	uint32_t key = 0;
-	m->h = srgo_reg_mr(((struct sr_pd *)pd)->h, addr, length, iova, (int)access, &key, &err);
+	m->h = SRGO(srgo_reg_mr, ((struct sr_pd *)pd)->h, addr, length, iova, (int)access, &key, &err);
 	if (!m->h) {
 		free(m);
 		errno = err;
@@ -404,7 +455,7 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 	if (!mr)
 		return EINVAL;
 	struct sr_mr *m = (struct sr_mr *)mr;
-	int rc = srgo_dereg_mr(m->h);
+	int rc = SRGO(srgo_dereg_mr, m->h);
 	if (rc)
 		return rc;
 	free(m);
@@ -430,7 +481,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 		return NULL;
 	}
 	int err = 0, depth = 0;
-	c->h = srgo_create_cq(sr_ctx(ctx)->idx, cqe, &depth, &err);
+	c->h = SRGO(srgo_create_cq, sr_ctx(ctx)->idx, cqe, &depth, &err);
 	if (!c->h) {
 		free(c);
 		errno = err;
@@ -450,7 +501,7 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 	if (!cq)
 		return EINVAL;
 	struct sr_cq *c = (struct sr_cq *)cq;
-	int rc = srgo_destroy_cq(c->h);
+	int rc = SRGO(srgo_destroy_cq, c->h);
 	if (rc)
 		return rc;
 	pthread_mutex_destroy(&cq->mutex);
@@ -481,7 +532,7 @@ static int sr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		return -1;
 	while (total < n) {
 		int want = n - total < SR_BATCH ? n - total : SR_BATCH;
-		int got = srgo_poll_cq(((struct sr_cq *)cq)->h, want, w);
+		int got = SRGO(srgo_poll_cq, ((struct sr_cq *)cq)->h, want, w);
 		if (got < 0)
 			return total ? total : -1;
 		for (int i = 0; i < got; i++) {
@@ -538,7 +589,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 	};
 	int err = 0;
 	uint32_t qpn = 0;
-	q->h = srgo_create_qp(((struct sr_pd *)pd)->h, a->qp_type, ((struct sr_cq *)a->send_cq)->h,
+	q->h = SRGO(srgo_create_qp, ((struct sr_pd *)pd)->h, a->qp_type, ((struct sr_cq *)a->send_cq)->h,
 			      ((struct sr_cq *)a->recv_cq)->h, a->sq_sig_all, &cap, &qpn, &err);
 	if (!q->h) {
 		free(q);
@@ -569,7 +620,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	if (!qp)
 		return EINVAL;
 	struct sr_qp *q = (struct sr_qp *)qp;
-	int rc = srgo_destroy_qp(q->h);
+	int rc = SRGO(srgo_destroy_qp, q->h);
 	if (rc)
 		return rc;
 	pthread_mutex_destroy(&qp->mutex);
@@ -613,7 +664,7 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 		return EINVAL;
 	struct sr_qpattr a;
 	sr_from_qp_attr(&a, attr);
-	int rc = srgo_modify_qp(((struct sr_qp *)qp)->h, &a, mask);
+	int rc = SRGO(srgo_modify_qp, ((struct sr_qp *)qp)->h, &a, mask);
 	if (!rc && (mask & IBV_QP_STATE))
 		qp->state = attr->qp_state;
 	return rc;
@@ -625,7 +676,7 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct i
 		return EINVAL;
 	struct sr_qpattr a;
 	memset(&a, 0, sizeof(a));
-	int rc = srgo_query_qp(((struct sr_qp *)qp)->h, &a);
+	int rc = SRGO(srgo_query_qp, ((struct sr_qp *)qp)->h, &a);
 	if (rc)
 		return rc;
 	memset(attr, 0, sizeof(*attr));
@@ -706,7 +757,7 @@ static int sr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 			}
 		}
 		int posted = 0;
-		int rc = srgo_post_send(h, a, n, &posted);
+		int rc = SRGO(srgo_post_send, h, a, n, &posted);
 		if (rc) {
 			struct ibv_send_wr *b = first;
 			for (int i = 0; i < posted && b; i++)
@@ -732,7 +783,7 @@ static int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_re
 			a[n].sg = wr->sg_list;
 		}
 		int posted = 0;
-		int rc = srgo_post_recv(h, a, n, &posted);
+		int rc = SRGO(srgo_post_recv, h, a, n, &posted);
 		if (rc) {
 			struct ibv_recv_wr *b = first;
 			for (int i = 0; i < posted && b; i++)

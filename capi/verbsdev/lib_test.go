@@ -3,9 +3,11 @@ package verbsdev_test
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -204,5 +206,30 @@ func TestStockTools(t *testing.T) {
 		if !strings.Contains(out, w) {
 			t.Errorf("query: no %q in\n%s", w, out)
 		}
+	}
+}
+
+// TestSignals: a program with a SIGALRM handler installed without SA_ONSTACK,
+// as perftest's for -D, finds every asynchronous signal it may take blocked on
+// every thread of the library's Go runtime (so the kernel runs its handler on
+// its own threads only, never on a goroutine stack, which killed perftest with
+// "fatal error: fault"), and takes an interval timer's signal every 200 µs for
+// half a second while it polls a CQ, its thread mostly inside the library's Go
+// code, always on its own stack (the library blocks the signals while it runs
+// Go code on the program's thread; perftest -D died of a goroutine stack its
+// handler's frame had overwritten).
+func TestSignals(t *testing.T) {
+	lib := buildLib(t)
+	prog := filepath.Join(t.TempDir(), "signals")
+	if o, err := exec.Command("gcc", "-Wall", "-o", prog, "testdata/signals.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, o)
+	}
+	addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+	out, errOut, err := run(t, lib, addr, prog)
+	if err != nil {
+		t.Fatalf("signals: %v\n%s%s", err, out, errOut)
+	}
+	if !regexp.MustCompile(`threads besides main: [1-9][0-9]*, unblocked: 0\n`).MatchString(out) || !strings.Contains(out, "alarms: taken, off the thread's stack: 0\n") {
+		t.Errorf("signals:\n%s%s", out, errOut)
 	}
 }

@@ -137,10 +137,8 @@ func TestRCPingpong(t *testing.T) {
 
 // TestPerftest runs Debian's unmodified perftest tools at both ends on
 // softrdma's libraries (pair): every ib_{write,read,send,atomic}_{bw,lat} over
-// an RC QP, and ib_write_bw with -a, -q 4 and --report_gbits. (-D, a
-// duration, is not here: perftest's SIGALRM handler has no SA_ONSTACK, and
-// when the signal lands on a Go thread the runtime dies with "fatal error:
-// fault"; see VERBS-ABI.md.) The WRITEs and READs target the buffer address the peer sent.
+// an RC QP, ib_write_bw with -a, -q 4 and --report_gbits, and ib_send_bw -D 1
+// (a duration: SIGALRM, whose handler has no SA_ONSTACK; see TestSignals). The WRITEs and READs target the buffer address the peer sent.
 // perftest links libmlx5.so.1 and libefa.so.1: the stubs in lib/
 // stand in. Each must print its result row with the iterations asked for.
 func TestPerftest(t *testing.T) {
@@ -167,6 +165,7 @@ func TestPerftest(t *testing.T) {
 		tc{"ib_write_bw", []string{"-a", "-n", "5"}, regexp.MustCompile(`(?m)^ 8388608\s+5\s+[0-9.]+`)},
 		tc{"ib_write_bw", []string{"-q", "4", "-n", "50"}, regexp.MustCompile(`(?m)^ 65536\s+200\s+[0-9.]+`)},
 		tc{"ib_write_bw", []string{"--report_gbits", "-n", "50"}, regexp.MustCompile(`(?m)BW average\[Gb/sec\][^\n]*\n 65536\s+50\s+`)},
+		tc{"ib_send_bw", []string{"-D", "1"}, regexp.MustCompile(`(?m)^ 65536\s+[1-9][0-9]*\s+[0-9.]+`)},
 	)
 	for _, c := range cases {
 		t.Run(c.prog+" "+strings.Join(c.args, " "), func(t *testing.T) {
