@@ -169,6 +169,19 @@ type decoder struct {
 	// unknownCuts are the frames cut short that nothing showed to be RDMA or not.
 	unknownCuts frameSet
 	pkt         Packet
+
+	// UDP GSO super-datagrams (splitGSO): inGSO while one segment is decoded, and
+	// buffers for the segments' headers and datagrams.
+	inGSO      bool
+	gsoScratch []byte
+	gsoHdr     []byte
+	gsoBuf     []byte
+	gsoPayload []byte
+	// gsoFrames are the frames split, gsoDatagrams the datagrams they made, gsoFirst
+	// what the first one was: one note at the end (gsoNote).
+	gsoFrames    frameSet
+	gsoDatagrams int
+	gsoFirst     string
 }
 
 func newDecoder(w io.Writer, opts Options) *decoder {
@@ -733,6 +746,7 @@ func (d *decoder) finish() {
 		d.closeConn(c)
 	}
 	d.resolveHeaderCuts()
+	d.gsoNote()
 	// Problems found at the end (cut frames decided late) go among the others by frame;
 	// damage to the file itself (frame 0) comes last, where it was found.
 	sort.SliceStable(d.res.Errors, func(i, j int) bool { return problemBefore(d.res.Errors[i], d.res.Errors[j]) })

@@ -6,6 +6,13 @@
 // capture v1 and v2 (LINUX_SLL and LINUX_SLL2, what tcpdump -i any writes); frames of
 // any other link type are an error naming its number.
 //
+// A capture taken on a host whose UDP sockets send with UDP GSO (softrdma's UDP backend)
+// holds the datagrams before segmentation: one UDP payload of several RoCE packets. Such
+// a frame is split where each segment's ICRC, for the headers the segment leaves with,
+// is right, and each packet decoded as sent; one note names those frames. A frame cut
+// by the snap length cannot be split, and is an error saying what it seems to be when
+// its payload is longer than the largest IB MTU.
+//
 // A frame the capture cut short (a small snap length) is an error when what it shows
 // makes it RDMA: UDP destination port 4791, a TCP segment of a connection found to be
 // iWARP (by its start frames, even from the first octets of an MPA key, or by FPDUs), or

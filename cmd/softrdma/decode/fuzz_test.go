@@ -41,6 +41,11 @@ func FuzzDecode(f *testing.F) {
 			f.Add(writeCapture(f, fr, layers.LinkTypeEthernet, false))
 		}
 	}
+	// A UDP GSO super-datagram (split), and the same cut by a snap length (not split).
+	wbw := readFrames(f, readFile(f, captureDir+"/rxe-write-bw.pcap"))
+	gso := append(append(append([]frameOut(nil), wbw[:20]...), superDatagram(f, wbw[20:23])), wbw[23:30]...)
+	f.Add(writeCapture(f, gso, layers.LinkTypeEthernet, false))
+	f.Add(writeCapture(f, snap(gso, 128), layers.LinkTypeEthernet, false))
 	// Linux cooked captures (tcpdump -i any), whole and cut after the headers.
 	for _, link := range []linkType{linkLinuxSLL, linkLinuxSLL2} {
 		rxe := readFrames(f, readFile(f, captureDir+"/rxe-rdma-cm-rping.pcap"))

@@ -15,6 +15,13 @@ import (
 
 // roce explains one RoCE frame, d.rf (decErr says why roce.Frame rejected it, if it did).
 func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
+	var icrcErr error
+	if decErr == nil && !d.cutHeaders {
+		icrcErr = roce.VerifyICRC(&d.rf)
+		if icrcErr != nil && !d.inGSO && cutShort(ci) == "" && d.splitGSO(ci) {
+			return
+		}
+	}
 	d.markRDMA(d.frame)
 	d.res.Packets++
 	p := &d.pkt
@@ -67,7 +74,7 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 	// is in the ICRC or the Ethernet padding; it never holds a verifiable ICRC.
 	payloadCaptured := !d.cutHeaders || ci.CaptureLength >= d.cutWhole
 	badICRC := false
-	switch err := roce.VerifyICRC(f); {
+	switch err := icrcErr; {
 	case d.cutHeaders:
 		p.ICRC = "not verified"
 		p.Cut, p.OrigLen, p.CapLen = true, ci.Length, ci.CaptureLength
@@ -78,6 +85,14 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 		errs = append(errs, err.Error())
 	default:
 		p.ICRC = "ok"
+	}
+	// No RoCE packet carries more than the largest IB MTU: a longer one is several, a
+	// UDP GSO datagram that the capture shows unsegmented (splitGSO found no split:
+	// the capture cut it, or it is damaged).
+	overlong := ibErr == nil && len(pkt.Payload) > maxIBMTU
+	if overlong {
+		errs = append(errs, fmt.Sprintf("payload %d bytes > %d, the largest IB MTU: not one RoCE packet but, it seems, a UDP GSO datagram captured before segmentation, which is not split%s",
+			len(pkt.Payload), maxIBMTU, map[bool]string{true: " (cut by the capture)", false: " (no segment size makes every ICRC right)"}[d.cutHeaders]))
 	}
 	var madInfo *cmPair
 	mad := ibErr == nil && pkt.BTH.DestQP() == roce.GSIQPN && pkt.BTH.Opcode() == ibtransport.OpcodeUDSendOnly
@@ -114,6 +129,12 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 			d.roceICRCErrors[d.roceKey(f, ibtransport.BTH(f.IB[:ibtransport.BTHLen]), pkt, ibErr == nil)]++
 		}
 		madInfo = nil
+	case overlong:
+		// Several packets taken for one: nothing in it can be counted right but the
+		// error, in its direction (its headers are whole).
+		r := d.roceDirFor(f, pkt)
+		r.errors++
+		r.last = d.now
 	case ibErr == nil:
 		d.roceStats(f, pkt, p.Error != "", p.Cut)
 	}
@@ -122,6 +143,9 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 	}
 	d.out.packet(p)
 }
+
+// maxIBMTU is the largest IB path MTU, and so the most payload one RoCE packet carries.
+const maxIBMTU = 4096
 
 // gidString prints a RoCEv1 GID: as an IPv4 address if it is IPv4-mapped.
 func gidString(a netip.Addr) string {
@@ -366,20 +390,26 @@ func (d *decoder) roceKey(f *roce.Frame, b ibtransport.BTH, pkt *ibtransport.Pac
 	return key
 }
 
+// roceDirFor returns the direction of a decoded packet, made if new.
+func (d *decoder) roceDirFor(f *roce.Frame, pkt *ibtransport.Packet) *roceDir {
+	key := d.roceKey(f, pkt.BTH, pkt, true)
+	r := d.roceDirs[key]
+	if r == nil {
+		r = &roceDir{key: key, version: f.Version.String(), service: pkt.BTH.Opcode().Service(), first: d.now,
+			opcodes: map[string]int{}, messages: map[string]int{}, naks: map[string]int{}, peerQP: key.srcQP}
+		d.roceDirs[key] = r
+		d.roceOrder = append(d.roceOrder, r)
+	}
+	return r
+}
+
 // roceStats counts a packet in its direction's statistics: bad if it is an error, cut if
 // the capture cut it after its headers (its length is still the frame's on the wire, and
 // its payload length the one its headers declare).
 func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad, cut bool) {
 	b := pkt.BTH
 	op := b.Opcode()
-	key := d.roceKey(f, b, pkt, true)
-	r := d.roceDirs[key]
-	if r == nil {
-		r = &roceDir{key: key, version: f.Version.String(), service: op.Service(), first: d.now,
-			opcodes: map[string]int{}, messages: map[string]int{}, naks: map[string]int{}, peerQP: key.srcQP}
-		d.roceDirs[key] = r
-		d.roceOrder = append(d.roceOrder, r)
-	}
+	r := d.roceDirFor(f, pkt)
 	r.packets++
 	r.bytes += d.wire
 	r.last = d.now
