@@ -768,3 +768,30 @@ func (qp *QP) acceptsRemote() bool {
 	}
 	return false
 }
+
+// WriteRemote copies src to the n = len(src) bytes at va through rkey, with
+// RemoteBuffer's checks, under the Context's lock. A transport that places a
+// segment's payload without the lock (straight from its socket into the
+// memory RemoteBuffer returned) places the segment's last bytes with it: an
+// application that reads the region under the lock (MR.ReadAt), polling for
+// the last byte of a message or a counter the peer writes, then sees them in
+// an order the race detector knows, with the rest of the segment placed
+// before. The key is checked again: it may have been invalidated since.
+func (w *Wire) WriteRemote(rkey uint32, va uint64, src []byte) KeyFault {
+	qp := w.qp
+	c := qp.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(src) == 0 {
+		return KeyOK
+	}
+	if !qp.acceptsRemote() || qp.attr.AccessFlags&AccessRemoteWrite == 0 {
+		return KeyQPAccess
+	}
+	mem, f := c.lookupRemote(qp, rkey, va, uint64(len(src)), AccessRemoteWrite)
+	if f != faultNone {
+		return KeyFault(f)
+	}
+	copy(mem, src)
+	return KeyOK
+}

@@ -2,6 +2,7 @@ package ibtransport
 
 import (
 	"fmt"
+	"io"
 )
 
 // mrState is the state of a memory region's keys (IBTA 10.6.2, 11.2.8).
@@ -178,6 +179,28 @@ func (mr *MR) Buf() []byte {
 	mr.ctx.mu.Lock()
 	defer mr.ctx.mu.Unlock()
 	return mr.buf
+}
+
+// ReadAt copies the region's bytes from offset off into p (io.ReaderAt)
+// under the Context's lock: how an application reads memory that a peer's
+// RDMA WRITE may be changing (perftest polls a message's last byte or the
+// receiver's credit word) without racing the transport, which writes under
+// the same lock (RoCE: all of a WRITE; iWARP: the last bytes of each segment,
+// Wire.WriteRemote).
+func (mr *MR) ReadAt(p []byte, off int64) (int, error) {
+	mr.ctx.mu.Lock()
+	defer mr.ctx.mu.Unlock()
+	if off < 0 {
+		return 0, fmt.Errorf("mr 0x%x: read at offset %d: %w", mr.lkey, off, ErrInvalidArgument)
+	}
+	if off >= int64(len(mr.buf)) {
+		return 0, io.EOF
+	}
+	n := copy(p, mr.buf[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
 }
 
 // SGE returns a scatter/gather element for n bytes at offset off of the region.

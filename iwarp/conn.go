@@ -58,17 +58,20 @@ type Conn struct {
 	awaitRTR RTRFlags // reader: the RTR the responder still waits for
 	rtrGate  chan struct{}
 
-	writeLen, lastWriteLen uint64       // reader: octets of the Write in progress / the last one
-	wroteN                 uint64       // reader: placeWrite's segment length, for wrote
-	wroteLast              bool         // reader: placeWrite's segment ends its message
-	wroteTarget            [1][]byte    // reader: placeWrite's target
-	wroteEffect            func() error // reader: c.wrote, bound in newConn
-	fx                     rxEffect     // reader: the arguments of the effects below
-	sendEffect             func() error // reader: c.sendPlaced, bound in newConn
-	readRespEffect         func() error // reader: c.readResponsePlaced, bound in newConn
-	headerEffect           func() error // reader: c.headerOnly, bound in newConn
-	immEffect              func() error // reader: c.immediatePlaced, bound in newConn
-	atomicRespEffect       func() error // reader: c.atomicResponsePlaced, bound in newConn
+	writeLen, lastWriteLen uint64             // reader: octets of the Write in progress / the last one
+	wroteN                 uint64             // reader: placeWrite's segment length, for wrote
+	wroteLast              bool               // reader: placeWrite's segment ends its message
+	wroteTarget            [2][]byte          // reader: placeWrite's target: the region, then wroteTail
+	wroteTail              [writeTailLen]byte // reader: a WRITE segment's last octets, placed by wrote
+	wroteSTag              uint32             // reader: placeWrite's STag, for wrote
+	wroteTailTO            uint64             // reader: the tagged offset of wroteTail's first octet
+	wroteEffect            func() error       // reader: c.wrote, bound in newConn
+	fx                     rxEffect           // reader: the arguments of the effects below
+	sendEffect             func() error       // reader: c.sendPlaced, bound in newConn
+	readRespEffect         func() error       // reader: c.readResponsePlaced, bound in newConn
+	headerEffect           func() error       // reader: c.headerOnly, bound in newConn
+	immEffect              func() error       // reader: c.immediatePlaced, bound in newConn
+	atomicRespEffect       func() error       // reader: c.atomicResponsePlaced, bound in newConn
 	sinkBufs, recvBufs     [][]byte
 
 	mu             sync.Mutex

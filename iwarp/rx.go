@@ -549,14 +549,30 @@ func (c *Conn) placeWrite(h *rxHdr, d DDP, n uint64) ([][]byte, func() error, *r
 	if mem == nil {
 		return nil, c.wroteEffect, nil
 	}
-	c.wroteTarget[0] = mem
+	// The segment's last octets are read into wroteTail and placed by wrote,
+	// under the engine's lock (Wire.WriteRemote): see writeTailLen.
+	k := min(n, writeTailLen)
+	c.wroteSTag, c.wroteTailTO = d.STag(), to+n-k
+	c.wroteTarget[0], c.wroteTarget[1] = mem[:n-k], c.wroteTail[:k]
 	return c.wroteTarget[:], c.wroteEffect, nil
 }
+
+// writeTailLen is how many of a WRITE segment's last octets are placed under
+// the engine's lock, once the segment's CRC has been checked: an application
+// that polls the last octet of a message or a word the peer writes (perftest's
+// write_lat, ib_send_bw's credit over iWARP) reads them with MR.ReadAt, under
+// the same lock, and so in an order the race detector sees; the rest of the
+// segment was placed before. Eight octets cover an aligned 64-bit word.
+const writeTailLen = 8
 
 // wrote accounts for a placed WRITE segment (placeWrite's effect, after the CRC
 // check): the octets of the message so far, and at its end its length.
 func (c *Conn) wrote() error {
-	c.wroteTarget[0] = nil
+	tail := c.wroteTarget[1]
+	c.wroteTarget[0], c.wroteTarget[1] = nil, nil
+	if f := c.wire.WriteRemote(c.wroteSTag, c.wroteTailTO, tail); f != ib.KeyOK {
+		return ddpTagged(f, fmt.Sprintf("rdma write STag 0x%08x TO 0x%x length %d", c.wroteSTag, c.wroteTailTO, len(tail)))
+	}
 	c.writeLen += c.wroteN
 	if c.wroteLast {
 		c.lastWriteLen, c.writeLen = c.writeLen, 0

@@ -316,14 +316,17 @@ func (c *perfCredit) reset() {
 }
 
 // mayPost says whether the sender may post SEND k on QP q: fewer than rx
-// depth unanswered by the receiver's credit. It reads the word as perftest's
-// CPU reads what the RNIC writes: package iwarp places an RDMA WRITE's payload
-// straight from the socket into the region, outside the engine's lock, so the
-// race detector reports this read (as it would spinFor's over iWARP); the word
-// is aligned and only grows, so a stale value merely waits another poll.
-// (cmd/softrdma is not among the Makefile's race packages.)
+// depth unanswered by the receiver's credit. It reads the word with
+// MR.ReadAt, under the engine's lock, under which package iwarp places the
+// last octets of each WRITE segment (the whole 4-octet credit); the word only
+// grows, so a value read just before the WRITE lands merely waits another
+// poll.
 func (c *perfCredit) mayPost(q int, k uint64) bool {
-	got := uint64(binary.LittleEndian.Uint32(c.mr.Buf()[4*q:]))
+	var b [4]byte
+	if _, err := c.mr.ReadAt(b[:], int64(4*q)); err != nil {
+		return false
+	}
+	got := uint64(binary.LittleEndian.Uint32(b[:]))
 	return got >= k+1 || k+1-got < c.rxDepth
 }
 

@@ -993,12 +993,17 @@ func (s *perfSession) runLatWrite(ctx context.Context, size uint64) error {
 
 // spinFor waits until the byte at off of the buffer holds want: the peer's
 // WRITE has landed. Like perftest's CPU, it reads memory that the transport
-// writes; each read goes through MR.Buf, whose lock orders it after the
-// engine's writes.
+// writes; each read is MR.ReadAt's, under the engine's lock, under which the
+// transport writes the message's last byte (RoCE: the whole WRITE; iWARP:
+// the last octets of each segment).
 func (s *perfSession) spinFor(ctx context.Context, r *perfLatRun, off uint64, want byte) error {
 	limit := time.Now().Add(perfNoProgress)
+	var b [1]byte
 	for spins := 0; ; spins++ {
-		if s.mr.Buf()[off] == want {
+		if _, err := s.mr.ReadAt(b[:], int64(off)); err != nil {
+			return err
+		}
+		if b[0] == want {
 			return nil
 		}
 		if r.over() {
