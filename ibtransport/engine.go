@@ -385,6 +385,19 @@ func serviceMatches(t QPType, s ServiceType) bool {
 // by now (retransmission, RNR waits). QPs take turns, at most OutputBurst packets
 // each per turn; a QP that was cut short by a full batch continues on the next call.
 func (c *Context) Output(now time.Time, out *OutputBatch) int {
+	return c.OutputSealed(now, out, nil)
+}
+
+// OutputSealed is Output, and then, if any packet was appended, seal(first)
+// with out.Packets[first:] the packets appended, before the Context's lock is
+// released. A device whose batch gathers payloads in place
+// (OutputBatch.Gather) frames them in seal: the payload it reads there (for
+// the ICRC, say) is a work request's memory, which the application may reuse
+// once the request completes, and no request completes while seal runs (a
+// retransmitted packet's request may complete as soon as the lock is free,
+// when the ACK of its first transmission arrives). seal must not call into
+// the engine.
+func (c *Context) OutputSealed(now time.Time, out *OutputBatch, seal func(first int)) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.runTimers(now)
@@ -416,6 +429,9 @@ func (c *Context) Output(now time.Time, out *OutputBatch) int {
 	}
 	sent := out.Len() - start
 	c.counters.PacketsOut += uint64(sent)
+	if sent > 0 && seal != nil {
+		seal(start)
+	}
 	return sent
 }
 

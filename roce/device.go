@@ -173,6 +173,8 @@ type Device struct {
 	vecs     [][][]byte // the frames of one write
 	pieces   [][]byte   // their pieces, maxFramePieces per frame
 	icrcIn   [][]byte   // ICRC input: headers, payload pieces, pad
+	seal     func(int)  // d.sealGathered, bound once
+	sealNow  time.Time  // the time of the Flush that seal frames for
 	ipID     uint16
 	counters DeviceCounters
 	pending  []pendingFrame // frames waiting for their next hop, oldest first
@@ -267,6 +269,7 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 		d.vecs = make([][][]byte, 0, cfg.Batch)
 		d.pieces = make([][]byte, cfg.Batch*maxFramePieces)
 		d.icrcIn = make([][]byte, 0, maxFramePieces)
+		d.seal = d.sealGathered
 	}
 	if _, ok := cfg.Endpoint.(netio.DatagramReader); ok {
 		d.dgrams = make([]netio.Datagram, cfg.Batch)
@@ -790,20 +793,17 @@ func (d *Device) Flush(now time.Time) (int, error) {
 	}
 	for {
 		d.out.Reset()
-		if d.ctx.Output(now, d.out) == 0 {
+		d.frames = d.frames[:0]
+		var seal func(int)
+		if d.vw != nil {
+			d.vecs, d.sealNow, seal = d.vecs[:0], now, d.seal
+		}
+		if d.ctx.OutputSealed(now, d.out, seal) == 0 {
 			return total, nil
 		}
-		d.frames = d.frames[:0]
 		var n int
 		var err error
 		if d.vw != nil {
-			d.vecs = d.vecs[:0]
-			for i := range d.out.Packets {
-				room := d.pieces[i*maxFramePieces : i*maxFramePieces : (i+1)*maxFramePieces]
-				if _, v, ok := d.frame(now, &d.out.Packets[i], room); ok {
-					d.vecs = append(d.vecs, v)
-				}
-			}
 			n, err = d.writeVectors(d.vecs)
 			clear(d.pieces[:len(d.out.Packets)*maxFramePieces]) // keep no reference to the memory regions
 		} else {
@@ -825,6 +825,22 @@ func (d *Device) Flush(now time.Time) (int, error) {
 		total += n
 		if err != nil {
 			return total, err
+		}
+	}
+}
+
+// sealGathered frames the packets of d.out from first on, whose payloads lie
+// in the memory regions (a VectorWriter endpoint), into d.vecs. It runs under
+// the engine's lock (OutputSealed): the ICRC is computed over the payload
+// where it lies, which the application may rewrite once the packet's work
+// request completes, and none completes meanwhile. (The endpoint's write
+// reads the payload after the lock is released: a packet whose request has
+// completed by then is a retransmission the peer has already acknowledged.)
+func (d *Device) sealGathered(first int) {
+	for i := first; i < len(d.out.Packets); i++ {
+		room := d.pieces[i*maxFramePieces : i*maxFramePieces : (i+1)*maxFramePieces]
+		if _, v, ok := d.frame(d.sealNow, &d.out.Packets[i], room); ok {
+			d.vecs = append(d.vecs, v)
 		}
 	}
 }
