@@ -2,7 +2,7 @@
 GO       ?= go
 BIN      := bin/softrdma
 # Engine packages run under the race detector.
-RACEPKGS := ./ibtransport/... ./roce/... ./iwarp/... ./netio/... ./sim/... ./rdmacm/... ./conform/... ./test
+RACEPKGS := ./ibtransport/... ./roce/... ./iwarp/... ./netio/... ./sim/... ./rdmacm/... ./conform/... ./test ./cmd/softrdma
 export CGO_ENABLED ?= 0
 
 .PHONY: all build lib lib-deps demo test vet fmt-check unit race fuzz-short fuzz bench bench-go bench-kernel deps clean interop

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/gopacket"
@@ -198,32 +199,36 @@ func TestBenchAddrs(t *testing.T) {
 
 // TestBenchWatch: a measurement's context lives as long as completions keep
 // coming, well past one stall period (a slow machine draining its WRs), and
-// ends with benchErrStall one or two periods after they stop.
+// ends with benchErrStall one or two periods after they stop. The watchdog's
+// ticker and the test's sleeps run on synctest's clock: on the real one a
+// loaded machine (the race detector, 2 CPUs) slept 40 ms past a 10 ms sleep.
 func TestBenchWatch(t *testing.T) {
-	defer func(d time.Duration) { benchStallTimeout = d }(benchStallTimeout)
-	benchStallTimeout = 40 * time.Millisecond
-	q := &benchQPs{}
-	ctx, cancel := q.watch(0, 0)
-	defer cancel()
-	for i := 0; i < 20; i++ { // 200 ms: five periods
-		time.Sleep(10 * time.Millisecond)
-		if i%2 == 0 {
-			q.completions.Add(1)
-		} else {
-			q.recvDone.Add(1)
+	synctest.Test(t, func(t *testing.T) {
+		defer func(d time.Duration) { benchStallTimeout = d }(benchStallTimeout)
+		benchStallTimeout = 40 * time.Millisecond
+		q := &benchQPs{}
+		ctx, cancel := q.watch(0, 0)
+		defer cancel()
+		for i := 0; i < 20; i++ { // 200 ms: five periods
+			time.Sleep(10 * time.Millisecond)
+			if i%2 == 0 {
+				q.completions.Add(1)
+			} else {
+				q.recvDone.Add(1)
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("ended after %d progress steps: %v", i, context.Cause(ctx))
+			}
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("ended after %d progress steps: %v", i, context.Cause(ctx))
+		select {
+		case <-ctx.Done():
+			if !errors.Is(context.Cause(ctx), benchErrStall) {
+				t.Fatalf("cause %v, want benchErrStall", context.Cause(ctx))
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no end after progress stopped")
 		}
-	}
-	select {
-	case <-ctx.Done():
-		if !errors.Is(context.Cause(ctx), benchErrStall) {
-			t.Fatalf("cause %v, want benchErrStall", context.Cause(ctx))
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no end after progress stopped")
-	}
+	})
 }
 
 // TestBenchPcap runs softrdma bench --pcap over RoCE (udp) and iWARP, WRITE

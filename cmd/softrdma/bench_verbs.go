@@ -137,8 +137,11 @@ func (q *benchQPs) watch(warm, measure time.Duration) (context.Context, context.
 	ctx, cancel := context.WithCancelCause(context.Background())
 	hard := time.Now().Add(warm + measure + benchDrainLimit)
 	progress := func() uint64 { return q.completions.Load() + q.recvDone.Load() }
+	// Read here, not in the goroutine: a watchdog that starts late (after its
+	// run was cancelled) must not read the variable a later test sets.
+	stall := benchStallTimeout
 	go func() {
-		t := time.NewTicker(benchStallTimeout)
+		t := time.NewTicker(stall)
 		defer t.Stop()
 		last := progress()
 		for {
