@@ -49,7 +49,25 @@ func perfRun(o *perfOptions, p *perfParams, stdout, stderr io.Writer) (err error
 		return perfRunCM(o, p, res, stdout, stderr)
 	}
 	var conn net.Conn
+	var dev *perfDevice
+	defer func() {
+		if dev == nil {
+			return
+		}
+		if cerr := dev.close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing the device: %w", cerr)
+		}
+	}()
 	if p.server {
+		// The server opens its device before it listens, as pingpong's and
+		// -R's servers do: a bad -d, or a UDP port 4791 in use, ends it at
+		// once with the cause, where it used to show only once a client had
+		// connected, and there as the client's "EOF". Without -d the device
+		// is the first interface's (IPv4, the exchange's family), since no
+		// client is known yet.
+		if dev, err = perfOpenDevice(o, p, netip.Addr{}); err != nil {
+			return err
+		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(o.port)))
 		if err != nil {
 			return fmt.Errorf("Couldn't listen to port %d: %w", o.port, err)
@@ -69,17 +87,12 @@ func perfRun(o *perfOptions, p *perfParams, stdout, stderr io.Writer) (err error
 		}
 	}
 	defer conn.Close()
-	peer := conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-
-	dev, err := perfOpenDevice(o, p, peer)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := dev.close(); cerr != nil && err == nil {
-			err = fmt.Errorf("closing the device: %w", cerr)
+	if !p.server {
+		peer := conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+		if dev, err = perfOpenDevice(o, p, peer); err != nil {
+			return err
 		}
-	}()
+	}
 	s := &perfSession{p: p, dev: dev, stdout: stdout, stderr: stderr, res: res}
 	if err := s.init(); err != nil {
 		return err
