@@ -269,3 +269,46 @@ func TestIWARPPeerVanishes(t *testing.T) {
 		}
 	})
 }
+
+// TestListenEphemeralPortTaken: an ID bound to port 0 listens on iWARP even
+// when the port picked for it has a TCP socket of the kernel's already (the
+// kernel gives TCP connections their local ports from the same range): it
+// moves to another port, as bind picks. It failed with EADDRINUSE. The same
+// seed picks the same first port, which the test takes before listening.
+func TestListenEphemeralPortTaken(t *testing.T) {
+	const seed = 19
+	bindZero := func() (*rdmacm.Manager, *rdmacm.ID) {
+		dev, err := iwarp.Open(iwarp.DeviceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := rdmacm.NewManager(rdmacm.Config{Seed: seed})
+		must(t, m.AddIWARP(dev, rdmacm.IWARPConfig{Addrs: []netip.Addr{loopback}}))
+		id, err := m.CreateID(rdmacm.PortSpaceTCP)
+		must(t, err)
+		must(t, id.BindAddr(netip.AddrPortFrom(loopback, 0)))
+		return m, id
+	}
+	m, id := bindZero()
+	picked := id.LocalAddr().Port()
+	id.Destroy()
+	m.Close()
+	taken, err := net.Listen("tcp", netip.AddrPortFrom(loopback, picked).String())
+	if err != nil {
+		t.Fatalf("taking port %d: %v", picked, err)
+	}
+	defer taken.Close()
+
+	m, id = bindZero()
+	defer m.Close()
+	defer id.Destroy()
+	if got := id.LocalAddr().Port(); got != picked {
+		t.Fatalf("seed %d picked port %d, then %d", seed, picked, got)
+	}
+	if err := id.Listen(1); err != nil {
+		t.Fatalf("listen with port %d taken: %v", picked, err)
+	}
+	if got := id.LocalAddr().Port(); got == picked || got == 0 {
+		t.Errorf("listening on port %d, with %d taken", got, picked)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/softrdma/softrdma/ibtransport"
@@ -315,6 +316,7 @@ type ID struct {
 	local        netip.AddrPort
 	remote       netip.AddrPort
 	bound        bool
+	ephemeral    bool // bound to a port bind picked
 	qp           *ibtransport.QP
 	listener     *ID // a connection's listening ID
 	backlog      int
@@ -504,6 +506,7 @@ func conflicts(a, b netip.Addr) bool {
 
 // bind reserves (ps, port) for id at addr; port 0 picks an ephemeral one. m.mu is held.
 func (m *Manager) bind(id *ID, addr netip.Addr, port uint16) error {
+	ephemeral := port == 0
 	free := func(p uint16) bool {
 		for _, o := range m.ports[portKey{id.ps, p}] {
 			if conflicts(addr, o.local.Addr()) {
@@ -531,7 +534,7 @@ func (m *Manager) bind(id *ID, addr netip.Addr, port uint16) error {
 	k := portKey{id.ps, port}
 	m.ports[k] = append(m.ports[k], id)
 	id.local = netip.AddrPortFrom(addr, port)
-	id.bound = true
+	id.bound, id.ephemeral = true, ephemeral
 	return nil
 }
 
@@ -788,7 +791,19 @@ func (id *ID) Listen(backlog int) error {
 		if id.tr != nil && id.tr != t {
 			continue
 		}
-		if err := t.listen(id); err != nil {
+		err := t.listen(id)
+		// A port picked here (port 0) is in the kernel's ephemeral range,
+		// from which it gives TCP connections their local ports: iWARP's
+		// listening socket may find it taken (seen in perf -R's tests). While
+		// no transport listens on it yet, another port is picked.
+		for try := 0; err != nil && errors.Is(err, syscall.EADDRINUSE) && id.ephemeral && ok == 0 && try < 16; try++ {
+			addr := id.local.Addr()
+			m.unbind(id)
+			if err = m.bind(id, addr, 0); err == nil {
+				err = t.listen(id)
+			}
+		}
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
