@@ -47,6 +47,11 @@ type Server struct {
 	// Observe, if not nil, is the iWARP QPs' connections' stream observer
 	// (iwarp.ConnParams.Observe): a capture of what they send and receive.
 	Observe func(local, remote net.Addr) iwarp.StreamObserver
+	// MaxSessionMemory bounds the octets of the regions one session holds
+	// registered at once (0: DefaultMaxSessionMemory): a reg_mr beyond it is
+	// refused with ErrSessionMemory, so that whoever reaches the control port
+	// cannot make the server allocate without limit (16 MiB a reg_mr).
+	MaxSessionMemory int64
 
 	// For a deliberately broken peer (Fault): editQP changes what create_qp
 	// asked for, reportMTU is the MTU the server claims instead of the real one.
@@ -66,6 +71,22 @@ func (s *Server) pathMTU() int {
 }
 
 func (s *Server) iwarp() bool { return s.Transport == "iwarp" }
+
+// DefaultMaxSessionMemory is Server.MaxSessionMemory's default: 256 MiB, far
+// more than a case needs (a few regions of a few KiB).
+const DefaultMaxSessionMemory = 256 << 20
+
+// ErrSessionMemory is reg_mr's error when the session's regions would exceed
+// Server.MaxSessionMemory.
+var ErrSessionMemory = errors.New("session memory limit")
+
+// maxSessionMemory is the limit in force.
+func (s *Server) maxSessionMemory() int64 {
+	if s.MaxSessionMemory > 0 {
+		return s.MaxSessionMemory
+	}
+	return DefaultMaxSessionMemory
+}
 
 // Serve accepts connections on l and serves each in its own goroutine until l
 // is closed.
@@ -137,6 +158,7 @@ type session struct {
 	qps    map[uint32]*sessionQP
 	mrs    map[int]*ib.MR
 	nextMR int
+	memory int64 // octets of the regions in mrs
 	ahs    map[netip.Addr]*ib.AddressHandle
 }
 
@@ -436,6 +458,10 @@ func (s *session) regMR(a MRSpec) (*MRInfo, error) {
 	if a.Length <= 0 || a.Length > maxRegion {
 		return nil, fmt.Errorf("length %d: want 1..%d", a.Length, maxRegion)
 	}
+	if limit := s.srv.maxSessionMemory(); s.memory+int64(a.Length) > limit {
+		return nil, fmt.Errorf("length %d: %w: the session's regions hold %d octets, at most %d (reset frees them)",
+			a.Length, ErrSessionMemory, s.memory, limit)
+	}
 	access, err := parseAccess(a.Access)
 	if err != nil {
 		return nil, err
@@ -450,6 +476,7 @@ func (s *session) regMR(a MRSpec) (*MRInfo, error) {
 	}
 	s.nextMR++
 	s.mrs[s.nextMR] = mr
+	s.memory += int64(a.Length)
 	return &MRInfo{MR: s.nextMR, VA: mr.Addr(), RKey: mr.RKey(), LKey: mr.LKey(), Length: a.Length}, nil
 }
 
@@ -606,6 +633,7 @@ func (s *session) resetLocked() {
 		mr.Dereg()
 		delete(s.mrs, h)
 	}
+	s.memory = 0
 	s.ahs = nil
 	if s.pd != nil {
 		s.pd.Dealloc()

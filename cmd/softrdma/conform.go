@@ -38,7 +38,8 @@ over UDP sockets on the loopback interface (--backend udp, 127.0.0.1 and
 --peer HOST[:PORT] tests another machine. The cases get their side channel (a QP
 connected to the tester's QPN and PSN, a registered region, receives, memory read
 back, a QP's state) from the control protocol of conform/CONTROL.md, which
-"softrdma conform serve" speaks on TCP port 7471; the peer's RoCE address is HOST
+"softrdma conform serve" speaks on TCP port 7471 (of 127.0.0.1 unless told
+otherwise with its --listen); the peer's RoCE address is HOST
 (or --peer-ip). Without a control server at HOST every case is not applicable.
 The tester's frames go out over --backend udp (a UDP socket on port 4791 of
 --local, by default the address that routes to the peer) or afpacket (raw frames
@@ -66,13 +67,19 @@ The exit status is 0 only if every applicable case passed (and at least one did)
 flags:
 `
 
-const conformServeUsage = `usage: softrdma conform serve [--transport roce|iwarp] [--listen ADDR] [--backend udp|afpacket] [--addr IP] [--interface IF] [--pcap FILE]
+const conformServeUsage = `usage: softrdma conform serve [--transport roce|iwarp] [--listen ADDR] [--backend udp|afpacket] [--addr IP] [--interface IF] [--max-session-memory SIZE] [--pcap FILE]
 
 Opens a softrdma RoCE device (or an iWARP device, whose QPs then listen on --addr
 for the tester's TCP connections) and serves the conformance control protocol for
-it on TCP (default :7471), so that "softrdma conform --peer THIS-HOST" on another
-machine can test it. Each connection is a session: what it creates is destroyed
-when it ends.
+it on TCP, so that "softrdma conform --peer HOST" can test it. Each connection is a
+session: what it creates is destroyed when it ends.
+
+The protocol has no authentication: whoever reaches the port creates QPs and
+registers memory the device's peers can write. So it listens on 127.0.0.1:7471
+unless --listen says otherwise: for a tester on another machine, give the
+address it reaches (--listen 10.0.0.2:7471, or --listen :7471 for every
+interface) on a network you trust. The regions one session holds are at most
+--max-session-memory (a reg_mr beyond it is refused; reset frees them).
 
 flags:
 `
@@ -556,13 +563,27 @@ func macOfInterface(name string) net.HardwareAddr {
 type conformServeOptions struct {
 	listen, transport, backend, addr, iface, pcap string
 	udpPort                                       uint16
+	maxSessionMemory                              byteSize // --max-session-memory; 0: conform.DefaultMaxSessionMemory
 }
 
 // conformServeCmd serves the control protocol for a softrdma device.
 func conformServeCmd(args []string, stdout, stderr io.Writer) int {
+	o, err := conformServeParse(args, stderr)
+	if err != nil {
+		return flagsExit(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return conformServe(ctx, o, stdout, stderr)
+}
+
+// conformServeParse reads conform serve's flags (parseFlags).
+func conformServeParse(args []string, stderr io.Writer) (conformServeOptions, error) {
 	var o conformServeOptions
 	fs := newFlagSet("conform serve", conformServeUsage, stderr)
-	fs.StringVar(&o.listen, "listen", ":"+strconv.Itoa(conform.DefaultControlPort), "TCP address of the control protocol")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:"+strconv.Itoa(conform.DefaultControlPort), "TCP address of the control protocol (loopback only unless given: the protocol has no authentication)")
+	o.maxSessionMemory = conform.DefaultMaxSessionMemory
+	fs.Var(&o.maxSessionMemory, "max-session-memory", "octets of memory regions one session may hold registered (K, M, G suffixes)")
 	fs.StringVar(&o.transport, "transport", "roce", "the device: roce or iwarp")
 	fs.StringVar(&o.backend, "backend", "udp", "the device's backend: udp or afpacket")
 	fs.StringVar(&o.addr, "addr", "", "the device's RoCE address (udp: the address to bind; default the interface's first)")
@@ -570,11 +591,13 @@ func conformServeCmd(args []string, stdout, stderr io.Writer) int {
 	fs.Uint16Var(&o.udpPort, "udp-port", roce.UDPPort, "RoCEv2 UDP port")
 	fs.StringVar(&o.pcap, "pcap", "", "write every frame the device sends and receives (iWARP: the TCP octets of its QPs' connections, as synthesised segments) to this pcap `FILE`")
 	if err := parseFlags(fs, args, stderr); err != nil {
-		return flagsExit(err)
+		return o, err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	return conformServe(ctx, o, stdout, stderr)
+	if o.maxSessionMemory < 1 {
+		fmt.Fprintf(stderr, "softrdma conform serve: --max-session-memory %d: want 1 or more\n", o.maxSessionMemory)
+		return o, &flagsError{errors.New("--max-session-memory")}
+	}
+	return o, nil
 }
 
 // conformServe serves until ctx ends.
@@ -616,9 +639,9 @@ func conformServe(ctx context.Context, o conformServeOptions, stdout, stderr io.
 	}
 	var code int
 	if o.transport == "iwarp" {
-		code = conformServeIWARP(ctx, o.listen, o.addr, pcap, stdout, stderr)
+		code = conformServeIWARP(ctx, o.listen, o.addr, int64(o.maxSessionMemory), pcap, stdout, stderr)
 	} else {
-		code = conformServeRoCE(ctx, o.listen, cfg, pcap, stdout, stderr)
+		code = conformServeRoCE(ctx, o.listen, int64(o.maxSessionMemory), cfg, pcap, stdout, stderr)
 	}
 	if err := pcap.close(stderr, "softrdma conform serve"); err != nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: --pcap: %v\n", err)
@@ -631,7 +654,7 @@ func conformServe(ctx context.Context, o conformServeOptions, stdout, stderr io.
 // cfg, its frames recorded into pcap (if not nil): the device's own capture
 // (roce.OpenConfig.Capture) merged into the file, with the IPv4 IDs a UDP
 // socket hides recovered (as pingpong's ppCapture does).
-func conformServeRoCE(ctx context.Context, listen string, cfg roce.OpenConfig, pcap *conformPcap, stdout, stderr io.Writer) int {
+func conformServeRoCE(ctx context.Context, listen string, maxMem int64, cfg roce.OpenConfig, pcap *conformPcap, stdout, stderr io.Writer) int {
 	var src *pcapTapSource
 	if pcap != nil {
 		src = pcap.tap.Source(cfg.Backend == "" || cfg.Backend == roce.BackendUDP)
@@ -670,7 +693,7 @@ func conformServeRoCE(ctx context.Context, listen string, cfg roce.OpenConfig, p
 	}()
 	fmt.Fprintf(stdout, "softrdma conform serve: control protocol %s on %s for the RoCE device at %v (path MTU %d)\n",
 		conform.ControlProtocol, l.Addr(), dev.GIDs(), dev.PathMTU())
-	if err := (&conform.Server{Device: dev}).Serve(l); err != nil && ctx.Err() == nil {
+	if err := (&conform.Server{Device: dev, MaxSessionMemory: maxMem}).Serve(l); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
 		return 1
 	}
@@ -680,7 +703,7 @@ func conformServeRoCE(ctx context.Context, listen string, cfg roce.OpenConfig, p
 // conformServeIWARP serves the control protocol for an iWARP device whose QPs
 // listen on addr (any port) for the tester's connections, their octets recorded
 // into pcap (if not nil).
-func conformServeIWARP(ctx context.Context, listen, addr string, pcap *conformPcap, stdout, stderr io.Writer) int {
+func conformServeIWARP(ctx context.Context, listen, addr string, maxMem int64, pcap *conformPcap, stdout, stderr io.Writer) int {
 	observe, err := pcap.observer()
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: --pcap: %v\n", err)
@@ -702,7 +725,7 @@ func conformServeIWARP(ctx context.Context, listen, addr string, pcap *conformPc
 	}()
 	fmt.Fprintf(stdout, "softrdma conform serve: control protocol %s on %s for an iWARP device whose QPs listen on %s\n",
 		conform.ControlProtocol, l.Addr(), addr)
-	if err := (&conform.Server{Device: dev, Transport: "iwarp", ListenHost: addr, Observe: observe}).Serve(l); err != nil && ctx.Err() == nil {
+	if err := (&conform.Server{Device: dev, Transport: "iwarp", ListenHost: addr, Observe: observe, MaxSessionMemory: maxMem}).Serve(l); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
 		return 1
 	}

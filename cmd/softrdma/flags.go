@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -94,3 +96,43 @@ func durationRange(flag string, v, lo, hi time.Duration) flagRange {
 func durationNonNegative(flag string, v time.Duration) flagRange {
 	return flagRange{flag, v, v >= 0, "a duration of 0 or more"}
 }
+
+// byteSize is a flag of octets: a whole number with an optional K, M or G
+// suffix (powers of 1024), so 256M and 268435456 are the same.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	v := int64(*b)
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"G", 30}, {"M", 20}, {"K", 10}} {
+		if v != 0 && v%(1<<u.shift) == 0 {
+			return strconv.FormatInt(v>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	shift := uint(0)
+	num := s
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K', 'k':
+			shift, num = 10, s[:n-1]
+		case 'M', 'm':
+			shift, num = 20, s[:n-1]
+		case 'G', 'g':
+			shift, num = 30, s[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || v < 0 || v > math.MaxInt64>>shift {
+		return fmt.Errorf("want a number of octets, with K, M or G for 2^10, 2^20 or 2^30")
+	}
+	*b = byteSize(v << shift)
+	return nil
+}
+
+func (b *byteSize) Type() string { return "size" }
