@@ -31,17 +31,46 @@ struct sr_qpattr {
 import "C"
 
 import (
+	"encoding/binary"
 	"errors"
 	"runtime/cgo"
+	"syscall"
 	"unsafe"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
 )
 
-// cq is a CQ handed to C, with the buffer Poll fills.
+// cq is a CQ handed to C, with the buffer Poll fills and, for a CQ with a
+// completion channel, the goroutine that forwards its events (done stops it).
 type cq struct {
-	cq *ib.CQ
-	wc []ib.WC
+	cq   *ib.CQ
+	wc   []ib.WC
+	done chan struct{}
+	fwd  chan struct{} // closed when the forwarder has returned
+}
+
+// forward writes the C CQ pointer to the channel's pipe for every event of c,
+// until done is closed.
+func (c *cq) forward(wfd int, ptr uint64) {
+	defer close(c.fwd)
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], ptr)
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.cq.Events():
+			for {
+				_, err := syscall.Write(wfd, b[:])
+				if err != syscall.EINTR {
+					if err != nil {
+						debugf("completion channel: write: %v", err)
+					}
+					break
+				}
+			}
+		}
+	}
 }
 
 // qp is a QP handed to C, with scratch space for posting.
@@ -110,7 +139,7 @@ func srgo_dereg_mr(h C.uintptr_t) C.int {
 }
 
 //export srgo_create_cq
-func srgo_create_cq(i C.int, cqe C.int, depth *C.int, err *C.int) C.uintptr_t {
+func srgo_create_cq(i C.int, cqe C.int, wfd C.int, ptr C.uint64_t, depth *C.int, err *C.int) C.uintptr_t {
 	d := device(i)
 	if d == nil {
 		*err = C.EINVAL
@@ -129,7 +158,22 @@ func srgo_create_cq(i C.int, cqe C.int, depth *C.int, err *C.int) C.uintptr_t {
 		return 0
 	}
 	*depth = C.int(c.Depth())
-	return C.uintptr_t(cgo.NewHandle(&cq{cq: c}))
+	v := &cq{cq: c}
+	if wfd >= 0 {
+		v.done, v.fwd = make(chan struct{}), make(chan struct{})
+		go v.forward(int(wfd), uint64(ptr))
+	}
+	return C.uintptr_t(cgo.NewHandle(v))
+}
+
+//export srgo_req_notify_cq
+func srgo_req_notify_cq(h C.uintptr_t, solicitedOnly C.int) C.int {
+	c, ok := value[*cq](h)
+	if !ok {
+		return C.EINVAL
+	}
+	c.cq.Notify(solicitedOnly != 0)
+	return 0
 }
 
 //export srgo_destroy_cq
@@ -141,6 +185,10 @@ func srgo_destroy_cq(h C.uintptr_t) C.int {
 	if err := c.cq.Destroy(); err != nil {
 		debugf("destroy cq: %v", err)
 		return errno(err)
+	}
+	if c.done != nil {
+		close(c.done)
+		<-c.fwd // no event names the C CQ after it is freed
 	}
 	cgo.Handle(h).Delete()
 	return 0
@@ -343,11 +391,11 @@ func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C
 		}
 		if c.flags&sendInline != 0 {
 			// The SGEs name unregistered memory the program may reuse at once:
-			// copy the bytes now.
+			// copy the bytes now. Their addresses are the program's (C memory).
 			var data []byte
 			for _, s := range q.sges[start:] {
 				if s.Length > 0 {
-					data = append(data, unsafe.Slice((*byte)(unsafe.Pointer(uintptr(s.Addr))), int(s.Length))...)
+					data = append(data, unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(s.Addr))), int(s.Length))...)
 				}
 			}
 			if data == nil {

@@ -21,8 +21,6 @@ static void sr_refuse(const char *verb)
 void ibv_copy_path_rec_from_kern(void) { sr_refuse("ibv_copy_path_rec_from_kern"); }
 void ibv_copy_path_rec_to_kern(void) { sr_refuse("ibv_copy_path_rec_to_kern"); }
 void ibv_copy_qp_attr_from_kern(void) { sr_refuse("ibv_copy_qp_attr_from_kern"); }
-void *ibv_create_comp_channel(void) { sr_refuse("ibv_create_comp_channel"); return NULL; }
-long ibv_destroy_comp_channel(void) { sr_refuse("ibv_destroy_comp_channel"); return EOPNOTSUPP; }
 void *ibv_get_sysfs_path(void) { sr_refuse("ibv_get_sysfs_path"); return NULL; }
 long ibv_rate_to_mult(void) { sr_refuse("ibv_rate_to_mult"); return EOPNOTSUPP; }
 long mult_to_ibv_rate(void) { sr_refuse("mult_to_ibv_rate"); return EOPNOTSUPP; }
@@ -36,7 +34,6 @@ long ibv_destroy_ah(void) { sr_refuse("ibv_destroy_ah"); return EOPNOTSUPP; }
 long ibv_destroy_srq(void) { sr_refuse("ibv_destroy_srq"); return EOPNOTSUPP; }
 long ibv_detach_mcast(void) { sr_refuse("ibv_detach_mcast"); return EOPNOTSUPP; }
 long ibv_get_async_event(void) { sr_refuse("ibv_get_async_event"); return EOPNOTSUPP; }
-long ibv_get_cq_event(void) { sr_refuse("ibv_get_cq_event"); return EOPNOTSUPP; }
 long ibv_init_ah_from_wc(void) { sr_refuse("ibv_init_ah_from_wc"); return EOPNOTSUPP; }
 long ibv_modify_srq(void) { sr_refuse("ibv_modify_srq"); return EOPNOTSUPP; }
 long ibv_query_srq(void) { sr_refuse("ibv_query_srq"); return EOPNOTSUPP; }

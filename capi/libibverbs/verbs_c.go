@@ -7,6 +7,7 @@ package main
 
 /*
 #cgo CFLAGS: -O2 -Wall
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -57,7 +58,8 @@ struct sr_qpattr {
 
 extern uintptr_t srgo_reg_mr(uintptr_t pd, void *addr, size_t length, uint64_t iova, int access, uint32_t *lkey, int *err);
 extern int srgo_dereg_mr(uintptr_t h);
-extern uintptr_t srgo_create_cq(int i, int cqe, int *depth, int *err);
+extern uintptr_t srgo_create_cq(int i, int cqe, int wfd, uint64_t cqptr, int *depth, int *err);
+extern int srgo_req_notify_cq(uintptr_t h, int solicited_only);
 extern int srgo_destroy_cq(uintptr_t h);
 extern int srgo_poll_cq(uintptr_t h, int n, struct sr_wc *wc);
 extern uintptr_t srgo_create_qp(uintptr_t pd, int type, uintptr_t scq, uintptr_t rcq, int sig_all,
@@ -146,6 +148,11 @@ struct sr_mr {
 struct sr_cq {
 	struct ibv_cq cq;
 	uintptr_t h;
+};
+
+struct sr_channel {
+	struct ibv_comp_channel ch;
+	int wfd; // the write end of the pipe whose read end is ch.fd
 };
 
 struct sr_qp {
@@ -469,24 +476,25 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 		errno = EINVAL;
 		return NULL;
 	}
-	if (channel) {
-		if (getenv("SOFTRDMA_DEBUG"))
-			fprintf(stderr, "softrdma: ibv_create_cq: completion channels not implemented (EOPNOTSUPP)\n");
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
 	struct sr_cq *c = calloc(1, sizeof(*c));
 	if (!c) {
 		errno = ENOMEM;
 		return NULL;
 	}
 	int err = 0, depth = 0;
-	c->h = SRGO(srgo_create_cq, sr_ctx(ctx)->idx, cqe, &depth, &err);
+	int wfd = channel ? ((struct sr_channel *)channel)->wfd : -1;
+	c->h = SRGO(srgo_create_cq, sr_ctx(ctx)->idx, cqe, wfd, (uint64_t)(uintptr_t)&c->cq, &depth, &err);
 	if (!c->h) {
 		free(c);
 		errno = err;
 		return NULL;
 	}
+	if (channel) {
+		pthread_mutex_lock(&ctx->mutex);
+		channel->refcnt++;
+		pthread_mutex_unlock(&ctx->mutex);
+	}
+	c->cq.channel = channel;
 	c->cq.context = ctx;
 	c->cq.cq_context = cq_context;
 	c->cq.cqe = depth;
@@ -504,6 +512,11 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 	int rc = SRGO(srgo_destroy_cq, c->h);
 	if (rc)
 		return rc;
+	if (cq->channel) {
+		pthread_mutex_lock(&cq->context->mutex);
+		cq->channel->refcnt--;
+		pthread_mutex_unlock(&cq->context->mutex);
+	}
 	pthread_mutex_destroy(&cq->mutex);
 	pthread_cond_destroy(&cq->cond);
 	free(c);
@@ -560,9 +573,64 @@ static int sr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 
 static int sr_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
-	if (getenv("SOFTRDMA_DEBUG"))
-		fprintf(stderr, "softrdma: ibv_req_notify_cq: completion events not implemented (EOPNOTSUPP)\n");
-	return EOPNOTSUPP;
+	return SRGO(srgo_req_notify_cq, ((struct sr_cq *)cq)->h, solicited_only);
+}
+
+// A completion channel is a pipe: the library writes the ibv_cq pointer of each
+// completion event (8 bytes, as the kernel writes ib_uverbs_comp_event_desc's
+// cq_handle) to its write end; the program reads the other, channel->fd, which
+// poll() and epoll watch and which honours O_NONBLOCK.
+struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
+{
+	if (!ctx) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct sr_channel *c = calloc(1, sizeof(*c));
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	int fds[2];
+	if (pipe2(fds, O_CLOEXEC)) {
+		free(c);
+		return NULL;
+	}
+	c->ch.context = ctx;
+	c->ch.fd = fds[0];
+	c->ch.refcnt = 0;
+	c->wfd = fds[1];
+	return &c->ch;
+}
+
+int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+	if (!channel)
+		return EINVAL;
+	struct sr_channel *c = (struct sr_channel *)channel;
+	pthread_mutex_lock(&channel->context->mutex);
+	int busy = channel->refcnt;
+	pthread_mutex_unlock(&channel->context->mutex);
+	if (busy)
+		return EBUSY;
+	close(c->ch.fd);
+	close(c->wfd);
+	free(c);
+	return 0;
+}
+
+int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
+{
+	uint64_t ptr;
+	if (!channel || !cq || !cq_context) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (read(channel->fd, &ptr, sizeof(ptr)) != sizeof(ptr))
+		return -1;
+	*cq = (struct ibv_cq *)(uintptr_t)ptr;
+	*cq_context = (*cq)->cq_context;
+	return 0;
 }
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)

@@ -1,0 +1,101 @@
+/* channel: completion channels as a program uses them, on one RC QP connected
+ * to itself (its own GID and QPN): the channel's fd is a real file descriptor
+ * that honours O_NONBLOCK and that poll() watches; ibv_get_cq_event returns the
+ * CQ and its context after ibv_req_notify_cq and a completion;
+ * ibv_destroy_comp_channel refuses while a CQ uses the channel. One line per
+ * check. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+int main(void)
+{
+	struct ibv_device **l = ibv_get_device_list(NULL);
+	if (!l || !l[0])
+		return 1;
+	struct ibv_context *ctx = ibv_open_device(l[0]);
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	if (!pd || !ch)
+		return 1;
+	static int cq_ctx_tag;
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, &cq_ctx_tag, ch, 0);
+	if (!cq)
+		return 1;
+	printf("destroy channel in use: %s\n", ibv_destroy_comp_channel(ch) == EBUSY ? "EBUSY" : "other");
+	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	errno = 0;
+	int rc = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+	printf("no event yet: rc=%d %s\n", rc, errno == EAGAIN ? "EAGAIN" : strerror(errno));
+
+	static char buf[2][64];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+	if (!mr || !qp)
+		return 1;
+	union ibv_gid gid;
+	ibv_query_gid(ctx, 1, 1, &gid);
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = qp->qp_num;
+	a.rq_psn = 7;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = gid;
+	a.ah_attr.grh.sgid_index = 1;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	rc |= ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = 7;
+	a.max_rd_atomic = 1;
+	rc |= ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			    IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	printf("connected to itself: rc=%d\n", rc);
+
+	printf("req_notify: rc=%d\n", ibv_req_notify_cq(cq, 0));
+	struct ibv_sge rs = {.addr = (uintptr_t)buf[1], .length = 64, .lkey = mr->lkey};
+	struct ibv_recv_wr rw = {.wr_id = 2, .sg_list = &rs, .num_sge = 1}, *brw;
+	strcpy(buf[0], "through the wire and back");
+	struct ibv_sge ss = {.addr = (uintptr_t)buf[0], .length = 64, .lkey = mr->lkey};
+	struct ibv_send_wr sw = {.wr_id = 1, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED}, *bsw;
+	rc = ibv_post_recv(qp, &rw, &brw) | ibv_post_send(qp, &sw, &bsw);
+	printf("posted: rc=%d\n", rc);
+	struct pollfd pfd = {.fd = ch->fd, .events = POLLIN};
+	printf("poll: %d\n", poll(&pfd, 1, 10000));
+	rc = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+	printf("event: rc=%d cq=%s context=%s\n", rc, ev_cq == cq ? "ours" : "other", ev_ctx == &cq_ctx_tag ? "ours" : "other");
+	ibv_ack_cq_events(cq, 1);
+	struct ibv_wc wc[2];
+	int n = 0;
+	for (int tries = 0; n < 2 && tries < 10000000; tries++)
+		n += ibv_poll_cq(cq, 2 - n, wc + n);
+	printf("completions: %d, %s\n", n, n == 2 && !wc[0].status && !wc[1].status ? "success" : "error");
+	printf("received: %s\n", buf[1]);
+	int r1 = ibv_destroy_qp(qp);
+	int r2 = ibv_dereg_mr(mr);
+	int r3 = ibv_destroy_cq(cq);
+	int r4 = ibv_destroy_comp_channel(ch);
+	printf("destroy: %d %d %d %d\n", r1, r2, r3, r4);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	ibv_free_device_list(l);
+	return 0;
+}
