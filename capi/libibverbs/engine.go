@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/softrdma/softrdma/capi/verbsdev"
 	"github.com/softrdma/softrdma/devspec"
@@ -45,6 +46,31 @@ func engineOf(i C.int, d *verbsdev.Device) (*engine, error) {
 	}
 	engines.m[i] = e
 	return e, nil
+}
+
+// engineFor returns the open engine whose verbs context is c, or nil.
+func engineFor(c *ibtransport.Context) *engine {
+	engines.mu.Lock()
+	defer engines.mu.Unlock()
+	for _, e := range engines.m {
+		if e.ctx == c {
+			return e
+		}
+	}
+	return nil
+}
+
+// flush sends now what the engine has queued (the ACKs of what the program
+// has just received, above all), as the device loop would shortly: before a
+// QP goes, so that a program that exits as soon as it has its last completion
+// (ibv_rc_pingpong does) has acknowledged what it received. The kernel's rxe
+// acknowledges before the completion is even visible; without this the peer
+// retried into "transport retry counter exceeded". Device.Flush is safe
+// beside the loop (one mutex).
+func (e *engine) flush() {
+	if e.roce != nil {
+		e.roce.Flush(time.Now())
+	}
 }
 
 func openEngine(d *verbsdev.Device) (*engine, error) {

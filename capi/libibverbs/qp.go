@@ -76,6 +76,7 @@ func (c *cq) forward(wfd int, ptr uint64) {
 // qp is a QP handed to C, with scratch space for posting.
 type qp struct {
 	qp    *ib.QP
+	eng   *engine
 	send  []ib.SendWR
 	recv  []ib.RecvWR
 	sges  []ib.SGE
@@ -257,7 +258,7 @@ func srgo_create_qp(pdh C.uintptr_t, typ C.int, scq, rcq C.uintptr_t, sigAll C.i
 	a.max_send_sge, a.max_recv_sge = C.uint32_t(c.MaxSendSGE), C.uint32_t(c.MaxRecvSGE)
 	a.max_inline = C.uint32_t(c.MaxInlineData)
 	*qpn = C.uint32_t(q.QPN())
-	return C.uintptr_t(cgo.NewHandle(&qp{qp: q}))
+	return C.uintptr_t(cgo.NewHandle(&qp{qp: q, eng: engineFor(pd.Context())}))
 }
 
 //export srgo_destroy_qp
@@ -265,6 +266,9 @@ func srgo_destroy_qp(h C.uintptr_t) C.int {
 	q, ok := value[*qp](h)
 	if !ok {
 		return C.EINVAL
+	}
+	if q.eng != nil {
+		q.eng.flush()
 	}
 	if err := q.qp.Destroy(); err != nil {
 		debugf("destroy qp: %v", err)

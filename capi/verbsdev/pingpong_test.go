@@ -112,6 +112,10 @@ func TestRCPingpong(t *testing.T) {
 		// interface (1500, less rxe's allowance).
 		{"64 KiB messages", []string{"-n", "50", "-c", "-m", "1024", "-s", "65536"}},
 		{"small messages, deep receive queue", []string{"-n", "300", "-c", "-s", "1", "-r", "1000"}},
+		// Completion events (a completion channel, ibv_req_notify_cq,
+		// ibv_get_cq_event): the client, woken at once by its last
+		// receive, exits quickest, and must have acknowledged it.
+		{"events", []string{"-n", "200", "-c", "-e"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srvOut, cliOut, srvAddr, cliAddr := pair(t, lib, "ibv_rc_pingpong", append([]string{"-g", "1"}, tc.args...)...)
