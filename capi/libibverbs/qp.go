@@ -8,6 +8,8 @@ struct sr_swr {
 	uint64_t wr_id, remote_addr, compare_add, swap;
 	uint32_t rkey, imm, opcode, flags, num_sge, invalidate_rkey;
 	struct ibv_sge *sg;
+	uintptr_t ah; // UD: the Go handle of the address handle
+	uint32_t remote_qpn, remote_qkey;
 };
 struct sr_rwr {
 	uint64_t wr_id;
@@ -302,27 +304,61 @@ func srgo_modify_qp(h C.uintptr_t, a *C.struct_sr_qpattr, mask C.int) C.int {
 		attr.PathMTU = 128 << a.path_mtu
 	}
 	if m&ib.QPAttrAH != 0 {
-		if a.is_global == 0 {
-			// RoCE has no LIDs: rdma-core's rxe provider refuses an AH without a GRH too.
+		ah, ok := addressHandle(a)
+		if !ok {
 			debugf("modify qp 0x%x: address without a GRH (is_global 0): RoCE needs the GID", q.qp.QPN())
 			return C.EINVAL
 		}
-		hop := uint8(a.hop_limit)
-		if hop <= 1 {
-			// ibv_rc_pingpong asks for 1; rxe sends 64 whatever it is told
-			// on RoCEv2 (rxe_init_av uses the GRH, but the IP TTL is the
-			// netdev's), and a TTL of 1 would not cross a router.
-			hop = 64
-		}
-		attr.AH = ib.AddressHandle{
-			DGID: *(*[16]byte)(unsafe.Pointer(&a.dgid[0])), SGIDIndex: uint8(a.sgid_index),
-			HopLimit: hop, TrafficClass: uint8(a.traffic_class), FlowLabel: uint32(a.flow_label), SL: uint8(a.sl),
-		}
+		attr.AH = ah
 	}
 	if err := q.qp.Modify(&attr, m); err != nil {
 		debugf("modify qp 0x%x: %v", q.qp.QPN(), err)
 		return errno(err)
 	}
+	return 0
+}
+
+// addressHandle converts an ibv_ah_attr (flattened into a) to the engine's
+// address. RoCE has no LIDs: without a GRH there is no address (rxe refuses
+// it too).
+func addressHandle(a *C.struct_sr_qpattr) (ib.AddressHandle, bool) {
+	if a.is_global == 0 {
+		return ib.AddressHandle{}, false
+	}
+	hop := uint8(a.hop_limit)
+	if hop <= 1 {
+		// ibv_rc_pingpong asks for 1; rxe sends 64 whatever it is told on
+		// RoCEv2 (the IP TTL is the netdev's), and a TTL of 1 would not
+		// cross a router.
+		hop = 64
+	}
+	return ib.AddressHandle{
+		DGID: *(*[16]byte)(unsafe.Pointer(&a.dgid[0])), SGIDIndex: uint8(a.sgid_index),
+		HopLimit: hop, TrafficClass: uint8(a.traffic_class), FlowLabel: uint32(a.flow_label), SL: uint8(a.sl),
+	}, true
+}
+
+//export srgo_create_ah
+func srgo_create_ah(pdh C.uintptr_t, a *C.struct_sr_qpattr, err *C.int) C.uintptr_t {
+	if _, ok := value[*ib.PD](pdh); !ok {
+		*err = C.EINVAL
+		return 0
+	}
+	ah, ok := addressHandle(a)
+	if !ok {
+		debugf("create ah: address without a GRH (is_global 0): RoCE needs the GID")
+		*err = C.EINVAL
+		return 0
+	}
+	return C.uintptr_t(cgo.NewHandle(&ah))
+}
+
+//export srgo_destroy_ah
+func srgo_destroy_ah(h C.uintptr_t) C.int {
+	if _, ok := value[*ib.AddressHandle](h); !ok {
+		return C.EINVAL
+	}
+	cgo.Handle(h).Delete()
 	return 0
 }
 
@@ -392,6 +428,16 @@ func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C
 			Imm: uint32(c.imm), InvalidateRKey: uint32(c.invalidate_rkey),
 			RemoteAddr: uint64(c.remote_addr), RKey: uint32(c.rkey),
 			CompareAdd: uint64(c.compare_add), Swap: uint64(c.swap),
+			RemoteQPN: uint32(c.remote_qpn), RemoteQKey: uint32(c.remote_qkey),
+		}
+		if c.ah != 0 {
+			ah, ok := value[*ib.AddressHandle](c.ah)
+			if !ok {
+				*posted = C.int(k)
+				debugf("post send: WR %d: not an address handle", k)
+				return C.EINVAL
+			}
+			wr.AH = ah
 		}
 		if c.flags&sendInline != 0 {
 			// The SGEs name unregistered memory the program may reuse at once:

@@ -27,10 +27,8 @@ long mult_to_ibv_rate(void) { sr_refuse("mult_to_ibv_rate"); return EOPNOTSUPP; 
 void ibv_ack_async_event(void) { sr_refuse("ibv_ack_async_event"); }
 long ibv_attach_mcast(void) { sr_refuse("ibv_attach_mcast"); return EOPNOTSUPP; }
 void ibv_copy_ah_attr_from_kern(void) { sr_refuse("ibv_copy_ah_attr_from_kern"); }
-void *ibv_create_ah(void) { sr_refuse("ibv_create_ah"); return NULL; }
 void *ibv_create_ah_from_wc(void) { sr_refuse("ibv_create_ah_from_wc"); return NULL; }
 void *ibv_create_srq(void) { sr_refuse("ibv_create_srq"); return NULL; }
-long ibv_destroy_ah(void) { sr_refuse("ibv_destroy_ah"); return EOPNOTSUPP; }
 long ibv_destroy_srq(void) { sr_refuse("ibv_destroy_srq"); return EOPNOTSUPP; }
 long ibv_detach_mcast(void) { sr_refuse("ibv_detach_mcast"); return EOPNOTSUPP; }
 long ibv_get_async_event(void) { sr_refuse("ibv_get_async_event"); return EOPNOTSUPP; }

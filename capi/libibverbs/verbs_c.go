@@ -36,6 +36,8 @@ struct sr_swr {
 	uint64_t wr_id, remote_addr, compare_add, swap;
 	uint32_t rkey, imm, opcode, flags, num_sge, invalidate_rkey;
 	struct ibv_sge *sg;
+	uintptr_t ah; // UD: the Go handle of the address handle
+	uint32_t remote_qpn, remote_qkey;
 };
 struct sr_rwr {
 	uint64_t wr_id;
@@ -67,6 +69,8 @@ extern uintptr_t srgo_create_qp(uintptr_t pd, int type, uintptr_t scq, uintptr_t
 extern int srgo_modify_qp(uintptr_t h, struct sr_qpattr *a, int mask);
 extern int srgo_query_qp(uintptr_t h, struct sr_qpattr *a);
 extern int srgo_destroy_qp(uintptr_t h);
+extern uintptr_t srgo_create_ah(uintptr_t pd, struct sr_qpattr *a, int *err);
+extern int srgo_destroy_ah(uintptr_t h);
 extern int srgo_post_send(uintptr_t h, struct sr_swr *w, int n, int *posted);
 extern int srgo_post_recv(uintptr_t h, struct sr_rwr *w, int n, int *posted);
 
@@ -147,6 +151,11 @@ struct sr_mr {
 
 struct sr_cq {
 	struct ibv_cq cq;
+	uintptr_t h;
+};
+
+struct sr_ah {
+	struct ibv_ah ah;
 	uintptr_t h;
 };
 
@@ -697,6 +706,57 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	return 0;
 }
 
+static void sr_from_ah_attr(struct sr_qpattr *o, const struct ibv_ah_attr *a)
+{
+	o->is_global = a->is_global;
+	o->sgid_index = a->grh.sgid_index;
+	o->hop_limit = a->grh.hop_limit;
+	o->traffic_class = a->grh.traffic_class;
+	o->flow_label = a->grh.flow_label;
+	o->sl = a->sl;
+	o->port_num = a->port_num;
+	memcpy(o->dgid, a->grh.dgid.raw, 16);
+}
+
+struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	if (!pd || !attr) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct sr_ah *a = calloc(1, sizeof(*a));
+	if (!a) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct sr_qpattr q;
+	memset(&q, 0, sizeof(q));
+	sr_from_ah_attr(&q, attr);
+	int err = 0;
+	a->h = SRGO(srgo_create_ah, ((struct sr_pd *)pd)->h, &q, &err);
+	if (!a->h) {
+		free(a);
+		errno = err;
+		return NULL;
+	}
+	a->ah.context = pd->context;
+	a->ah.pd = pd;
+	a->ah.handle = (uint32_t)a->h;
+	return &a->ah;
+}
+
+int ibv_destroy_ah(struct ibv_ah *ah)
+{
+	if (!ah)
+		return EINVAL;
+	struct sr_ah *a = (struct sr_ah *)ah;
+	int rc = SRGO(srgo_destroy_ah, a->h);
+	if (rc)
+		return rc;
+	free(a);
+	return 0;
+}
+
 static void sr_from_qp_attr(struct sr_qpattr *o, const struct ibv_qp_attr *a)
 {
 	memset(o, 0, sizeof(*o));
@@ -810,6 +870,12 @@ static int sr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 				break;
 			default:
 				o->imm = be32toh(wr->imm_data);
+			}
+			if (qp->qp_type == IBV_QPT_UD) {
+				o->ah = wr->wr.ud.ah ? ((struct sr_ah *)wr->wr.ud.ah)->h : 0;
+				o->remote_qpn = wr->wr.ud.remote_qpn;
+				o->remote_qkey = wr->wr.ud.remote_qkey;
+				continue;
 			}
 			switch (wr->opcode) {
 			case IBV_WR_ATOMIC_CMP_AND_SWP:

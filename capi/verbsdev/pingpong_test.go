@@ -139,6 +139,38 @@ func TestRCPingpong(t *testing.T) {
 	}
 }
 
+// TestUCUDPingpong runs Debian's unmodified ibv_uc_pingpong (a UC QP) and
+// ibv_ud_pingpong (UD: an address handle per send, the GRH in the first 40
+// bytes of each receive) at both ends (pair). ud_pingpong's messages fit the
+// smaller of the two ports' MTUs (1024: 127.X.Y.2 is on no interface).
+func TestUCUDPingpong(t *testing.T) {
+	lib := buildLib(t)
+	for _, tc := range []struct {
+		prog string
+		args []string
+	}{
+		{"ibv_uc_pingpong", []string{"-n", "200", "-c"}},
+		{"ibv_ud_pingpong", []string{"-n", "200", "-s", "1000"}},
+	} {
+		t.Run(tc.prog, func(t *testing.T) {
+			if _, err := exec.LookPath(tc.prog); err != nil {
+				t.Skipf("needs %s (ibverbs-utils)", tc.prog)
+			}
+			srvOut, cliOut, srvAddr, cliAddr := pair(t, lib, tc.prog, append([]string{"-g", "1"}, tc.args...)...)
+			for _, o := range []struct{ out, rem string }{{srvOut, cliAddr}, {cliOut, srvAddr}} {
+				for _, w := range []string{"GID ::ffff:" + o.rem + "\n", tc.args[1] + " iters in "} {
+					if !strings.Contains(o.out, w) {
+						t.Errorf("no %q in\n%s", w, o.out)
+					}
+				}
+				if strings.Contains(o.out, "invalid data") {
+					t.Errorf("-c found bad data:\n%s", o.out)
+				}
+			}
+		})
+	}
+}
+
 // TestPerftest runs Debian's unmodified perftest tools at both ends on
 // softrdma's libraries (pair): every ib_{write,read,send,atomic}_{bw,lat} over
 // an RC QP, ib_write_bw with -a, -q 4 and --report_gbits, and ib_send_bw -D 1
