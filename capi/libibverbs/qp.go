@@ -36,6 +36,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"runtime/cgo"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -221,13 +222,20 @@ func srgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_sr_wc) C.int {
 }
 
 //export srgo_create_qp
-func srgo_create_qp(pdh C.uintptr_t, typ C.int, scq, rcq C.uintptr_t, sigAll C.int, a *C.struct_sr_qpattr, qpn *C.uint32_t, err *C.int) C.uintptr_t {
+func srgo_create_qp(pdh C.uintptr_t, typ C.int, scq, rcq, srqh C.uintptr_t, sigAll C.int, a *C.struct_sr_qpattr, qpn *C.uint32_t, err *C.int) C.uintptr_t {
 	pd, ok := value[*ib.PD](pdh)
 	s, ok2 := value[*cq](scq)
 	r, ok3 := value[*cq](rcq)
 	if !ok || !ok2 || !ok3 {
 		*err = C.EINVAL
 		return 0
+	}
+	var srq *ib.SRQ
+	if srqh != 0 {
+		if srq, ok = value[*ib.SRQ](srqh); !ok {
+			*err = C.EINVAL
+			return 0
+		}
 	}
 	if pd.Context().Config().ExternalQPs {
 		// An iWARP QP is connected by rdma_cm (MPA over TCP), which
@@ -243,7 +251,7 @@ func srgo_create_qp(pdh C.uintptr_t, typ C.int, scq, rcq C.uintptr_t, sigAll C.i
 		return 0
 	}
 	q, e := pd.Context().CreateQP(pd, ib.QPInitAttr{
-		Type: t, SendCQ: s.cq, RecvCQ: r.cq, SignalAll: sigAll != 0,
+		Type: t, SendCQ: s.cq, RecvCQ: r.cq, SRQ: srq, SignalAll: sigAll != 0,
 		Cap: ib.QPCap{
 			MaxSendWR: int(a.max_send_wr), MaxRecvWR: int(a.max_recv_wr),
 			MaxSendSGE: int(a.max_send_sge), MaxRecvSGE: int(a.max_recv_sge),
@@ -481,27 +489,111 @@ func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C
 	return 0
 }
 
+// recvWRs converts n flat receive WRs into wrs and sges (reused).
+func recvWRs(wrs []ib.RecvWR, sges []ib.SGE, w *C.struct_sr_rwr, n C.int) ([]ib.RecvWR, []ib.SGE) {
+	wrs, sges = wrs[:0], sges[:0]
+	in := unsafe.Slice(w, int(n))
+	for k := range in {
+		sges = sgl(sges, in[k].sg, in[k].num_sge)
+		wrs = append(wrs, ib.RecvWR{WRID: uint64(in[k].wr_id)})
+	}
+	off := 0
+	for k := range wrs {
+		m := int(in[k].num_sge)
+		if in[k].sg == nil {
+			m = 0
+		}
+		wrs[k].SGL = sges[off : off+m : off+m]
+		off += m
+	}
+	return wrs, sges
+}
+
+//export srgo_create_srq
+func srgo_create_srq(pdh C.uintptr_t, maxWR, maxSGE, limit C.uint32_t, err *C.int) C.uintptr_t {
+	pd, ok := value[*ib.PD](pdh)
+	if !ok {
+		*err = C.EINVAL
+		return 0
+	}
+	if pd.Context().Config().ExternalQPs {
+		debugf("create srq: iWARP needs librdmacm, not implemented yet")
+		*err = C.EOPNOTSUPP
+		return 0
+	}
+	s, e := pd.Context().CreateSRQ(pd, ib.SRQInitAttr{MaxWR: int(maxWR), MaxSGE: int(maxSGE), Limit: int(limit)})
+	if e != nil {
+		debugf("create srq: %v", e)
+		*err = errno(e)
+		return 0
+	}
+	return C.uintptr_t(cgo.NewHandle(s))
+}
+
+//export srgo_arm_srq
+func srgo_arm_srq(h C.uintptr_t, limit C.uint32_t) C.int {
+	s, ok := value[*ib.SRQ](h)
+	if !ok {
+		return C.EINVAL
+	}
+	if err := s.ArmLimit(int(limit)); err != nil {
+		debugf("modify srq: %v", err)
+		return errno(err)
+	}
+	return 0
+}
+
+//export srgo_destroy_srq
+func srgo_destroy_srq(h C.uintptr_t) C.int {
+	s, ok := value[*ib.SRQ](h)
+	if !ok {
+		return C.EINVAL
+	}
+	if err := s.Destroy(); err != nil {
+		debugf("destroy srq: %v", err)
+		return errno(err)
+	}
+	cgo.Handle(h).Delete()
+	return 0
+}
+
+// srqScratch is the conversion space of srgo_post_srq_recv. The SRQ's own
+// lock does not cover it: posting to one SRQ from two threads at once is
+// rare, and a mutex keeps them apart.
+var srqScratch struct {
+	sync.Mutex
+	wrs  []ib.RecvWR
+	sges []ib.SGE
+}
+
+//export srgo_post_srq_recv
+func srgo_post_srq_recv(h C.uintptr_t, w *C.struct_sr_rwr, n C.int, posted *C.int) C.int {
+	s, ok := value[*ib.SRQ](h)
+	if !ok || n <= 0 {
+		return C.EINVAL
+	}
+	srqScratch.Lock()
+	defer srqScratch.Unlock()
+	srqScratch.wrs, srqScratch.sges = recvWRs(srqScratch.wrs, srqScratch.sges, w, n)
+	if err := s.PostRecv(srqScratch.wrs...); err != nil {
+		var pe *ib.PostError
+		if errors.As(err, &pe) {
+			*posted = C.int(pe.Index)
+		}
+		debugf("post srq recv: %v", err)
+		return postErr(err)
+	}
+	*posted = n
+	return 0
+}
+
 //export srgo_post_recv
 func srgo_post_recv(h C.uintptr_t, w *C.struct_sr_rwr, n C.int, posted *C.int) C.int {
 	q, ok := value[*qp](h)
 	if !ok || n <= 0 {
 		return C.EINVAL
 	}
-	q.recv, q.rsges = q.recv[:0], q.rsges[:0]
-	in := unsafe.Slice(w, int(n))
-	for k := range in {
-		q.rsges = sgl(q.rsges, in[k].sg, in[k].num_sge)
-		q.recv = append(q.recv, ib.RecvWR{WRID: uint64(in[k].wr_id)})
-	}
-	off := 0
-	for k := range q.recv {
-		m := int(in[k].num_sge)
-		if in[k].sg == nil {
-			m = 0
-		}
-		q.recv[k].SGL = q.rsges[off : off+m : off+m]
-		off += m
-	}
+	q.recv, q.rsges = recvWRs(q.recv, q.rsges, w, n)
 	if err := q.qp.PostRecv(q.recv...); err != nil {
 		var pe *ib.PostError
 		if errors.As(err, &pe) {

@@ -28,13 +28,9 @@ void ibv_ack_async_event(void) { sr_refuse("ibv_ack_async_event"); }
 long ibv_attach_mcast(void) { sr_refuse("ibv_attach_mcast"); return EOPNOTSUPP; }
 void ibv_copy_ah_attr_from_kern(void) { sr_refuse("ibv_copy_ah_attr_from_kern"); }
 void *ibv_create_ah_from_wc(void) { sr_refuse("ibv_create_ah_from_wc"); return NULL; }
-void *ibv_create_srq(void) { sr_refuse("ibv_create_srq"); return NULL; }
-long ibv_destroy_srq(void) { sr_refuse("ibv_destroy_srq"); return EOPNOTSUPP; }
 long ibv_detach_mcast(void) { sr_refuse("ibv_detach_mcast"); return EOPNOTSUPP; }
 long ibv_get_async_event(void) { sr_refuse("ibv_get_async_event"); return EOPNOTSUPP; }
 long ibv_init_ah_from_wc(void) { sr_refuse("ibv_init_ah_from_wc"); return EOPNOTSUPP; }
-long ibv_modify_srq(void) { sr_refuse("ibv_modify_srq"); return EOPNOTSUPP; }
-long ibv_query_srq(void) { sr_refuse("ibv_query_srq"); return EOPNOTSUPP; }
 long ibv_rate_to_mbps(void) { sr_refuse("ibv_rate_to_mbps"); return EOPNOTSUPP; }
 long ibv_rereg_mr(void) { sr_refuse("ibv_rereg_mr"); return EOPNOTSUPP; }
 long ibv_resize_cq(void) { sr_refuse("ibv_resize_cq"); return EOPNOTSUPP; }

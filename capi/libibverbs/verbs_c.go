@@ -64,7 +64,11 @@ extern uintptr_t srgo_create_cq(int i, int cqe, int wfd, uint64_t cqptr, int *de
 extern int srgo_req_notify_cq(uintptr_t h, int solicited_only);
 extern int srgo_destroy_cq(uintptr_t h);
 extern int srgo_poll_cq(uintptr_t h, int n, struct sr_wc *wc);
-extern uintptr_t srgo_create_qp(uintptr_t pd, int type, uintptr_t scq, uintptr_t rcq, int sig_all,
+extern uintptr_t srgo_create_srq(uintptr_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, int *err);
+extern int srgo_arm_srq(uintptr_t h, uint32_t limit);
+extern int srgo_destroy_srq(uintptr_t h);
+extern int srgo_post_srq_recv(uintptr_t h, struct sr_rwr *w, int n, int *posted);
+extern uintptr_t srgo_create_qp(uintptr_t pd, int type, uintptr_t scq, uintptr_t rcq, uintptr_t srq, int sig_all,
 				struct sr_qpattr *cap, uint32_t *qpn, int *err);
 extern int srgo_modify_qp(uintptr_t h, struct sr_qpattr *a, int mask);
 extern int srgo_query_qp(uintptr_t h, struct sr_qpattr *a);
@@ -153,6 +157,14 @@ struct sr_cq {
 	struct ibv_cq cq;
 	uintptr_t h;
 };
+
+struct sr_srq {
+	struct ibv_srq srq;
+	uintptr_t h;
+	struct ibv_srq_attr attr; // what ibv_query_srq reports
+};
+
+static int sr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 
 struct sr_ah {
 	struct ibv_ah ah;
@@ -298,6 +310,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->ops.post_recv = sr_post_recv;
 	ctx->ops.poll_cq = sr_poll_cq;
 	ctx->ops.req_notify_cq = sr_req_notify_cq;
+	ctx->ops.post_srq_recv = sr_post_srq_recv;
 	pthread_mutex_init(&ctx->mutex, NULL);
 	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
 	return ctx;
@@ -648,12 +661,6 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 		errno = EINVAL;
 		return NULL;
 	}
-	if (a->srq) {
-		if (getenv("SOFTRDMA_DEBUG"))
-			fprintf(stderr, "softrdma: ibv_create_qp: SRQs not implemented (EOPNOTSUPP)\n");
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
 	struct sr_qp *q = calloc(1, sizeof(*q));
 	if (!q) {
 		errno = ENOMEM;
@@ -667,7 +674,8 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 	int err = 0;
 	uint32_t qpn = 0;
 	q->h = SRGO(srgo_create_qp, ((struct sr_pd *)pd)->h, a->qp_type, ((struct sr_cq *)a->send_cq)->h,
-			      ((struct sr_cq *)a->recv_cq)->h, a->sq_sig_all, &cap, &qpn, &err);
+		    ((struct sr_cq *)a->recv_cq)->h, a->srq ? ((struct sr_srq *)a->srq)->h : 0,
+		    a->sq_sig_all, &cap, &qpn, &err);
 	if (!q->h) {
 		free(q);
 		errno = err;
@@ -683,6 +691,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 	q->qp.pd = pd;
 	q->qp.send_cq = a->send_cq;
 	q->qp.recv_cq = a->recv_cq;
+	q->qp.srq = a->srq;
 	q->qp.handle = qpn;
 	q->qp.qp_num = qpn;
 	q->qp.state = IBV_QPS_RESET;
@@ -904,10 +913,76 @@ static int sr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 	return 0;
 }
 
-static int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
+{
+	if (!pd || !a) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct sr_srq *q = calloc(1, sizeof(*q));
+	if (!q) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	int err = 0;
+	q->h = SRGO(srgo_create_srq, ((struct sr_pd *)pd)->h, a->attr.max_wr, a->attr.max_sge, a->attr.srq_limit, &err);
+	if (!q->h) {
+		free(q);
+		errno = err;
+		return NULL;
+	}
+	q->attr = a->attr;
+	q->srq.context = pd->context;
+	q->srq.srq_context = a->srq_context;
+	q->srq.pd = pd;
+	q->srq.handle = (uint32_t)q->h;
+	pthread_mutex_init(&q->srq.mutex, NULL);
+	pthread_cond_init(&q->srq.cond, NULL);
+	return &q->srq;
+}
+
+// ibv_modify_srq arms the limit event (IBV_SRQ_LIMIT); resizing (IBV_SRQ_MAX_WR)
+// is not offered (no IBV_DEVICE_SRQ_RESIZE).
+int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	if (!srq || !attr)
+		return EINVAL;
+	if (mask & ~IBV_SRQ_LIMIT)
+		return EINVAL;
+	struct sr_srq *q = (struct sr_srq *)srq;
+	int rc = SRGO(srgo_arm_srq, q->h, attr->srq_limit);
+	if (!rc)
+		q->attr.srq_limit = attr->srq_limit;
+	return rc;
+}
+
+int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	if (!srq || !attr)
+		return EINVAL;
+	*attr = ((struct sr_srq *)srq)->attr;
+	return 0;
+}
+
+int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	if (!srq)
+		return EINVAL;
+	struct sr_srq *q = (struct sr_srq *)srq;
+	int rc = SRGO(srgo_destroy_srq, q->h);
+	if (rc)
+		return rc;
+	pthread_mutex_destroy(&srq->mutex);
+	pthread_cond_destroy(&srq->cond);
+	free(q);
+	return 0;
+}
+
+// sr_post_recv_list posts a list of receive WRs with post, 64 at a time.
+static int sr_post_recv_list(uintptr_t h, int (*post)(uintptr_t, struct sr_rwr *, int, int *),
+			     struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct sr_rwr a[SR_BATCH];
-	uintptr_t h = ((struct sr_qp *)qp)->h;
 	while (wr) {
 		struct ibv_recv_wr *first = wr;
 		int n = 0;
@@ -917,7 +992,7 @@ static int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_re
 			a[n].sg = wr->sg_list;
 		}
 		int posted = 0;
-		int rc = SRGO(srgo_post_recv, h, a, n, &posted);
+		int rc = SRGO(post, h, a, n, &posted);
 		if (rc) {
 			struct ibv_recv_wr *b = first;
 			for (int i = 0; i < posted && b; i++)
@@ -928,6 +1003,16 @@ static int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_re
 		}
 	}
 	return 0;
+}
+
+static int sr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	return sr_post_recv_list(((struct sr_srq *)srq)->h, srgo_post_srq_recv, wr, bad);
+}
+
+static int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	return sr_post_recv_list(((struct sr_qp *)qp)->h, srgo_post_recv, wr, bad);
 }
 
 // ibv_read_sysfs_file reads dir/file, as rdma-core's does: the bytes read,

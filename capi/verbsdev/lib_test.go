@@ -195,7 +195,7 @@ func TestStockTools(t *testing.T) {
 		"sr_roce0: gid_ex 1 rc=0 gid=::ffff:127.0.0.3 type=2\n",
 		"sr_roce0: pkey 0 rc=0 pkey=0xffff\n",
 		"sr_roce0: alloc_pd ok\n",
-		"sr_roce0: stub create_srq NULL errno=95\n",
+		"sr_roce0: stub import_pd NULL errno=95\n",
 		"sr_roce0: dealloc_pd rc=0\n",
 		"sr_roce0: close rc=0\n",
 		"sr_iwarp0: port 1 rc=0 state=4 active_mtu=3 link_layer=2 gid_tbl_len=1\n",

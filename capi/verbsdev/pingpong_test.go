@@ -139,11 +139,12 @@ func TestRCPingpong(t *testing.T) {
 	}
 }
 
-// TestUCUDPingpong runs Debian's unmodified ibv_uc_pingpong (a UC QP) and
+// TestPingpongs runs Debian's unmodified ibv_uc_pingpong (a UC QP),
 // ibv_ud_pingpong (UD: an address handle per send, the GRH in the first 40
-// bytes of each receive) at both ends (pair). ud_pingpong's messages fit the
+// bytes of each receive) and ibv_srq_pingpong (16 RC QPs sharing one SRQ,
+// ibv_post_srq_recv) at both ends (pair). ud_pingpong's messages fit the
 // smaller of the two ports' MTUs (1024: 127.X.Y.2 is on no interface).
-func TestUCUDPingpong(t *testing.T) {
+func TestPingpongs(t *testing.T) {
 	lib := buildLib(t)
 	for _, tc := range []struct {
 		prog string
@@ -151,6 +152,7 @@ func TestUCUDPingpong(t *testing.T) {
 	}{
 		{"ibv_uc_pingpong", []string{"-n", "200", "-c"}},
 		{"ibv_ud_pingpong", []string{"-n", "200", "-s", "1000"}},
+		{"ibv_srq_pingpong", []string{"-n", "200", "-c"}},
 	} {
 		t.Run(tc.prog, func(t *testing.T) {
 			if _, err := exec.LookPath(tc.prog); err != nil {
