@@ -414,11 +414,6 @@ func (c *rcConn) expectCompletions(recv bool, n int, status string) ([]Completio
 	return wcs, nil
 }
 
-// readMem reads the peer's region.
-func (c *rcConn) readMem(off, n int) ([]byte, error) {
-	return c.t.e.Peer.ReadMR(c.t.ctx, c.mr.MR, off, n)
-}
-
 // order is the peer's byte order for atomic operands.
 func (t *rt) order() binary.ByteOrder {
 	if t.e.Hello != nil && t.e.Hello.ByteOrder == "big" {
