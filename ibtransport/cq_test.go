@@ -164,8 +164,10 @@ func TestSRQ(t *testing.T) {
 		post(t, aq, ib.SendWR{WRID: uint64(i), Opcode: ib.WRSend, SGL: []ib.SGE{src.SGE(0, 5)}})
 	}
 	wcs := complete(t, p, p.B.CQ, 2)
-	if wcs[0].WRID != 10 || wcs[1].WRID != 11 || wcs[0].QPNum == wcs[1].QPNum {
-		t.Fatalf("completions %v", wcs)
+	if wcs[0].WRID != 10 || wcs[1].WRID != 11 || wcs[0].QPNum == wcs[1].QPNum ||
+		wcs[0].QPNum != bqps[0].QPN() && wcs[0].QPNum != bqps[1].QPN() ||
+		wcs[1].QPNum != bqps[0].QPN() && wcs[1].QPNum != bqps[1].QPN() {
+		t.Fatalf("completions %v, want one on each of QPs 0x%x and 0x%x", wcs, bqps[0].QPN(), bqps[1].QPN())
 	}
 	if srq.Len() != 2 {
 		t.Fatalf("srq holds %d", srq.Len())

@@ -455,11 +455,6 @@ func (qp *QP) outputOne(now time.Time, out *OutputBatch) bool {
 	return qp.responderOutput(out) || qp.requesterOutput(now, out)
 }
 
-// emit commits a built packet and counts it.
-func (qp *QP) emit(out *OutputBatch, n int, ah *AddressHandle, dst uint32) {
-	qp.emitPayload(out, n, nil, 0, ah, dst)
-}
-
 // emitPayload commits a packet whose headers are n bytes in the batch's buffer
 // and whose payload is in place (nil: in the buffer, counted in n), and counts it.
 func (qp *QP) emitPayload(out *OutputBatch, n int, payload [][]byte, pad int, ah *AddressHandle, dst uint32) {

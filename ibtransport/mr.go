@@ -311,11 +311,6 @@ func (mw *MW) unbind() {
 	}
 }
 
-// remoteTarget is the result of an R_Key check: the memory a remote request may touch.
-type remoteTarget struct {
-	mem []byte
-}
-
 // accessFault says why a memory key check failed.
 type accessFault uint8
 
