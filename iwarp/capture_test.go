@@ -185,16 +185,6 @@ func decodeSegments(segs []segment) []decoded {
 	return out
 }
 
-// streams returns the concatenated octets of each direction of each connection.
-func streams(segs []segment) map[[2]string][]byte {
-	m := map[[2]string][]byte{}
-	for _, s := range segs {
-		k := [2]string{s.conn, strconv.Itoa(s.dir)}
-		m[k] = append(m[k], s.data...)
-	}
-	return m
-}
-
 // tsharkCounts is what logs/analyze.txt says tshark decoded in one capture.
 type tsharkCounts struct {
 	mpaFrames int            // start frames + FPDUs

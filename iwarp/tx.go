@@ -61,10 +61,9 @@ type txState struct {
 	hdrPos  uint64 // their stream position
 
 	// What completes once the batch is written.
-	doneWQEs  []uint64
-	scratch   [][]byte
-	hdr       [FPDUHeaderLen + DDPUntaggedHeaderLen + AtomicRequestLen]byte
-	termBytes [TerminateControlLen + TerminateSegmentLenLen + DDPUntaggedHeaderLen + TerminatedRDMAHeaderLen]byte
+	doneWQEs []uint64
+	scratch  [][]byte
+	hdr      [FPDUHeaderLen + DDPUntaggedHeaderLen + AtomicRequestLen]byte
 }
 
 func newTxState(neg *Negotiated, obs StreamObserver) txState {
