@@ -3,6 +3,7 @@
 package netio
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -431,7 +432,7 @@ func (e *UDPEndpoint) listen(port uint16, receiver bool) (*udpSocket, error) {
 		}
 		return optErr
 	}}
-	pc, err := lc.ListenPacket(nil, network, netip.AddrPortFrom(e.local.Addr(), port).String())
+	pc, err := lc.ListenPacket(context.Background(), network, netip.AddrPortFrom(e.local.Addr(), port).String())
 	if err != nil {
 		return nil, err
 	}
@@ -1063,7 +1064,6 @@ type udpWriter struct {
 	names    []sockaddrBuf
 	namelen  []uint32
 	single   [1]unix.Mmsghdr
-	oneFrame [1][]byte // Write's frames, for writeChunk
 }
 
 // udpWriteChunk is the most frames one Write pass handles: a full GSO
