@@ -163,12 +163,11 @@ type logInfo struct {
 }
 
 type logDest struct {
-	lid, qpn, psn    uint64
-	out              int64 // -1: not printed
-	rkey, vaddr      uint64
-	hasRDMA          bool
-	gid              [16]byte
-	hasRKey, hasVAdd bool
+	lid, qpn, psn uint64
+	out           int64 // -1: not printed
+	rkey, vaddr   uint64
+	hasRDMA       bool
+	gid           [16]byte
 }
 
 var (
