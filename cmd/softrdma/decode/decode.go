@@ -213,7 +213,7 @@ func (d *decoder) relTime(t time.Time) float64 {
 }
 
 func (d *decoder) fileProblem(err error) {
-	reason := err.Error()
+	var reason string
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		reason = fmt.Sprintf("capture file truncated: the record after frame %d is cut short", d.frame)
 	} else {

@@ -364,20 +364,19 @@ type roceDir struct {
 	// Request PSNs: after the highest PSN so far, the next new one is in [nextLo, nextHi]
 	// (a READ request advances the PSN by its response count, which depends on the
 	// path MTU: 256 to 4096 bytes).
-	reqSeen          bool
-	reqFirst         uint32
-	nextLo, nextHi   uint32
-	gaps, missing    int
-	duplicates       int
-	respSeen         bool
-	respFirst        uint32
-	acks, rnrNAKs    int
-	naks             map[string]int
-	peerQP           uint32 // the sender's QP, once known
-	lastRespPSN      uint32
-	respDuplicates   int
-	haveLastRespPSN  bool
-	readResponseOpen bool
+	reqSeen         bool
+	reqFirst        uint32
+	nextLo, nextHi  uint32
+	gaps, missing   int
+	duplicates      int
+	respSeen        bool
+	respFirst       uint32
+	acks, rnrNAKs   int
+	naks            map[string]int
+	peerQP          uint32 // the sender's QP, once known
+	lastRespPSN     uint32
+	respDuplicates  int
+	haveLastRespPSN bool
 }
 
 // roceKey is the direction a packet's headers name: its addresses, destination QP and,
