@@ -341,8 +341,8 @@ func benchOpenIWARP(pair *netns.Pair, tap *pcapTap) (*benchEnv, error) {
 	return e, nil
 }
 
-// benchErrStall is returned when a measurement sees no completion for long.
-var benchErrStall = errors.New("no progress for 3s")
+// errBenchStall is returned when a measurement sees no completion for long.
+var errBenchStall = errors.New("no progress for 3s")
 
 // benchStallTimeout is how long a measurement may go without a completion
 // (a variable for tests).

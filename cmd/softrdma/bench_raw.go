@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -143,10 +144,6 @@ func benchPingPong(a, b netio.Endpoint, req, resp []byte, w benchWindow) ([]time
 // benchReadTimeout is a blocking Read that gives up (with an error) when a
 // datagram was lost: UDP and raw frames have no retransmission.
 func benchReadTimeout(ep netio.Endpoint, bufs [][]byte, sizes []int) (int, error) {
-	type res struct {
-		n   int
-		err error
-	}
 	// A lost datagram would block Read for good; the reads are quick, so a
 	// timer costs less than a goroutine per read: the caller closes ep at the
 	// end, which ends a Read blocked after a loss.
@@ -323,7 +320,7 @@ func benchHoldUDPPort(ap netip.AddrPort) (net.PacketConn, error) {
 		}
 		return serr
 	}}
-	return lc.ListenPacket(nil, "udp4", ap.String())
+	return lc.ListenPacket(context.Background(), "udp4", ap.String())
 }
 
 func (r *benchPacketRaw) blast(n int, fromA bool, warm, measure time.Duration) (int, error) {

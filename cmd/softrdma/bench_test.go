@@ -199,7 +199,7 @@ func TestBenchAddrs(t *testing.T) {
 
 // TestBenchWatch: a measurement's context lives as long as completions keep
 // coming, well past one stall period (a slow machine draining its WRs), and
-// ends with benchErrStall one or two periods after they stop. The watchdog's
+// ends with errBenchStall one or two periods after they stop. The watchdog's
 // ticker and the test's sleeps run on synctest's clock: on the real one a
 // loaded machine (the race detector, 2 CPUs) slept 40 ms past a 10 ms sleep.
 func TestBenchWatch(t *testing.T) {
@@ -222,8 +222,8 @@ func TestBenchWatch(t *testing.T) {
 		}
 		select {
 		case <-ctx.Done():
-			if !errors.Is(context.Cause(ctx), benchErrStall) {
-				t.Fatalf("cause %v, want benchErrStall", context.Cause(ctx))
+			if !errors.Is(context.Cause(ctx), errBenchStall) {
+				t.Fatalf("cause %v, want errBenchStall", context.Cause(ctx))
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("no end after progress stopped")

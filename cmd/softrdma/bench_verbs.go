@@ -122,7 +122,7 @@ func benchWait(ctx context.Context, cq *ibtransport.CQ) error {
 		if c := context.Cause(ctx); c != nil && c != err {
 			return c
 		}
-		return fmt.Errorf("%w: %v", benchErrStall, err)
+		return fmt.Errorf("%w: %v", errBenchStall, err)
 	}
 	return nil
 }
@@ -152,7 +152,7 @@ func (q *benchQPs) watch(warm, measure time.Duration) (context.Context, context.
 				n := progress()
 				switch {
 				case n == last:
-					cancel(benchErrStall)
+					cancel(errBenchStall)
 					return
 				case now.After(hard):
 					cancel(fmt.Errorf("still not drained %v after the measurement", benchDrainLimit))

@@ -205,7 +205,6 @@ type perfQPCarrier struct {
 	mem            []byte // [0, 56): receive buffer; [56, 112): send buffer
 
 	sendMu, recvMu sync.Mutex
-	wc             [1]ibtransport.WC
 }
 
 // newPerfQPCarrier makes the comm QP's resources on id's device and its QP on

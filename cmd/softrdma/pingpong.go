@@ -243,7 +243,6 @@ type ppSession struct {
 	buf  []byte
 	ah   *ibtransport.AddressHandle
 	rqpn uint32
-	mtu  int
 }
 
 func runPingpong(o pingpongOptions, stdout io.Writer, res *pingpongResult) (err error) {
