@@ -40,6 +40,7 @@ type demoOptions struct {
 	mtu       int
 	seed      uint64
 	pcap      string
+	pcapView  string // --pcap-view: received or sent
 	json      bool
 	crc       string
 }
@@ -58,6 +59,7 @@ func demoCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.mtu, "mtu", 1500, "Ethernet MTU of the link (IB MTU as rxe derives it)")
 	fs.Uint64Var(&o.seed, "seed", 1, "simulator seed: the same seed gives the same run")
 	fs.StringVar(&o.pcap, "pcap", "", "write the link's traffic to this pcap file")
+	fs.StringVar(&o.pcapView, "pcap-view", "received", "roce: what --pcap records: received (each frame as the other node got it: lost ones absent, corrupted ones corrupted, as a capture on the receiving host) or sent (each frame as its sender put it on the link, before loss and corruption)")
 	fs.BoolVar(&o.json, "json", false, "print the result as JSON")
 	fs.StringVar(&o.crc, "crc", "accept", "iwarp: MPA CRC policy of both sides: accept, request or require")
 	if err := parseFlags(fs, args, stderr); err != nil {
@@ -76,6 +78,12 @@ func demoCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	default:
 		fmt.Fprintf(stderr, "softrdma demo: --transport %s: want roce or iwarp\n", o.transport)
+		return 2
+	}
+	switch o.pcapView {
+	case "received", "sent":
+	default:
+		fmt.Fprintf(stderr, "softrdma demo: --pcap-view %q: want received or sent\n", o.pcapView)
 		return 2
 	}
 	if err := o.check(); err != nil {
@@ -303,7 +311,7 @@ type demoPhase struct {
 	verify func() error
 }
 
-func runDemo(o demoOptions) (*demoResult, error) {
+func runDemo(o demoOptions) (_ *demoResult, err error) {
 	start := time.Now()
 	res := &demoResult{Transport: "RoCEv2 (RC)",
 		Link: fmt.Sprintf("%v latency, %.0f Gbit/s, MTU %d, loss %g, corruption %g, seed %d",
@@ -320,9 +328,26 @@ func runDemo(o demoOptions) (*demoResult, error) {
 		if err != nil {
 			return res, err
 		}
-		defer f.Close()
-		net.CaptureLinkAt(link, f, netio.FormatPcap, sim.CaptureTransmitted)
-		defer net.FlushCaptures()
+		// The default view is the receivers' (sim.CaptureDelivered), so that
+		// a decode of the file agrees with the summary: lost frames absent
+		// (PSN gaps), corrupted ones failing their ICRC. The senders' view
+		// records every frame before the link's loss and corruption.
+		point := sim.CaptureDelivered
+		if o.pcapView == "sent" {
+			point = sim.CaptureTransmitted
+		}
+		if _, err := net.CaptureLinkAt(link, f, netio.FormatPcap, point); err != nil {
+			f.Close()
+			return res, err
+		}
+		defer func() {
+			if ferr := net.FlushCaptures(); ferr != nil && err == nil {
+				err = fmt.Errorf("--pcap: %w", ferr)
+			}
+			if cerr := f.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("--pcap: %w", cerr)
+			}
+		}()
 	}
 	nbrs := roce.StaticNeighbors{ipA: macA, ipB: macB}
 	a, err := newDemoNode(pa, macA, ipA, nbrs, o, o.seed*2+1)

@@ -13,7 +13,9 @@ import (
 )
 
 // TestDemo runs softrdma demo as a user would: every operation verified, exit
-// 0, on a clean and on a lossy link; the --pcap capture decodes with no error.
+// 0, on a clean and on a lossy link; the --pcap capture decodes with no error
+// (the corrupting link's in the senders' view: in the receivers', the default,
+// its corrupted frames fail their ICRC, TestDemoPcapViews).
 func TestDemo(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -21,7 +23,7 @@ func TestDemo(t *testing.T) {
 	}{
 		{"clean", []string{"-n", "40"}},
 		{"loss", []string{"-n", "40", "--loss", "0.1"}},
-		{"corrupt", []string{"-n", "20", "--corrupt", "0.02", "-s", "4096"}},
+		{"corrupt", []string{"-n", "20", "--corrupt", "0.02", "-s", "4096", "--pcap-view", "sent"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pcap := filepath.Join(t.TempDir(), "demo.pcap")
@@ -122,5 +124,82 @@ func TestDemoIWARP(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := demoCmd([]string{"--transport", "iwarp", "--loss", "0.1"}, &out, &errOut); code != 2 {
 		t.Errorf("--transport iwarp --loss: exit %d, want 2", code)
+	}
+}
+
+// TestDemoPcapViews: demo --pcap records by default what each node received,
+// so that decoding it agrees with the demo's summary (issue 19: it recorded
+// the frames before the link's loss and corruption, and the decode showed
+// neither). On a lossy link the received view lacks the dropped frames and
+// decode sees PSN gaps; the sent view (--pcap-view sent) holds every frame
+// and no gap. On a corrupting link the received view's bad frames are decode
+// errors, ICRC errors among them; the sent view has none.
+func TestDemoPcapViews(t *testing.T) {
+	for _, tc := range []struct {
+		name, view string
+		args       []string
+	}{
+		{"loss received", "", []string{"-n", "40", "--loss", "0.1"}},
+		{"loss sent", "sent", []string{"-n", "40", "--loss", "0.1"}},
+		{"corrupt received", "received", []string{"-n", "20", "--corrupt", "0.02", "-s", "4096"}},
+		{"corrupt sent", "sent", []string{"-n", "20", "--corrupt", "0.02", "-s", "4096"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pcap := filepath.Join(t.TempDir(), "demo.pcap")
+			args := append(tc.args, "--json", "--pcap", pcap)
+			if tc.view != "" {
+				args = append(args, "--pcap-view", tc.view)
+			}
+			var out, errOut bytes.Buffer
+			if code := demoCmd(args, &out, &errOut); code != 0 {
+				t.Fatalf("exit %d\n%s%s", code, out.String(), errOut.String())
+			}
+			var demo demoResult
+			if err := json.Unmarshal(out.Bytes(), &demo); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(pcap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			res, err := decode.Run(f, io.Discard, decode.Options{Flows: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gaps := 0
+			for _, fl := range res.Flows {
+				gaps += fl.PSNGaps
+			}
+			sent := tc.view == "sent"
+			wantFrames := demo.Frames
+			if !sent {
+				wantFrames -= demo.Dropped
+			}
+			if uint64(res.Frames) != wantFrames {
+				t.Errorf("the capture holds %d frames; the demo put %d on the link and dropped %d: want %d",
+					res.Frames, demo.Frames, demo.Dropped, wantFrames)
+			}
+			switch {
+			case demo.Dropped > 0 && !sent && gaps == 0:
+				t.Errorf("%d frames dropped, and decode of the received view sees no PSN gap", demo.Dropped)
+			case sent && gaps != 0:
+				t.Errorf("decode of the sent view sees %d PSN gaps, want none", gaps)
+			}
+			switch {
+			case demo.Corrupted > 0 && !sent && (res.CRCErrors == 0 || uint64(len(res.Errors)) > demo.Corrupted):
+				t.Errorf("%d frames corrupted; decode of the received view: %d errors, %d of them CRC errors",
+					demo.Corrupted, len(res.Errors), res.CRCErrors)
+			case (sent || demo.Corrupted == 0) && len(res.Errors) != 0:
+				t.Errorf("decode: errors %v, want none", res.Errors)
+			}
+			if strings.HasPrefix(tc.name, "loss") && demo.Dropped == 0 || strings.HasPrefix(tc.name, "corrupt") && demo.Corrupted == 0 {
+				t.Errorf("the link lost %d and corrupted %d frames: the case tests nothing", demo.Dropped, demo.Corrupted)
+			}
+		})
+	}
+	var out, errOut bytes.Buffer
+	if code := demoCmd([]string{"--pcap-view", "both"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `--pcap-view "both"`) {
+		t.Errorf("--pcap-view both: exit %d, stderr %q; want 2 naming it", code, errOut.String())
 	}
 }
