@@ -54,7 +54,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 const usage = `usage: softrdma COMMAND [flags]
 
 commands:
-  decode FILE   explain a pcap/pcapng capture of RoCE and iWARP traffic, flow by flow
+  decode FILE|-  explain a pcap/pcapng capture (- reads standard input) of RoCE and iWARP traffic, flow by flow
   demo          two nodes on a simulated network: SEND, WRITE, READ and atomics, verified
   pingpong      ibv_rc_pingpong / ibv_ud_pingpong / ibv_uc_pingpong over RoCEv2: pingpong [rc|ud|uc] [HOST]
   rping         rdma-core's rping over iWARP (or --transport roce): rping -s [-a ADDR] | rping -c -a ADDR [-p PORT] [-C N] [-S SIZE] [-vV]
