@@ -20,6 +20,11 @@
 // the same list always gives the same names. SOFTRDMA_DEVICES holds several
 // SPECs separated by ';' or white space (a comma separates the fields of one
 // SPEC).
+//
+// Where the list comes from (Resolve): SOFTRDMA_DEVICES; else a config file,
+// one SPEC per line ($SOFTRDMA_CONFIG, else $XDG_CONFIG_HOME/softrdma/devices,
+// else /etc/softrdma/devices); else Defaults, one roce and one iwarp device
+// per interface that is up, as `rdma link add` users set up rxe and siw.
 package devspec
 
 import (
@@ -230,6 +235,12 @@ func ParseList(list string) ([]Spec, error) {
 // the list. Two devices with one name, or two on one transport and address
 // (they would share one socket address), are an error.
 func Name(specs []Spec) ([]Spec, error) {
+	return nameSpecs(specs, func(i int) string { return fmt.Sprintf("device spec %d", i+1) })
+}
+
+// nameSpecs is Name with label(i) saying where spec i came from in its errors
+// ("device spec 2", "/etc/softrdma/devices:7").
+func nameSpecs(specs []Spec, label func(i int) string) ([]Spec, error) {
 	out := append([]Spec(nil), specs...)
 	next := map[Transport]int{}
 	for i := range out {
@@ -242,12 +253,12 @@ func Name(specs []Spec) ([]Spec, error) {
 	addrs := map[string]int{}
 	for i, s := range out {
 		if j, ok := names[s.Name]; ok {
-			return nil, fmt.Errorf("device spec %d (%s) and %d (%s): both named %q", j+1, out[j], i+1, s, s.Name)
+			return nil, fmt.Errorf("%s (%s) and %s (%s): both named %q", label(j), out[j], label(i), s, s.Name)
 		}
 		names[s.Name] = i
 		key := string(s.Transport) + " " + s.Addr.String()
 		if j, ok := addrs[key]; ok {
-			return nil, fmt.Errorf("device spec %d (%s) and %d (%s): both %s on address %s", j+1, out[j], i+1, s, s.Transport, s.Addr)
+			return nil, fmt.Errorf("%s (%s) and %s (%s): both %s on address %s", label(j), out[j], label(i), s, s.Transport, s.Addr)
 		}
 		addrs[key] = i
 	}

@@ -102,19 +102,13 @@ func (d *Device) GID(i int) ([16]byte, bool) {
 	return [16]byte{}, true
 }
 
-// Load returns the devices the environment variable devspec.EnvVar lists, or,
-// when it is unset or empty, the default devices (Defaults).
+// Load returns the devices a program sees: devspec.Resolve's list
+// ($SOFTRDMA_DEVICES, else the config file, else one roce and one iwarp
+// device per interface that is up), described.
 func Load() ([]*Device, error) {
-	list := os.Getenv(devspec.EnvVar)
-	var specs []devspec.Spec
-	var err error
-	if list == "" {
-		specs, err = devspec.Name(Defaults())
-	} else {
-		specs, err = devspec.ParseList(list)
-	}
+	specs, _, err := devspec.Resolve(os.Getenv)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", devspec.EnvVar, err)
+		return nil, err
 	}
 	devs := make([]*Device, 0, len(specs))
 	for _, s := range specs {
@@ -125,40 +119,6 @@ func Load() ([]*Device, error) {
 		devs = append(devs, d)
 	}
 	return devs, nil
-}
-
-// Defaults returns one RoCE and one iWARP spec per interface that is up, is not
-// loopback and has an address (its first IPv4 address, else its first global
-// IPv6 one), as a user of `rdma link add` would set up rxe and siw.
-func Defaults() []devspec.Spec {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil
-	}
-	var roceSpecs, iwarpSpecs []devspec.Spec
-	for _, ifi := range ifs {
-		if ifi.Flags&net.FlagUp == 0 || ifi.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		v4, v6 := addrsOf(&ifi)
-		var a netip.Addr
-		if len(v4) > 0 {
-			a = v4[0]
-		} else {
-			for _, x := range v6 {
-				if !x.IsLinkLocalUnicast() {
-					a = x
-					break
-				}
-			}
-		}
-		if !a.IsValid() {
-			continue
-		}
-		roceSpecs = append(roceSpecs, devspec.Spec{Transport: devspec.RoCE, Addr: a, Backend: devspec.BackendUDP, Iface: ifi.Name})
-		iwarpSpecs = append(iwarpSpecs, devspec.Spec{Transport: devspec.IWARP, Addr: a, Iface: ifi.Name})
-	}
-	return append(roceSpecs, iwarpSpecs...)
 }
 
 // Describe returns what a program sees of the device s: the interface that

@@ -29,6 +29,7 @@ var commands = []struct {
 	{"cmatose", cmatoseCmd},
 	{"bench", benchCmd},
 	{"conform", conformCmd},
+	{"run", runCmd},
 }
 
 // runCommand runs the subcommand args[0] with the rest of args.
@@ -54,6 +55,8 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 const usage = `usage: softrdma COMMAND [flags]
 
 commands:
+  run           run an unmodified verbs program (ibv_*, perftest, rping...) on softrdma's
+                libibverbs/librdmacm (make lib): run [--device SPEC]... -- PROGRAM [ARGS]
   decode FILE|-  explain a pcap/pcapng capture (- reads standard input) of RoCE and iWARP traffic, flow by flow
   demo          two nodes on a simulated network: SEND, WRITE, READ and atomics, verified
   pingpong      ibv_rc_pingpong / ibv_ud_pingpong / ibv_uc_pingpong over RoCEv2: pingpong [rc|ud|uc] [HOST]
