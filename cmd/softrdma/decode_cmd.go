@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -11,13 +12,16 @@ import (
 	"github.com/spf13/pflag"
 )
 
-const decodeUsage = `usage: softrdma decode FILE|- [--json] [--flows=false] [--no-summary]
+const decodeUsage = `usage: softrdma decode FILE|- [--json] [--flows=false] [--no-summary] [--annotate OUT.pcapng]
 
 Explains a pcap or pcapng capture (FILE, or standard input for -, as in
 'tcpdump -w - | softrdma decode -') of RoCEv1, RoCEv2 and iWARP traffic: one line per RDMA
 packet, then a summary per flow. Every RoCE ICRC and every FPDU CRC32c is verified.
 Exit status: 0 all RDMA frames well formed, 1 some frame bad (named on stderr), 2 not a
 capture or cannot be read.
+
+--annotate writes the capture back as pcapng, every frame kept, each RDMA frame with
+softrdma's verdict as a packet comment (Wireshark: pkt_comment / frame.comment).
 `
 
 // decodeStdin is what "softrdma decode -" reads: standard input (tests replace it).
@@ -34,6 +38,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	jsonOut := fs.Bool("json", false, "print one JSON object per line instead of text")
 	flows := fs.Bool("flows", true, "include the per-flow summary")
 	noSummary := fs.Bool("no-summary", false, "print no summary at all, only the packets")
+	annotate := fs.String("annotate", "", "write the capture with each RDMA frame's verdict as a pcapng packet comment to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -56,14 +61,31 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if name == "-" {
 		name = "standard input"
 	}
+	opts := decode.Options{JSON: *jsonOut, Flows: *flows, Summary: !*noSummary, Verdicts: *annotate != ""}
+	// The annotated copy reads the capture a second time: a file from its start, standard
+	// input from memory.
+	var again io.ReadSeeker
+	if *annotate != "" {
+		if again, err = rereadable(in); err != nil {
+			fmt.Fprintf(stderr, "softrdma decode: %s: %v\n", name, err)
+			return 2
+		}
+		in = again
+	}
 	out := bufio.NewWriterSize(stdout, 64<<10)
-	res, err := decode.Run(in, out, decode.Options{JSON: *jsonOut, Flows: *flows, Summary: !*noSummary})
+	res, err := decode.Run(in, out, opts)
 	if ferr := out.Flush(); err == nil && ferr != nil {
 		err = ferr
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma decode: %s: %v\n", name, err)
 		return 2
+	}
+	if *annotate != "" {
+		if err := writeAnnotated(*annotate, again, &res); err != nil {
+			fmt.Fprintf(stderr, "softrdma decode: --annotate %s: %v\n", *annotate, err)
+			return 2
+		}
 	}
 	for _, e := range res.Errors {
 		fmt.Fprintf(stderr, "softrdma decode: %s: %v\n", name, e)
@@ -87,4 +109,40 @@ func openDecodeInput(name string) (r io.Reader, closeFn func(), err error) {
 		return nil, nil, fmt.Errorf("%s: is a directory, not a capture file", name)
 	}
 	return f, func() { f.Close() }, nil
+}
+
+// rereadable returns in as a reader that can go back to its start: a regular file as it
+// is, anything else (standard input, a pipe) read into memory.
+func rereadable(in io.Reader) (io.ReadSeeker, error) {
+	if f, ok := in.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			return f, nil
+		}
+	}
+	b, err := io.ReadAll(in)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.NewReader(b), nil
+}
+
+// writeAnnotated writes the capture in (read again from its start) with res's verdicts
+// to the pcapng file name.
+func writeAnnotated(name string, in io.ReadSeeker, res *decode.Result) error {
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 256<<10)
+	err = decode.Annotate(in, w, res)
+	if ferr := w.Flush(); err == nil {
+		err = ferr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

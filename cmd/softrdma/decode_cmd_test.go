@@ -109,3 +109,43 @@ func TestDecodeInput(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeAnnotate: --annotate writes the pcapng copy, from a file and from standard
+// input alike (the same bytes), with the verdict of each RDMA frame; a file that cannot
+// be created is exit 2.
+func TestDecodeAnnotate(t *testing.T) {
+	good := filepath.Join(decodeCaptures, "rxe-write-bw.pcap")
+	b, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	fromFile, fromStdin := filepath.Join(dir, "file.pcapng"), filepath.Join(dir, "stdin.pcapng")
+	var stdout, stderr bytes.Buffer
+	if code := runDecode([]string{"--annotate", fromFile, good}, &stdout, &stderr); code != 0 {
+		t.Fatalf("decode --annotate FILE: exit %d: %s", code, stderr.String())
+	}
+	decodeStdin = bytes.NewReader(b)
+	t.Cleanup(func() { decodeStdin = os.Stdin })
+	if code := runDecode([]string{"--annotate", fromStdin, "-"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("decode --annotate - : exit %d: %s", code, stderr.String())
+	}
+	x, err := os.ReadFile(fromFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := os.ReadFile(fromStdin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(x, y) || !bytes.Contains(x, []byte("softrdma: 10.77.0.22 → 10.77.0.21 RoCEv2 RC RDMA WRITE First QP=0x000014 PSN=7564821")) {
+		t.Errorf("annotated from a file (%d bytes) and from standard input (%d bytes) differ, or lack frame 20's verdict", len(x), len(y))
+	}
+	if n := bytes.Count(x, []byte("; ICRC ok")); n != 25 {
+		t.Errorf("%d verdicts saying ICRC ok, want 25 (the RDMA frames)", n)
+	}
+	stderr.Reset()
+	if code := runDecode([]string{"--annotate", filepath.Join(dir, "no", "such", "dir.pcapng"), good}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "--annotate") {
+		t.Errorf("--annotate into a missing directory: exit %d: %s", code, stderr.String())
+	}
+}

@@ -27,6 +27,9 @@ type Options struct {
 	Flows bool
 	// Summary prints the summary at the end (totals, and the flows if Flows is set).
 	Summary bool
+	// Verdicts keeps each RDMA packet's verdict in Result.Verdicts (what Annotate
+	// writes as pcapng comments).
+	Verdicts bool
 }
 
 // Problem is something wrong with one frame, or with the file (Frame 0).
@@ -78,6 +81,9 @@ type Result struct {
 	Notes []Problem
 	// Flows summarizes each RoCE QP pair and each iWARP connection.
 	Flows []FlowSummary
+	// Verdicts is each RDMA packet's verdict, in the order the packets were printed
+	// (Options.Verdicts).
+	Verdicts []Verdict
 }
 
 // ExitCode returns the exit status for the result: 0 if every RDMA frame was well

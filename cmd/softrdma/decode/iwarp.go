@@ -808,7 +808,7 @@ func (d *decoder) mpaRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Reco
 	n.CRC = c.neg.CRC() || mi.CRC
 	n.Markers = n.Markers || mi.Markers
 	n.Rejected = n.Rejected || mi.Reject
-	d.out.packet(p)
+	d.emit(p)
 	// The peer's start frame may be the one the capture lost: its decoder can go on.
 	c.fillLostStart()
 }
@@ -966,7 +966,7 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 	if cutFrame != 0 && p.Error == "" {
 		p.Note = fmt.Sprintf("FPDU cut short by the capture at frame %d (%d of %d bytes), after its headers: headers decoded, payload not captured", cutFrame, dir.fillCapt, dir.fillOrig)
 	}
-	d.out.packet(p)
+	d.emit(p)
 	if dir.startLost && !dir.crcKnown {
 		// The first FPDU after a lost start frame shows whether CRCs are in use: the
 		// peer's decoder, waiting for that start frame, can go on (it may print FPDUs
@@ -1024,7 +1024,7 @@ func (d *decoder) iwarpProblem(dir *iwarpDir, frame int, t time.Time, r *iwarp.R
 		reason += " (" + iwarp.ErrFramingLost.Error() + ")"
 	}
 	p.Error = d.errorf(frame, "%s%s", where, reason)
-	d.out.packet(p)
+	d.emit(p)
 }
 
 // closeConn ends a connection: holes never filled, decoders closed.

@@ -35,7 +35,12 @@ type Packet struct {
 	IETHRKey      *uint32        `json:"ieth_rkey,omitempty"`
 	DETH          *DETHInfo      `json:"deth,omitempty"`
 	ICRC          string         `json:"icrc,omitempty"` // "ok", "bad" or "not verified" (Cut)
-	MAD           *MADInfo       `json:"mad,omitempty"`
+	// PSNGap is how many request PSNs are missing just before this packet in its
+	// direction (lost, or not captured); Duplicate says its PSN was seen before (a
+	// retransmission, or a READ response sent again).
+	PSNGap    *int     `json:"psn_gap,omitempty"`
+	Duplicate bool     `json:"duplicate,omitempty"`
+	MAD       *MADInfo `json:"mad,omitempty"`
 
 	// iWARP.
 	MPA         *MPAInfo         `json:"mpa,omitempty"`
@@ -346,6 +351,29 @@ func (o *output) packet(p *Packet) {
 	}
 	b := o.buf[:0]
 	b = append(b, fmt.Sprintf("%6d %11.6f ", p.Frame, p.Time)...)
+	b = appendPacket(b, p)
+	if p.PSNGap != nil {
+		b = append(b, " [PSN gap: "...)
+		b = strconv.AppendInt(b, int64(*p.PSNGap), 10)
+		b = append(b, " missing before]"...)
+	}
+	if p.Duplicate {
+		b = append(b, " [duplicate]"...)
+	}
+	if p.Note != "" {
+		b = append(b, " [note: "+p.Note+"]"...)
+	}
+	if p.Error != "" {
+		b = append(b, " [ERROR: "+p.Error+"]"...)
+	}
+	b = append(b, '\n')
+	o.buf = b
+	o.write(b)
+}
+
+// appendPacket appends what a packet's line says after its frame number and time:
+// addresses, transport, opcode and header fields, up to its CRC (not its verdicts).
+func appendPacket(b []byte, p *Packet) []byte {
 	if p.Src != "" || p.Dst != "" {
 		b = append(b, p.Src...)
 		b = append(b, " → "...)
@@ -502,15 +530,7 @@ func (o *output) packet(p *Packet) {
 	if p.CRC != "" && p.CRC != "none" {
 		b = append(b, " CRC "+p.CRC...)
 	}
-	if p.Note != "" {
-		b = append(b, " [note: "+p.Note+"]"...)
-	}
-	if p.Error != "" {
-		b = append(b, " [ERROR: "+p.Error+"]"...)
-	}
-	b = append(b, '\n')
-	o.buf = b
-	o.write(b)
+	return b
 }
 
 func appendCM(b []byte, c *CMInfo) []byte {

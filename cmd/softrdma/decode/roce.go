@@ -43,7 +43,7 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 			reason = cut + ": " + reason
 		}
 		p.Error = d.errorf(d.frame, "%s", reason)
-		d.out.packet(p)
+		d.emit(p)
 		return
 	}
 	f := &d.rf
@@ -136,12 +136,20 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 		r.errors++
 		r.last = d.now
 	case ibErr == nil:
-		d.roceStats(f, pkt, p.Error != "", p.Cut)
+		gap, dup := d.roceStats(f, pkt, p.Error != "", p.Cut)
+		// UD and RD receivers do not check PSNs (a CM MAD sent again keeps its PSN):
+		// a gap or a repeat says nothing of a UD packet.
+		if s := pkt.BTH.Opcode().Service(); s != ibtransport.ServiceUD && s != ibtransport.ServiceRD {
+			if gap > 0 {
+				p.PSNGap = intp(gap)
+			}
+			p.Duplicate = dup
+		}
 	}
 	if madInfo != nil {
 		d.cmPairs = append(d.cmPairs, *madInfo)
 	}
-	d.out.packet(p)
+	d.emit(p)
 }
 
 // maxIBMTU is the largest IB path MTU, and so the most payload one RoCE packet carries.
@@ -404,8 +412,10 @@ func (d *decoder) roceDirFor(f *roce.Frame, pkt *ibtransport.Packet) *roceDir {
 
 // roceStats counts a packet in its direction's statistics: bad if it is an error, cut if
 // the capture cut it after its headers (its length is still the frame's on the wire, and
-// its payload length the one its headers declare).
-func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad, cut bool) {
+// its payload length the one its headers declare). It returns the verdicts of the
+// packet's PSN: how many request PSNs are missing just before it (a gap), and whether
+// it is a duplicate (a request PSN, or READ response PSN, already seen).
+func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad, cut bool) (gap int, dup bool) {
 	b := pkt.BTH
 	op := b.Opcode()
 	r := d.roceDirFor(f, pkt)
@@ -420,7 +430,6 @@ func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad, cut boo
 		r.cut++
 	}
 	psn := b.PSN()
-	dup := false
 	switch {
 	case op.IsRequest():
 		if !r.reqSeen {
@@ -431,8 +440,9 @@ func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad, cut boo
 				dup = true
 				r.duplicates++
 			case ibtransport.PSNLess(r.nextHi, psn):
+				gap = int(ibtransport.PSNDiff(psn, r.nextHi))
 				r.gaps++
-				r.missing += int(ibtransport.PSNDiff(psn, r.nextHi))
+				r.missing += gap
 			}
 		}
 		if !dup {
@@ -475,6 +485,7 @@ func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad, cut boo
 			r.messages[messageName(op)]++
 		}
 	}
+	return gap, dup
 }
 
 // messageName names the operation of a message-ending request opcode.
