@@ -1,0 +1,107 @@
+package verbsdev_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softrdma/softrdma/devspec"
+)
+
+// compile builds testdata/NAME.c against the library in lib.
+func compile(t *testing.T, lib, name string) string {
+	t.Helper()
+	prog := filepath.Join(t.TempDir(), name)
+	if o, err := exec.Command("gcc", "-Wall", "-o", prog, filepath.Join("testdata", name+".c"), filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", name, err, o)
+	}
+	return prog
+}
+
+// randomNet returns "127.X.Y." with X and Y random, so that concurrent tests
+// do not share an address (and RoCE's UDP port on it).
+func randomNet() string {
+	return fmt.Sprintf("127.%d.%d.", 100+rand.IntN(100), 1+rand.IntN(250))
+}
+
+// runBounded runs prog with the library, the devices of list and
+// SOFTRDMA_DEBUG=1, killing it after limit: a check that hangs fails the test
+// instead of stalling it.
+func runBounded(t *testing.T, lib, list string, limit time.Duration, prog string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"="+list, "SOFTRDMA_DEBUG=1")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("killed after %v: %w", limit, err)
+	}
+	return o.String(), e.String(), err
+}
+
+// silentRefusals returns the checks of a badcalls-style stderr ("== NAME" before
+// each call, " (allowed)" when it should succeed) that were refused without a
+// "softrdma: " line saying why.
+func silentRefusals(stderr string) []string {
+	var silent []string
+	name, refused, said := "", false, false
+	flush := func() {
+		if name != "" && refused && !said {
+			silent = append(silent, name)
+		}
+	}
+	for _, line := range strings.Split(stderr, "\n") {
+		switch {
+		case strings.HasPrefix(line, "== "):
+			flush()
+			name = strings.TrimPrefix(line, "== ")
+			refused = !strings.HasSuffix(name, " (allowed)")
+			said = false
+		case strings.HasPrefix(line, "softrdma: "):
+			said = true
+		}
+	}
+	flush()
+	return silent
+}
+
+// TestBadCalls (testdata/badcalls.c) makes wrong and hostile calls through the
+// C API: NULL pointers, values outside enums and device limits, transitions
+// and attribute masks ib_modify_qp_is_ok refuses, posting in RESET, INIT and
+// ERR, overrunning a queue, destroying what is in use, bad keys and bounds on
+// the wire. Each answer (errno, or completion status) must be the one
+// libibverbs gives over the kernel's rxe (the program cites the source of
+// each), the process must neither crash nor hang, and every refused call must
+// say why under SOFTRDMA_DEBUG=1.
+func TestBadCalls(t *testing.T) {
+	lib := buildLib(t)
+	prog := compile(t, lib, "badcalls")
+	out, errOut, err := runBounded(t, lib, "roce:"+randomNet()+"1", 2*time.Minute, prog)
+	if err != nil {
+		t.Errorf("badcalls: %v", err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "BAD ") {
+			t.Error(line)
+		}
+	}
+	m := regexp.MustCompile(`checks: (\d+), bad: 0\n`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("badcalls did not finish:\n%s\nstderr:\n%s", out, errOut)
+	}
+	if s := silentRefusals(errOut); len(s) > 0 {
+		t.Errorf("refused without a word under SOFTRDMA_DEBUG=1: %q", s)
+	}
+	t.Logf("%s checks", m[1])
+}
