@@ -188,7 +188,10 @@ func srgo_query_pkey(i C.int, port C.uint8_t, index C.int) C.int {
 // errno maps an engine error to the errno libibverbs returns for it.
 func errno(err error) C.int {
 	switch {
-	case errors.Is(err, ibtransport.ErrInvalidArgument), errors.Is(err, ibtransport.ErrDestroyed):
+	case errors.Is(err, ibtransport.ErrInvalidArgument), errors.Is(err, ibtransport.ErrDestroyed),
+		errors.Is(err, ibtransport.ErrModifyQP), errors.Is(err, ibtransport.ErrBadState):
+		// ib_modify_qp_is_ok and rxe_qp_chk_attr refuse a transition,
+		// mask or attribute with -EINVAL.
 		return C.EINVAL
 	case errors.Is(err, ibtransport.ErrNoResources), errors.Is(err, ibtransport.ErrQueueFull):
 		return C.ENOMEM

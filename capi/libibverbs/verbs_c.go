@@ -78,6 +78,9 @@ extern int srgo_destroy_ah(uintptr_t h);
 extern int srgo_post_send(uintptr_t h, struct sr_swr *w, int n, int *posted);
 extern int srgo_post_recv(uintptr_t h, struct sr_rwr *w, int n, int *posted);
 
+// robust_c.go: why a call was refused, under SOFTRDMA_DEBUG.
+extern void sr_debug(const char *format, ...);
+
 // Signals. A program's handler installed without SA_ONSTACK (perftest's
 // SIGALRM for -D) that runs on a thread of the Go runtime runs on a goroutine
 // stack and kills the process ("fatal error: fault"). So no Go thread may take
@@ -799,6 +802,12 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
 	if (!qp || !attr)
 		return EINVAL;
+	// ibv_cmd_modify_qp (libibverbs/cmd.c): from IBV_QP_RATE_LIMIT up the
+	// attributes need the extended command, EOPNOTSUPP.
+	if (mask & ~(IBV_QP_RATE_LIMIT - 1)) {
+		sr_debug("modify qp 0x%x: attr_mask 0x%x: bits from IBV_QP_RATE_LIMIT up not supported", qp->qp_num, mask);
+		return EOPNOTSUPP;
+	}
 	struct sr_qpattr a;
 	sr_from_qp_attr(&a, attr);
 	int rc = SRGO(srgo_modify_qp, ((struct sr_qp *)qp)->h, &a, mask);

@@ -304,11 +304,20 @@ int main(void)
 	 * is -EINVAL; ibv_cmd_modify_qp (libibverbs/cmd.c): a mask bit from
 	 * IBV_QP_RATE_LIMIT up is EOPNOTSUPP. */
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS};
+	RC("modify_qp RESET to RTS", EINVAL, ibv_modify_qp(qp, &a, IBV_QP_STATE));
 	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_INIT, .port_num = 1};
+	RC("modify_qp RESET to INIT without the port", EINVAL,
+	   ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS));
+	RC("modify_qp RESET to INIT with sq_psn", EINVAL,
+	   ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS | IBV_QP_SQ_PSN));
 	a.qp_state = 42;
+	RC("modify_qp state 42", EINVAL, ibv_modify_qp(qp, &a, IBV_QP_STATE));
 	a.qp_state = IBV_QPS_INIT;
+	RC("modify_qp mask bit 1<<25", EOPNOTSUPP,
+	   ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS | (1 << 25)));
 	/* rxe_qp_chk_attr: port not valid, -EINVAL. */
 	a.port_num = 2;
+	RC("modify_qp port 2", EINVAL, ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
 	a.port_num = 1;
 	RC("modify_qp RESET to INIT", 0, ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
 	/* rxe_post_recv: INIT is not RESET, the receive is queued. */
@@ -319,6 +328,7 @@ int main(void)
 		.ah_attr = {.is_global = 1, .port_num = 1, .grh = {.dgid = gid, .sgid_index = 1, .hop_limit = 64}}};
 	int rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
 		  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	RC("modify_qp INIT to RTR without the address", EINVAL, ibv_modify_qp(qp, &a, rtr & ~IBV_QP_AV));
 	/* rxe_qp_chk_attr: path_mtu above the port's max_mtu, -EINVAL. */
 	a.path_mtu = 7;
 	RC("modify_qp path_mtu 7", EINVAL, ibv_modify_qp(qp, &a, rtr));
@@ -327,8 +337,10 @@ int main(void)
 	a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .timeout = 40, .retry_cnt = 1, .rnr_retry = 1, .max_rd_atomic = 1};
 	int rts = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
 	/* rxe_qp_chk_attr: timeout above 31, max_rd_atomic above max_qp_rd_atom: -EINVAL. */
+	RC("modify_qp timeout 40", EINVAL, ibv_modify_qp(qp, &a, rts));
 	a.timeout = 8;
 	a.max_rd_atomic = dev.max_qp_rd_atom + 1;
+	RC("modify_qp max_rd_atomic beyond max_qp_rd_atom", EINVAL, ibv_modify_qp(qp, &a, rts));
 	a.max_rd_atomic = 1;
 	RC("modify_qp RTR to RTS", 0, ibv_modify_qp(qp, &a, rts));
 
