@@ -106,14 +106,23 @@ const (
 //export srgo_reg_mr
 func srgo_reg_mr(pdh C.uintptr_t, addr unsafe.Pointer, length C.size_t, iova C.uint64_t, access C.int, key *C.uint32_t, err *C.int) C.uintptr_t {
 	pd, ok := value[*ib.PD](pdh)
-	if !ok || (addr == nil && length > 0) {
+	if !ok {
 		*err = C.EINVAL
 		return 0
 	}
-	var buf []byte
-	if length > 0 {
-		buf = unsafe.Slice((*byte)(addr), int(length))
+	// ib_umem_get (drivers/infiniband/core/umem.c): no pages is -EINVAL,
+	// and pinning pages at address 0 fails, -EFAULT.
+	if length == 0 {
+		debugf("reg mr: length 0")
+		*err = C.EINVAL
+		return 0
 	}
+	if addr == nil {
+		debugf("reg mr: address NULL, length %d", length)
+		*err = C.EFAULT
+		return 0
+	}
+	buf := unsafe.Slice((*byte)(addr), int(length))
 	// Bits 20..29 (IBV_ACCESS_OPTIONAL_RANGE, e.g. RELAXED_ORDERING, which
 	// perftest sets) are hints a device may ignore: rdma-core strips them
 	// for providers that do not know them.

@@ -238,6 +238,8 @@ int main(void)
 	OBJ("reg_mr unknown access bit 1<<15", EINVAL, ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE | (1 << 15)));
 	/* ib_umem_get (drivers/infiniband/core/umem.c): pinning address 0
 	 * fails, -EFAULT; a length of 0 is no pages, -EINVAL. */
+	OBJ("reg_mr NULL address", EFAULT, ibv_reg_mr(pd, NULL, 4096, IBV_ACCESS_LOCAL_WRITE));
+	OBJ("reg_mr length 0", EINVAL, ibv_reg_mr(pd, buf, 0, IBV_ACCESS_LOCAL_WRITE));
 	OBJ("reg_mr", 0, ibv_reg_mr(pd, buf, 65536, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 					IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC));
 	mr = obj_;
