@@ -506,6 +506,13 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 		errno = ENOMEM;
 		return NULL;
 	}
+	// ib_uverbs_create_cq: a vector the device does not have is -EINVAL.
+	if (comp_vector < 0 || comp_vector >= ctx->num_comp_vectors) {
+		sr_debug("create cq: comp_vector %d: the device has %d", comp_vector, ctx->num_comp_vectors);
+		free(c);
+		errno = EINVAL;
+		return NULL;
+	}
 	int err = 0, depth = 0;
 	int wfd = channel ? ((struct sr_channel *)channel)->wfd : -1;
 	c->h = SRGO(srgo_create_cq, sr_ctx(ctx)->idx, cqe, wfd, (uint64_t)(uintptr_t)&c->cq, &depth, &err);

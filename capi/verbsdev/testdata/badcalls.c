@@ -254,6 +254,7 @@ int main(void)
 	OBJ("create_cq cqe 0", EINVAL, ibv_create_cq(ctx, 0, NULL, NULL, 0));
 	OBJ("create_cq cqe -1", EINVAL, ibv_create_cq(ctx, -1, NULL, NULL, 0));
 	OBJ("create_cq cqe max_cqe+1", EINVAL, ibv_create_cq(ctx, dev.max_cqe + 1, NULL, NULL, 0));
+	OBJ("create_cq comp_vector", EINVAL, ibv_create_cq(ctx, 4, NULL, NULL, ctx->num_comp_vectors));
 	OBJ("create_cq", 0, ibv_create_cq(ctx, 64, NULL, NULL, 0));
 	cq = obj_;
 	if (!cq)
