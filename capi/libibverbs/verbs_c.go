@@ -875,6 +875,13 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct i
 
 static int sr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
+	// rxe_post_send (rdma-core providers/rxe/rxe.c): EINVAL without a
+	// bad_wr or a list.
+	if (!bad || !wr) {
+		sr_debug("post send qp 0x%x: %s is NULL", qp->qp_num, !bad ? "bad_wr" : "the WR list");
+		return EINVAL;
+	}
+	*bad = NULL;
 	struct sr_swr a[SR_BATCH];
 	uintptr_t h = ((struct sr_qp *)qp)->h;
 	while (wr) {
@@ -1028,6 +1035,13 @@ static int sr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct 
 
 static int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
+	// rxe_post_recv (rdma-core providers/rxe/rxe.c): EINVAL without a
+	// bad_wr or a list.
+	if (!bad || !wr) {
+		sr_debug("post recv qp 0x%x: %s is NULL", qp->qp_num, !bad ? "bad_wr" : "the WR list");
+		return EINVAL;
+	}
+	*bad = NULL;
 	return sr_post_recv_list(((struct sr_qp *)qp)->h, srgo_post_recv, wr, bad);
 }
 

@@ -353,6 +353,10 @@ int main(void)
 	 * address not 8-aligned, inline data above max_inline: EINVAL, the WR in
 	 * *bad_wr. rxe_post_one_recv: more SGEs than max_recv_sge EINVAL, a full
 	 * queue ENOMEM. */
+	RC("post_send NULL bad_wr", EINVAL, ibv_post_send(qp, &sw, NULL));
+	RC("post_send NULL list", EINVAL, ibv_post_send(qp, NULL, &bsw));
+	RC("post_recv NULL bad_wr", EINVAL, ibv_post_recv(qp, &rw, NULL));
+	RC("post_recv NULL list", EINVAL, ibv_post_recv(qp, NULL, &brw));
 	struct ibv_sge sgs[64];
 	for (int i = 0; i < 64; i++)
 		sgs[i] = sg;
