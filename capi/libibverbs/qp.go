@@ -447,6 +447,13 @@ func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C
 			CompareAdd: uint64(c.compare_add), Swap: uint64(c.swap),
 			RemoteQPN: uint32(c.remote_qpn), RemoteQKey: uint32(c.remote_qkey),
 		}
+		if (wr.Opcode == ib.WRAtomicCmpAndSwp || wr.Opcode == ib.WRAtomicFetchAdd) && wr.RemoteAddr&7 != 0 {
+			// validate_send_wr (rdma-core providers/rxe/rxe.c): an atomic
+			// at an address not 8-aligned is EINVAL at post.
+			*posted = C.int(k)
+			debugf("post send: WR %d: atomic remote_addr 0x%x not 8-byte aligned", k, wr.RemoteAddr)
+			return C.EINVAL
+		}
 		if c.ah != 0 {
 			ah, ok := value[*ib.AddressHandle](c.ah)
 			if !ok {

@@ -376,6 +376,7 @@ int main(void)
 	w2.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
 	w2.wr.atomic.remote_addr = (uintptr_t)buf + 4;
 	w2.wr.atomic.rkey = mr->rkey;
+	RC("post_send atomic at an unaligned address", EINVAL, ibv_post_send(qp, &w2, &bsw));
 	w2.wr.atomic.remote_addr = (uintptr_t)buf;
 	struct ibv_sge s4 = {.addr = (uintptr_t)buf, .length = 4, .lkey = mr->lkey};
 	w2.sg_list = &s4;
