@@ -668,6 +668,7 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
 	if (!pd || !a || !a->send_cq || !a->recv_cq) {
+		sr_debug("create qp: %s", !pd ? "no PD" : !a ? "no attributes" : "missing CQ (send_cq and recv_cq are required)");
 		errno = EINVAL;
 		return NULL;
 	}

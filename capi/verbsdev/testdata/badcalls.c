@@ -287,6 +287,7 @@ int main(void)
 	 * cq", -EINVAL: no crash here. */
 	b = ia;
 	b.send_cq = NULL;
+	OBJ("create_qp without a send CQ", EINVAL, ibv_create_qp(pd, &b));
 	OBJ("create_qp", 0, ibv_create_qp(pd, &ia));
 	struct ibv_qp *qp = obj_;
 	if (!qp)
