@@ -75,7 +75,8 @@ func (e *engine) flush() {
 
 func openEngine(d *verbsdev.Device) (*engine, error) {
 	s := d.Spec
-	cfg := ibtransport.ContextConfig{Seed: rand.Uint64()}
+	cfg := d.Limits // rxe's or siw's, as ibv_query_device says
+	cfg.Seed = rand.Uint64()
 	if s.Transport == devspec.IWARP {
 		dev, err := iwarp.Open(iwarp.DeviceConfig{Context: cfg})
 		if err != nil {

@@ -110,6 +110,7 @@ func srgo_query_device(i C.int, a *C.struct_ibv_device_attr) C.int {
 	a.max_mr_size = C.uint64_t(v.MaxMRSize)
 	a.page_size_cap = C.uint64_t(v.PageSizeCap)
 	a.vendor_id = C.uint32_t(v.VendorID)
+	a.vendor_part_id = C.uint32_t(v.VendorPartID)
 	a.max_qp = C.int(v.MaxQP)
 	a.max_qp_wr = C.int(v.MaxQPWR)
 	a.device_cap_flags = C.uint(v.DeviceCapFlags)

@@ -7,6 +7,8 @@ import "github.com/softrdma/softrdma/devspec"
 const (
 	CapBadPKeyCntr      = 1 << 1
 	CapBadQKeyCntr      = 1 << 2
+	CapChangePhyPort    = 1 << 5
+	CapUDAVPortEnforce  = 1 << 6
 	CapPortActiveEvent  = 1 << 10
 	CapSysImageGUID     = 1 << 11
 	CapRCRNRNAKGen      = 1 << 12
@@ -20,7 +22,7 @@ type Attr struct {
 	FWVer                                         string
 	NodeGUID                                      uint64
 	MaxMRSize, PageSizeCap                        uint64
-	VendorID                                      uint32
+	VendorID, VendorPartID                        uint32
 	MaxQP, MaxQPWR                                int
 	DeviceCapFlags                                uint32
 	MaxSGE, MaxSGERd, MaxCQ, MaxCQE, MaxMR, MaxPD int
@@ -34,56 +36,52 @@ type Attr struct {
 	LocalCAAckDelay                               int
 }
 
-// Attr returns the device attributes: the engine's limits (which it enforces),
-// and rxe's values (rxe_param.h) where the engine has no limit of its own
-// (max_mr_size, page_size_cap, max_pd, max_ah, max_res_rd_atom,
-// local_ca_ack_delay). Multicast is not offered.
+// Attr returns the device attributes: the kernel driver's (profile), whose
+// limits the engine enforces (Engine). Multicast is not offered (rxe offers
+// it: max_mcast_grp 8192).
 func (d *Device) Attr() Attr {
-	e := d.Engine
-	a := Attr{
+	e, p := d.Engine, profiles[d.Spec.Transport]
+	return Attr{
+		// The kernel's firmware version, 0, as libibverbs prints it.
+		FWVer:        "0.0.0",
 		NodeGUID:     d.NodeGUID(),
 		MaxMRSize:    ^uint64(0),
-		PageSizeCap:  0xfffff000,
+		PageSizeCap:  p.pageSizeCap,
 		VendorID:     d.Vendor(),
+		VendorPartID: p.vendorPartID,
 		MaxQP:        e.MaxQP,
 		MaxQPWR:      e.MaxQPWR,
 		MaxSGE:       e.MaxSGE,
-		MaxSGERd:     e.MaxSGE,
+		MaxSGERd:     p.maxSGERd,
 		MaxCQ:        e.MaxCQ,
 		MaxCQE:       e.MaxCQE,
 		MaxMR:        e.MaxMR,
-		MaxPD:        0x7ffc,
+		MaxPD:        p.maxPD,
 		MaxQPRdAtom:  e.MaxRdAtomic,
-		MaxResRdAtom: 0x3f000,
-		MaxMW:        e.MaxMR,
-		MaxAH:        0x7ffc,
+		MaxResRdAtom: p.maxResRdAtom,
+		MaxMW:        p.maxMW,
+		MaxAH:        p.maxAH,
 		MaxSRQ:       e.MaxSRQ,
 		MaxSRQWR:     e.MaxSRQWR,
-		MaxSRQSGE:    e.MaxSGE,
-		MaxPKeys:     len(e.PKeys),
+		MaxSRQSGE:    p.maxSRQSGE,
+		MaxPKeys:     p.maxPKeys,
 
-		LocalCAAckDelay: 15,
-		DeviceCapFlags: CapBadPKeyCntr | CapBadQKeyCntr | CapPortActiveEvent | CapSysImageGUID |
-			CapRCRNRNAKGen | CapMemWindow | CapMemMgtExtensions | CapMemWindowType2B,
+		LocalCAAckDelay: p.localCAAckDelay,
+		DeviceCapFlags:  p.capFlags,
+		AtomicCap:       p.atomic,
 	}
-	if d.Spec.Transport == devspec.RoCE {
-		a.AtomicCap = 1
-	}
-	return a
 }
 
 // Port attribute values (verbs.h enums).
 const (
-	PortActive       = 4 // IBV_PORT_ACTIVE
-	PhysLinkUp       = 5 // LINK_UP
-	LinkLayerEther   = 2 // IBV_LINK_LAYER_ETHERNET
-	PortCapCMSup     = 1 << 16
-	PortCapDevMgmt   = 1 << 19
-	Width1X          = 1
-	SpeedSDR         = 1
-	MTUEnum4096      = 5
-	PortMaxVLNum     = 1
-	portCapFlagsRoCE = PortCapCMSup
+	PortActive     = 4 // IBV_PORT_ACTIVE
+	PhysLinkUp     = 5 // LINK_UP
+	LinkLayerEther = 2 // IBV_LINK_LAYER_ETHERNET
+	PortCapCMSup   = 1 << 16
+	PortCapDevMgmt = 1 << 19
+	Width1X        = 1
+	SpeedSDR       = 1
+	MTUEnum4096    = 5
 )
 
 // Port is ibv_query_port's answer for port 1 (struct ibv_port_attr).
@@ -110,8 +108,9 @@ func MTUEnum(n int) int {
 // Port returns port 1's attributes: ACTIVE, Ethernet, the active MTU rxe would
 // derive from the interface MTU, a maximum MTU of 4096 for RoCE (rxe's) and the
 // active one for iWARP (siw's); 1X SDR, what the kernel reports for a link whose
-// speed it does not know.
+// speed it does not know; the rest the kernel driver's (profile).
 func (d *Device) Port() Port {
+	pr := profiles[d.Spec.Transport]
 	p := Port{
 		State:        PortActive,
 		PhysState:    PhysLinkUp,
@@ -119,16 +118,15 @@ func (d *Device) Port() Port {
 		MaxMTU:       MTUEnum4096,
 		ActiveMTU:    MTUEnum(d.ActiveMTU()),
 		GIDTableLen:  d.GIDTableLen(),
-		PKeyTableLen: len(d.Engine.PKeys),
-		CapFlags:     portCapFlagsRoCE,
+		PKeyTableLen: pr.pkeyTableLen,
+		CapFlags:     pr.portCapFlags,
 		MaxMsgSize:   d.Engine.MaxMsgSize,
-		MaxVLNum:     PortMaxVLNum,
+		MaxVLNum:     pr.maxVLNum,
 		ActiveWidth:  Width1X,
 		ActiveSpeed:  SpeedSDR,
 	}
 	if d.Spec.Transport == devspec.IWARP {
 		p.MaxMTU = p.ActiveMTU
-		p.CapFlags = PortCapCMSup | PortCapDevMgmt
 	}
 	return p
 }

@@ -47,8 +47,12 @@ type Device struct {
 	// derive (roce.GIDTable) for RoCE; the MAC padded with zeros, siw's one
 	// GID, for iWARP.
 	GIDs []netip.Addr
-	// Engine is the engine configuration with its defaults: the limits
-	// ibv_query_device reports and the engine enforces.
+	// Limits are the limits the engine must enforce, the kernel driver's
+	// (rxe's, siw's): the engine configuration to open the device with (the
+	// other fields zero, for the engine and the device to choose).
+	Limits ibtransport.ContextConfig
+	// Engine is the engine configuration Limits give, with its defaults: the
+	// limits ibv_query_device reports.
 	Engine ibtransport.ContextConfig
 }
 
@@ -151,8 +155,10 @@ func Describe(s devspec.Spec) (*Device, error) {
 	} else {
 		d.GIDs = roce.GIDTable(d.MAC, addrs)
 	}
-	d.Engine = ibtransport.NewContext(ibtransport.ContextConfig{}).Config()
-	d.Engine.PortMTU = d.ActiveMTU()
+	d.Limits = profiles[s.Transport].limits
+	cfg := d.Limits
+	cfg.PortMTU = d.ActiveMTU()
+	d.Engine = ibtransport.NewContext(cfg).Config()
 	return d, nil
 }
 

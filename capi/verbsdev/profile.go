@@ -1,0 +1,82 @@
+package verbsdev
+
+import (
+	"github.com/softrdma/softrdma/devspec"
+	"github.com/softrdma/softrdma/ibtransport"
+)
+
+// profile is what the kernel's driver reports for one of its devices: rxe for
+// RoCE (drivers/infiniband/sw/rxe/rxe_param.h), siw for iWARP (siw.h,
+// siw_verbs.c siw_query_device), Linux 6.1 as Debian 12 ships it, checked
+// against `ibv_devinfo -v` of rxe0 and siw0 (testdata/kernel, TestKernelDevinfo).
+// softrdma's devices report the same, so that tools and scripts see no
+// difference but the names, GUIDs and addresses; the limits the engine
+// enforces (limits) are these same numbers.
+type profile struct {
+	// limits are the engine's limits (only these fields are set: the rest
+	// take the engine's and the device's defaults).
+	limits ibtransport.ContextConfig
+
+	vendorPartID              uint32
+	pageSizeCap               uint64
+	capFlags                  uint32
+	maxSGERd, maxSRQSGE       int
+	maxPD, maxAH, maxMW       int
+	maxResRdAtom              int
+	maxPKeys, localCAAckDelay int
+	atomic                    int
+	maxVLNum                  int
+	pkeyTableLen              int
+	portCapFlags              uint32
+}
+
+var profiles = map[devspec.Transport]profile{
+	devspec.RoCE: {
+		limits: ibtransport.ContextConfig{
+			MaxQP:       1048560, // RXE_MAX_QP less RXE_MIN_QP_INDEX
+			MaxQPWR:     1048576, // RXE_MAX_QP_WR
+			MaxSGE:      32,      // RXE_MAX_SGE
+			MaxCQ:       1048576, // RXE_MAX_CQ
+			MaxCQE:      32767,   // RXE_MAX_CQE
+			MaxMR:       524287,  // RXE_MAX_MR (the engine counts windows too)
+			MaxSRQ:      917503,  // RXE_MAX_SRQ
+			MaxSRQWR:    1048576, // RXE_MAX_SRQ_WR
+			MaxRdAtomic: 128,     // RXE_MAX_QP_RD_ATOM
+			MaxMsgSize:  0x800000,
+		},
+		pageSizeCap: 0xfffff000,
+		// rxe's RXE_DEVICE_CAP_FLAGS but AUTO_PATH_MIG and SRQ_RESIZE, which
+		// the engine does not do (no alternate path; an SRQ keeps its size).
+		// CHANGE_PHY_PORT and UD_AV_PORT_ENFORCE hold with one port, which
+		// modify_qp checks.
+		capFlags: CapBadPKeyCntr | CapBadQKeyCntr | CapChangePhyPort | CapUDAVPortEnforce |
+			CapPortActiveEvent | CapSysImageGUID | CapRCRNRNAKGen | CapMemWindow |
+			CapMemMgtExtensions | CapMemWindowType2B,
+		maxSGERd: 32, maxSRQSGE: 27,
+		maxPD: 1048576, maxAH: 32767, maxMW: 524287,
+		maxResRdAtom: 258048, maxPKeys: 64, localCAAckDelay: 15,
+		atomic: 1, maxVLNum: 1, pkeyTableLen: 1,
+		portCapFlags: PortCapCMSup,
+	},
+	devspec.IWARP: {
+		limits: ibtransport.ContextConfig{
+			MaxQP:       102400,  // SIW_MAX_QP
+			MaxQPWR:     32768,   // SIW_MAX_QP_WR
+			MaxSGE:      6,       // SIW_MAX_SGE
+			MaxCQ:       102400,  // SIW_MAX_CQ
+			MaxCQE:      3276800, // SIW_MAX_CQE
+			MaxMR:       1024000, // SIW_MAX_MR
+			MaxSRQ:      102400,  // SIW_MAX_SRQ
+			MaxSRQWR:    327680,  // SIW_MAX_SRQ_WR
+			MaxRdAtomic: 128,     // SIW_MAX_ORD_QP
+			// siw's max_msg_sz is 0xffffffff; the engine's limit is
+			// IBTA's 2^31 (ContextConfig.MaxMsgSize), and it reports that.
+		},
+		vendorPartID: 1, // siw numbers its devices from 1
+		pageSizeCap:  0x1000,
+		capFlags:     CapMemMgtExtensions,
+		maxSGERd:     1, maxSRQSGE: 6,
+		maxPD: 102400, maxResRdAtom: 13107200,
+		portCapFlags: PortCapCMSup | PortCapDevMgmt,
+	},
+}
