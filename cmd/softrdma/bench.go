@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -50,6 +51,7 @@ type benchOptions struct {
 	latSize    int           // latency size
 	mtu        int           // veth MTU
 	cpuProfile string
+	trace      string // --trace: an execution trace (go tool trace)
 	memProfile string
 	noBaseline bool // for profiling softrdma alone
 	// addrs, if set, are two IPv4 addresses of this host to run between
@@ -96,6 +98,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.latSize, "lat-size", 64, "message size of the latency rows")
 	fs.IntVar(&o.mtu, "mtu", 1500, "MTU of the veth pair (the IB MTU follows as rxe derives it: 1500 gives 1024)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&o.trace, "trace", "", "write an execution trace of the whole run to this file (go tool trace: goroutine wake-ups, blocking, system calls)")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile (every allocation sampled) to this file")
 	fs.StringSliceVar(&addrs, "addrs", nil, "run between these two IPv4 addresses of this host (e.g. 127.0.0.1,127.0.0.2, or two addresses of one NIC, whose traffic the kernel loops back) instead of two network namespaces: no root needed, the udp backend and iwarp only, and --mtu is the path MTU assumed")
 	fs.BoolVar(&o.noBaseline, "no-baseline", false, "measure softrdma alone (to profile it): no baseline, no ratio")
@@ -206,8 +209,13 @@ type benchRow struct {
 	Value     float64 `json:"softrdma"`
 	Base      float64 `json:"baseline"`
 	Ratio     float64 `json:"ratio"`
-	Baseline  string  `json:"baseline_path"`        // what the baseline is
-	Allocs    float64 `json:"allocs_per_msg"`       // heap allocations per message (both ends, whole process)
+	Baseline  string  `json:"baseline_path"`  // what the baseline is
+	Allocs    float64 `json:"allocs_per_msg"` // heap allocations per message (both ends, whole process)
+	// CPUPerMsg is the process's CPU time (user and system, both ends, the
+	// kernel's work on their behalf included) per message of the measured
+	// window, in microseconds (bandwidth and rate rows): less disturbed by
+	// other load on the machine than the rate is.
+	CPUPerMsg float64 `json:"cpu_us_per_msg,omitempty"`
 	Note      string  `json:"note,omitempty"`       // why a row has no number
 	Samples   int     `json:"samples,omitempty"`    // messages (bw, rate) or round trips (lat) measured
 	BaseCount int     `json:"base_count,omitempty"` // datagrams / round trips of the baseline
@@ -239,6 +247,17 @@ func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if o.trace != "" {
+		f, err := os.Create(o.trace)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	if o.memProfile != "" {
 		runtime.MemProfileRate = 1

@@ -163,7 +163,7 @@ func (e *benchEnv) streamRow(r benchRow, op ibtransport.WROpcode, size, unit int
 		return failed(r, "setup", err)
 	}
 	defer q.destroy()
-	var baseSecs, secs, allocs float64
+	var baseSecs, secs, allocs, cpu float64
 	for i := 0; i < benchRounds; i++ {
 		warm, measure := o.round(i)
 		if !o.noBaseline {
@@ -181,10 +181,12 @@ func (e *benchEnv) streamRow(r benchRow, op ibtransport.WROpcode, size, unit int
 		r.Samples += s.msgs
 		secs += s.secs
 		allocs += s.allocs * float64(s.msgs)
+		cpu += s.cpu.Seconds()
 	}
 	r.Value = float64(r.Samples) / secs
 	if r.Samples > 0 {
 		r.Allocs = allocs / float64(r.Samples)
+		r.CPUPerMsg = cpu * 1e6 / float64(r.Samples)
 	}
 	if baseSecs > 0 {
 		r.Base = float64(r.BaseCount) / baseSecs

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,13 +82,17 @@ func TestBenchRuns(t *testing.T) {
 
 	stdout.Reset()
 	stderr.Reset()
+	traceFile := filepath.Join(t.TempDir(), "bench.trace")
 	if code := benchCmd([]string{"--time", "30ms", "--warm", "5ms", "--sizes", "4K", "--backend", "udp", "--transport", "roce",
-		"--tests", "write"}, &stdout, &stderr); code != 0 {
+		"--tests", "write", "--trace", traceFile}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	if len(lines) != 4 || !strings.HasPrefix(lines[2], "transport") || !strings.Contains(lines[3], "WRITE bw") {
 		t.Errorf("table:\n%s", stdout.String())
+	}
+	if fi, err := os.Stat(traceFile); err != nil || fi.Size() == 0 {
+		t.Errorf("--trace %s: %v, %v", traceFile, fi, err)
 	}
 }
 
@@ -102,7 +107,7 @@ func benchMeasured(r benchRow) error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"softrdma", r.Value}, {"baseline", r.Base}, {"ratio", r.Ratio}, {"allocs_per_msg", r.Allocs}} {
+	}{{"softrdma", r.Value}, {"baseline", r.Base}, {"ratio", r.Ratio}, {"allocs_per_msg", r.Allocs}, {"cpu_us_per_msg", r.CPUPerMsg}} {
 		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
 			return fmt.Errorf("%s %s %d: %s %v is not a measurement", r.Transport, r.Test, r.Size, f.name, f.v)
 		}

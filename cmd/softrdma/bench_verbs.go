@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/softrdma/softrdma/ibtransport"
@@ -226,9 +227,19 @@ func (q *benchQPs) startReposter(ctx context.Context) (stop func() error, err er
 
 // benchStream is the result of a streaming measurement.
 type benchStream struct {
-	msgs   int     // messages completed in the measured window
-	secs   float64 // its length
-	allocs float64 // heap allocations per message during it
+	msgs   int           // messages completed in the measured window
+	secs   float64       // its length
+	allocs float64       // heap allocations per message during it
+	cpu    time.Duration // the process's CPU time during it
+}
+
+// processCPU returns the CPU time (user and system) the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // streamOps keeps benchTxDepth work requests of op and size in flight on B
@@ -271,6 +282,7 @@ func (q *benchQPs) streamOps(op ibtransport.WROpcode, size int, warm, measure ti
 	}
 	var ms runtime.MemStats
 	var mallocs uint64
+	var cpu0 time.Duration
 	started, ended := false, false
 	outstanding, since, signaled := 0, 0, 0 // WRs in flight, unsignalled ones since the last signalled, signalled ones
 	for {
@@ -280,9 +292,11 @@ func (q *benchQPs) streamOps(op ibtransport.WROpcode, size int, warm, measure ti
 			started = true
 			runtime.ReadMemStats(&ms)
 			mallocs = ms.Mallocs
+			cpu0 = processCPU()
 		}
 		if stopping && started && !ended {
 			ended = true
+			res.cpu = processCPU() - cpu0
 			runtime.ReadMemStats(&ms)
 			if res.msgs > 0 {
 				res.allocs = float64(ms.Mallocs-mallocs) / float64(res.msgs)
