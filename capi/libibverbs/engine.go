@@ -45,6 +45,7 @@ func engineOf(i C.int, d *verbsdev.Device) (*engine, error) {
 		engines.m = map[C.int]*engine{}
 	}
 	engines.m[i] = e
+	go e.forwardAsync()
 	return e, nil
 }
 

@@ -32,7 +32,8 @@ for line in sys.stdin:
         continue  # the node's own ABS symbol
     syms.append((f[-2], f[-1]))
 
-src = open("verbs_c.go").read()
+import glob
+src = "".join(open(f).read() for f in sorted(glob.glob("*_c.go")) if f != "stubs_c.go")
 impl = set(re.findall(r"^[a-z_][a-z0-9_ *]*?\(?\b(\w+)\)?\(", src, re.M))
 hdr = open("/usr/include/infiniband/verbs.h").read()
 

@@ -81,6 +81,12 @@ extern int srgo_post_recv(uintptr_t h, struct sr_rwr *w, int n, int *posted);
 // robust_c.go: why a call was refused, under SOFTRDMA_DEBUG.
 extern void sr_debug(const char *format, ...);
 
+// Asynchronous events (async_c.go, async.go).
+extern int sr_async_open(struct ibv_context *ctx);
+extern void sr_async_close(struct ibv_context *ctx);
+extern int srgo_async_watch(uintptr_t h, int kind, void *obj);
+extern int srgo_async_forget(void *obj, int kind);
+
 // Signals. A program's handler installed without SA_ONSTACK (perftest's
 // SIGALRM for -D) that runs on a thread of the Go runtime runs on a goroutine
 // stack and kills the process ("fatal error: fault"). So no Go thread may take
@@ -317,6 +323,13 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->ops.post_srq_recv = sr_post_srq_recv;
 	pthread_mutex_init(&ctx->mutex, NULL);
 	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
+	int err = sr_async_open(ctx);
+	if (err) {
+		pthread_mutex_destroy(&ctx->mutex);
+		free(c);
+		errno = err;
+		return NULL;
+	}
 	return ctx;
 }
 
@@ -325,6 +338,7 @@ int ibv_close_device(struct ibv_context *ctx)
 	if (!ctx)
 		return EINVAL;
 	struct sr_context *c = sr_ctx(ctx);
+	sr_async_close(ctx);
 	pthread_mutex_destroy(&ctx->mutex);
 	free(c);
 	return 0;
@@ -534,6 +548,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 	c->cq.handle = (uint32_t)c->h;
 	pthread_mutex_init(&c->cq.mutex, NULL);
 	pthread_cond_init(&c->cq.cond, NULL);
+	SRGO(srgo_async_watch, c->h, 2, &c->cq);
 	return &c->cq;
 }
 
@@ -545,6 +560,7 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 	int rc = SRGO(srgo_destroy_cq, c->h);
 	if (rc)
 		return rc;
+	SRGO(srgo_async_forget, cq, 2);
 	if (cq->channel) {
 		pthread_mutex_lock(&cq->context->mutex);
 		cq->channel->refcnt--;
@@ -710,6 +726,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 	q->qp.qp_type = a->qp_type;
 	pthread_mutex_init(&q->qp.mutex, NULL);
 	pthread_cond_init(&q->qp.cond, NULL);
+	SRGO(srgo_async_watch, q->h, 1, &q->qp);
 	return &q->qp;
 }
 
@@ -721,6 +738,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	int rc = SRGO(srgo_destroy_qp, q->h);
 	if (rc)
 		return rc;
+	SRGO(srgo_async_forget, qp, 1);
 	pthread_mutex_destroy(&qp->mutex);
 	pthread_cond_destroy(&qp->cond);
 	free(q);
@@ -963,6 +981,7 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
 	q->srq.handle = (uint32_t)q->h;
 	pthread_mutex_init(&q->srq.mutex, NULL);
 	pthread_cond_init(&q->srq.cond, NULL);
+	SRGO(srgo_async_watch, q->h, 3, &q->srq);
 	return &q->srq;
 }
 
@@ -997,6 +1016,7 @@ int ibv_destroy_srq(struct ibv_srq *srq)
 	int rc = SRGO(srgo_destroy_srq, q->h);
 	if (rc)
 		return rc;
+	SRGO(srgo_async_forget, srq, 3);
 	pthread_mutex_destroy(&srq->mutex);
 	pthread_cond_destroy(&srq->cond);
 	free(q);

@@ -105,3 +105,47 @@ func TestBadCalls(t *testing.T) {
 	}
 	t.Logf("%s checks", m[1])
 }
+
+// TestAsyncEvents (testdata/async.c): context->async_fd is a real file
+// descriptor that fcntl, poll, epoll and O_NONBLOCK (EAGAIN) work on, and
+// ibv_get_async_event returns the engine's events naming the program's own
+// objects: SRQ limit reached (through epoll), last WQE reached on an SRQ's QP
+// moved to ERR (through poll and a blocking read), a local access violation
+// on the responder of a write with a bad R_Key. A send whose peer QP is gone
+// ends in IBV_WC_RETRY_EXC_ERR with no event, as on rxe; a QP destroyed with
+// its event unread takes the event with it (the fd is no longer readable); the
+// destroy verbs return once the events read were acknowledged.
+func TestAsyncEvents(t *testing.T) {
+	lib := buildLib(t)
+	prog := compile(t, lib, "async")
+	out, errOut, err := runBounded(t, lib, "roce:"+randomNet()+"1", 2*time.Minute, prog)
+	if err != nil {
+		t.Fatalf("async: %v\n%s%s", err, out, errOut)
+	}
+	want := `async_fd: a file descriptor
+readable at first: 0
+non-blocking, no event: rc=-1 EAGAIN
+connect: rc=0
+arm limit: rc=0
+epoll: 1
+event: rc=0 SRQ limit reached srq=ours
+readable after: 0
+b to ERR: rc=0
+poll: 1
+event: rc=0 last WQE reached qp=ours
+destroy b after ack: rc=0
+write with a bad rkey: remote access error
+poll: 1
+event: rc=0 local access violation work queue error qp=ours
+send to a QP that is gone: transport retry counter exceeded
+readable after: 0
+poll: 1
+destroy with its event unread: rc=0
+readable after: 0
+destroy: 0
+close: 0
+`
+	if out != want {
+		t.Errorf("async printed\n%s%s\nwant\n%s", out, errOut, want)
+	}
+}
