@@ -8,12 +8,18 @@ export CGO_ENABLED ?= 0
 # module proxy serves it) and runs it from the build cache after that.
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build lib lib-deps demo test vet staticcheck fmt-check unit race fuzz-short fuzz bench bench-go bench-kernel deps clean interop
+.PHONY: all build lib lib-build lib-deps demo test vet staticcheck fmt-check unit race fuzz-short fuzz bench bench-go bench-kernel deps clean interop
 
 all: build
 
+# build makes bin/softrdma (pure Go) and, when gcc and rdma-core's headers are
+# there, lib/ as make lib does (without installing anything: make lib does);
+# without them one line says so and the binary is built all the same.
 build:
 	$(GO) build -o $(BIN) ./cmd/softrdma
+	@if command -v gcc >/dev/null 2>&1 && [ -f /usr/include/infiniband/verbs.h ]; then \
+		$(MAKE) --no-print-directory lib-build; \
+	else echo "build: lib/ not built: it needs gcc and libibverbs-dev (make lib installs them)"; fi
 
 # lib/libibverbs.so.1: the drop-in libibverbs (capi/libibverbs, cgo, built
 # against rdma-core's headers, which lib-deps installs), and libmlx5.so.1 and
@@ -24,6 +30,9 @@ build:
 LIBDIR ?= lib
 LIBMAP := $(CURDIR)/capi/libibverbs/libibverbs.map
 lib: lib-deps
+	@$(MAKE) --no-print-directory lib-build
+
+lib-build:
 	mkdir -p $(LIBDIR)
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath \
 		-ldflags "-extldflags '-Wl,--version-script=$(LIBMAP) -Wl,-soname,libibverbs.so.1'" \
