@@ -962,6 +962,17 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
 		errno = EINVAL;
 		return NULL;
 	}
+	// rxe_srq_chk_init (rxe_srq.c): more SGEs than the device's
+	// max_srq_sge is -EINVAL. The engine knows one SGE limit (max_sge,
+	// larger on rxe), so the device's SRQ limit is checked here.
+	struct ibv_device_attr da;
+	memset(&da, 0, sizeof(da));
+	SRGO(srgo_query_device, sr_ctx(pd->context)->idx, &da);
+	if (a->attr.max_sge > (uint32_t)da.max_srq_sge) {
+		sr_debug("create srq: max_sge %u above the device's max_srq_sge %d", a->attr.max_sge, da.max_srq_sge);
+		errno = EINVAL;
+		return NULL;
+	}
 	struct sr_srq *q = calloc(1, sizeof(*q));
 	if (!q) {
 		errno = ENOMEM;
