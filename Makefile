@@ -22,7 +22,9 @@ build:
 	else echo "build: lib/ not built: it needs gcc and libibverbs-dev (make lib installs them)"; fi
 
 # lib/libibverbs.so.1: the drop-in libibverbs (capi/libibverbs, cgo, built
-# against rdma-core's headers, which lib-deps installs), and libmlx5.so.1 and
+# against rdma-core's headers, which lib-deps installs, as libsoftrdma-verbs.so,
+# loaded at the first verb by the C shim libibverbs.so.1, capi/shim: a program
+# may fork before it opens a device), and libmlx5.so.1 and
 # libefa.so.1 stubs (capi/vendorstubs) that perftest links. Unmodified verbs
 # programs run on softrdma with LD_LIBRARY_PATH=lib SOFTRDMA_DEVICES=SPEC...
 # (devspec). The softrdma binary and every other package stay CGO_ENABLED=0.
@@ -35,9 +37,13 @@ lib: lib-deps
 lib-build:
 	mkdir -p $(LIBDIR)
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath \
-		-ldflags "-extldflags '-Wl,--version-script=$(LIBMAP) -Wl,-soname,libibverbs.so.1'" \
-		-o $(LIBDIR)/libibverbs.so.1 ./capi/libibverbs
-	rm -f $(LIBDIR)/libibverbs.so.h
+		-ldflags "-extldflags '-Wl,--version-script=$(LIBMAP) -Wl,-soname,libsoftrdma-verbs.so -Wl,-Bsymbolic'" \
+		-o $(LIBDIR)/libsoftrdma-verbs.so ./capi/libibverbs
+	rm -f $(LIBDIR)/libsoftrdma-verbs.h
+	$(GO) run ./capi/shim/genshim $(LIBDIR)/libsoftrdma-verbs.so $(LIBDIR)/shim.S
+	gcc -shared -fPIC -O2 -Wall -Wl,--version-script=$(LIBMAP) -Wl,-soname,libibverbs.so.1 \
+		-o $(LIBDIR)/libibverbs.so.1 capi/shim/shim.c $(LIBDIR)/shim.S -ldl -lpthread
+	rm -f $(LIBDIR)/shim.S
 	gcc -shared -fPIC -O2 -Wall -Wl,--version-script=capi/vendorstubs/mlx5.map -Wl,-soname,libmlx5.so.1 \
 		-o $(LIBDIR)/libmlx5.so.1 capi/vendorstubs/mlx5.c
 	gcc -shared -fPIC -O2 -Wall -Wl,--version-script=capi/vendorstubs/efa.map -Wl,-soname,libefa.so.1 \

@@ -149,3 +149,31 @@ close: 0
 		t.Errorf("async printed\n%s%s\nwant\n%s", out, errOut, want)
 	}
 }
+
+// TestFork (testdata/fork.c): a program forks before its first verb, and the
+// child and then the parent each use the library (a SEND through an RC QP
+// connected to itself); ibv_fork_init and ibv_is_fork_initialized answer 0
+// and IBV_FORK_UNNEEDED without starting it. Before the library was loaded at
+// the first verb (capi/shim), the Go runtime started when the program did and
+// the child's first verb never returned. A child forked after the parent
+// started the library gets ENOSYS at once rather than a hang.
+func TestFork(t *testing.T) {
+	lib := buildLib(t)
+	prog := compile(t, lib, "fork")
+	out, errOut, err := runBounded(t, lib, "roce:"+randomNet()+"1", time.Minute, prog)
+	if err != nil {
+		t.Fatalf("fork: %v\n%s%s", err, out, errOut)
+	}
+	want := `ibv_fork_init: 0
+ibv_is_fork_initialized: unneeded
+child forked before the first verb: 0
+parent after it: 0
+child forked after: ENOSYS at once: yes
+`
+	if out != want {
+		t.Errorf("fork printed\n%s%s\nwant\n%s", out, errOut, want)
+	}
+	if !strings.Contains(errOut, "forked after its parent started the library") {
+		t.Errorf("the late child did not say why under SOFTRDMA_DEBUG=1:\n%s", errOut)
+	}
+}
