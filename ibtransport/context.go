@@ -29,6 +29,9 @@ type ContextConfig struct {
 	MaxSRQ int
 	// MaxSRQWR is the deepest shared receive queue (default 16384).
 	MaxSRQWR int
+	// MaxSRQSGE is the longest scatter list of an SRQ's work requests (default
+	// and at most MaxSGE; rxe's is 27, less than its MaxSGE).
+	MaxSRQSGE int
 	// MaxRdAtomic bounds a QP's MaxRdAtomic and MaxDestRdAtomic: outstanding RDMA
 	// READ and atomic operations (default 128).
 	MaxRdAtomic int
@@ -78,6 +81,9 @@ func (c *ContextConfig) setDefaults() {
 	def(&c.MaxInlineData, 512)
 	def(&c.MaxSRQ, 1024)
 	def(&c.MaxSRQWR, 16384)
+	if c.MaxSRQSGE <= 0 || c.MaxSRQSGE > c.MaxSGE {
+		c.MaxSRQSGE = c.MaxSGE
+	}
 	def(&c.MaxRdAtomic, 128)
 	if c.MaxMsgSize == 0 || c.MaxMsgSize > 1<<31 {
 		c.MaxMsgSize = 1 << 31

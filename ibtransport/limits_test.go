@@ -164,7 +164,7 @@ func TestContextLimits(t *testing.T) {
 // refused at creation with ErrInvalidArgument and a *LimitError naming both the
 // attribute asked for and the limit; the limit itself is accepted.
 func TestSizeLimits(t *testing.T) {
-	cfg := ib.ContextConfig{MaxCQE: 64, MaxQPWR: 32, MaxSGE: 4, MaxInlineData: 128, MaxSRQWR: 16}
+	cfg := ib.ContextConfig{MaxCQE: 64, MaxQPWR: 32, MaxSGE: 4, MaxInlineData: 128, MaxSRQWR: 16, MaxSRQSGE: 3}
 	qpWith := func(f func(*ib.QPCap)) func(ctx *ib.Context, pd *ib.PD) error {
 		return func(ctx *ib.Context, pd *ib.PD) error {
 			cq, err := ctx.CreateCQ(8)
@@ -207,7 +207,7 @@ func TestSizeLimits(t *testing.T) {
 			_, err := ctx.CreateSRQ(pd, ib.SRQInitAttr{MaxWR: v, MaxSGE: 1})
 			return err
 		}},
-		{"SRQ SGL", "MaxSGE", 4, "SRQ SGL length", func(ctx *ib.Context, pd *ib.PD, v int) error {
+		{"SRQ SGL", "MaxSRQSGE", 3, "SRQ SGL length", func(ctx *ib.Context, pd *ib.PD, v int) error {
 			_, err := ctx.CreateSRQ(pd, ib.SRQInitAttr{MaxWR: 1, MaxSGE: v})
 			return err
 		}},

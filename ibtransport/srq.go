@@ -94,10 +94,10 @@ func (c *Context) CreateSRQ(pd *PD, attr SRQInitAttr) (*SRQ, error) {
 		return nil, fmt.Errorf("create srq: %w", tooLargeError("SRQ depth", "MaxSRQWR", uint64(attr.MaxWR), uint64(c.cfg.MaxSRQWR)))
 	}
 	if attr.MaxSGE <= 0 {
-		return nil, fmt.Errorf("create srq: MaxSGE %d not in 1..%d: %w", attr.MaxSGE, c.cfg.MaxSGE, ErrInvalidArgument)
+		return nil, fmt.Errorf("create srq: MaxSGE %d not in 1..%d: %w", attr.MaxSGE, c.cfg.MaxSRQSGE, ErrInvalidArgument)
 	}
-	if attr.MaxSGE > c.cfg.MaxSGE {
-		return nil, fmt.Errorf("create srq: %w", tooLargeError("SRQ SGL length", "MaxSGE", uint64(attr.MaxSGE), uint64(c.cfg.MaxSGE)))
+	if attr.MaxSGE > c.cfg.MaxSRQSGE {
+		return nil, fmt.Errorf("create srq: %w", tooLargeError("SRQ SGL length", "MaxSRQSGE", uint64(attr.MaxSGE), uint64(c.cfg.MaxSRQSGE)))
 	}
 	if attr.Limit < 0 || attr.Limit > attr.MaxWR {
 		return nil, fmt.Errorf("create srq: Limit %d not in 0..%d: %w", attr.Limit, attr.MaxWR, ErrInvalidArgument)

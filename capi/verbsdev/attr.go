@@ -63,7 +63,7 @@ func (d *Device) Attr() Attr {
 		MaxAH:        p.maxAH,
 		MaxSRQ:       e.MaxSRQ,
 		MaxSRQWR:     e.MaxSRQWR,
-		MaxSRQSGE:    p.maxSRQSGE,
+		MaxSRQSGE:    e.MaxSRQSGE,
 		MaxPKeys:     p.maxPKeys,
 
 		LocalCAAckDelay: p.localCAAckDelay,

@@ -20,7 +20,7 @@ type profile struct {
 	vendorPartID              uint32
 	pageSizeCap               uint64
 	capFlags                  uint32
-	maxSGERd, maxSRQSGE       int
+	maxSGERd                  int
 	maxPD, maxAH, maxMW       int
 	maxResRdAtom              int
 	maxPKeys, localCAAckDelay int
@@ -41,6 +41,7 @@ var profiles = map[devspec.Transport]profile{
 			MaxMR:       524287,  // RXE_MAX_MR (the engine counts windows too)
 			MaxSRQ:      917503,  // RXE_MAX_SRQ
 			MaxSRQWR:    1048576, // RXE_MAX_SRQ_WR
+			MaxSRQSGE:   27,      // RXE_MAX_SRQ_SGE
 			MaxRdAtomic: 128,     // RXE_MAX_QP_RD_ATOM
 			MaxMsgSize:  0x800000,
 		},
@@ -52,8 +53,8 @@ var profiles = map[devspec.Transport]profile{
 		capFlags: CapBadPKeyCntr | CapBadQKeyCntr | CapChangePhyPort | CapUDAVPortEnforce |
 			CapPortActiveEvent | CapSysImageGUID | CapRCRNRNAKGen | CapMemWindow |
 			CapMemMgtExtensions | CapMemWindowType2B,
-		maxSGERd: 32, maxSRQSGE: 27,
-		maxPD: 1048576, maxAH: 32767, maxMW: 524287,
+		maxSGERd: 32,
+		maxPD:    1048576, maxAH: 32767, maxMW: 524287,
 		maxResRdAtom: 258048, maxPKeys: 64, localCAAckDelay: 15,
 		atomic: 1, maxVLNum: 1, pkeyTableLen: 1,
 		portCapFlags: PortCapCMSup,
@@ -75,8 +76,8 @@ var profiles = map[devspec.Transport]profile{
 		vendorPartID: 1, // siw numbers its devices from 1
 		pageSizeCap:  0x1000,
 		capFlags:     CapMemMgtExtensions,
-		maxSGERd:     1, maxSRQSGE: 6,
-		maxPD: 102400, maxResRdAtom: 13107200,
+		maxSGERd:     1,
+		maxPD:        102400, maxResRdAtom: 13107200,
 		portCapFlags: PortCapCMSup | PortCapDevMgmt,
 	},
 }
