@@ -19,3 +19,26 @@ func TestMaxSRQSGEDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxMsgSizeCap: an IB transport Context caps MaxMsgSize at IBTA's 2^31;
+// an iWARP one (ExternalQPs) takes up to 2^32-1, siw's max_msg_sz, which
+// softrdma's iWARP devices report as siw does (capi/verbsdev).
+func TestMaxMsgSizeCap(t *testing.T) {
+	for _, tt := range []struct {
+		external bool
+		set      uint32
+		want     uint32
+	}{
+		{false, 0, 1 << 31},
+		{false, 4096, 4096},
+		{false, 0xffffffff, 1 << 31},
+		{true, 0, 1 << 31},
+		{true, 4096, 4096},
+		{true, 0xffffffff, 0xffffffff},
+	} {
+		got := ib.NewContext(ib.ContextConfig{ExternalQPs: tt.external, MaxMsgSize: tt.set}).Config().MaxMsgSize
+		if got != tt.want {
+			t.Errorf("ExternalQPs %v MaxMsgSize %#x: %#x, want %#x", tt.external, tt.set, got, tt.want)
+		}
+	}
+}

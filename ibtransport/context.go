@@ -35,7 +35,8 @@ type ContextConfig struct {
 	// MaxRdAtomic bounds a QP's MaxRdAtomic and MaxDestRdAtomic: outstanding RDMA
 	// READ and atomic operations (default 128).
 	MaxRdAtomic int
-	// MaxMsgSize is the longest message (default 1<<31 bytes, IBTA's limit).
+	// MaxMsgSize is the longest message (default and at most 1<<31 bytes,
+	// IBTA's limit; with ExternalQPs, iWARP's, up to 1<<32-1, siw's).
 	MaxMsgSize uint32
 	// PortMTU is the active MTU of the port, the largest PathMTU a QP may use
 	// (default 4096).
@@ -85,7 +86,9 @@ func (c *ContextConfig) setDefaults() {
 		c.MaxSRQSGE = c.MaxSGE
 	}
 	def(&c.MaxRdAtomic, 128)
-	if c.MaxMsgSize == 0 || c.MaxMsgSize > 1<<31 {
+	// IBTA caps a message at 2^31 bytes (the IB transport's DMA length);
+	// RDMAP (iWARP's QPs, ExternalQPs) carries up to 2^32-1, as siw says.
+	if c.MaxMsgSize == 0 || c.MaxMsgSize > 1<<31 && !c.ExternalQPs {
 		c.MaxMsgSize = 1 << 31
 	}
 	def(&c.PortMTU, 4096)

@@ -56,9 +56,6 @@ var kernelDiffs = map[string]map[string]struct{ value, why string }{
 		"max_mcast_qp_attach":       {"0", "multicast is not offered"},
 		"max_total_mcast_qp_attach": {"0", "multicast is not offered"},
 	},
-	"ibv_devinfo-v-siw0.txt": {
-		"max_msg_sz": {"0x80000000", "the engine's limit is IBTA's 2^31 (ibtransport.ContextConfig.MaxMsgSize); siw's is 2^32-1"},
-	},
 }
 
 // TestKernelDevinfo runs Debian's ibv_devices and ibv_devinfo (-v) on the
