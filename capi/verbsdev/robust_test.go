@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -175,5 +176,142 @@ child forked after: ENOSYS at once: yes
 	}
 	if !strings.Contains(errOut, "forked after its parent started the library") {
 		t.Errorf("the late child did not say why under SOFTRDMA_DEBUG=1:\n%s", errOut)
+	}
+}
+
+// started is a program started in the background with its combined output.
+type started struct {
+	cmd *exec.Cmd
+	out *lockedBuffer
+}
+
+// lockedBuffer is a bytes.Buffer a test may read while the program writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startOn starts prog with the library and one RoCE device on addr, under ctx.
+func startOn(t *testing.T, ctx context.Context, lib, addr, prog string, args ...string) *started {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"=roce:"+addr, "SOFTRDMA_DEBUG=1")
+	s := &started{cmd: cmd, out: &lockedBuffer{}}
+	cmd.Stdout, cmd.Stderr = s.out, s.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return s
+}
+
+// waitFor waits until cond holds or ctx ends, failing the test then.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: never", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// TestKilledPeer: Debian's ib_write_bw at both ends on the library, a 30 s
+// run (-D); once the client's transfer has started (its results header is
+// out, line-buffered by stdbuf), the server is killed with SIGKILL. The
+// client must end as it ends against a kernel peer that died: its writes are
+// retried until the retry count runs out, a completion with
+// IBV_WC_RETRY_EXC_ERR ("Failed status 12"), and perftest exits non-zero,
+// well before its 30 s (no hang; the test's bound is a minute).
+func TestKilledPeer(t *testing.T) {
+	lib := buildLib(t)
+	stdbuf, err := exec.LookPath("stdbuf")
+	if err != nil {
+		t.Skip("needs stdbuf (coreutils) to see perftest's output as it goes")
+	}
+	net3 := randomNet()
+	srvAddr, cliAddr := net3+"1", net3+"2"
+	port := fmt.Sprint(freeTCPPort(t, srvAddr))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	args := []string{"ib_write_bw", "-d", "sr_roce0", "-x", "1", "-D", "30", "-p", port}
+	srv := startOn(t, ctx, lib, srvAddr, stdbuf, append([]string{"-oL"}, args...)...)
+	waitFor(t, ctx, "the server listens", func() bool { return listening(t, port) })
+	cli := startOn(t, ctx, lib, cliAddr, stdbuf, append(append([]string{"-oL"}, args...), srvAddr)...)
+	waitFor(t, ctx, "the client's transfer starts", func() bool { return strings.Contains(cli.out.String(), "#bytes") })
+	srv.cmd.Process.Kill()
+	srv.cmd.Wait()
+	err = cli.cmd.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("the client hung after its peer was killed:\n%s", cli.out)
+	}
+	if err == nil || !strings.Contains(cli.out.String(), "Failed status 12") {
+		t.Errorf("client: %v, want a non-zero exit and IBV_WC_RETRY_EXC_ERR (Failed status 12):\n%s", err, cli.out)
+	}
+}
+
+// TestManyProcesses: six pairs of Debian's ibv_rc_pingpong at once, twelve
+// processes on one host, each with its own loopback address (its own RoCE
+// UDP socket) and its own Go runtime, every pair checking its data (-c).
+func TestManyProcesses(t *testing.T) {
+	lib := buildLib(t)
+	const pairs = 6
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	net3 := randomNet()
+	type pp struct {
+		srv, cli         *started
+		srvAddr, cliAddr string
+	}
+	var ps [pairs]pp
+	var ports [pairs]string
+	args := func(i int) []string {
+		return []string{"-d", "sr_roce0", "-g", "1", "-n", "1000", "-c", "-p", ports[i]}
+	}
+	// Every server first, then every client once all listen: the twelve
+	// run at once.
+	for i := range ps {
+		p := &ps[i]
+		p.srvAddr, p.cliAddr = fmt.Sprintf("%s%d", net3, 2*i+1), fmt.Sprintf("%s%d", net3, 2*i+2)
+		ports[i] = fmt.Sprint(freeTCPPort(t, p.srvAddr))
+		p.srv = startOn(t, ctx, lib, p.srvAddr, "ibv_rc_pingpong", args(i)...)
+	}
+	for i := range ps {
+		waitFor(t, ctx, "server "+ps[i].srvAddr+" listens", func() bool { return listening(t, ports[i]) })
+	}
+	for i := range ps {
+		ps[i].cli = startOn(t, ctx, lib, ps[i].cliAddr, "ibv_rc_pingpong", append(args(i), ps[i].srvAddr)...)
+	}
+	for _, p := range ps {
+		for _, end := range []struct {
+			name       string
+			s          *started
+			local, rem string
+		}{{"server", p.srv, p.srvAddr, p.cliAddr}, {"client", p.cli, p.cliAddr, p.srvAddr}} {
+			err := end.s.cmd.Wait()
+			out := end.s.out.String()
+			if err != nil || !strings.Contains(out, "1000 iters in ") || strings.Contains(out, "invalid data") ||
+				!strings.Contains(out, "GID ::ffff:"+end.rem+"\n") {
+				t.Errorf("%s on %s: %v\n%s", end.name, end.local, err, out)
+			}
+		}
 	}
 }
