@@ -13,12 +13,19 @@ import (
 )
 
 const decodeUsage = `usage: softrdma decode FILE|- [--json] [--flows=false] [--no-summary] [--annotate OUT.pcapng]
+                       [--flow N|ADDR|ADDR:PORT]... [--qp N]... [--opcode NAME]... [--time START:END]
 
 Explains a pcap or pcapng capture (FILE, or standard input for -, as in
 'tcpdump -w - | softrdma decode -') of RoCEv1, RoCEv2 and iWARP traffic: one line per RDMA
 packet, then a summary per flow. Every RoCE ICRC and every FPDU CRC32c is verified.
 Exit status: 0 all RDMA frames well formed, 1 some frame bad (named on stderr), 2 not a
 capture or cannot be read.
+
+--flow, --qp, --opcode and --time restrict the packets printed and summarized (the
+flows keep the numbers they have without a filter; verdicts such as PSN gaps are
+found over every packet). --opcode matches a part of the opcode name, any case
+("write", "Read Request", "RC Acknowledge"); --time is in seconds since the first
+frame, either end may be left out.
 
 --annotate writes the capture back as pcapng, every frame kept, each RDMA frame with
 softrdma's verdict as a packet comment (Wireshark: pkt_comment / frame.comment).
@@ -38,6 +45,10 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	jsonOut := fs.Bool("json", false, "print one JSON object per line instead of text")
 	flows := fs.Bool("flows", true, "include the per-flow summary")
 	noSummary := fs.Bool("no-summary", false, "print no summary at all, only the packets")
+	flowSel := fs.StringSlice("flow", nil, "show only flow N (as the summary numbers them), or the flows with an end at ADDR or ADDR:PORT (repeatable)")
+	qps := fs.StringSlice("qp", nil, "show only the packets of QP N (decimal or 0x hex), either end (repeatable)")
+	opcodes := fs.StringArray("opcode", nil, "show only the packets whose opcode name contains NAME, any case (repeatable)")
+	timeRange := fs.String("time", "", "show only the packets in START:END, seconds since the first frame")
 	annotate := fs.String("annotate", "", "write the capture with each RDMA frame's verdict as a pcapng packet comment to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -51,6 +62,11 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	filter, err := decodeFilter(*flowSel, *qps, *opcodes, *timeRange, fs.Changed("time"))
+	if err != nil {
+		fmt.Fprintf(stderr, "softrdma decode: %v\n", err)
+		return 2
+	}
 	name := fs.Arg(0)
 	in, closeIn, err := openDecodeInput(name)
 	if err != nil {
@@ -61,7 +77,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if name == "-" {
 		name = "standard input"
 	}
-	opts := decode.Options{JSON: *jsonOut, Flows: *flows, Summary: !*noSummary, Verdicts: *annotate != ""}
+	opts := decode.Options{JSON: *jsonOut, Flows: *flows, Summary: !*noSummary, Verdicts: *annotate != "", Filter: filter}
 	// The annotated copy reads the capture a second time: a file from its start, standard
 	// input from memory.
 	var again io.ReadSeeker
@@ -145,4 +161,30 @@ func writeAnnotated(name string, in io.ReadSeeker, res *decode.Result) error {
 		err = cerr
 	}
 	return err
+}
+
+// decodeFilter makes the decoder's filter from the flags, nil if none is given.
+func decodeFilter(flows, qps, opcodes []string, timeRange string, timeSet bool) (*decode.Filter, error) {
+	var f decode.Filter
+	if timeSet {
+		var err error
+		if f, err = decode.ParseTimeRange(timeRange); err != nil {
+			return nil, fmt.Errorf("--time: %v", err)
+		}
+	}
+	f.Flows, f.Opcodes = flows, opcodes
+	for _, q := range qps {
+		n, err := decode.ParseQP(q)
+		if err != nil {
+			return nil, fmt.Errorf("--qp: %v", err)
+		}
+		f.QPs = append(f.QPs, n)
+	}
+	if err := f.Check(); err != nil {
+		return nil, fmt.Errorf("--flow/--opcode: %v", err)
+	}
+	if len(f.Flows) == 0 && len(f.QPs) == 0 && len(f.Opcodes) == 0 && !timeSet {
+		return nil, nil
+	}
+	return &f, nil
 }

@@ -149,3 +149,45 @@ func TestDecodeAnnotate(t *testing.T) {
 		t.Errorf("--annotate into a missing directory: exit %d: %s", code, stderr.String())
 	}
 }
+
+// TestDecodeFilterFlags: --flow, --qp, --opcode and --time reach the decoder (from a
+// file and from '-', read twice for --flow), and bad values are exit 2 naming the flag.
+func TestDecodeFilterFlags(t *testing.T) {
+	good := filepath.Join(decodeCaptures, "rxe-write-bw.pcap")
+	b, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stdout string // substring of stdout
+		lines  int    // packet lines (-1: not checked)
+		stderr string
+	}{
+		{[]string{"--qp", "0x14", good}, 0, "filter --qp 0x000014:", 25, ""},
+		{[]string{"--qp", "20", "--flow", "1", "-"}, 0, "filter --flow 1 --qp 0x000014:", 25, ""},
+		{[]string{"--flow", "2", "-"}, 0, "0 RDMA packets", 0, ""},
+		{[]string{"--flow", "10.77.0.21", "--opcode", "write first", good}, 0, "5 RDMA packets", 5, ""},
+		{[]string{"--opcode", "Acknowledge", "--opcode", "write last", "-"}, 0, "10 RDMA packets", 10, ""},
+		{[]string{"--time", "1.0555:1.056", good}, 0, "4 RDMA packets", 4, ""},
+		{[]string{"--time", ":1.0547", "--json", good}, 0, `"filter":"--time :1.0547"`, -1, ""},
+		{[]string{"--qp", "zz", good}, 2, "", -1, `--qp: QP "zz"`},
+		{[]string{"--time", "2:1", good}, 2, "", -1, "--time: time range"},
+		{[]string{"--flow", "x", good}, 2, "", -1, `flow "x"`},
+	} {
+		decodeStdin = bytes.NewReader(b)
+		var stdout, stderr bytes.Buffer
+		code := runDecode(tc.args, &stdout, &stderr)
+		lines := 0
+		for _, l := range strings.Split(stdout.String(), "\n") {
+			if strings.Contains(l, " RoCEv2 ") && strings.Contains(l, " → ") {
+				lines++
+			}
+		}
+		if code != tc.code || !strings.Contains(stdout.String(), tc.stdout) || !strings.Contains(stderr.String(), tc.stderr) || tc.lines >= 0 && lines != tc.lines {
+			t.Errorf("decode %q: exit %d (want %d), %d packet lines (want %d)\nstdout: %.600s\nstderr: %s", tc.args, code, tc.code, lines, tc.lines, stdout.String(), stderr.String())
+		}
+	}
+	decodeStdin = os.Stdin
+}

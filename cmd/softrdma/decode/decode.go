@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -28,8 +29,12 @@ type Options struct {
 	// Summary prints the summary at the end (totals, and the flows if Flows is set).
 	Summary bool
 	// Verdicts keeps each RDMA packet's verdict in Result.Verdicts (what Annotate
-	// writes as pcapng comments).
+	// writes as pcapng comments), whatever the filter.
 	Verdicts bool
+	// Filter, if not nil, restricts the packets printed and summarized. One that
+	// selects by flow or QP makes Run read the capture twice (the first time to find
+	// the flows): from its start again if r is an io.Seeker, else from memory.
+	Filter *Filter
 }
 
 // Problem is something wrong with one frame, or with the file (Frame 0).
@@ -84,6 +89,9 @@ type Result struct {
 	// Verdicts is each RDMA packet's verdict, in the order the packets were printed
 	// (Options.Verdicts).
 	Verdicts []Verdict
+	// Filter describes Options.Filter ("" for none): then Packets, RDMAFrames, Errors,
+	// Notes and CRCErrors are those of the packets shown, and Flows the flows shown.
+	Filter string
 }
 
 // ExitCode returns the exit status for the result: 0 if every RDMA frame was well
@@ -100,11 +108,64 @@ func (r *Result) ExitCode() int {
 // (a directory), or w fails; problems
 // with frames, and a file cut short, are in Result.Errors.
 func Run(r io.Reader, w io.Writer, opts Options) (Result, error) {
+	var first *decoder
+	if f := opts.Filter; f != nil {
+		if err := f.Check(); err != nil {
+			return Result{}, err
+		}
+		if f.needsFlows() {
+			// The first pass finds the flows, and so the flow of each packet.
+			rs, start, err := rewindable(r)
+			if err != nil {
+				return Result{}, fmt.Errorf("read: %w", err)
+			}
+			src, err := openCapture(rs)
+			if err != nil {
+				return Result{}, err
+			}
+			first = newDecoder(io.Discard, Options{})
+			first.run(src)
+			if _, err := rs.Seek(start, io.SeekStart); err != nil {
+				return Result{}, fmt.Errorf("read again: %w", err)
+			}
+			r = rs
+		}
+	}
 	src, err := openCapture(r)
 	if err != nil {
 		return Result{}, err
 	}
 	d := newDecoder(w, opts)
+	if first != nil {
+		d.dirFlow, d.connFlow = first.dirFlow, first.connFlow
+		d.selectedFlows = map[int]bool{}
+		for i := range first.res.Flows {
+			if fs := &first.res.Flows[i]; opts.Filter.flowSelected(fs) {
+				d.selectedFlows[fs.ID] = true
+			}
+		}
+	}
+	d.run(src)
+	return d.res, d.out.err
+}
+
+// rewindable returns r as an io.ReadSeeker and the offset it is at: r itself if it is
+// one, else what is left of it, read into memory.
+func rewindable(r io.Reader) (io.ReadSeeker, int64, error) {
+	if rs, ok := r.(io.ReadSeeker); ok {
+		if off, err := rs.Seek(0, io.SeekCurrent); err == nil {
+			return rs, off, nil
+		}
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	return bytes.NewReader(b), 0, nil
+}
+
+// run decodes every frame of src and finishes.
+func (d *decoder) run(src frameSource) {
 	d.res.Format = src.format()
 	for {
 		data, ci, link, err := src.next()
@@ -121,7 +182,6 @@ func Run(r io.Reader, w io.Writer, opts Options) (Result, error) {
 		}
 	}
 	d.finish()
-	return d.res, d.out.err
 }
 
 // decoder holds the state of one Run.
@@ -188,6 +248,17 @@ type decoder struct {
 	gsoFrames    frameSet
 	gsoDatagrams int
 	gsoFirst     string
+
+	// filter is Options.Filter (nil: every packet is shown). dirFlow and connFlow give
+	// the flow number of each RoCE direction and iWARP connection (by its index in
+	// connOrder), as finish numbered them: for a filter by flow, the first pass's;
+	// selectedFlows are the flows that filter selects. shownFrames are the frames
+	// of the packets shown.
+	filter        *Filter
+	dirFlow       map[roceDirKey]int
+	connFlow      map[int]int
+	selectedFlows map[int]bool
+	shownFrames   map[int]bool
 }
 
 func newDecoder(w io.Writer, opts Options) *decoder {
@@ -201,6 +272,10 @@ func newDecoder(w io.Writer, opts Options) *decoder {
 		badLinks:       map[linkType]bool{},
 		parsers:        map[gopacket.LayerType]*gopacket.DecodingLayerParser{},
 		decoded:        make([]gopacket.LayerType, 0, 8),
+		filter:         opts.Filter,
+		dirFlow:        map[roceDirKey]int{},
+		connFlow:       map[int]int{},
+		shownFrames:    map[int]bool{},
 	}
 	for _, first := range []gopacket.LayerType{layers.LayerTypeEthernet, layers.LayerTypeIPv4, layers.LayerTypeIPv6} {
 		p := gopacket.NewDecodingLayerParser(first, &d.eth, &d.dot1q, &d.ip4, &d.ip6, &d.tcp, &d.udp)
@@ -745,6 +820,35 @@ func (s *frameSet) String() string {
 	return b.String()
 }
 
+// numberFlows orders the flows by their first packet (with a filter too: the first
+// packet of the flow, shown or not) and numbers them from 1, records the flow of each
+// RoCE direction and iWARP connection (d.dirFlow, d.connFlow) and, with a filter,
+// keeps only the flows of the packets shown.
+func (d *decoder) numberFlows() {
+	flows := d.res.Flows
+	sort.SliceStable(flows, func(i, j int) bool { return flows[i].order < flows[j].order })
+	kept := flows[:0]
+	for i := range flows {
+		fs := &flows[i]
+		fs.ID = i + 1
+		for _, k := range fs.dirKeys {
+			d.dirFlow[k] = fs.ID
+		}
+		if fs.conn > 0 {
+			d.connFlow[fs.conn-1] = fs.ID
+		}
+		shown := fs.shown && (d.selectedFlows == nil || d.selectedFlows[fs.ID])
+		fs.order, fs.dirKeys, fs.conn, fs.shown = 0, nil, 0, false
+		if d.filter == nil || shown {
+			kept = append(kept, *fs)
+		}
+	}
+	d.res.Flows = kept
+	if len(kept) == 0 {
+		d.res.Flows = nil
+	}
+}
+
 // finish ends the run: it closes the TCP streams, builds the flow summaries and prints
 // the summary.
 func (d *decoder) finish() {
@@ -763,9 +867,26 @@ func (d *decoder) finish() {
 			d.res.Flows = append(d.res.Flows, c.summary(d))
 		}
 	}
-	sort.SliceStable(d.res.Flows, func(i, j int) bool { return d.res.Flows[i].First < d.res.Flows[j].First })
+	d.numberFlows()
 	d.res.Frames = d.frame
-	for f := range d.rdma {
+	rdma := d.rdma
+	if d.filter != nil {
+		// The totals are those of the packets shown, and the problems of their frames
+		// (and of the file).
+		rdma = d.shownFrames
+		keep := func(ps []Problem) []Problem {
+			var out []Problem
+			for _, p := range ps {
+				if p.Frame == 0 || d.shownFrames[p.Frame] {
+					out = append(out, p)
+				}
+			}
+			return out
+		}
+		d.res.Errors, d.res.Notes = keep(d.res.Errors), keep(d.res.Notes)
+		d.res.Filter = d.filter.String()
+	}
+	for f := range rdma {
 		d.res.RDMAFrameNumbers = append(d.res.RDMAFrameNumbers, f)
 	}
 	sort.Ints(d.res.RDMAFrameNumbers)

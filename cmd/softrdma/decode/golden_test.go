@@ -124,9 +124,9 @@ func TestFlowTotals(t *testing.T) {
 		text                 string
 	}{
 		{"rxe-write-bw.pcap", 25, 22030, 20480, 1.054616, 1.057866,
-			"  RoCEv2 RC 10.77.0.21 QP 0x000014 ↔ 10.77.0.22 QP 0x000014: 25 packets, 22030 bytes, 1.054616-1.057866 s, goodput 20480 bytes (50.41 Mbit/s)\n"},
+			"  #1 RoCEv2 RC 10.77.0.21 QP 0x000014 ↔ 10.77.0.22 QP 0x000014: 25 packets, 22030 bytes, 1.054616-1.057866 s, goodput 20480 bytes (50.41 Mbit/s)\n"},
 		{"siw-crc-rping.pcap", 72, 3848, 1920, 0.026844, 0.255329,
-			"  iWARP 10.77.0.22:48943 ↔ 10.77.0.21:7174: 72 packets, 3848 bytes, 0.026844-0.255329 s, goodput 1920 bytes (67.23 kbit/s)\n"},
+			"  #1 iWARP 10.77.0.22:48943 ↔ 10.77.0.21:7174: 72 packets, 3848 bytes, 0.026844-0.255329 s, goodput 1920 bytes (67.23 kbit/s)\n"},
 	} {
 		res, out := decodeCapture(t, tc.file, false)
 		if len(res.Flows) != 1 {

@@ -57,6 +57,11 @@ type tcpConn struct {
 	hadData   bool
 	closed    bool
 	created   int // the frame of its first segment
+	idx       int // its index in decoder.connOrder
+	// seen is the time of its first data segment (counted or not: flows are ordered by
+	// it); shown says a packet of it was shown (a filter may show none).
+	seen  time.Time
+	shown bool
 
 	first, last  time.Time
 	packets      int
@@ -206,7 +211,7 @@ func (d *decoder) tcpSegment(s *tcpSegmentInfo) {
 	}
 	if c == nil {
 		c = &tcpConn{ends: [2]netip.AddrPort{s.src, s.dst}, neg: new(iwarp.Negotiation), created: d.frame,
-			opcodes: map[string]int{}, messages: map[string]int{}}
+			idx: len(d.connOrder), opcodes: map[string]int{}, messages: map[string]int{}}
 		for i := range c.dirs {
 			dir := &iwarpDir{d: d, c: c, src: c.ends[i], dst: c.ends[1-i]}
 			dir.stream.sink = dir
@@ -228,8 +233,14 @@ func (d *decoder) tcpSegment(s *tcpSegmentInfo) {
 			dir.active = true
 		}
 	}
+	if s.wireLen > 0 && !c.hadData {
+		c.seen = d.now
+	}
 	if s.wireLen > 0 {
 		c.hadData = true
+	}
+	if s.wireLen > 0 && (d.filter == nil || d.filter.inTime(d.relTime(d.now))) {
+		// A filter counts the segments in its time range.
 		if c.packets == 0 {
 			c.first = d.now
 		}
@@ -768,7 +779,6 @@ func rtrKinds(w iwarp.MPAv2IRDORD) string {
 func (d *decoder) mpaRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Record) {
 	c := dir.c
 	d.markRDMA(frame)
-	d.res.Packets++
 	p := dir.packet(frame, t)
 	m := r.MPA
 	kind := "reply"
@@ -808,7 +818,7 @@ func (d *decoder) mpaRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Reco
 	n.CRC = c.neg.CRC() || mi.CRC
 	n.Markers = n.Markers || mi.Markers
 	n.Rejected = n.Rejected || mi.Reject
-	d.emit(p)
+	d.emit(p, d.selectsConn(p, c), true)
 	// The peer's start frame may be the one the capture lost: its decoder can go on.
 	c.fillLostStart()
 }
@@ -816,14 +826,23 @@ func (d *decoder) mpaRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Reco
 func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Record) {
 	c := dir.c
 	d.markRDMA(frame)
-	d.res.Packets++
 	dir.resync = false
 	p := dir.packet(frame, t)
 	if dir.midNote != "" {
 		p.Note = d.notef(frame, "tcp %s → %s: %s", dir.src, dir.dst, dir.midNote)
 		dir.midNote = ""
 	}
-	c.fpdus++
+	// Whether the filter shows the FPDU, and so whether its connection counts it.
+	p.Opcode = "FPDU"
+	if r.DDP != nil {
+		p.Opcode = r.RDMAP.Opcode().String()
+	}
+	sel := d.selectsConn(p, c)
+	n := 0 // what the counters add: 1 if the FPDU is counted
+	if sel {
+		n = 1
+	}
+	c.fpdus += n
 	ulpdu := int(r.FPDU.ULPDULength())
 	p.ULPDULen = &ulpdu
 	if m := (r.Len - len(r.FPDU)) / iwarp.MarkerLen; m > 0 {
@@ -855,15 +874,14 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 		p.CRC = "ok"
 		if errors.Is(r.Err, iwarp.ErrBadCRC) {
 			p.CRC = "bad"
-			c.crcErrors++
-			d.res.CRCErrors++
+			c.crcErrors += n
+			d.res.CRCErrors += n
 		}
 	}
 	var errs []string
 	if recErr != nil {
 		errs = append(errs, recErr.Error())
 	}
-	p.Opcode = "FPDU"
 	if r.DDP != nil {
 		dd := r.DDP
 		op := r.RDMAP.Opcode()
@@ -917,7 +935,7 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 			}
 		case iwarp.OpTerminate:
 			if recErr == nil {
-				c.terminates++
+				c.terminates += n
 			}
 			tm, err := iwarp.ParseTerminate(payload)
 			if err != nil {
@@ -930,7 +948,7 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 			}
 		}
 		p.PayloadLen = intp(len(payload))
-		if recErr == nil {
+		if recErr == nil && sel {
 			c.opcodes[op.String()]++
 			if dd.Last() {
 				c.messages[op.String()]++
@@ -950,23 +968,23 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 		if dir.fillRest > 0 {
 			reason += fmt.Sprintf("; %d bytes after the FPDU lost", dir.fillRest)
 		}
-		c.errors++
+		c.errors += n
 		dir.reported = d.frame
 		if len(errs) == 0 && dir.fillRest == 0 {
-			c.cut++
+			c.cut += n
 			p.Error = d.cutError(frame, fmt.Sprintf("tcp %s → %s: %s", dir.src, dir.dst, reason))
 		} else {
 			errs = append([]string{reason}, errs...)
 			p.Error = d.errorf(frame, "tcp %s → %s: %s", dir.src, dir.dst, joinErrs(errs))
 		}
 	case len(errs) > 0:
-		c.errors++
+		c.errors += n
 		p.Error = d.errorf(frame, "tcp %s → %s: %s", dir.src, dir.dst, joinErrs(errs))
 	}
 	if cutFrame != 0 && p.Error == "" {
 		p.Note = fmt.Sprintf("FPDU cut short by the capture at frame %d (%d of %d bytes), after its headers: headers decoded, payload not captured", cutFrame, dir.fillCapt, dir.fillOrig)
 	}
-	d.emit(p)
+	d.emit(p, sel, true)
 	if dir.startLost && !dir.crcKnown {
 		// The first FPDU after a lost start frame shows whether CRCs are in use: the
 		// peer's decoder, waiting for that start frame, can go on (it may print FPDUs
@@ -1016,15 +1034,18 @@ func (d *decoder) iwarpProblem(dir *iwarpDir, frame int, t time.Time, r *iwarp.R
 		d.notef(frame, "%s%v (the capture ends inside it)", where, r.Err)
 		return
 	}
-	c.errors++
 	p := dir.packet(frame, t)
 	p.Opcode = "?"
+	sel := d.selectsConn(p, c)
+	if sel {
+		c.errors++
+	}
 	reason := r.Err.Error()
 	if errors.Is(r.Err, iwarp.ErrFramingLost) && !strings.Contains(reason, "framing") {
 		reason += " (" + iwarp.ErrFramingLost.Error() + ")"
 	}
 	p.Error = d.errorf(frame, "%s%s", where, reason)
-	d.emit(p)
+	d.emit(p, sel, false)
 }
 
 // closeConn ends a connection: holes never filled, decoders closed.
@@ -1071,6 +1092,7 @@ func (c *tcpConn) summary(d *decoder) FlowSummary {
 		Terminates: c.terminates, CRCErrors: c.crcErrors, Errors: c.errors, Cut: c.cut,
 		First: d.relTime(c.first), Last: d.relTime(c.last),
 		goodBytes: c.payloadBytes,
+		order:     d.relTime(c.seen), conn: c.idx + 1, shown: c.shown,
 	}
 	for _, dir := range c.dirs {
 		f.Duplicates += dir.stream.retransmitted + dir.stream.overlapping

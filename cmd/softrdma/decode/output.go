@@ -229,6 +229,9 @@ type MPANegotiation struct {
 
 // FlowSummary summarizes a RoCE QP pair or an iWARP connection (both directions).
 type FlowSummary struct {
+	// ID numbers the flows of the capture from 1, in the order of their first packets
+	// (a filter shows some of them, with the numbers they have without it).
+	ID        int             `json:"id"`
 	Transport string          `json:"transport"`
 	Service   string          `json:"service,omitempty"`
 	A         Endpoint        `json:"a"`
@@ -280,6 +283,13 @@ type FlowSummary struct {
 	GoodputBPS   float64 `json:"goodput_bps"`
 
 	goodBytes int
+	// For numberFlows: the time of the flow's first packet (shown or not), its RoCE
+	// directions or its iWARP connection (index in connOrder, plus 1), and whether a
+	// packet of it was shown.
+	order   float64
+	dirKeys []roceDirKey
+	conn    int
+	shown   bool
 }
 
 func (f *FlowSummary) finishGoodput() {
@@ -628,6 +638,7 @@ type jsonSummary struct {
 		Errors     int           `json:"errors"`
 		Cut        int           `json:"cut"`
 		CRCErrors  int           `json:"crc_errors"`
+		Filter     string        `json:"filter,omitempty"`
 		ErrorList  []Problem     `json:"error_list,omitempty"`
 		Notes      []Problem     `json:"notes,omitempty"`
 		Flows      []FlowSummary `json:"flows,omitempty"`
@@ -655,6 +666,7 @@ func (o *output) summary(r *Result, flows bool) {
 		s.Summary.Errors = len(r.Errors)
 		s.Summary.Cut = r.Cut
 		s.Summary.CRCErrors = r.CRCErrors
+		s.Summary.Filter = r.Filter
 		s.Summary.ErrorList = r.Errors
 		s.Summary.Notes = r.Notes
 		if flows {
@@ -681,6 +693,9 @@ func (o *output) summary(r *Result, flows bool) {
 		fmt.Fprintf(&b, ", %d with a wrong ICRC or CRC (kept out of the flows' counts)", r.CRCErrors)
 	}
 	b.WriteByte('\n')
+	if r.Filter != "" {
+		fmt.Fprintf(&b, "filter %s: the totals, problems and flows are those of the packets shown\n", r.Filter)
+	}
 	for _, p := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", p.Error())
 	}
@@ -710,8 +725,8 @@ func writeFlow(b *strings.Builder, f *FlowSummary) {
 	if f.Service != "" {
 		kind += " " + f.Service
 	}
-	fmt.Fprintf(b, "  %s %s ↔ %s: %d packets, %d bytes, %.6f-%.6f s, goodput %d bytes",
-		kind, f.A, f.B, f.Packets, f.Bytes, f.First, f.Last, f.GoodputBytes)
+	fmt.Fprintf(b, "  #%d %s %s ↔ %s: %d packets, %d bytes, %.6f-%.6f s, goodput %d bytes",
+		f.ID, kind, f.A, f.B, f.Packets, f.Bytes, f.First, f.Last, f.GoodputBytes)
 	if f.GoodputBPS > 0 {
 		fmt.Fprintf(b, " (%s)", rate(f.GoodputBPS))
 	}

@@ -23,7 +23,6 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 		}
 	}
 	d.markRDMA(d.frame)
-	d.res.Packets++
 	p := &d.pkt
 	*p = Packet{Frame: d.frame, Time: d.relTime(d.now), Transport: "RoCEv2"}
 	cut := cutShort(ci)
@@ -43,7 +42,7 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 			reason = cut + ": " + reason
 		}
 		p.Error = d.errorf(d.frame, "%s", reason)
-		d.emit(p)
+		d.emit(p, d.selects(p, 0), true)
 		return
 	}
 	f := &d.rf
@@ -73,6 +72,20 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 	// A frame cut after its headers (d.cutHeaders) holds the payload only if the cut
 	// is in the ICRC or the Ethernet padding; it never holds a verifiable ICRC.
 	payloadCaptured := !d.cutHeaders || ci.CaptureLength >= d.cutWhole
+	// Whether the filter shows the packet, and so whether the flow counts it.
+	var key roceDirKey
+	haveKey := len(f.IB) >= ibtransport.BTHLen
+	if haveKey {
+		key = d.roceKey(f, ibtransport.BTH(f.IB[:ibtransport.BTHLen]), pkt, ibErr == nil)
+	}
+	sel := true
+	if d.filter != nil {
+		flow := 0
+		if haveKey {
+			flow = d.dirFlow[key]
+		}
+		sel = d.selects(p, flow)
+	}
 	badICRC := false
 	switch err := icrcErr; {
 	case d.cutHeaders:
@@ -81,7 +94,9 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 	case err != nil:
 		p.ICRC = "bad"
 		badICRC = true
-		d.res.CRCErrors++
+		if sel {
+			d.res.CRCErrors++
+		}
 		errs = append(errs, err.Error())
 	default:
 		p.ICRC = "ok"
@@ -125,18 +140,20 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 		// (a PSN far ahead made every later packet a duplicate), so it feeds no
 		// statistic. It is counted apart, in the direction its headers name if that
 		// direction exists at the end (roceFlows).
-		if len(f.IB) >= ibtransport.BTHLen {
-			d.roceICRCErrors[d.roceKey(f, ibtransport.BTH(f.IB[:ibtransport.BTHLen]), pkt, ibErr == nil)]++
+		if haveKey && sel {
+			d.roceICRCErrors[key]++
 		}
 		madInfo = nil
 	case overlong:
 		// Several packets taken for one: nothing in it can be counted right but the
 		// error, in its direction (its headers are whole).
 		r := d.roceDirFor(f, pkt)
-		r.errors++
-		r.last = d.now
+		if sel {
+			r.errors++
+			r.counted(d.now)
+		}
 	case ibErr == nil:
-		gap, dup := d.roceStats(f, pkt, p.Error != "", p.Cut)
+		gap, dup := d.roceStats(f, pkt, p.Error != "", p.Cut, sel)
 		// UD and RD receivers do not check PSNs (a CM MAD sent again keeps its PSN):
 		// a gap or a repeat says nothing of a UD packet.
 		if s := pkt.BTH.Opcode().Service(); s != ibtransport.ServiceUD && s != ibtransport.ServiceRD {
@@ -149,7 +166,7 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 	if madInfo != nil {
 		d.cmPairs = append(d.cmPairs, *madInfo)
 	}
-	d.emit(p)
+	d.emit(p, sel, true)
 }
 
 // maxIBMTU is the largest IB path MTU, and so the most payload one RoCE packet carries.
@@ -366,8 +383,9 @@ type roceDir struct {
 	cut      int // packets cut by the snap length after their headers
 	opcodes  map[string]int
 	messages map[string]int
-	first    time.Time
-	last     time.Time
+	first    time.Time // the first packet's time (counted or not: flows are ordered by it)
+	from, to time.Time // the first and last counted packets' (a filter may count some)
+	shown    bool      // a packet of the direction was counted
 
 	// Request PSNs: after the highest PSN so far, the next new one is in [nextLo, nextHi]
 	// (a READ request advances the PSN by its response count, which depends on the
@@ -410,24 +428,38 @@ func (d *decoder) roceDirFor(f *roce.Frame, pkt *ibtransport.Packet) *roceDir {
 	return r
 }
 
+// counted notes that the direction counted a packet at now.
+func (r *roceDir) counted(now time.Time) {
+	if !r.shown {
+		r.shown, r.from = true, now
+	}
+	r.to = now
+}
+
 // roceStats counts a packet in its direction's statistics: bad if it is an error, cut if
 // the capture cut it after its headers (its length is still the frame's on the wire, and
 // its payload length the one its headers declare). It returns the verdicts of the
 // packet's PSN: how many request PSNs are missing just before it (a gap), and whether
-// it is a duplicate (a request PSN, or READ response PSN, already seen).
-func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad, cut bool) (gap int, dup bool) {
+// it is a duplicate (a request PSN, or READ response PSN, already seen). With count
+// false (a filter does not show the packet) the packet only moves the PSN tracking on,
+// so that the verdicts on the packets counted do not depend on the filter.
+func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad, cut, count bool) (gap int, dup bool) {
 	b := pkt.BTH
 	op := b.Opcode()
 	r := d.roceDirFor(f, pkt)
-	r.packets++
-	r.bytes += d.wire
-	r.last = d.now
-	r.opcodes[opcodeName(op)]++
-	if bad {
-		r.errors++
-	}
-	if cut {
-		r.cut++
+	n := 0 // what the counters add: 1 if the packet is counted
+	if count {
+		n = 1
+		r.counted(d.now)
+		r.packets++
+		r.bytes += d.wire
+		r.opcodes[opcodeName(op)]++
+		if bad {
+			r.errors++
+		}
+		if cut {
+			r.cut++
+		}
 	}
 	psn := b.PSN()
 	switch {
@@ -438,11 +470,11 @@ func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad, cut boo
 			switch {
 			case ibtransport.PSNLess(psn, r.nextLo):
 				dup = true
-				r.duplicates++
+				r.duplicates += n
 			case ibtransport.PSNLess(r.nextHi, psn):
 				gap = int(ibtransport.PSNDiff(psn, r.nextHi))
-				r.gaps++
-				r.missing += gap
+				r.gaps += n
+				r.missing += gap * n
 			}
 		}
 		if !dup {
@@ -460,10 +492,16 @@ func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad, cut boo
 		if op.IsRead() {
 			if r.haveLastRespPSN && !ibtransport.PSNLess(r.lastRespPSN, psn) {
 				dup = true
-				r.respDuplicates++
+				r.respDuplicates += n
 			}
 			r.lastRespPSN, r.haveLastRespPSN = psn, true
 		}
+	}
+	if !count {
+		return gap, dup
+	}
+	if !count {
+		return gap, dup
 	}
 	if pkt.AETH != nil {
 		s := pkt.AETH.Syndrome()
@@ -572,7 +610,7 @@ func (d *decoder) roceFlows() []FlowSummary {
 			fs = &FlowSummary{Transport: dir.version, Service: dir.service.String(),
 				A: Endpoint{Addr: k.a.String()}, B: Endpoint{Addr: k.b.String()},
 				Opcodes: map[string]int{}, Messages: map[string]int{}, NAKs: map[string]int{},
-				First: d.relTime(dir.first), Last: d.relTime(dir.last)}
+				First: d.relTime(dir.from), Last: d.relTime(dir.to), order: d.relTime(dir.first)}
 			if k.qpa != unknownQP {
 				fs.A.QP = u32p(k.qpa)
 			}
@@ -603,8 +641,16 @@ func (d *decoder) roceFlows() []FlowSummary {
 		fs.Duplicates += dir.duplicates + dir.respDuplicates
 		fs.ACKs += dir.acks
 		fs.RNRNAKs += dir.rnrNAKs
-		fs.First = min(fs.First, d.relTime(dir.first))
-		fs.Last = max(fs.Last, d.relTime(dir.last))
+		if dir.shown {
+			if !fs.shown {
+				fs.First, fs.Last = d.relTime(dir.from), d.relTime(dir.to)
+			}
+			fs.First = min(fs.First, d.relTime(dir.from))
+			fs.Last = max(fs.Last, d.relTime(dir.to))
+			fs.shown = true
+		}
+		fs.order = min(fs.order, d.relTime(dir.first))
+		fs.dirKeys = append(fs.dirKeys, dir.key)
 	}
 	for _, k := range order {
 		fs := flows[k]

@@ -13,12 +13,54 @@ type Verdict struct {
 	Text  string
 }
 
-// emit prints a packet and, with Options.Verdicts, keeps its verdict.
-func (d *decoder) emit(p *Packet) {
-	d.out.packet(p)
+// emit prints a packet if the filter shows it (sel) and counts it in Result.Packets
+// (if it is one, not an error found in a stream between packets), and with
+// Options.Verdicts keeps its verdict, shown or not.
+func (d *decoder) emit(p *Packet, sel, isPacket bool) {
 	if d.opts.Verdicts {
 		d.res.Verdicts = append(d.res.Verdicts, Verdict{Frame: p.Frame, Text: verdictText(p)})
 	}
+	if !sel {
+		return
+	}
+	if isPacket {
+		d.res.Packets++
+	}
+	if d.filter != nil {
+		d.shownFrames[p.Frame] = true
+	}
+	d.out.packet(p)
+}
+
+// selects reports whether the filter shows packet p of flow (0: not known).
+func (d *decoder) selects(p *Packet, flow int) bool {
+	f := d.filter
+	if f == nil {
+		return true
+	}
+	if !f.inTime(p.Time) || !f.opcodeMatch(p.Opcode) {
+		return false
+	}
+	if !f.needsFlows() || d.selectedFlows[flow] {
+		return true
+	}
+	// A packet to a QP asked for, in no flow selected (one with a wrong ICRC).
+	if len(f.Flows) == 0 && p.DestQP != nil {
+		for _, q := range f.QPs {
+			if q == *p.DestQP {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// selectsConn reports whether the filter shows packet p of an iWARP connection, and
+// notes that the connection has a packet shown.
+func (d *decoder) selectsConn(p *Packet, c *tcpConn) bool {
+	sel := d.selects(p, d.connFlow[c.idx])
+	c.shown = c.shown || sel
+	return sel
 }
 
 // verdictText describes a packet and softrdma's verdict on it: the header fields of its
