@@ -66,6 +66,7 @@ extern int srgo_destroy_cq(uintptr_t h);
 extern int srgo_poll_cq(uintptr_t h, int n, struct sr_wc *wc);
 extern uintptr_t srgo_create_srq(uintptr_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, int *err);
 extern int srgo_arm_srq(uintptr_t h, uint32_t limit);
+extern int srgo_resize_srq(uintptr_t h, uint32_t max_wr);
 extern int srgo_destroy_srq(uintptr_t h);
 extern int srgo_post_srq_recv(uintptr_t h, struct sr_rwr *w, int n, int *posted);
 extern uintptr_t srgo_create_qp(uintptr_t pd, int type, uintptr_t scq, uintptr_t rcq, uintptr_t srq, int sig_all,
@@ -996,18 +997,31 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
 	return &q->srq;
 }
 
-// ibv_modify_srq arms the limit event (IBV_SRQ_LIMIT); resizing (IBV_SRQ_MAX_WR)
-// is not offered (no IBV_DEVICE_SRQ_RESIZE).
+// ibv_modify_srq resizes the SRQ (IBV_SRQ_MAX_WR: IBV_DEVICE_SRQ_RESIZE, as
+// rxe) and arms the limit event (IBV_SRQ_LIMIT), a limit above the new depth
+// refused before anything changes.
 int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
 {
 	if (!srq || !attr)
 		return EINVAL;
-	if (mask & ~IBV_SRQ_LIMIT)
+	if (mask & ~(IBV_SRQ_LIMIT | IBV_SRQ_MAX_WR))
 		return EINVAL;
 	struct sr_srq *q = (struct sr_srq *)srq;
-	int rc = SRGO(srgo_arm_srq, q->h, attr->srq_limit);
-	if (!rc)
-		q->attr.srq_limit = attr->srq_limit;
+	uint32_t depth = mask & IBV_SRQ_MAX_WR ? attr->max_wr : q->attr.max_wr;
+	if ((mask & IBV_SRQ_LIMIT) && attr->srq_limit > depth)
+		return EINVAL;
+	int rc = 0;
+	if (mask & IBV_SRQ_MAX_WR) {
+		rc = SRGO(srgo_resize_srq, q->h, attr->max_wr);
+		if (rc)
+			return rc;
+		q->attr.max_wr = attr->max_wr;
+	}
+	if (mask & IBV_SRQ_LIMIT) {
+		rc = SRGO(srgo_arm_srq, q->h, attr->srq_limit);
+		if (!rc)
+			q->attr.srq_limit = attr->srq_limit;
+	}
 	return rc;
 }
 

@@ -12,6 +12,7 @@ const (
 	CapPortActiveEvent  = 1 << 10
 	CapSysImageGUID     = 1 << 11
 	CapRCRNRNAKGen      = 1 << 12
+	CapSRQResize        = 1 << 13
 	CapMemWindow        = 1 << 17
 	CapMemMgtExtensions = 1 << 21
 	CapMemWindowType2B  = 1 << 24

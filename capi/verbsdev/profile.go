@@ -46,12 +46,12 @@ var profiles = map[devspec.Transport]profile{
 			MaxMsgSize:  0x800000,
 		},
 		pageSizeCap: 0xfffff000,
-		// rxe's RXE_DEVICE_CAP_FLAGS but AUTO_PATH_MIG and SRQ_RESIZE, which
-		// the engine does not do (no alternate path; an SRQ keeps its size).
-		// CHANGE_PHY_PORT and UD_AV_PORT_ENFORCE hold with one port, which
-		// modify_qp checks.
+		// rxe's RXE_DEVICE_CAP_FLAGS but AUTO_PATH_MIG, which the engine
+		// does not do (no alternate path). CHANGE_PHY_PORT and
+		// UD_AV_PORT_ENFORCE hold with one port, which modify_qp checks;
+		// SRQ_RESIZE is ibtransport.SRQ.Resize.
 		capFlags: CapBadPKeyCntr | CapBadQKeyCntr | CapChangePhyPort | CapUDAVPortEnforce |
-			CapPortActiveEvent | CapSysImageGUID | CapRCRNRNAKGen | CapMemWindow |
+			CapPortActiveEvent | CapSysImageGUID | CapRCRNRNAKGen | CapSRQResize | CapMemWindow |
 			CapMemMgtExtensions | CapMemWindowType2B,
 		maxSGERd: 32,
 		maxPD:    1048576, maxAH: 32767, maxMW: 524287,
