@@ -49,6 +49,7 @@ type benchOptions struct {
 	sizes      []int         // bandwidth message sizes
 	rateSize   int           // message rate size
 	latSize    int           // latency size
+	qps        []int         // QP pairs of the scale rows (qps)
 	mtu        int           // veth MTU
 	cpuProfile string
 	trace      string // --trace: an execution trace (go tool trace)
@@ -81,7 +82,7 @@ flags:
 `
 
 // benchAllTests are the kinds of row, in table order.
-var benchAllTests = []string{"write", "read", "send", "rate", "lat"}
+var benchAllTests = []string{"write", "read", "send", "rate", "lat", "qps"}
 
 func benchCmd(args []string, stdout, stderr io.Writer) int {
 	o := &benchOptions{}
@@ -92,7 +93,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.warm, "warm", 200*time.Millisecond, "unmeasured warm-up before each measurement")
 	fs.StringSliceVar(&o.transports, "transport", []string{"roce", "iwarp"}, "transports to measure: roce, iwarp")
 	fs.StringSliceVar(&o.backends, "backend", []string{"udp", "afpacket", "tap"}, "RoCE backends to measure: udp, afpacket, tap")
-	fs.StringSliceVar(&o.tests, "tests", benchAllTests, "rows to run: write, read, send (bandwidth), rate (64-byte message rate), lat (latency)")
+	fs.StringSliceVar(&o.tests, "tests", benchAllTests, "rows to run: write, read, send (bandwidth), rate (64-byte message rate), lat (latency), qps (scale: --qps QP pairs moving 4 KiB WRITEs, their setup rate and memory)")
+	fs.IntSliceVar(&o.qps, "qps", []int{1, 16, 256, 4096}, "QP pairs of the scale rows (--tests qps)")
 	fs.StringSliceVar(&sizes, "sizes", []string{"4K", "64K", "1M"}, "bandwidth message sizes (K and M suffixes)")
 	fs.IntVar(&o.rateSize, "rate-size", 64, "message size of the message-rate rows")
 	fs.IntVar(&o.latSize, "lat-size", 64, "message size of the latency rows")
@@ -165,6 +167,11 @@ func (o *benchOptions) check() error {
 	}
 	if o.measure <= 0 || o.warm < 0 {
 		return errors.New("--time must be positive and --warm not negative")
+	}
+	for _, n := range o.qps {
+		if n < 1 || n > 4096 {
+			return fmt.Errorf("--qps %d: want 1..4096 (the engine's MaxQP)", n)
+		}
 	}
 	if o.rateSize < 1 || o.latSize < 2 {
 		return errors.New("--rate-size must be at least 1 and --lat-size at least 2")

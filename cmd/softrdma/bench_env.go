@@ -224,11 +224,15 @@ func (e *benchEnv) runRoCE(devs []*roce.Device, addrA, addrB netip.Addr) error {
 // default for ib_read_bw, the device's maximum (rxe's and ours, 128).
 const benchMaxRdAtomic = 128
 
+// benchMaxQP is the devices' MaxQP: the scale rows' 4096 QPs and the
+// device's own (QP1 of a RoCE device).
+const benchMaxQP = 4096 + 64
+
 // benchEngineConfig is the engine configuration of the bench's devices
 // (SOFTRDMA_BENCH_WINDOW and SOFTRDMA_BENCH_ACKREQ override the window and
 // the AckReq interval, for experiments).
 func benchEngineConfig() ibtransport.ContextConfig {
-	c := ibtransport.ContextConfig{Seed: rand.Uint64()}
+	c := ibtransport.ContextConfig{Seed: rand.Uint64(), MaxQP: benchMaxQP}
 	if v, err := strconv.Atoi(os.Getenv("SOFTRDMA_BENCH_WINDOW")); err == nil {
 		c.MaxUnackedPSNs = v
 	}
@@ -267,11 +271,11 @@ func benchModifyRC(qp *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, dq
 // connection twice under one 4-tuple with other sequence numbers.
 func benchOpenIWARP(pair *netns.Pair, tap *pcapTap) (*benchEnv, error) {
 	e := &benchEnv{transport: "iwarp", backend: "tcp"}
-	da, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64()}})
+	da, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64(), MaxQP: benchMaxQP}})
 	if err != nil {
 		return nil, err
 	}
-	db, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64()}})
+	db, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64(), MaxQP: benchMaxQP}})
 	if err != nil {
 		return nil, err
 	}

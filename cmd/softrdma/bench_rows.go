@@ -76,6 +76,12 @@ func benchRunEnv(e *benchEnv, o *benchOptions, emit func(benchRow)) {
 					fmt.Fprint(os.Stderr, e.stats())
 				}
 			}
+		case "qps":
+			for _, n := range o.qps {
+				for _, r := range e.scaleRows(n, o) {
+					emit(r)
+				}
+			}
 		case "lat":
 			for _, v := range []string{"write", "read", "send"} {
 				for _, r := range e.latencyRows(v, o.latSize, o) {

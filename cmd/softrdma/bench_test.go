@@ -31,7 +31,7 @@ import (
 // window of 20 ms on a loaded machine may count nothing. Without root the
 // command must say, in one line, that it skipped, and succeed.
 func TestBenchRuns(t *testing.T) {
-	args := []string{"--time", "60ms", "--warm", "10ms", "--sizes", "4K", "--backend", "udp,tap", "--transport", "roce,iwarp"}
+	args := []string{"--time", "60ms", "--warm", "10ms", "--sizes", "4K", "--backend", "udp,tap", "--transport", "roce,iwarp", "--qps", "1,3"}
 	var stdout, stderr bytes.Buffer
 	if netns.Check() != nil {
 		if code := benchCmd(args, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "softrdma bench: skipped:") ||
@@ -59,7 +59,8 @@ func TestBenchRuns(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"roce WRITE bw", "roce READ bw", "roce SEND bw", "roce WRITE rate", "roce READ rate",
-		"roce SEND rate", "roce WRITE_IMM lat median", "roce READ lat p99", "roce SEND lat min", "iwarp WRITE bw"} {
+		"roce SEND rate", "roce WRITE_IMM lat median", "roce READ lat p99", "roce SEND lat min", "iwarp WRITE bw",
+		"roce WRITE bw 3 QPs", "roce setup 3 QPs", "roce memory 1 QPs", "iwarp WRITE bw 3 QPs", "iwarp setup 1 QPs", "iwarp memory 3 QPs"} {
 		if !seen[want] {
 			t.Errorf("no %q row", want)
 		}
