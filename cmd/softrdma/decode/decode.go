@@ -35,6 +35,8 @@ type Options struct {
 	// selects by flow or QP makes Run read the capture twice (the first time to find
 	// the flows): from its start again if r is an io.Seeker, else from memory.
 	Filter *Filter
+	// Report keeps what WriteHTML draws of each flow (its packets' PSNs and times).
+	Report bool
 }
 
 // Problem is something wrong with one frame, or with the file (Frame 0).
@@ -92,6 +94,9 @@ type Result struct {
 	// Filter describes Options.Filter ("" for none): then Packets, RDMAFrames, Errors,
 	// Notes and CRCErrors are those of the packets shown, and Flows the flows shown.
 	Filter string
+
+	// series is what WriteHTML draws of each flow, by flow ID (Options.Report).
+	series map[int]*flowSeries
 }
 
 // ExitCode returns the exit status for the result: 0 if every RDMA frame was well
@@ -838,7 +843,13 @@ func (d *decoder) numberFlows() {
 			d.connFlow[fs.conn-1] = fs.ID
 		}
 		shown := fs.shown && (d.selectedFlows == nil || d.selectedFlows[fs.ID])
-		fs.order, fs.dirKeys, fs.conn, fs.shown = 0, nil, 0, false
+		if fs.series != nil {
+			if d.res.series == nil {
+				d.res.series = map[int]*flowSeries{}
+			}
+			d.res.series[fs.ID] = fs.series
+		}
+		fs.order, fs.dirKeys, fs.conn, fs.shown, fs.series = 0, nil, 0, false, nil
 		if d.filter == nil || shown {
 			kept = append(kept, *fs)
 		}

@@ -62,6 +62,12 @@ type tcpConn struct {
 	// it); shown says a packet of it was shown (a filter may show none).
 	seen  time.Time
 	shown bool
+	// points are the payloads of the FPDUs counted (for the throughput), readRTT the
+	// Read Request → first Read Response times, readPending the Read Requests not yet
+	// answered, by sink STag and TO.
+	points      []iwarpPoint
+	readRTT     []float64
+	readPending map[[2]uint64]float64
 
 	first, last  time.Time
 	packets      int
@@ -954,6 +960,24 @@ func (d *decoder) fpduRecord(dir *iwarpDir, frame int, t time.Time, r *iwarp.Rec
 				c.messages[op.String()]++
 			}
 			c.payloadBytes += len(payload)
+			di := 0
+			if dir == c.dirs[1] {
+				di = 1
+			}
+			c.points = append(c.points, iwarpPoint{t: p.Time, payload: len(payload), dir: di})
+			switch {
+			case p.ReadRequest != nil:
+				if c.readPending == nil {
+					c.readPending = map[[2]uint64]float64{}
+				}
+				c.readPending[[2]uint64{uint64(p.ReadRequest.SinkSTag), p.ReadRequest.SinkTO}] = p.Time
+			case op == iwarp.OpReadResponse && dd.Tagged():
+				k := [2]uint64{uint64(dd.STag()), dd.TO()}
+				if t0, ok := c.readPending[k]; ok {
+					c.readRTT = append(c.readRTT, p.Time-t0)
+					delete(c.readPending, k)
+				}
+			}
 		}
 	}
 	switch {
@@ -1100,5 +1124,19 @@ func (c *tcpConn) summary(d *decoder) FlowSummary {
 		f.LostBytes += dir.stream.lostBytes
 	}
 	f.finishGoodput()
+	if r := newRTTStats(append([]float64(nil), c.readRTT...)); r != nil {
+		f.RTT = &FlowRTT{ReadResponse: r}
+	}
+	if c.shown {
+		f.Throughput = throughput(f.First, f.Last, func(yield func(float64, int)) {
+			for _, p := range c.points {
+				yield(p.t, p.payload)
+			}
+		})
+	}
+	if d.opts.Report {
+		f.series = &flowSeries{readRTT: c.readRTT, iwarpPts: c.points,
+			dirs: []seriesDir{{name: c.dirs[0].src.String() + " → " + c.dirs[0].dst.String()}, {name: c.dirs[1].src.String() + " → " + c.dirs[1].dst.String()}}}
+	}
 	return f
 }

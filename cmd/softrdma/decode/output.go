@@ -281,6 +281,9 @@ type FlowSummary struct {
 	// over First..Last in bits per second (0 for a single instant).
 	GoodputBytes int     `json:"goodput_bytes"`
 	GoodputBPS   float64 `json:"goodput_bps"`
+	// RTT is the flow's round-trip times; Throughput its goodput over time.
+	RTT        *FlowRTT    `json:"rtt,omitempty"`
+	Throughput *Throughput `json:"throughput,omitempty"`
 
 	goodBytes int
 	// For numberFlows: the time of the flow's first packet (shown or not), its RoCE
@@ -290,6 +293,14 @@ type FlowSummary struct {
 	dirKeys []roceDirKey
 	conn    int
 	shown   bool
+	series  *flowSeries
+}
+
+// FlowRTT is a flow's round-trip times: RoCE requests to the ACK of their PSN, and
+// READ requests (RoCE and iWARP) to the first packet of their response.
+type FlowRTT struct {
+	RequestACK   *RTTStats `json:"request_ack,omitempty"`
+	ReadResponse *RTTStats `json:"read_response,omitempty"`
 }
 
 func (f *FlowSummary) finishGoodput() {
@@ -752,6 +763,7 @@ func writeFlow(b *strings.Builder, f *FlowSummary) {
 	if f.Transport == "iWARP" {
 		fmt.Fprintf(b, "      TCP retransmissions %d, out of order %d, lost bytes %d, Terminates %d, CRC errors %d, errors %d%s\n",
 			f.Duplicates, f.OutOfOrder, f.LostBytes, f.Terminates, f.CRCErrors, f.Errors, cutCount(f.Cut))
+		writeTimes(b, f)
 		return
 	}
 	icrc := ""
@@ -760,6 +772,7 @@ func writeFlow(b *strings.Builder, f *FlowSummary) {
 	}
 	fmt.Fprintf(b, "      PSN gaps %d (%d PSNs missing), duplicates %d, ACKs %d, NAKs: %s, RNR NAKs %d%s, errors %d%s\n",
 		f.PSNGaps, f.PSNsMissing, f.Duplicates, f.ACKs, sortedCounts(f.NAKs), f.RNRNAKs, icrc, f.Errors, cutCount(f.Cut))
+	writeTimes(b, f)
 }
 
 // cutCount says how many of a flow's errors are frames cut after their headers, or "".

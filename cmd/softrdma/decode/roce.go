@@ -386,6 +386,7 @@ type roceDir struct {
 	first    time.Time // the first packet's time (counted or not: flows are ordered by it)
 	from, to time.Time // the first and last counted packets' (a filter may count some)
 	shown    bool      // a packet of the direction was counted
+	events   []roceEvent
 
 	// Request PSNs: after the highest PSN so far, the next new one is in [nextLo, nextHi]
 	// (a READ request advances the PSN by its response count, which depends on the
@@ -523,6 +524,7 @@ func (d *decoder) roceStats(f *roce.Frame, pkt *ibtransport.Packet, bad, cut, co
 			r.messages[messageName(op)]++
 		}
 	}
+	r.addEvent(d.relTime(d.now), op, pkt, dup, len(pkt.Payload))
 	return gap, dup
 }
 
@@ -655,6 +657,7 @@ func (d *decoder) roceFlows() []FlowSummary {
 	for _, k := range order {
 		fs := flows[k]
 		fs.finishGoodput()
+		d.roceFlowTimes(fs)
 		out = append(out, *fs)
 	}
 	return out
@@ -664,5 +667,39 @@ func (d *decoder) roceFlows() []FlowSummary {
 func (d *decoder) setPeer(src, dst netip.Addr, qp, peer uint32) {
 	if r := d.roceDirs[roceDirKey{src: src, dst: dst, qp: qp, srcQP: unknownQP}]; r != nil && r.peerQP == unknownQP {
 		r.peerQP = peer
+	}
+}
+
+// roceFlowTimes computes a RoCE flow's RTTs and throughput from its directions'
+// events, and keeps them for the HTML report (Options.Report).
+func (d *decoder) roceFlowTimes(fs *FlowSummary) {
+	var dirs []*roceDir
+	for _, k := range fs.dirKeys {
+		dirs = append(dirs, d.roceDirs[k])
+	}
+	ack, read := roceTimes(dirs, func(r *roceDir) *roceDir {
+		if r.service == ibtransport.ServiceUD || r.peerQP == unknownQP {
+			return nil
+		}
+		return d.roceDirs[roceDirKey{src: r.key.dst, dst: r.key.src, qp: r.peerQP, srcQP: unknownQP}]
+	})
+	if a, r := newRTTStats(ack), newRTTStats(read); a != nil || r != nil {
+		fs.RTT = &FlowRTT{RequestACK: a, ReadResponse: r}
+	}
+	if fs.shown {
+		fs.Throughput = throughput(fs.First, fs.Last, func(yield func(float64, int)) {
+			for _, r := range dirs {
+				for _, e := range r.events {
+					yield(e.t, int(e.payload))
+				}
+			}
+		})
+	}
+	if d.opts.Report {
+		s := &flowSeries{ackRTT: ack, readRTT: read}
+		for _, r := range dirs {
+			s.dirs = append(s.dirs, seriesDir{name: fmt.Sprintf("%s → %s QP 0x%06x", r.key.src, r.key.dst, r.key.qp), events: r.events})
+		}
+		fs.series = s
 	}
 }
