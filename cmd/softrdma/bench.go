@@ -50,7 +50,8 @@ type benchOptions struct {
 	rateSize   int           // message rate size
 	latSize    int           // latency size
 	qps        []int         // QP pairs of the scale rows (qps)
-	mtu        int           // veth MTU
+	mtu        int           // veth MTU of the pair being measured (mtus[0], then the others)
+	mtus       []int         // --mtu: the first for every row, the others for the bandwidth rows
 	cpuProfile string
 	trace      string // --trace: an execution trace (go tool trace)
 	memProfile string
@@ -98,7 +99,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringSliceVar(&sizes, "sizes", []string{"4K", "64K", "1M"}, "bandwidth message sizes (K and M suffixes)")
 	fs.IntVar(&o.rateSize, "rate-size", 64, "message size of the message-rate rows")
 	fs.IntVar(&o.latSize, "lat-size", 64, "message size of the latency rows")
-	fs.IntVar(&o.mtu, "mtu", 1500, "MTU of the veth pair (the IB MTU follows as rxe derives it: 1500 gives 1024)")
+	fs.IntSliceVar(&o.mtus, "mtu", []int{1500}, "MTUs of the veth pair (the IB MTU follows as rxe derives it: 1500 gives 1024, 9000 gives 4096): every row runs at the first, the bandwidth rows (write, read, send) at each of the others as well (make bench: 1500,9000)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.trace, "trace", "", "write an execution trace of the whole run to this file (go tool trace: goroutine wake-ups, blocking, system calls)")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile (every allocation sampled) to this file")
@@ -176,9 +177,15 @@ func (o *benchOptions) check() error {
 	if o.rateSize < 1 || o.latSize < 2 {
 		return errors.New("--rate-size must be at least 1 and --lat-size at least 2")
 	}
-	if o.mtu < 1280 || o.mtu > 65535 {
-		return fmt.Errorf("--mtu %d: want 1280..65535", o.mtu)
+	if len(o.mtus) == 0 {
+		return errors.New("--mtu: want at least one MTU")
 	}
+	for _, m := range o.mtus {
+		if m < 1280 || m > 65535 {
+			return fmt.Errorf("--mtu %d: want 1280..65535", m)
+		}
+	}
+	o.mtu = o.mtus[0]
 	if n := len(o.addrs); n != 0 {
 		if n != 2 || o.addrs[0] == o.addrs[1] {
 			return fmt.Errorf("--addrs %v: want two different addresses", o.addrs)
@@ -210,6 +217,7 @@ func containsString(list []string, s string) bool {
 type benchRow struct {
 	Transport string  `json:"transport"`
 	Backend   string  `json:"backend"`
+	MTU       int     `json:"mtu"`  // the veth pair's (or, with --addrs, the assumed path MTU)
 	Test      string  `json:"test"` // e.g. "WRITE bw", "SEND rate", "READ lat p99"
 	Size      int     `json:"bytes"`
 	Unit      string  `json:"unit"` // MiB/s, Mmsg/s or us
@@ -285,36 +293,36 @@ func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}
-	pair, err := benchPair(o)
-	if err != nil {
-		return err
-	}
-	defer pair.Close()
 	progress := stderr
 	if o.json {
 		progress = io.Discard
 	}
 	var rows []benchRow
 	emit := func(r benchRow) {
+		r.MTU = o.mtu
 		rows = append(rows, r)
-		fmt.Fprintf(progress, "  %-5s %-8s %-14s %8s  %s\n", r.Transport, r.Backend, r.Test, benchSizeString(r.Size), benchValue(r))
+		fmt.Fprintf(progress, "  %-5s %-8s %5d %-14s %8s  %s\n", r.Transport, r.Backend, r.MTU, r.Test, benchSizeString(r.Size), benchValue(r))
 	}
-	fmt.Fprintf(progress, "softrdma bench: %s, %v per measurement\n", benchPath(o, pair), o.measure)
-	for _, t := range o.transports {
-		backends := o.backends
-		if t == "iwarp" {
-			backends = []string{"tcp"}
-		}
-		for _, b := range backends {
-			env, err := benchOpenEnv(pair, t, b, o)
-			if err != nil {
-				emit(benchRow{Transport: t, Backend: b, Test: "(all)", Note: "not measured: " + err.Error()})
-				continue
+	tests := o.tests
+	for i, mtu := range o.mtus {
+		o.mtu, o.tests = mtu, tests
+		if i > 0 {
+			// The other MTUs: the bandwidth rows, where the packet size counts.
+			o.tests = nil
+			for _, t := range tests {
+				if t == "write" || t == "read" || t == "send" {
+					o.tests = append(o.tests, t)
+				}
 			}
-			benchRunEnv(env, o, emit)
-			env.close()
+			if len(o.tests) == 0 {
+				break
+			}
+		}
+		if err := benchAtMTU(o, progress, emit); err != nil {
+			return err
 		}
 	}
+	o.mtu, o.tests = o.mtus[0], tests
 	elapsed := time.Since(start)
 	var pcapFrames uint64
 	if o.tap != nil {
@@ -336,6 +344,33 @@ func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
 		return enc.Encode(rep)
 	}
 	benchPrintTable(stdout, rows, o, elapsed)
+	return nil
+}
+
+// benchAtMTU measures o.tests of every transport and backend on a pair of
+// MTU o.mtu.
+func benchAtMTU(o *benchOptions, progress io.Writer, emit func(benchRow)) error {
+	pair, err := benchPair(o)
+	if err != nil {
+		return err
+	}
+	defer pair.Close()
+	fmt.Fprintf(progress, "softrdma bench: %s, %v per measurement\n", benchPath(o, pair), o.measure)
+	for _, t := range o.transports {
+		backends := o.backends
+		if t == "iwarp" {
+			backends = []string{"tcp"}
+		}
+		for _, b := range backends {
+			env, err := benchOpenEnv(pair, t, b, o)
+			if err != nil {
+				emit(benchRow{Transport: t, Backend: b, Test: "(all)", Note: "not measured: " + err.Error()})
+				continue
+			}
+			benchRunEnv(env, o, emit)
+			env.close()
+		}
+	}
 	return nil
 }
 
@@ -361,7 +396,8 @@ func benchPath(o *benchOptions, pair *netns.Pair) string {
 	if pair != nil {
 		return fmt.Sprintf("namespaces %s and %s, veth MTU %d", pair.A.NS.Name(), pair.B.NS.Name(), o.mtu)
 	}
-	return fmt.Sprintf("two network namespaces on a veth pair (MTU %d)", o.mtu)
+	m := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(o.mtus)), ", "), "[]")
+	return fmt.Sprintf("two network namespaces on a veth pair (MTU %s)", m)
 }
 
 // benchPrintTable prints the rows as one table.
@@ -370,17 +406,17 @@ func benchPrintTable(w io.Writer, rows []benchRow, o *benchOptions, elapsed time
 		benchPath(o, nil), runtime.NumCPU(), o.measure, benchRounds, elapsed.Round(time.Second))
 	fmt.Fprintln(w, "ratio = softrdma/baseline for rates, baseline/softrdma for latencies (1 = as good as the raw path)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "transport\tbackend\ttest\tsize\tsoftrdma\tbaseline\tunit\tratio\tallocs/msg\tbaseline path")
+	fmt.Fprintln(tw, "transport\tbackend\tmtu\ttest\tsize\tsoftrdma\tbaseline\tunit\tratio\tallocs/msg\tbaseline path")
 	for _, r := range rows {
 		if r.Note != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t-\t-\t\t-\t\t%s\n", r.Transport, r.Backend, r.Test, benchSizeString(r.Size), r.Note)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t-\t-\t\t-\t\t%s\n", r.Transport, r.Backend, r.MTU, r.Test, benchSizeString(r.Size), r.Note)
 			continue
 		}
 		ratio := fmt.Sprintf("%.2f", r.Ratio)
 		if r.Base == 0 {
 			ratio = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%9s\t%9s\t%s\t%5s\t%10s\t%s\n", r.Transport, r.Backend, r.Test, benchSizeString(r.Size),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%9s\t%9s\t%s\t%5s\t%10s\t%s\n", r.Transport, r.Backend, r.MTU, r.Test, benchSizeString(r.Size),
 			benchNum(r.Value), benchNum(r.Base), r.Unit, ratio, benchNum(r.Allocs), r.Baseline)
 	}
 	tw.Flush()

@@ -31,7 +31,7 @@ import (
 // window of 20 ms on a loaded machine may count nothing. Without root the
 // command must say, in one line, that it skipped, and succeed.
 func TestBenchRuns(t *testing.T) {
-	args := []string{"--time", "60ms", "--warm", "10ms", "--sizes", "4K", "--backend", "udp,tap", "--transport", "roce,iwarp", "--qps", "1,3"}
+	args := []string{"--time", "60ms", "--warm", "10ms", "--sizes", "4K", "--backend", "udp,tap", "--transport", "roce,iwarp", "--qps", "1,3", "--mtu", "1500,9000"}
 	var stdout, stderr bytes.Buffer
 	if netns.Check() != nil {
 		if code := benchCmd(args, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "softrdma bench: skipped:") ||
@@ -65,6 +65,24 @@ func TestBenchRuns(t *testing.T) {
 			t.Errorf("no %q row", want)
 		}
 	}
+	jumbo := map[string]bool{} // rows at MTU 9000: the bandwidth rows only
+	for _, r := range rep.Rows {
+		if r.MTU == 9000 {
+			jumbo[r.Transport+" "+r.Test] = true
+		} else if r.MTU != 1500 {
+			t.Errorf("%s %s at MTU %d, want 1500 or 9000", r.Transport, r.Test, r.MTU)
+		}
+	}
+	for _, want := range []string{"roce WRITE bw", "roce READ bw", "roce SEND bw", "iwarp WRITE bw"} {
+		if !jumbo[want] {
+			t.Errorf("no %q row at MTU 9000 (rows there: %v)", want, jumbo)
+		}
+	}
+	for _, not := range []string{"roce WRITE rate", "roce READ lat p99", "roce WRITE bw 3 QPs"} {
+		if jumbo[not] {
+			t.Errorf("a %q row at MTU 9000: only the bandwidth rows run at the second MTU", not)
+		}
+	}
 	backends := map[string]bool{}
 	for _, r := range rep.Rows {
 		if r.Transport == "roce" && r.Test == "WRITE bw" {
@@ -85,11 +103,12 @@ func TestBenchRuns(t *testing.T) {
 	stderr.Reset()
 	traceFile := filepath.Join(t.TempDir(), "bench.trace")
 	if code := benchCmd([]string{"--time", "30ms", "--warm", "5ms", "--sizes", "4K", "--backend", "udp", "--transport", "roce",
-		"--tests", "write", "--trace", traceFile}, &stdout, &stderr); code != 0 {
+		"--tests", "write", "--trace", traceFile, "--mtu", "1500,9000"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[2], "transport") || !strings.Contains(lines[3], "WRITE bw") {
+	if len(lines) != 5 || !strings.HasPrefix(lines[2], "transport") || !strings.Contains(lines[3], "WRITE bw") ||
+		!strings.Contains(lines[3], " 1500 ") || !strings.Contains(lines[4], " 9000 ") {
 		t.Errorf("table:\n%s", stdout.String())
 	}
 	if fi, err := os.Stat(traceFile); err != nil || fi.Size() == 0 {
