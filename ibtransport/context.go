@@ -137,6 +137,7 @@ type Context struct {
 	timered    []*QP // QPs with a timer armed, scanned by NextDeadline
 
 	wake          chan struct{}
+	onCompletion  func() // OnCompletion (compwait.go)
 	events        chan AsyncEvent
 	eventsDropped uint64
 	counters      ContextCounters

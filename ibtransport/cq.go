@@ -190,6 +190,7 @@ func (cq *CQ) push(w WC, solicited bool) {
 		cq.err = fmt.Errorf("cq: a completion was lost: %w", fullError("completion queue", "depth", len(cq.ring), ErrCQOverrun))
 		cq.ctx.postEvent(AsyncEvent{Type: EventCQErr, CQ: cq})
 		cq.wakeWaiters()
+		cq.ctx.completed()
 		for _, qp := range cq.qps {
 			qp.fatal(EventQPFatal)
 		}
@@ -202,6 +203,7 @@ func (cq *CQ) push(w WC, solicited bool) {
 	cq.ring[i] = w
 	cq.count++
 	cq.wakeWaiters()
+	cq.ctx.completed()
 	if cq.armed && (!cq.solOnly || solicited || w.Status != WCSuccess) {
 		cq.armed = false
 		signal(cq.events)

@@ -213,12 +213,17 @@ func srgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_sr_wc) C.int {
 	if !ok || n < 0 {
 		return -1
 	}
+	return c.poll(n, unsafe.Pointer(out))
+}
+
+// poll moves up to n completions of c into out (ibv_poll_cq's Go half).
+func (c *cq) poll(n C.int, out unsafe.Pointer) C.int {
 	if cap(c.wc) < int(n) {
 		c.wc = make([]ib.WC, n)
 	}
 	wc := c.wc[:n]
 	got := c.cq.Poll(wc)
-	o := unsafe.Slice(out, int(n))
+	o := unsafe.Slice((*C.struct_sr_wc)(out), int(n))
 	for k, w := range wc[:got] {
 		o[k] = C.struct_sr_wc{
 			wr_id: C.uint64_t(w.WRID), status: C.uint32_t(w.Status), opcode: C.uint32_t(w.Opcode),
@@ -502,6 +507,7 @@ func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C
 		return postErr(err)
 	}
 	*posted = n
+	q.eng.sendNow()
 	return 0
 }
 

@@ -15,7 +15,10 @@ package main
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <infiniband/verbs.h>
 
 // The Go side (exports.go).
@@ -64,6 +67,7 @@ extern uintptr_t srgo_create_cq(int i, int cqe, int wfd, uint64_t cqptr, int *de
 extern int srgo_req_notify_cq(uintptr_t h, int solicited_only);
 extern int srgo_destroy_cq(uintptr_t h);
 extern int srgo_poll_cq(uintptr_t h, int n, struct sr_wc *wc);
+extern void *srgo_cq_wake(uintptr_t h);
 extern uintptr_t srgo_create_srq(uintptr_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, int *err);
 extern int srgo_arm_srq(uintptr_t h, uint32_t limit);
 extern int srgo_resize_srq(uintptr_t h, uint32_t max_wr);
@@ -150,6 +154,8 @@ struct sr_device {
 // functions find the ops (query_port, query_device_ex) through it.
 struct sr_context {
 	int idx;
+	int64_t idle_since; // sr_poll_cq: when its polls began to find nothing (0: they found some)
+	struct sr_wake *wake; // sr_poll_idle: the engine's futex word (hotpath.go), once known
 	struct verbs_context vc;
 };
 
@@ -587,6 +593,84 @@ void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 
 #define SR_BATCH 64
 
+// Busy polling. A program that spins on ibv_poll_cq (perftest, most
+// benchmarks) would take a whole CPU from the device loop that makes its
+// completions; on a host with few CPUs that halves its bandwidth and makes
+// its latency the scheduler's time slice. So once the device's CQs have been
+// found empty for sr_spin_ns, ibv_poll_cq sleeps on the engine's futex word
+// (wakeWord in hotpath.go, bumped at every completion) until a completion
+// arrives on any CQ of the device, at most sr_sleep_ns at a time; the first
+// completion ends the idle time. It sleeps in C, with the program's signals
+// as they are (a handler interrupts the sleep). SOFTRDMA_POLL_SPIN_US and
+// SOFTRDMA_POLL_SLEEP_US set them (a negative spin: never sleep).
+struct sr_wake {
+	uint32_t seq, waiters;
+};
+
+static int64_t sr_spin_ns = 20000, sr_sleep_ns = 100000;
+
+__attribute__((constructor)) static void sr_poll_config(void)
+{
+	const char *v;
+	if ((v = getenv("SOFTRDMA_POLL_SPIN_US")) && *v)
+		sr_spin_ns = strtoll(v, NULL, 10) * 1000;
+	if ((v = getenv("SOFTRDMA_POLL_SLEEP_US")) && *v && strtoll(v, NULL, 10) > 0)
+		sr_sleep_ns = strtoll(v, NULL, 10) * 1000;
+}
+
+static int64_t sr_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+// sr_poll_seq is the engine's completion count before a poll (0 until known).
+static uint32_t sr_poll_seq(struct ibv_cq *cq)
+{
+	struct sr_wake *w = __atomic_load_n(&sr_ctx(cq->context)->wake, __ATOMIC_ACQUIRE);
+	return w ? __atomic_load_n(&w->seq, __ATOMIC_SEQ_CST) : 0;
+}
+
+// sr_poll_idle follows a first poll of cq that found got completions, seq
+// being sr_poll_seq before it: it keeps the context's idle time, and once
+// that is long enough sleeps until the engine's count moves from seq (a
+// completion added since the poll, which then polls again) or sr_sleep_ns
+// pass. It returns the completions now in w.
+static int sr_poll_idle(struct ibv_cq *cq, int want, struct sr_wc *w, int got, uint32_t seq)
+{
+	struct sr_context *c = sr_ctx(cq->context);
+	uintptr_t h = ((struct sr_cq *)cq)->h;
+	if (got != 0 || want == 0 || sr_spin_ns < 0) {
+		if (got > 0 && __atomic_load_n(&c->idle_since, __ATOMIC_RELAXED))
+			__atomic_store_n(&c->idle_since, 0, __ATOMIC_RELAXED);
+		return got;
+	}
+	int64_t now = sr_now(), since = __atomic_load_n(&c->idle_since, __ATOMIC_RELAXED);
+	if (!since) {
+		__atomic_store_n(&c->idle_since, now, __ATOMIC_RELAXED);
+		return 0;
+	}
+	struct sr_wake *k = __atomic_load_n(&c->wake, __ATOMIC_ACQUIRE);
+	if (!k) {
+		// Known from now on; this poll's seq was not, so no sleep yet.
+		__atomic_store_n(&c->wake, (struct sr_wake *)SRGO(srgo_cq_wake, h), __ATOMIC_RELEASE);
+		return 0;
+	}
+	if (now - since < sr_spin_ns)
+		return 0;
+	struct timespec t = {.tv_sec = sr_sleep_ns / 1000000000, .tv_nsec = sr_sleep_ns % 1000000000};
+	__atomic_add_fetch(&k->waiters, 1, __ATOMIC_SEQ_CST);
+	syscall(SYS_futex, &k->seq, FUTEX_WAIT_PRIVATE, seq, &t, NULL, 0);
+	__atomic_sub_fetch(&k->waiters, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&k->seq, __ATOMIC_SEQ_CST) == seq)
+		return 0; // the time is up (or a signal): the program's loop runs again
+	got = SRGO(srgo_poll_cq, h, want, w);
+	if (got > 0)
+		__atomic_store_n(&c->idle_since, 0, __ATOMIC_RELAXED);
+	return got;
+}
+
 static int sr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	struct sr_wc w[SR_BATCH];
@@ -595,7 +679,10 @@ static int sr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		return -1;
 	while (total < n) {
 		int want = n - total < SR_BATCH ? n - total : SR_BATCH;
+		uint32_t seq = total == 0 ? sr_poll_seq(cq) : 0;
 		int got = SRGO(srgo_poll_cq, ((struct sr_cq *)cq)->h, want, w);
+		if (total == 0)
+			got = sr_poll_idle(cq, want, w, got, seq);
 		if (got < 0)
 			return total ? total : -1;
 		for (int i = 0; i < got; i++) {

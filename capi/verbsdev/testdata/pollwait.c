@@ -1,0 +1,120 @@
+/* pollwait: a program's busy-poll loop on the library sleeps while the
+ * device's CQs are empty, and a completion on any CQ of the device wakes it.
+ * Run with SOFTRDMA_POLL_SPIN_US=0 and SOFTRDMA_POLL_SLEEP_US given by the
+ * test. "idle": ten polls of an empty CQ take at least the eight sleeps they
+ * ask for. "wake" (with a sleep of a minute): a poll of a CQ that never gets
+ * anything returns as soon as another CQ of the device gets a completion
+ * (one RC QP connected to itself, a SEND posted by a second thread 200 ms
+ * later), then the receive is polled. One line per check. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static struct ibv_qp *qp;
+static struct ibv_mr *mr;
+static char buf[2][64];
+
+static void *sender(void *arg)
+{
+	usleep(200000);
+	strcpy(buf[0], "through the wire and back");
+	struct ibv_sge ss = {.addr = (uintptr_t)buf[0], .length = 64, .lkey = mr->lkey};
+	struct ibv_send_wr sw = {.wr_id = 1, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED}, *bsw;
+	if (ibv_post_send(qp, &sw, &bsw))
+		printf("post send failed\n");
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	int wake = argc > 1 && !strcmp(argv[1], "wake");
+	struct ibv_device **l = ibv_get_device_list(NULL);
+	if (!l || !l[0])
+		return 1;
+	struct ibv_context *ctx = ibv_open_device(l[0]);
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *scq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_cq *rcq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_cq *idle = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	if (!pd || !scq || !rcq || !idle)
+		return 1;
+	struct ibv_wc wc;
+	if (!wake) {
+		double t0 = now();
+		int got = 0;
+		for (int i = 0; i < 10; i++)
+			got += ibv_poll_cq(idle, 1, &wc);
+		double dt = now() - t0;
+		printf("idle polls: %d completions, slept: %s\n", got, dt >= 0.75 ? "yes" : "no");
+		if (dt < 0.75)
+			printf("(took %.3f s)\n", dt);
+		return 0;
+	}
+
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_qp_init_attr ia = {.send_cq = scq, .recv_cq = rcq, .qp_type = IBV_QPT_RC,
+		.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	qp = ibv_create_qp(pd, &ia);
+	if (!mr || !qp)
+		return 1;
+	union ibv_gid gid;
+	ibv_query_gid(ctx, 1, 1, &gid);
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+	int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = qp->qp_num;
+	a.rq_psn = 7;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = gid;
+	a.ah_attr.grh.sgid_index = 1;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	rc |= ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = 7;
+	a.max_rd_atomic = 1;
+	rc |= ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			    IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	struct ibv_sge rs = {.addr = (uintptr_t)buf[1], .length = 64, .lkey = mr->lkey};
+	struct ibv_recv_wr rw = {.wr_id = 2, .sg_list = &rs, .num_sge = 1}, *brw;
+	rc |= ibv_post_recv(qp, &rw, &brw);
+	printf("connected to itself: rc=%d\n", rc);
+
+	pthread_t t;
+	pthread_create(&t, NULL, sender, NULL);
+	double t0 = now();
+	int got = 0;
+	for (int i = 0; i < 3; i++) // idle from the first; the third sleeps
+		got += ibv_poll_cq(idle, 1, &wc);
+	double dt = now() - t0;
+	printf("a completion on another CQ woke the poll: %s, %d completions on the idle CQ\n", dt < 30 ? "yes" : "no", got);
+	int n = 0;
+	for (int i = 0; n == 0 && i < 1000000; i++)
+		n = ibv_poll_cq(rcq, 1, &wc);
+	printf("received: %s, %s\n", n == 1 && !wc.status ? "success" : "error", buf[1]);
+	pthread_join(t, NULL);
+	for (n = 0; n == 0;)
+		n = ibv_poll_cq(scq, 1, &wc);
+	printf("sent: %s\n", n == 1 && !wc.status ? "success" : "error");
+	return 0;
+}
