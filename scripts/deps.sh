@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the tests need on a fresh Debian machine: Go modules, and tshark for the
-# tests that compare softrdma's decoding with Wireshark's. Without root or apt-get the
+# Installs what the tests need on a fresh Debian machine: Go modules, tshark for the
+# tests that compare softrdma's decoding with Wireshark's, and chromium, in which a test
+# renders decode's HTML report. Without root or apt-get the
 # tshark-dependent tests skip with a reason instead. The same for gcc, rdma-core's headers
 # (libibverbs-dev) and tools (ibverbs-utils), which `make lib` and its tests need;
 # `deps.sh lib` installs only those, and fails if it cannot.
@@ -31,5 +32,11 @@ if ! command -v tshark >/dev/null 2>&1; then
     apt-get install -y -qq tshark >/dev/null
   else
     echo "deps: tshark missing and cannot install it (need root and apt-get): its tests will skip"
+  fi
+fi
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  echo "deps: installing chromium (Debian package) to render decode's HTML report in a test"
+  if ! apt_install chromium; then
+    echo "deps: cannot install chromium (need root and apt-get): TestHTMLChromium will skip"
   fi
 fi

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-const decodeUsage = `usage: softrdma decode FILE|- [--json] [--flows=false] [--no-summary] [--annotate OUT.pcapng]
+const decodeUsage = `usage: softrdma decode FILE|- [--json] [--flows=false] [--no-summary] [--annotate OUT.pcapng] [--html OUT.html]
                        [--flow N|ADDR|ADDR:PORT]... [--qp N]... [--opcode NAME]... [--time START:END]
 
 Explains a pcap or pcapng capture (FILE, or standard input for -, as in
@@ -26,6 +26,10 @@ flows keep the numbers they have without a filter; verdicts such as PSN gaps are
 found over every packet). --opcode matches a part of the opcode name, any case
 ("write", "Read Request", "RC Acknowledge"); --time is in seconds since the first
 frame, either end may be left out.
+
+--html writes one self-contained HTML report: per flow a PSN-over-time plot (sends,
+retransmissions, ACKs, NAKs, RNR NAKs), the throughput over time, the RTT distribution
+and the verdict table.
 
 --annotate writes the capture back as pcapng, every frame kept, each RDMA frame with
 softrdma's verdict as a packet comment (Wireshark: pkt_comment / frame.comment).
@@ -49,6 +53,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	qps := fs.StringSlice("qp", nil, "show only the packets of QP N (decimal or 0x hex), either end (repeatable)")
 	opcodes := fs.StringArray("opcode", nil, "show only the packets whose opcode name contains NAME, any case (repeatable)")
 	timeRange := fs.String("time", "", "show only the packets in START:END, seconds since the first frame")
+	htmlOut := fs.String("html", "", "write a self-contained HTML report (plots per flow) to this file")
 	annotate := fs.String("annotate", "", "write the capture with each RDMA frame's verdict as a pcapng packet comment to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -77,7 +82,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if name == "-" {
 		name = "standard input"
 	}
-	opts := decode.Options{JSON: *jsonOut, Flows: *flows, Summary: !*noSummary, Verdicts: *annotate != "", Filter: filter}
+	opts := decode.Options{JSON: *jsonOut, Flows: *flows, Summary: !*noSummary, Verdicts: *annotate != "", Filter: filter, Report: *htmlOut != ""}
 	// The annotated copy reads the capture a second time: a file from its start, standard
 	// input from memory.
 	var again io.ReadSeeker
@@ -96,6 +101,12 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma decode: %s: %v\n", name, err)
 		return 2
+	}
+	if *htmlOut != "" {
+		if err := writeHTMLReport(*htmlOut, &res, name); err != nil {
+			fmt.Fprintf(stderr, "softrdma decode: --html %s: %v\n", *htmlOut, err)
+			return 2
+		}
 	}
 	if *annotate != "" {
 		if err := writeAnnotated(*annotate, again, &res); err != nil {
@@ -187,4 +198,17 @@ func decodeFilter(flows, qps, opcodes []string, timeRange string, timeSet bool) 
 		return nil, nil
 	}
 	return &f, nil
+}
+
+// writeHTMLReport writes decode's HTML report of res to the file name.
+func writeHTMLReport(name string, res *decode.Result, capture string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	err = decode.WriteHTML(f, res, capture)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -191,3 +191,39 @@ func TestDecodeFilterFlags(t *testing.T) {
 	}
 	decodeStdin = os.Stdin
 }
+
+// TestDecodeHTML: --html writes the report (with a filter too: only the flows shown);
+// a file that cannot be created is exit 2.
+func TestDecodeHTML(t *testing.T) {
+	good := filepath.Join(decodeCaptures, "rxe-write-bw-rdma-cm.pcap")
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args  []string
+		flows string // the flow sections, in order
+	}{
+		{nil, "#1 #2 #3"},
+		{[]string{"--flow", "3"}, "#3"},
+	} {
+		out := filepath.Join(dir, "r.html")
+		var stdout, stderr bytes.Buffer
+		if code := runDecode(append(append([]string{"--html", out}, tc.args...), good), &stdout, &stderr); code != 0 {
+			t.Fatalf("decode --html %v: exit %d: %s", tc.args, code, stderr.String())
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, part := range strings.Split(string(b), `<h2 id="flow-`)[1:] {
+			n, _, _ := strings.Cut(part, `"`)
+			got = append(got, "#"+n)
+		}
+		if strings.Join(got, " ") != tc.flows || !strings.Contains(string(b), `<svg class="plot"`) {
+			t.Errorf("decode --html %v: flow sections %v, want %s", tc.args, got, tc.flows)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := runDecode([]string{"--html", filepath.Join(dir, "no", "r.html"), good}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "--html") {
+		t.Errorf("--html into a missing directory: exit %d: %s", code, stderr.String())
+	}
+}
