@@ -243,12 +243,15 @@ func Softrdma(t testing.TB) string {
 // BinDir returns the directory of the softrdma binary (for a guest's --project).
 func BinDir(t testing.TB) string { return filepath.Dir(Softrdma(t)) }
 
-// Main runs the tests and removes the binary Softrdma built. Call it from the
-// package's TestMain: func TestMain(m *testing.M) { interop.Main(m) }.
+// Main runs the tests and removes the binary Softrdma built and the libraries
+// Libs built. Call it from the package's TestMain: func TestMain(m *testing.M)
+// { interop.Main(m) }.
 func Main(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
+	for _, dir := range []string{buildDir, libDir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 	os.Exit(code)
 }

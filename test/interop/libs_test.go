@@ -1,0 +1,201 @@
+package interop_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softrdma/softrdma/test/interop"
+)
+
+// libPort is the out-of-band TCP port of rdma-core's pingpongs and perftest
+// (their default): the guest and the namespace each have their own.
+const libPort = 18515
+
+// libDevice is the host side's device on softrdma's libraries: a RoCE device on
+// the bridge's address, whose GID index 1 is its IPv4-mapped address, as rxe's.
+var libDevice = "roce:" + interop.HostIPv4
+
+// libCase is one exchange of an unmodified Debian tool with itself: one end on
+// softrdma's libraries on the host, the other on the kernel's rxe in a guest.
+type libCase struct {
+	tool      string
+	pp        *pingpongCase // a pingpong: its size and mode
+	perf      *perfCase     // a perftest tool: its options
+	libServer bool          // the libraries' end is the server
+	opcode    string        // a message the capture must show (decode's opcode name)
+}
+
+func (c libCase) String() string {
+	dir := "rxe-server"
+	if c.libServer {
+		dir = "lib-server"
+	}
+	if c.perf != nil {
+		return fmt.Sprintf("%s/%s/%s", c.tool, dir, strings.Join(c.perf.args(), ""))
+	}
+	return fmt.Sprintf("%s/%s/s%d", c.tool, dir, c.pp.size)
+}
+
+// libIters bounds each exchange: the guest runs under TCG emulation.
+const libIters = 5
+
+// TestLibsRXE runs Debian's unmodified ibv_rc_pingpong, ibv_ud_pingpong,
+// ib_write_bw, ib_read_bw, ib_send_lat and ib_atomic_bw with one end on
+// softrdma's libibverbs.so.1 on the host (LD_LIBRARY_PATH, SOFTRDMA_DEVICES,
+// in the harness's namespace) and the other on the kernel's rxe in one guest,
+// the libraries as client and as server. Both ends must succeed with the
+// tools' own output, agree on each other's QPNs, PSNs, keys and GIDs (the
+// IPv4-mapped ones, GID index 1 on both); the pingpongs' -c check must pass.
+// The capture on the guest's tap, the frames as on the wire between the two
+// stacks, must decode with no error in softrdma decode (every ICRC, rxe's and
+// the libraries', verified), show the exchange's messages, and hold no frame
+// tshark calls malformed, every RoCE frame dissected as InfiniBand.
+func TestLibsRXE(t *testing.T) {
+	h := interop.Require(t)
+	interop.Libs(t)
+	g := h.Boot(t, "libs81", interop.BootOptions{IP: "10.77.0.81", NoIPv6: true, Links: "rxe"})
+	var cases []libCase
+	for _, server := range []bool{false, true} {
+		for _, c := range []libCase{
+			{tool: "ibv_rc_pingpong", pp: &pingpongCase{mode: "rc", size: 4096}, opcode: "SEND"},
+			{tool: "ibv_ud_pingpong", pp: &pingpongCase{mode: "ud", size: 1024}, opcode: "UD SEND"},
+			{tool: "ib_write_bw", perf: &perfCase{tool: "ib_write_bw", size: 65536}, opcode: "RDMA WRITE"},
+			{tool: "ib_read_bw", perf: &perfCase{tool: "ib_read_bw", size: 65536}, opcode: "RDMA READ"},
+			{tool: "ib_send_lat", perf: &perfCase{tool: "ib_send_lat", size: 2}, opcode: "SEND"},
+			{tool: "ib_atomic_bw", perf: &perfCase{tool: "ib_atomic_bw", atomic: "FETCH_AND_ADD"}, opcode: "FetchAdd"},
+			{tool: "ib_atomic_bw", perf: &perfCase{tool: "ib_atomic_bw", atomic: "CMP_AND_SWAP"}, opcode: "CmpSwap"},
+		} {
+			c.libServer = server
+			if c.perf != nil {
+				c.perf.iters, c.perf.mtu, c.perf.server = libIters, 1024, server
+			}
+			cases = append(cases, c)
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.String(), func(t *testing.T) { runLibCase(t, h, g, c) })
+	}
+}
+
+func runLibCase(t *testing.T, h *interop.Harness, g *interop.Guest, c libCase) {
+	pcap := filepath.Join(t.TempDir(), "tap.pcap")
+	gidFlag := "-g"
+	var common []string
+	if c.perf != nil {
+		gidFlag, common = "-x", c.perf.args()
+	} else {
+		common = []string{"-n", strconv.Itoa(pingpongIters), "-s", strconv.Itoa(c.pp.size), "-c"}
+	}
+	libArgs := append([]string{"-d", "sr_roce0", gidFlag, "1"}, common...)
+	kernArgs := append([]string{"-d", "rxe0", gidFlag, g.GIDIndex(t, false)}, common...)
+
+	stop := g.PcapAll(t, pcap, "udp port 4791")
+	lib, kern := libExchange(t, h, g, c.tool, c.libServer, libArgs, kernArgs)
+	stop()
+
+	if c.pp != nil {
+		hl, hr := checkPingpongOutput(t, c.tool+" (softrdma's libraries)", lib.Stdout, *c.pp)
+		gl, gr := checkPingpongOutput(t, c.tool+" (rxe)", kern.Stdout, *c.pp)
+		if hl != gr || gl != hr {
+			t.Errorf("the two ends disagree on the addresses:\nlibraries local %+v remote %+v\nrxe local %+v remote %+v", hl, hr, gl, gr)
+		}
+		if want := "::ffff:" + interop.HostIPv4; hl.gid != want {
+			t.Errorf("the libraries' GID %s, want %s", hl.gid, want)
+		}
+		if want := "::ffff:" + g.IP; gl.gid != want {
+			t.Errorf("rxe's GID %s, want %s", gl.gid, want)
+		}
+		for _, out := range []string{lib.Stdout, kern.Stdout} {
+			if strings.Contains(out, "invalid data") {
+				t.Errorf("the server's -c check failed:\n%s", out)
+			}
+		}
+	} else {
+		t.Logf("libraries: %s", perfResultRow(lib.Stdout))
+		t.Logf("rxe: %s", perfResultRow(kern.Stdout))
+		ls := parsePerfRun(t, c.tool+" (softrdma's libraries)", lib.Stdout, *c.perf, c.libServer)
+		ks := parsePerfRun(t, c.tool+" (rxe)", kern.Stdout, *c.perf, !c.libServer)
+		checkPerfSides(t, ls, ks, *c.perf)
+		if want := "::ffff:" + interop.HostIPv4; len(ls.gid) == 0 || ls.gid[0] != want {
+			t.Errorf("the libraries' GID %v, want %s", ls.gid, want)
+		}
+		if want := "::ffff:" + g.IP; len(ks.gid) == 0 || ks.gid[0] != want {
+			t.Errorf("rxe's GID %v, want %s", ks.gid, want)
+		}
+	}
+	checkLibCapture(t, pcap, c.opcode)
+}
+
+// libExchangeTimeout bounds one end of one exchange.
+const libExchangeTimeout = 3 * time.Minute
+
+// libExchange runs tool between softrdma's libraries on the host (libArgs) and
+// rxe in the guest (kernArgs), the libraries' end as the server if libServer,
+// and returns both ends' results, failing the test unless both succeeded. The
+// client is started once the server listens on its TCP port.
+func libExchange(t *testing.T, h *interop.Harness, g *interop.Guest, tool string, libServer bool, libArgs, kernArgs []string) (lib, kern interop.Result) {
+	t.Helper()
+	if libServer {
+		p := h.LibStart(t, libDevice, tool, libArgs...)
+		if !p.WaitListenTCP(libPort, time.Minute) {
+			t.Fatalf("the libraries' %s server did not listen:\n%s", tool, p.Wait(time.Second))
+		}
+		kern = g.Exec(t, libExchangeTimeout, append([]string{tool}, append(kernArgs, interop.HostIPv4)...)...)
+		wait := libExchangeTimeout
+		if !kern.OK() {
+			wait = 10 * time.Second // the server may wait for ever
+		}
+		lib = p.Wait(wait)
+	} else {
+		job := g.ExecBackground(t, append([]string{tool}, kernArgs...)...)
+		g.WaitListenTCP(t, libPort, time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), libExchangeTimeout)
+		defer cancel()
+		lib = h.LibRun(ctx, t, libDevice, tool, append(libArgs, g.IP)...)
+		wait := libExchangeTimeout
+		if !lib.OK() {
+			job.Kill("TERM") // the server may wait for ever
+			wait = 10 * time.Second
+		}
+		kern = job.Wait(t, wait)
+	}
+	if !lib.OK() || !kern.OK() {
+		t.Fatalf("exchange failed\nsoftrdma's libraries:\n%s\nrxe:\n%s", lib, kern)
+	}
+	return lib, kern
+}
+
+// checkLibCapture checks a capture of an exchange between the libraries and a
+// kernel: softrdma decode finds no error (every CRC verified, both ends'), and
+// the message opcode; tshark finds no malformed frame and dissects as
+// InfiniBand (or iWARP) every RDMA frame decode finds. The tap's tcpdump may
+// drop frames under emulation, so counts are not checked.
+func checkLibCapture(t *testing.T, pcap, opcode string) {
+	t.Helper()
+	out := interop.Decode(t, pcap)
+	var frames, rdma int
+	for _, l := range strings.Split(out, "\n") {
+		if n, _ := fmt.Sscanf(l, "%d frames (pcap), %d RDMA frames", &frames, &rdma); n == 2 {
+			break
+		}
+	}
+	if rdma == 0 {
+		t.Errorf("the capture has no RDMA frame:\n%s", lastLines(out, 8))
+	}
+	if opcode != "" && !strings.Contains(out, " "+opcode) {
+		t.Errorf("the capture has no %s:\n%s", opcode, lastLines(out, 12))
+	}
+	malformed, ib := interop.TsharkMalformed(t, pcap)
+	if malformed > 0 {
+		t.Errorf("tshark finds %d malformed frames in %s", malformed, filepath.Base(pcap))
+	}
+	if ib >= 0 && ib != rdma {
+		t.Errorf("tshark decodes %d frames as InfiniBand, softrdma decode %d RDMA frames", ib, rdma)
+	}
+	t.Logf("capture: %d RDMA frames, decoded without error, %d malformed in tshark", rdma, max(malformed, 0))
+}
