@@ -41,6 +41,7 @@ import (
 	"unsafe"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/roce"
 )
 
 // cq is a CQ handed to C, with the buffer Poll fills and, for a CQ with a
@@ -347,16 +348,14 @@ func addressHandle(a *C.struct_sr_qpattr) (ib.AddressHandle, bool) {
 	if a.is_global == 0 {
 		return ib.AddressHandle{}, false
 	}
-	hop := uint8(a.hop_limit)
-	if hop <= 1 {
-		// ibv_rc_pingpong asks for 1; rxe sends 64 whatever it is told on
-		// RoCEv2 (the IP TTL is the netdev's), and a TTL of 1 would not
-		// cross a router.
-		hop = 64
-	}
+	// The program's hop limit is not used, as the kernel's verbs do not use
+	// it on RoCE: ib_resolve_eth_dmac (ibv_modify_qp, ibv_create_ah) replaces
+	// grh.hop_limit with the route's (net.ipv4.ip_default_ttl, 64), so rxe
+	// sends TTL 64 when ibv_rc_pingpong asks for 1 and perftest for 255, and
+	// ibv_query_qp reports 64.
 	return ib.AddressHandle{
 		DGID: *(*[16]byte)(unsafe.Pointer(&a.dgid[0])), SGIDIndex: uint8(a.sgid_index),
-		HopLimit: hop, TrafficClass: uint8(a.traffic_class), FlowLabel: uint32(a.flow_label), SL: uint8(a.sl),
+		HopLimit: roce.DefaultHopLimit, TrafficClass: uint8(a.traffic_class), FlowLabel: uint32(a.flow_label), SL: uint8(a.sl),
 	}, true
 }
 
