@@ -24,8 +24,11 @@ build:
 # lib/libibverbs.so.1: the drop-in libibverbs (capi/libibverbs, cgo, built
 # against rdma-core's headers, which lib-deps installs, as libsoftrdma-verbs.so,
 # loaded at the first verb by the C shim libibverbs.so.1, capi/shim: a program
-# may fork before it opens a device), and libmlx5.so.1 and
-# libefa.so.1 stubs (capi/vendorstubs) that perftest links. Unmodified verbs
+# may fork before it opens a device), libmlx5.so.1 and libefa.so.1 stubs
+# (capi/vendorstubs) that perftest links, and the drop-in librdmacm.so.1
+# (capi/librdmacm: C over the rdma_cm engine in the Go library, reached through
+# libibverbs.so.1's private node SOFTRDMA_CM_PRIVATE: one Go runtime per
+# process). Unmodified verbs
 # programs run on softrdma with LD_LIBRARY_PATH=lib SOFTRDMA_DEVICES=SPEC...
 # (devspec). The softrdma binary and every other package stay CGO_ENABLED=0.
 # LIBDIR puts it elsewhere (the tests build into a temporary directory).
@@ -48,6 +51,8 @@ lib-build:
 		-o $(LIBDIR)/libmlx5.so.1 capi/vendorstubs/mlx5.c
 	gcc -shared -fPIC -O2 -Wall -Wl,--version-script=capi/vendorstubs/efa.map -Wl,-soname,libefa.so.1 \
 		-o $(LIBDIR)/libefa.so.1 capi/vendorstubs/efa.c
+	gcc -shared -fPIC -O2 -Wall -Wl,--version-script=capi/librdmacm/librdmacm.map -Wl,-soname,librdmacm.so.1 \
+		-o $(LIBDIR)/librdmacm.so.1 capi/librdmacm/rdmacm.c capi/librdmacm/stubs.c $(LIBDIR)/libibverbs.so.1 -lpthread
 
 lib-deps:
 	@./scripts/deps.sh lib

@@ -236,6 +236,9 @@ func (qp *QP) QPN() uint32 { return qp.qpn }
 // Type returns the QP's transport service.
 func (qp *QP) Type() QPType { return qp.typ }
 
+// Context returns the Context the QP was created on.
+func (qp *QP) Context() *Context { return qp.ctx }
+
 // State returns the current state.
 func (qp *QP) State() QPState {
 	qp.ctx.mu.Lock()

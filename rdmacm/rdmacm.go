@@ -318,7 +318,8 @@ type ID struct {
 	bound        bool
 	ephemeral    bool // bound to a port bind picked
 	qp           *ibtransport.QP
-	listener     *ID // a connection's listening ID
+	qpAttached   bool // qp came from AttachQP: its creator destroys it
+	listener     *ID  // a connection's listening ID
 	backlog      int
 	pending      int // listener: requests delivered and not answered
 	counted      bool
@@ -725,6 +726,49 @@ func (id *ID) CreateQP(pd *ibtransport.PD, attr ibtransport.QPInitAttr) (*ibtran
 	return qp, nil
 }
 
+// AttachQP makes qp, created by the caller on the ID's device, the ID's QP,
+// and moves it to its first state as CreateQP does. librdmacm's replacement
+// creates the QP through libibverbs' (so that the program's ibv_qp is the
+// library's) and hands it over here. The ID never destroys an attached QP:
+// ReleaseQP gives it back, and Destroy forgets it (rdma_destroy_id leaves the
+// QP to rdma_destroy_qp).
+func (id *ID) AttachQP(qp *ibtransport.QP) error {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id.state == stateDestroyed {
+		return ErrDestroyed
+	}
+	if id.tr == nil {
+		return fmt.Errorf("rdmacm: attach qp before the ID has a device: %w", ErrInvalidState)
+	}
+	if id.qp != nil {
+		return fmt.Errorf("rdmacm: the ID has a QP: %w", ErrInvalidState)
+	}
+	if qp == nil || qp.Context() != id.tr.context() {
+		return fmt.Errorf("rdmacm: the QP is not of the ID's device: %w", ErrInvalid)
+	}
+	if qp.Type() != id.qpType {
+		return fmt.Errorf("rdmacm: %s QP on a %v ID: %w", qp.Type(), id.ps, ErrInvalid)
+	}
+	if err := id.tr.initQP(id, qp); err != nil {
+		return err
+	}
+	id.qp, id.qpAttached = qp, true
+	return nil
+}
+
+// ReleaseQP makes the ID forget its QP without destroying it and returns it
+// (nil if it has none): rdma_destroy_qp of a QP given with AttachQP.
+func (id *ID) ReleaseQP() *ibtransport.QP {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	qp := id.qp
+	id.qp, id.qpAttached = nil, false
+	return qp
+}
+
 // DestroyQP destroys the ID's QP (rdma_destroy_qp).
 func (id *ID) DestroyQP() error {
 	m := id.m
@@ -735,6 +779,10 @@ func (id *ID) DestroyQP() error {
 
 func (id *ID) destroyQP() error {
 	if id.qp == nil {
+		return nil
+	}
+	if id.qpAttached {
+		id.qp, id.qpAttached = nil, false
 		return nil
 	}
 	err := id.qp.Destroy()

@@ -3,8 +3,8 @@
 # tests that compare softrdma's decoding with Wireshark's, and chromium, in which a test
 # renders decode's HTML report. Without root or apt-get the
 # tshark-dependent tests skip with a reason instead. The same for gcc, rdma-core's headers
-# (libibverbs-dev) and tools (ibverbs-utils), which `make lib` and its tests need;
-# `deps.sh lib` installs only those, and fails if it cannot.
+# (libibverbs-dev, librdmacm-dev) and tools (ibverbs-utils, rdmacm-utils, perftest), which
+# `make lib` and its tests need; `deps.sh lib` installs only those, and fails if it cannot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 apt_install() {
@@ -13,12 +13,13 @@ apt_install() {
   apt-get update -qq >/dev/null && apt-get install -y -qq "$@" >/dev/null
 }
 lib_deps_present() {
-  command -v gcc >/dev/null 2>&1 && [ -f /usr/include/infiniband/verbs.h ] && command -v ibv_devinfo >/dev/null 2>&1
+  command -v gcc >/dev/null 2>&1 && [ -f /usr/include/infiniband/verbs.h ] && command -v ibv_devinfo >/dev/null 2>&1 &&
+    [ -f /usr/include/rdma/rdma_cma.h ] && command -v rping >/dev/null 2>&1 && command -v ib_write_bw >/dev/null 2>&1
 }
 if ! lib_deps_present; then
-  echo "deps: installing gcc, libibverbs-dev and ibverbs-utils for make lib and its tests"
-  if ! apt_install gcc libibverbs-dev ibverbs-utils; then
-    echo "deps: cannot install gcc/libibverbs-dev/ibverbs-utils (need root and apt-get): make lib fails, its tests skip"
+  echo "deps: installing gcc, libibverbs-dev, librdmacm-dev, ibverbs-utils, rdmacm-utils and perftest for make lib and its tests"
+  if ! apt_install gcc libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest; then
+    echo "deps: cannot install gcc/libibverbs-dev/librdmacm-dev/ibverbs-utils/rdmacm-utils/perftest (need root and apt-get): make lib fails, its tests skip"
     [ "${1:-}" = lib ] && exit 1
   fi
 fi

@@ -24,6 +24,7 @@ import (
 type engine struct {
 	ctx  *ibtransport.Context
 	roce *roce.Device
+	iw   *iwarp.Device // an iWARP device: its connections are rdma_cm's (cm.go)
 }
 
 var engines struct {
@@ -83,7 +84,7 @@ func openEngine(d *verbsdev.Device) (*engine, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &engine{ctx: dev.Context()}, nil
+		return &engine{ctx: dev.Context(), iw: dev}, nil
 	}
 	dev, err := roce.Open(roce.OpenConfig{
 		Backend:   roce.Backend(s.Backend),

@@ -252,10 +252,10 @@ func srgo_create_qp(pdh C.uintptr_t, typ C.int, scq, rcq, srqh C.uintptr_t, sigA
 			return 0
 		}
 	}
-	if pd.Context().Config().ExternalQPs {
-		// An iWARP QP is connected by rdma_cm (MPA over TCP), which
-		// librdmacm's replacement will do; ibv_modify_qp alone cannot.
-		debugf("create qp: iWARP QPs need librdmacm, not implemented yet")
+	if pd.Context().Config().ExternalQPs && typ != C.int(ib.QPTypeRC) {
+		// iWARP carries RC only; its QPs are connected by rdma_cm (MPA
+		// over TCP): rdma_create_qp makes them here and hands them over.
+		debugf("create qp: type %d on an iWARP device: iWARP has RC QPs only", typ)
 		*err = C.EOPNOTSUPP
 		return 0
 	}
@@ -535,11 +535,6 @@ func srgo_create_srq(pdh C.uintptr_t, maxWR, maxSGE, limit C.uint32_t, err *C.in
 	pd, ok := value[*ib.PD](pdh)
 	if !ok {
 		*err = C.EINVAL
-		return 0
-	}
-	if pd.Context().Config().ExternalQPs {
-		debugf("create srq: iWARP needs librdmacm, not implemented yet")
-		*err = C.EOPNOTSUPP
 		return 0
 	}
 	s, e := pd.Context().CreateSRQ(pd, ib.SRQInitAttr{MaxWR: int(maxWR), MaxSGE: int(maxSGE), Limit: int(limit)})

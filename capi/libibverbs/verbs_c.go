@@ -1300,5 +1300,16 @@ int ibv_dofork_range(void *base, size_t size)
 {
 	return 0;
 }
+
+// For librdmacm.so.1 (srcm.h): the Go handle of a QP, the device of a context.
+uintptr_t sr_qp_handle(struct ibv_qp *qp)
+{
+	return qp ? ((struct sr_qp *)qp)->h : 0;
+}
+
+int sr_context_index(struct ibv_context *ctx)
+{
+	return ctx ? sr_ctx(ctx)->idx : -1;
+}
 */
 import "C"

@@ -43,8 +43,10 @@ func buildLib(t *testing.T) string {
 			t.Skipf("needs %s (scripts/deps.sh installs gcc, libibverbs-dev, ibverbs-utils)", tool)
 		}
 	}
-	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
-		t.Skip("needs rdma-core's headers, libibverbs-dev (scripts/deps.sh installs it)")
+	for _, h := range []string{"/usr/include/infiniband/verbs.h", "/usr/include/rdma/rdma_cma.h"} {
+		if _, err := os.Stat(h); err != nil {
+			t.Skipf("needs rdma-core's headers (%s: libibverbs-dev, librdmacm-dev; scripts/deps.sh installs them)", h)
+		}
 	}
 	built.once.Do(func() {
 		root, err := filepath.Abs("../..")
