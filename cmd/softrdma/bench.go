@@ -11,11 +11,13 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/softrdma/softrdma/launch"
 	"github.com/softrdma/softrdma/netio/netns"
 )
 
@@ -55,7 +57,9 @@ type benchOptions struct {
 	cpuProfile string
 	trace      string // --trace: an execution trace (go tool trace)
 	memProfile string
-	noBaseline bool // for profiling softrdma alone
+	noBaseline bool   // for profiling softrdma alone
+	lib        string // --lib: the drop-in library's directory (clib rows)
+	clibIters  int    // --clib-iters: -n of the clib rows' tools
 	// addrs, if set, are two IPv4 addresses of this host to run between
 	// (--addrs) instead of two namespaces on a veth pair.
 	addrs []netip.Addr
@@ -83,7 +87,7 @@ flags:
 `
 
 // benchAllTests are the kinds of row, in table order.
-var benchAllTests = []string{"write", "read", "send", "rate", "lat", "qps"}
+var benchAllTests = []string{"write", "read", "send", "rate", "lat", "qps", "clib"}
 
 func benchCmd(args []string, stdout, stderr io.Writer) int {
 	o := &benchOptions{}
@@ -94,7 +98,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.warm, "warm", 200*time.Millisecond, "unmeasured warm-up before each measurement")
 	fs.StringSliceVar(&o.transports, "transport", []string{"roce", "iwarp"}, "transports to measure: roce, iwarp")
 	fs.StringSliceVar(&o.backends, "backend", []string{"udp", "afpacket", "tap"}, "RoCE backends to measure: udp, afpacket, tap")
-	fs.StringSliceVar(&o.tests, "tests", benchAllTests, "rows to run: write, read, send (bandwidth), rate (64-byte message rate), lat (latency), qps (scale: --qps QP pairs moving 4 KiB WRITEs, their setup rate and memory)")
+	fs.StringSliceVar(&o.tests, "tests", benchAllTests, "rows to run: write, read, send (bandwidth), rate (64-byte message rate), lat (latency), qps (scale: --qps QP pairs moving 4 KiB WRITEs, their setup rate and memory), clib (perftest's ib_write_bw and ib_send_lat on the drop-in libibverbs vs softrdma perf, on loopback or --addrs)")
 	fs.IntSliceVar(&o.qps, "qps", []int{1, 16, 256, 4096}, "QP pairs of the scale rows (--tests qps)")
 	fs.StringSliceVar(&sizes, "sizes", []string{"4K", "64K", "1M"}, "bandwidth message sizes (K and M suffixes)")
 	fs.IntVar(&o.rateSize, "rate-size", 64, "message size of the message-rate rows")
@@ -105,6 +109,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile (every allocation sampled) to this file")
 	fs.StringSliceVar(&addrs, "addrs", nil, "run between these two IPv4 addresses of this host (e.g. 127.0.0.1,127.0.0.2, or two addresses of one NIC, whose traffic the kernel loops back) instead of two network namespaces: no root needed, the udp backend and iwarp only, and --mtu is the path MTU assumed")
 	fs.BoolVar(&o.noBaseline, "no-baseline", false, "measure softrdma alone (to profile it): no baseline, no ratio")
+	fs.StringVar(&o.lib, "lib", "", "clib rows: the directory of the drop-in libibverbs.so.1 (make lib; default $"+launch.LibEnvVar+", else lib/ beside bin/)")
+	fs.IntVar(&o.clibIters, "clib-iters", 5000, "clib rows: iterations (-n) of each run of ib_write_bw, ib_send_lat and softrdma perf")
 	fs.StringVar(&o.pcap, "pcap", "", "write every frame both devices send and receive (iWARP: the TCP octets of the connections, as synthesised segments) to this pcap `FILE`; the bench moves hundreds of MB per row, so the file gets large (a tenth of the traffic or more, cut to --pcap-snaplen; gigabytes with whole frames), and the capture slows the devices, which the numbers show")
 	fs.IntVar(&o.pcapSnaplen, "pcap-snaplen", benchDefaultSnaplen, "octets of each frame the --pcap file keeps (the headers: the rest is cut, the length on the wire kept; 0 keeps whole frames)")
 	if err := parseFlags(fs, args, stderr); err != nil {
@@ -173,6 +179,9 @@ func (o *benchOptions) check() error {
 		if n < 1 || n > 4096 {
 			return fmt.Errorf("--qps %d: want 1..4096 (the engine's MaxQP)", n)
 		}
+	}
+	if o.clibIters < 5 {
+		return fmt.Errorf("--clib-iters %d: perftest wants 5 or more", o.clibIters)
 	}
 	if o.rateSize < 1 || o.latSize < 2 {
 		return errors.New("--rate-size must be at least 1 and --lat-size at least 2")
@@ -304,7 +313,11 @@ func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
 		fmt.Fprintf(progress, "  %-5s %-8s %5d %-14s %8s  %s\n", r.Transport, r.Backend, r.MTU, r.Test, benchSizeString(r.Size), benchValue(r))
 	}
 	tests := o.tests
+	engineTests := slices.DeleteFunc(slices.Clone(tests), func(t string) bool { return t == "clib" })
 	for i, mtu := range o.mtus {
+		if len(engineTests) == 0 {
+			break // the clib rows alone
+		}
 		o.mtu, o.tests = mtu, tests
 		if i > 0 {
 			// The other MTUs: the bandwidth rows, where the packet size counts.
@@ -323,6 +336,9 @@ func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
 		}
 	}
 	o.mtu, o.tests = o.mtus[0], tests
+	if slices.Contains(tests, "clib") {
+		benchRunCLib(o, progress, emit)
+	}
 	elapsed := time.Since(start)
 	var pcapFrames uint64
 	if o.tap != nil {
