@@ -1,7 +1,6 @@
 package decode
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -49,10 +48,7 @@ func Annotate(r io.Reader, w io.Writer, res *Result) error {
 	for {
 		data, ci, link, err := src.next()
 		if err != nil {
-			if !errors.Is(err, io.EOF) && frame == 0 {
-				return fmt.Errorf("capture: %w", err)
-			}
-			break
+			break // the end, or damage Run found too: a problem of the file (frame 0)
 		}
 		frame++
 		c := comments[frame]

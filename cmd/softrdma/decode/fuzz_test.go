@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/gopacket/layers"
@@ -53,6 +54,24 @@ func FuzzDecode(f *testing.F) {
 		f.Add(withLinkType(f, snap(cook(f, frames[:30], link), 90), link, true))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The annotated copy and the HTML report of whatever decodes: Annotate keeps
+		// every frame, the report is a whole page; a filter by QP (two passes) too.
+		if res, _, err := decodeBytes(t, data, Options{Flows: true, Summary: true, Verdicts: true, Report: true}); err == nil {
+			var ng, page bytes.Buffer
+			if err := Annotate(bytes.NewReader(data), &ng, &res); err != nil {
+				t.Fatalf("Annotate: %v", err)
+			}
+			if _, frames := readNg(t, ng.Bytes()); len(frames) != res.Frames {
+				t.Fatalf("annotated %d frames of %d", len(frames), res.Frames)
+			}
+			if err := WriteHTML(&page, &res, "fuzz"); err != nil || !strings.HasSuffix(page.String(), "</html>\n") {
+				t.Fatalf("WriteHTML: %v", err)
+			}
+			filter := Filter{QPs: []uint32{1}, Opcodes: []string{"a"}, Start: 0.001, HasStart: true}
+			if fres, _, err := decodeBytes(t, data, Options{Flows: true, Summary: true, Filter: &filter}); err != nil || fres.Packets > res.Packets || len(fres.Flows) > len(res.Flows) {
+				t.Fatalf("filtered: %v, %d packets of %d, %d flows of %d", err, fres.Packets, res.Packets, len(fres.Flows), len(res.Flows))
+			}
+		}
 		for _, opts := range []Options{{Flows: true, Summary: true}, {JSON: true, Flows: true, Summary: true}} {
 			var out bytes.Buffer
 			res, err := Run(bytes.NewReader(data), &out, opts)
