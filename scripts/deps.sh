@@ -14,12 +14,13 @@ apt_install() {
 }
 lib_deps_present() {
   command -v gcc >/dev/null 2>&1 && [ -f /usr/include/infiniband/verbs.h ] && command -v ibv_devinfo >/dev/null 2>&1 &&
-    [ -f /usr/include/rdma/rdma_cma.h ] && command -v rping >/dev/null 2>&1 && command -v ib_write_bw >/dev/null 2>&1
+    [ -f /usr/include/rdma/rdma_cma.h ] && command -v rping >/dev/null 2>&1 && command -v ib_write_bw >/dev/null 2>&1 &&
+    [ -d /usr/lib/python3/dist-packages/pyverbs ]
 }
 if ! lib_deps_present; then
-  echo "deps: installing gcc, libibverbs-dev, librdmacm-dev, ibverbs-utils, rdmacm-utils and perftest for make lib and its tests"
-  if ! apt_install gcc libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest; then
-    echo "deps: cannot install gcc/libibverbs-dev/librdmacm-dev/ibverbs-utils/rdmacm-utils/perftest (need root and apt-get): make lib fails, its tests skip"
+  echo "deps: installing gcc, libibverbs-dev, librdmacm-dev, ibverbs-utils, rdmacm-utils, perftest and python3-pyverbs for make lib and its tests"
+  if ! apt_install gcc libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest python3-pyverbs; then
+    echo "deps: cannot install gcc/libibverbs-dev/librdmacm-dev/ibverbs-utils/rdmacm-utils/perftest/python3-pyverbs (need root and apt-get): make lib fails, its tests skip"
     [ "${1:-}" = lib ] && exit 1
   fi
 fi

@@ -315,3 +315,25 @@ func TestManyProcesses(t *testing.T) {
 		}
 	}
 }
+
+// TestPyverbs runs testdata/pyverbs_loop.py with Debian's python3-pyverbs (a
+// Cython module linked against libibverbs.so.1) on the library: it imports,
+// opens the device, queries it, makes a PD, an MR, a CQ and two RC QPs
+// connected to each other, and a SEND arrives.
+func TestPyverbs(t *testing.T) {
+	lib := buildLib(t)
+	if err := exec.Command("/usr/bin/python3", "-c", "import pyverbs.device").Run(); err != nil {
+		t.Skip("needs Debian's python3-pyverbs (scripts/deps.sh lib installs it)")
+	}
+	out, errOut, err := runBounded(t, lib, "roce:"+randomNet()+"1", time.Minute, "/usr/bin/python3", "testdata/pyverbs_loop.py")
+	if err != nil {
+		t.Fatalf("pyverbs: %v\n%s%s", err, out, errOut)
+	}
+	want := `device sr_roce0 port state 4 max_qp_wr True
+plain completions [(1, 0, 0), (2, 0, 128)]
+plain received b'plain send'
+`
+	if out != want {
+		t.Errorf("pyverbs printed\n%s%s\nwant\n%s", out, errOut, want)
+	}
+}
