@@ -145,11 +145,6 @@ func (f *Filter) String() string {
 // when it is printed, which takes a first pass over the capture.
 func (f *Filter) needsFlows() bool { return len(f.Flows) > 0 || len(f.QPs) > 0 }
 
-// countsByPacket says the filter decides packet by packet what the flows count.
-func (f *Filter) countsByPacket() bool {
-	return len(f.Opcodes) > 0 || f.HasStart || f.HasEnd
-}
-
 // inTime reports whether t (seconds since the first frame) is in the range.
 func (f *Filter) inTime(t float64) bool {
 	return (!f.HasStart || t >= f.Start) && (!f.HasEnd || t <= f.End)
