@@ -15,6 +15,7 @@
 #include <sys/epoll.h>
 #include <time.h>
 #include <infiniband/verbs.h>
+#include "rcconnect.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
@@ -25,31 +26,9 @@ static struct ibv_mr *mr;
 
 static int connect_qp(struct ibv_qp *qp, uint32_t dest, int retry)
 {
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
-	int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	rc |= ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 4;
-	a.retry_cnt = retry;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	rc |= ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				    IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-	return rc;
+	struct rc_params p = {.access = IBV_ACCESS_REMOTE_WRITE, .min_rnr_timer = 1,
+		.timeout = 4, .retry_cnt = retry, .rnr_retry = 7};
+	return rc_connect(qp, dest, gid, p);
 }
 
 static struct ibv_qp *new_qp(struct ibv_srq *srq)

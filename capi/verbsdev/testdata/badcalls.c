@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 #include <infiniband/verbs.h>
+#include "rcconnect.h"
 
 static int bad, total;
 
@@ -89,33 +90,9 @@ static struct ibv_qp *new_qp(struct ibv_cq *scq, struct ibv_cq *rcq)
  * given RNR retry count and remote access. */
 static int connect_qp(struct ibv_qp *qp, uint32_t dest, int rnr_retry)
 {
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC};
-	int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = 100;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	rc |= ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 8;
-	a.retry_cnt = 1;
-	a.rnr_retry = rnr_retry;
-	a.sq_psn = 100;
-	a.max_rd_atomic = 1;
-	rc |= ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				    IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-	return rc;
+	struct rc_params p = {.access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
+		.psn = 100, .min_rnr_timer = 1, .timeout = 8, .retry_cnt = 1, .rnr_retry = rnr_retry};
+	return rc_connect(qp, dest, gid, p);
 }
 
 /* A connected pair: a sends, b receives, each with its own CQ. */
