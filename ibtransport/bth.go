@@ -225,16 +225,16 @@ func (f *BTHFields) Validate() error {
 	switch {
 	case f.PadCount > MaxPadCount:
 		return &HeaderError{Header: "bth", Field: "pad count", Value: uint64(f.PadCount),
-			Relation: ">", Limit: MaxPadCount, Err: ErrInvalidField}
+			Rel: ">", Limit: MaxPadCount, Err: ErrInvalidField}
 	case f.TVer != 0:
 		return &HeaderError{Header: "bth", Field: "transport header version", Value: uint64(f.TVer),
-			Relation: "!=", Limit: 0, Err: ErrInvalidField}
+			Rel: "!=", Limit: 0, Err: ErrInvalidField}
 	case f.DestQP > QPNMask:
 		return &HeaderError{Header: "bth", Field: "destination QP", Value: uint64(f.DestQP),
-			Relation: ">", Limit: QPNMask, Err: ErrInvalidField}
+			Rel: ">", Limit: QPNMask, Err: ErrInvalidField}
 	case f.PSN > PSNMask:
 		return &HeaderError{Header: "bth", Field: "PSN", Value: uint64(f.PSN),
-			Relation: ">", Limit: PSNMask, Err: ErrInvalidField}
+			Rel: ">", Limit: PSNMask, Err: ErrInvalidField}
 	}
 	return nil
 }

@@ -168,11 +168,11 @@ func TestHeaderErrorText(t *testing.T) {
 		e    HeaderError
 		want string
 	}{
-		{HeaderError{Header: "bth", Field: "pad count", Value: 5, Relation: ">", Limit: 3}, "bth: pad count 5 > 3"},
-		{HeaderError{Header: "bth", Field: "opcode", Value: 0x5, Detail: "reserved"}, "bth: opcode 0x05 (reserved)"},
-		{HeaderError{Header: "bth", Field: "opcode", Value: 0xfe}, "bth: opcode 0xfe"},
-		{HeaderError{Header: "reth", Field: "packet length", Value: 20, Relation: "<", Limit: 28, Detail: "RC RDMA_WRITE_FIRST"},
-			"reth: packet length 20 < 28 (RC RDMA_WRITE_FIRST)"},
+		{HeaderError{Header: "bth", Field: "pad count", Value: 5, Rel: ">", Limit: 3}, "bth: pad count 5 > 3"},
+		{HeaderError{Header: "bth", Field: "opcode", Value: 0x5, Hex: 2, Reason: "reserved"}, "bth: opcode 0x05: reserved"},
+		{HeaderError{Header: "bth", Field: "opcode", Value: 0xfe, Hex: 2}, "bth: opcode 0xfe"},
+		{HeaderError{Header: "reth", Field: "packet length", Value: 20, Rel: "<", Limit: 28, Reason: "RC RDMA_WRITE_FIRST"},
+			"reth: packet length 20 < 28: RC RDMA_WRITE_FIRST"},
 	}
 	for _, tt := range tests {
 		if got := tt.e.Error(); got != tt.want {

@@ -60,18 +60,18 @@ func (p *Packet) Decode(b []byte) error {
 	*p = Packet{}
 	if len(b) < BTHLen {
 		return &HeaderError{Header: "bth", Field: "packet length", Value: uint64(len(b)),
-			Relation: "<", Limit: BTHLen, Err: ErrTruncated}
+			Rel: "<", Limit: BTHLen, Err: ErrTruncated}
 	}
 	bth := BTH(b[:BTHLen:BTHLen])
 	op := bth.Opcode()
 	e := &opcodeTable[op]
 	if e.flags&opValid == 0 {
-		return &HeaderError{Header: "bth", Field: "opcode", Value: uint64(op),
-			Detail: "reserved " + op.Service().String() + " opcode", Err: ErrInvalidOpcode}
+		return &HeaderError{Header: "bth", Field: "opcode", Value: uint64(op), Hex: 2,
+			Reason: "reserved " + op.Service().String() + " opcode", Err: ErrInvalidOpcode}
 	}
 	if tv := bth.TVer(); tv != 0 {
 		return &HeaderError{Header: "bth", Field: "transport header version", Value: uint64(tv),
-			Relation: "!=", Limit: 0, Err: ErrInvalidField}
+			Rel: "!=", Limit: 0, Err: ErrInvalidField}
 	}
 	hl := int(e.hdrLen)
 	if len(b) < hl {
@@ -81,17 +81,17 @@ func (p *Packet) Decode(b []byte) error {
 	pad := int(bth.PadCount())
 	if pad > len(rest) {
 		return &HeaderError{Header: "bth", Field: "pad count", Value: uint64(pad),
-			Relation: ">", Limit: uint64(len(rest)), Detail: "bytes after the headers", Err: ErrInvalidField}
+			Rel: ">", Limit: uint64(len(rest)), Reason: "bytes after the headers", Err: ErrInvalidField}
 	}
 	n := len(rest) - pad
 	hasPayload := e.flags&opPayload != 0
 	if !hasPayload && n != 0 {
 		return &HeaderError{Header: "bth", Field: "payload length", Value: uint64(n),
-			Relation: "!=", Limit: 0, Detail: op.String() + " carries no payload", Err: ErrUnexpectedPayload}
+			Rel: "!=", Limit: 0, Reason: op.String() + " carries no payload", Err: ErrUnexpectedPayload}
 	}
 	if e.flags&opAtomicWrite != 0 && n != AtomicWriteDataLen {
 		return &HeaderError{Header: "atomic write", Field: "payload length", Value: uint64(n),
-			Relation: "!=", Limit: AtomicWriteDataLen, Err: ErrUnexpectedPayload}
+			Rel: "!=", Limit: AtomicWriteDataLen, Err: ErrUnexpectedPayload}
 	}
 
 	p.BTH = bth
@@ -158,7 +158,7 @@ func truncatedExtHeader(op Opcode, n int) error {
 		}
 	}
 	return &HeaderError{Header: name, Field: "packet length", Value: uint64(n),
-		Relation: "<", Limit: uint64(e.hdrLen), Detail: op.String(), Err: ErrTruncated}
+		Rel: "<", Limit: uint64(e.hdrLen), Reason: op.String(), Err: ErrTruncated}
 }
 
 // Opcode returns the opcode of a decoded packet (0 if p holds no packet).
@@ -258,8 +258,8 @@ func (f *PacketFields) HeaderLen() int { return f.BTH.Opcode.HeaderLen() }
 func (f *PacketFields) Validate() error {
 	op := f.BTH.Opcode
 	if !op.Valid() {
-		return &HeaderError{Header: "bth", Field: "opcode", Value: uint64(op),
-			Detail: "reserved " + op.Service().String() + " opcode", Err: ErrInvalidOpcode}
+		return &HeaderError{Header: "bth", Field: "opcode", Value: uint64(op), Hex: 2,
+			Reason: "reserved " + op.Service().String() + " opcode", Err: ErrInvalidOpcode}
 	}
 	if err := f.BTH.Validate(); err != nil {
 		return err
@@ -267,7 +267,7 @@ func (f *PacketFields) Validate() error {
 	ext := op.ExtHeaders()
 	check := func(h ExtHeaders, header, field string, v, limit uint64) error {
 		if ext&h != 0 && v > limit {
-			return &HeaderError{Header: header, Field: field, Value: v, Relation: ">", Limit: limit, Err: ErrInvalidField}
+			return &HeaderError{Header: header, Field: field, Value: v, Rel: ">", Limit: limit, Err: ErrInvalidField}
 		}
 		return nil
 	}
