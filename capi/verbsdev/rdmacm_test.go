@@ -46,9 +46,10 @@ func boundUDP(t *testing.T, addr string, port int) bool {
 }
 
 // notListening matches what the clients print when the server's rdma_cm is
-// not listening yet: the IB CM's REJ (RoCE, reason 8) or a refused TCP
-// connection (iWARP); perftest prints the event's number, 8.
-var notListening = regexp.MustCompile(`REJECTED|CM event bl blka 8`)
+// not listening yet: the IB CM's REJ (RoCE, reason 8), a SIDR_REP that
+// refuses a UD request (RoCE, UNREACHABLE) or a refused TCP connection
+// (iWARP); perftest prints the event's number, 8.
+var notListening = regexp.MustCompile(`REJECTED|UNREACHABLE|CM event bl blka 8`)
 
 // cmPair runs prog as a server on 127.X.Y.1 and as its client on 127.X.Y.2
 // (X, Y random: tests do not share addresses), each on softrdma's
