@@ -2,15 +2,18 @@ package iwarp
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // Sentinel errors. Every error returned by the decoders of this package is a *HeaderError
 // that wraps one of these, so errors.Is(err, ErrTruncated) and friends work, and errors.As
-// gives the header, field and values.
+// gives the header, field and values. ErrTruncated, ErrBadCRC and ErrBadValue are the
+// shared header.ErrTruncated, header.ErrBadChecksum and header.ErrInvalid, so they also
+// match the same classes of error from roce and ibtransport.
 var (
 	// ErrTruncated: the input ends before the header or frame it must hold.
-	ErrTruncated = errors.New("truncated")
+	ErrTruncated = header.ErrTruncated
 	// ErrTooLong: a length field exceeds the protocol's limit.
 	ErrTooLong = errors.New("too long")
 	// ErrBadKey: an MPA start frame does not begin with either of the two MPA keys.
@@ -20,7 +23,7 @@ var (
 	// ErrBadOpcode: an RDMAP opcode is reserved, or disagrees with the DDP buffer model or queue.
 	ErrBadOpcode = errors.New("bad opcode")
 	// ErrBadCRC: an FPDU's CRC32c does not match its contents.
-	ErrBadCRC = errors.New("bad CRC")
+	ErrBadCRC = header.ErrBadChecksum
 	// ErrMarkerMismatch: an MPA marker's FPDU pointer does not point at the FPDU header
 	// (RFC 5044 §8, LLP error code 3 "MPA Marker and ULPDU Length field mismatch").
 	ErrMarkerMismatch = errors.New("marker mismatch")
@@ -33,60 +36,16 @@ var (
 	// ErrFramingLost: the stream decoder could not find an FPDU boundary and skipped octets.
 	ErrFramingLost = errors.New("FPDU framing lost")
 	// ErrBadValue: some other field holds a value the protocol does not allow.
-	ErrBadValue = errors.New("bad value")
+	ErrBadValue = header.ErrInvalid
 )
 
-// HeaderError describes a malformed or inconsistent field. Its text names the header, the
-// field and the values, e.g. "mpa: private data length 600 > 512".
-type HeaderError struct {
-	// Header is the protocol element: "mpa", "fpdu", "marker", "ddp", "rdmap",
-	// "terminate", "atomic", "stream".
-	Header string
-	// Field is the field at fault, e.g. "private data length".
-	Field string
-	// Value is the value found, Limit the bound or expected value it was compared with.
-	Value, Limit uint64
-	// Rel is the relation that Value has to Limit and should not: ">", "<", "!=".
-	// Empty means the text shows only Value (and Reason).
-	Rel string
-	// Hex prints Value and Limit in hexadecimal (CRCs, STags).
-	Hex bool
-	// NoValue leaves Value out of the text (the field is not a number).
-	NoValue bool
-	// Reason is an optional explanation appended to the text.
-	Reason string
-	// Err is the sentinel this error wraps (ErrTruncated, ErrBadCRC, ...).
-	Err error
-}
-
-// Error returns "header: field value rel limit[: reason]".
-func (e *HeaderError) Error() string {
-	f := "%d"
-	if e.Hex {
-		f = "0x%08x"
-	}
-	var s string
-	switch {
-	case e.Field == "":
-		s = e.Header + ": " + e.Err.Error()
-	case e.NoValue:
-		s = e.Header + ": " + e.Field
-	case e.Rel == "":
-		s = fmt.Sprintf("%s: %s "+f, e.Header, e.Field, e.Value)
-	default:
-		s = fmt.Sprintf("%s: %s "+f+" %s "+f, e.Header, e.Field, e.Value, e.Rel, e.Limit)
-	}
-	if e.Reason != "" {
-		s += ": " + e.Reason
-	}
-	return s
-}
-
-// Unwrap returns the sentinel error.
-func (e *HeaderError) Unwrap() error { return e.Err }
+// HeaderError describes a malformed or inconsistent field; it is the one header error
+// type of every protocol package (see package header). Its text names the header, the
+// field and the values, e.g. "mpa: private data length 600 > 512". Header is "mpa",
+// "fpdu", "marker", "ddp", "rdmap", "terminate", "atomic" or "stream".
+type HeaderError = header.Error
 
 // truncated reports that header needs want octets and got have.
-func truncated(header, field string, have, want int) error {
-	return &HeaderError{Header: header, Field: field, Value: uint64(have), Limit: uint64(want),
-		Rel: "<", Err: ErrTruncated}
+func truncated(hdr, field string, have, want int) error {
+	return header.Truncated(hdr, field, have, want)
 }

@@ -163,5 +163,5 @@ func checkCRC(got, want uint32) error {
 		return nil
 	}
 	return &HeaderError{Header: "mpa", Field: "CRC", Value: uint64(got), Limit: uint64(want),
-		Rel: "!=", Hex: true, Err: ErrBadCRC}
+		Rel: "!=", Hex: 8, Err: ErrBadCRC}
 }
