@@ -172,12 +172,21 @@ struct sr_cmid {
 	struct ibv_qp_init_attr *qp_init_attr; /* rdma_create_ep, passive: the QP of each request */
 	uint8_t req_depth, req_resources;      /* a request's initiator depth and responder resources */
 	struct ibv_sa_path_rec path;
+	int events_reported, events_completed; /* taken by rdma_get_cm_event, acknowledged; sr_ev_mu */
 };
 
 struct sr_event {
 	struct rdma_cm_event ev;
 	uint8_t private_data[256];
+	struct sr_cmid *owner; /* whose count it is: the ID, or for a request the listener */
 };
+
+/* sr_ev_mu guards the IDs' event counts; sr_ev_acked is signalled at each
+ * rdma_ack_cm_event. As in rdma-core (cma.c: rdma_destroy_id waits until
+ * events_completed reaches the events_reported the kernel returns), an event
+ * the program has taken keeps its ID until it is acknowledged. */
+static pthread_mutex_t sr_ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sr_ev_acked = PTHREAD_COND_INITIALIZER;
 
 static struct sr_chan *sr_chan(struct rdma_event_channel *ch)
 {
@@ -332,7 +341,11 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 		rdma_ack_cm_event(id->event);
 		id->event = NULL;
 	}
-	SRGO(srcm_destroy_id, c->h);
+	SRGO(srcm_destroy_id, c->h); /* drops the events not taken yet */
+	pthread_mutex_lock(&sr_ev_mu);
+	while (c->events_completed < c->events_reported)
+		pthread_cond_wait(&sr_ev_acked, &sr_ev_mu);
+	pthread_mutex_unlock(&sr_ev_mu);
 	if (c->sync)
 		rdma_destroy_event_channel(id->channel);
 	free(c->qp_init_attr);
@@ -810,6 +823,11 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 			rdma_migrate_id(&c->id, NULL);
 	}
 	sr_refresh(c);
+	/* A request counts against its listener, as in rdma-core. */
+	ev->owner = e.newh && l ? l : c;
+	pthread_mutex_lock(&sr_ev_mu);
+	ev->owner->events_reported++;
+	pthread_mutex_unlock(&sr_ev_mu);
 	ev->ev.id = &c->id;
 	ev->ev.listen_id = l ? &l->id : NULL;
 	ev->ev.event = e.type;
@@ -841,6 +859,11 @@ int rdma_ack_cm_event(struct rdma_cm_event *event)
 {
 	if (!event)
 		return ERR(EINVAL);
+	struct sr_event *ev = (struct sr_event *)event;
+	pthread_mutex_lock(&sr_ev_mu);
+	ev->owner->events_completed++;
+	pthread_cond_broadcast(&sr_ev_acked);
+	pthread_mutex_unlock(&sr_ev_mu);
 	free(event);
 	return 0;
 }
