@@ -19,6 +19,7 @@ import (
 
 	"github.com/softrdma/softrdma/launch"
 	"github.com/softrdma/softrdma/netio/netns"
+	"github.com/softrdma/softrdma/pcaptap"
 )
 
 // softrdma bench is the benchmark suite behind `make bench`. It creates two
@@ -64,9 +65,9 @@ type benchOptions struct {
 	// (--addrs) instead of two namespaces on a veth pair.
 	addrs []netip.Addr
 
-	pcap        string   // --pcap FILE
-	pcapSnaplen int      // --pcap-snaplen
-	tap         *pcapTap // the --pcap file while it runs
+	pcap        string       // --pcap FILE
+	pcapSnaplen int          // --pcap-snaplen
+	tap         *pcaptap.Tap // the --pcap file while it runs
 }
 
 // benchDefaultSnaplen is --pcap-snaplen's default: every header of a RoCE
@@ -298,7 +299,7 @@ func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 		defer f.Close()
-		if o.tap, err = newPcapTap(f, o.pcapSnaplen); err != nil {
+		if o.tap, err = pcaptap.New(f, o.pcapSnaplen); err != nil {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}
@@ -347,13 +348,13 @@ func benchMain(o *benchOptions, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 		pcapFrames = o.tap.Frames()
-		fmt.Fprintf(progress, "softrdma bench: --pcap %s: %d frames, each cut to %d octets\n", o.pcap, pcapFrames, o.tap.w.SnapLen())
+		fmt.Fprintf(progress, "softrdma bench: --pcap %s: %d frames, each cut to %d octets\n", o.pcap, pcapFrames, o.tap.SnapLen())
 	}
 	if o.json {
 		rep := benchReport{Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 			VethMTU: o.mtu, Measure: o.measure.String(), Rows: rows, Elapsed: elapsed.Round(time.Millisecond).String()}
 		if o.tap != nil {
-			rep.PcapFrames, rep.PcapSnaplen = pcapFrames, o.tap.w.SnapLen()
+			rep.PcapFrames, rep.PcapSnaplen = pcapFrames, o.tap.SnapLen()
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -16,6 +16,7 @@ import (
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/netio/netns"
+	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -65,7 +66,7 @@ func benchOpenEnv(pair *netns.Pair, transport, backend string, o *benchOptions) 
 // IPv4 IDs a UDP socket hides recovered. It adds to e what ends the merge,
 // before what closes the device (e's closers run last first), so that it runs
 // once the device's last frame is flushed.
-func (e *benchEnv) benchCapture(tap *pcapTap, cfg *roce.OpenConfig) {
+func (e *benchEnv) benchCapture(tap *pcaptap.Tap, cfg *roce.OpenConfig) {
 	if tap == nil {
 		return
 	}
@@ -76,7 +77,7 @@ func (e *benchEnv) benchCapture(tap *pcapTap, cfg *roce.OpenConfig) {
 
 // benchOpenRoCE opens a RoCE device on the backend in each namespace with
 // roce.Open, as softrdma perf does, and runs it.
-func benchOpenRoCE(pair *netns.Pair, backend string, tap *pcapTap) (*benchEnv, error) {
+func benchOpenRoCE(pair *netns.Pair, backend string, tap *pcaptap.Tap) (*benchEnv, error) {
 	e := &benchEnv{transport: "roce", backend: backend}
 	devs := make([]*roce.Device, 2)
 	for i, s := range []*netns.Side{&pair.A, &pair.B} {
@@ -128,7 +129,7 @@ var (
 // --backend tap) and side B a UDP device on the kernel's side of it, so
 // every packet crosses the TAP once. (The TAP is the NIC of a host, not a
 // link between namespaces: this is the path TestPerfTAP runs.)
-func benchOpenTAP(pair *netns.Pair, tap *pcapTap) (*benchEnv, error) {
+func benchOpenTAP(pair *netns.Pair, tap *pcaptap.Tap) (*benchEnv, error) {
 	e := &benchEnv{transport: "roce", backend: "tap"}
 	devs := make([]*roce.Device, 2)
 	for i, cfg := range []roce.OpenConfig{
@@ -266,10 +267,10 @@ func benchModifyRC(qp *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, dq
 // benchOpenIWARP opens an iWARP device on each side, a listener in A, and
 // connects each QP pair with Dial from B and Accept in A. With --pcap (tap not
 // nil) the dialing side's connections are observed (iwarp.ConnParams.Observe)
-// and written as synthesised TCP segments (tcpPcap): one side sees all the
+// and written as synthesised TCP segments (pcaptap.TCP): one side sees all the
 // octets of a connection, both ways; observing the other too would record each
 // connection twice under one 4-tuple with other sequence numbers.
-func benchOpenIWARP(pair *netns.Pair, tap *pcapTap) (*benchEnv, error) {
+func benchOpenIWARP(pair *netns.Pair, tap *pcaptap.Tap) (*benchEnv, error) {
 	e := &benchEnv{transport: "iwarp", backend: "tcp"}
 	da, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64(), MaxQP: benchMaxQP}})
 	if err != nil {
@@ -295,7 +296,7 @@ func benchOpenIWARP(pair *netns.Pair, tap *pcapTap) (*benchEnv, error) {
 	dialParams := iwarp.ConnParams{IRD: benchMaxRdAtomic, ORD: benchMaxRdAtomic}
 	if tap != nil {
 		src := tap.Source(false)
-		tcp, err := newTCPPcap(src)
+		tcp, err := pcaptap.NewTCP(src)
 		if err != nil {
 			src.Close()
 			e.close()
@@ -305,7 +306,7 @@ func benchOpenIWARP(pair *netns.Pair, tap *pcapTap) (*benchEnv, error) {
 		// First in, so last out: after the listener, once the connections are closed.
 		e.closers = append([]func(){func() {
 			if err := tcp.Err(); err != nil {
-				tap.fail(err)
+				tap.Fail(err)
 			}
 			src.Close()
 		}}, e.closers...)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/softrdma/softrdma/conform"
 	"github.com/softrdma/softrdma/netio"
+	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -655,7 +656,7 @@ func conformServe(ctx context.Context, o conformServeOptions, stdout, stderr io.
 // (roce.OpenConfig.Capture) merged into the file, with the IPv4 IDs a UDP
 // socket hides recovered (as pingpong's ppCapture does).
 func conformServeRoCE(ctx context.Context, listen string, maxMem int64, cfg roce.OpenConfig, pcap *conformPcap, stdout, stderr io.Writer) int {
-	var src *pcapTapSource
+	var src *pcaptap.Source
 	if pcap != nil {
 		src = pcap.tap.Source(cfg.Backend == "" || cfg.Backend == roce.BackendUDP)
 		cfg.Capture, cfg.CaptureFormat = src, netio.FormatPcap

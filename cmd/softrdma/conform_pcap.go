@@ -11,22 +11,23 @@ import (
 
 	"github.com/softrdma/softrdma/conform"
 	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/pcaptap"
 )
 
 // conformPcap is the --pcap file of softrdma conform and conform serve: for RoCE
 // the frames the tester's link (or the serving device) sends and receives, for
-// iWARP the TCP octets of the connections as synthesised segments (tcpPcap), in
-// one classic pcap file (pcapTap). For a conformance run the capture is the
+// iWARP the TCP octets of the connections as synthesised segments (pcaptap.TCP), in
+// one classic pcap file (pcaptap.Tap). For a conformance run the capture is the
 // evidence of each verdict, so what the tester sends is recorded exactly as it
 // went out, deliberately broken frames (a flipped ICRC bit, a wrong P_Key, TVer
 // 1 ...) included.
 type conformPcap struct {
 	name string
 	file *os.File
-	tap  *pcapTap
-	tcp  *tcpPcap       // iWARP, made on first use
-	src  *pcapTapSource // tcp's stream into tap
-	mu   sync.Mutex     // guards tcp and src
+	tap  *pcaptap.Tap
+	tcp  *pcaptap.TCP    // iWARP, made on first use
+	src  *pcaptap.Source // tcp's stream into tap
+	mu   sync.Mutex      // guards tcp and src
 	link []*conformCapture
 }
 
@@ -40,7 +41,7 @@ func newConformPcap(name string) (*conformPcap, error) {
 	if err != nil {
 		return nil, err
 	}
-	tap, err := newPcapTap(f, 0)
+	tap, err := pcaptap.New(f, 0)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -50,7 +51,7 @@ func newConformPcap(name string) (*conformPcap, error) {
 
 // wrapLink returns a conform.Link that records into the file every frame link
 // carries. udpSocket says the link is a UDP socket endpoint, which hides the
-// IPv4 ID of received frames: it is recovered (pcapIPv4IDRestorer).
+// IPv4 ID of received frames: it is recovered (pcaptap.IPv4IDRestorer).
 func (p *conformPcap) wrapLink(link conform.Link, udpSocket bool) conform.Link {
 	if p == nil {
 		return link
@@ -79,7 +80,7 @@ func (p *conformPcap) observer() (func(local, remote net.Addr) iwarp.StreamObser
 	defer p.mu.Unlock()
 	if p.tcp == nil {
 		p.src = p.tap.Source(false)
-		tcp, err := newTCPPcap(p.src)
+		tcp, err := pcaptap.NewTCP(p.src)
 		if err != nil {
 			p.src.Close()
 			p.src = nil
@@ -175,12 +176,12 @@ func (p *conformPcap) close(w io.Writer, who string) error {
 // simulator).
 type conformCapture struct {
 	link       conform.Link
-	tap        *pcapTap
+	tap        *pcaptap.Tap
 	restoreIDs bool
 
 	mu             sync.Mutex
 	out            []byte
-	ids            pcapIPv4IDRestorer
+	ids            pcaptap.IPv4IDRestorer
 	sent, received uint64
 }
 
@@ -211,7 +212,7 @@ func (c *conformCapture) ReadFrame(deadline time.Time) ([]byte, time.Time, error
 	c.received++
 	rec := frame
 	if c.restoreIDs {
-		rec = c.ids.restore(frame) // a copy if it changes: frame stays as the wire decodes it
+		rec = c.ids.Restore(frame) // a copy if it changes: frame stays as the wire decodes it
 	}
 	_ = c.tap.WriteFrame(at, rec)
 	return frame, at, nil

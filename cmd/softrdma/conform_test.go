@@ -180,7 +180,7 @@ func (c pcapContents) roceSentBy(src string) func(int) bool {
 
 // tcpSentBy returns whether frame is a TCP segment from one of the endpoints
 // that opened a connection (sent a SYN without ACK): the tester's, whose
-// connections are synthesised from its own end (tcpPcap).
+// connections are synthesised from its own end (pcaptap.TCP).
 func (c pcapContents) tcpSentBy() func(int) bool {
 	openers := map[string]bool{}
 	src := func(data []byte) (string, *layers.TCP) {

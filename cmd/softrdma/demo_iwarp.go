@@ -9,6 +9,7 @@ import (
 
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/pcaptap"
 )
 
 // parseCRCPolicy reads an MPA CRC policy flag: accept, request or require.
@@ -67,14 +68,14 @@ func runDemoIWARP(o demoOptions) (*demoResult, error) {
 	res := &demoResult{Transport: "iWARP (RDMAP/DDP/MPA over TCP)", Link: "loopback TCP, CRC " + crc.String()}
 	params := iwarp.ConnParams{CRC: crc}
 	dialParams := params
-	var capture *tcpPcap
+	var capture *pcaptap.TCP
 	if o.pcap != "" {
 		f, err := os.Create(o.pcap)
 		if err != nil {
 			return res, err
 		}
 		defer f.Close()
-		if capture, err = newTCPPcap(f); err != nil {
+		if capture, err = pcaptap.NewTCP(f); err != nil {
 			return res, err
 		}
 		// One side's view has both directions: capture the initiator's.

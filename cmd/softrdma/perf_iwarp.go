@@ -15,6 +15,7 @@ import (
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/oob/perftest"
+	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/rdmacm"
 )
 
@@ -61,7 +62,7 @@ type iwarpDevice struct {
 	mtu     int          // the active MTU in bytes
 	gid0    [16]byte     // GID index 0
 	ifname  string       // -d INTERFACE, if given
-	capture *tcpPcap
+	capture *pcaptap.TCP
 }
 
 // perfCheckIWARP checks the options that --transport iwarp allows.
@@ -133,7 +134,7 @@ func perfOpenIWARP(o *perfOptions, peer netip.Addr) (*perfDevice, error) {
 		if pcap, err = os.Create(o.pcap); err != nil {
 			return nil, err
 		}
-		if d.capture, err = newTCPPcap(pcap); err != nil {
+		if d.capture, err = pcaptap.NewTCP(pcap); err != nil {
 			pcap.Close()
 			return nil, err
 		}

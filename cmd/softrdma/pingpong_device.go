@@ -13,6 +13,7 @@ import (
 
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/netio"
+	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -355,7 +356,7 @@ type ppCapture struct {
 	unknown bool // the endpoint reports received IPv4 IDs as unknown
 
 	mu  sync.Mutex
-	ids pcapIPv4IDRestorer
+	ids pcaptap.IPv4IDRestorer
 }
 
 func newPPCapture(ep netio.Endpoint, f *os.File) (*ppCapture, error) {
@@ -389,7 +390,7 @@ func (c *ppCapture) wireFrame(b []byte) []byte {
 	if !c.unknown {
 		return b
 	}
-	return c.ids.restore(b)
+	return c.ids.Restore(b)
 }
 
 // Write writes frames and records the ones written, as they left: a UDP

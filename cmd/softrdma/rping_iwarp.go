@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/rdmacm"
 )
 
@@ -28,13 +29,13 @@ func rpingOpenIWARP(o rpingOptions, crc iwarp.CRCPolicy, addr netip.Addr) (*rpin
 		// nothing, since softrdma acknowledges with a bit of its own.)
 		NoExtensions: true}
 	var f *os.File
-	var capture *tcpPcap
+	var capture *pcaptap.TCP
 	if o.pcap != "" {
 		var err error
 		if f, err = os.Create(o.pcap); err != nil {
 			return nil, err
 		}
-		if capture, err = newTCPPcap(f); err != nil {
+		if capture, err = pcaptap.NewTCP(f); err != nil {
 			f.Close()
 			return nil, err
 		}

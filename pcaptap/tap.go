@@ -1,4 +1,9 @@
-package main
+// Package pcaptap writes the --pcap file of a softrdma command: a classic pcap
+// into which several captures merge (Tap: a device's own capture stream
+// through Source, frames written directly), the IPv4 Identification a UDP
+// socket hides put back into received RoCEv2 frames (IPv4IDRestorer), and the
+// octets of iWARP connections as synthesised TCP segments (TCP).
+package pcaptap
 
 import (
 	"encoding/binary"
@@ -15,37 +20,41 @@ import (
 	"github.com/softrdma/softrdma/roce"
 )
 
-// pcapTap is the --pcap file of a command that records several things into one
+// Tap is the --pcap file of a command that records several things into one
 // file: frames written to it directly (WriteFrame), and what captures that write
 // pcap streams of their own record (a device's roce.OpenConfig.Capture, a
-// tcpPcap of iWARP connections), merged record by record through Source. The
+// TCP of iWARP connections), merged record by record through Source. The
 // file is a netio.CaptureWriter's classic pcap, each frame cut to the snap
 // length, its length on the wire kept. It is safe for concurrent use.
-type pcapTap struct {
+type Tap struct {
 	w *netio.CaptureWriter
 
 	mu     sync.Mutex
 	srcErr error // the first Source's stream that could not be read
 }
 
-// newPcapTap writes the file header to w; snaplen 0 keeps whole frames
+// New writes the file header to w; snaplen 0 keeps whole frames
 // (netio.CaptureSnapLen).
-func newPcapTap(w io.Writer, snaplen int) (*pcapTap, error) {
+func New(w io.Writer, snaplen int) (*Tap, error) {
 	cw, err := netio.NewCaptureWriterSnapLen(w, netio.FormatPcap, snaplen)
 	if err != nil {
 		return nil, err
 	}
-	return &pcapTap{w: cw}, nil
+	return &Tap{w: cw}, nil
 }
 
 // WriteFrame records frame, seen at ts.
-func (t *pcapTap) WriteFrame(ts time.Time, frame []byte) error { return t.w.WriteFrame(ts, frame) }
+func (t *Tap) WriteFrame(ts time.Time, frame []byte) error { return t.w.WriteFrame(ts, frame) }
 
 // Frames returns the number of frames recorded so far.
-func (t *pcapTap) Frames() uint64 { return t.w.Frames() }
+func (t *Tap) Frames() uint64 { return t.w.Frames() }
 
-// fail keeps err, a source's, as the tap's error if it has none.
-func (t *pcapTap) fail(err error) {
+// SnapLen returns the snap length frames are cut to.
+func (t *Tap) SnapLen() int { return t.w.SnapLen() }
+
+// Fail keeps err, a source's, as the tap's error if it has none: Flush
+// returns it.
+func (t *Tap) Fail(err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.srcErr == nil {
@@ -55,7 +64,7 @@ func (t *pcapTap) fail(err error) {
 
 // Flush writes out what is buffered and returns the first error of a source or
 // of any write.
-func (t *pcapTap) Flush() error {
+func (t *Tap) Flush() error {
 	err := t.w.Flush()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -67,14 +76,14 @@ func (t *pcapTap) Flush() error {
 
 // Source returns a writer for a classic pcap stream (Ethernet) whose records go
 // into the tap; with restoreIDs, the stream is a UDP endpoint's, whose received
-// frames carry IPv4 ID 0 for the ID the socket hid, which is recovered as
-// ppCapture does (pcapIPv4IDRestorer). Close it once its capture is flushed: it
+// frames carry IPv4 ID 0 for the ID the socket hid, which is recovered
+// (IPv4IDRestorer). Close it once its capture is flushed: it
 // waits for the last record to be in the tap. A stream that cannot be read is
 // the tap's error (Flush returns it); one that never began (its capture was
 // never made) is none.
-func (t *pcapTap) Source(restoreIDs bool) *pcapTapSource {
+func (t *Tap) Source(restoreIDs bool) *Source {
 	pr, pw := io.Pipe()
-	s := &pcapTapSource{pw: pw, done: make(chan struct{})}
+	s := &Source{pw: pw, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		defer io.Copy(io.Discard, pr) // never leave the capture blocked on the pipe
@@ -87,21 +96,21 @@ func (t *pcapTap) Source(restoreIDs bool) *pcapTapSource {
 		}
 		if err != nil {
 			s.err = err
-			t.fail(err)
+			t.Fail(err)
 			return
 		}
-		var ids pcapIPv4IDRestorer
+		var ids IPv4IDRestorer
 		for {
 			data, ci, err := r.ZeroCopyReadPacketData()
 			if err != nil {
 				if !errors.Is(err, io.EOF) {
 					s.err = err
-					t.fail(err)
+					t.Fail(err)
 				}
 				return
 			}
 			if restoreIDs && ci.CaptureLength == ci.Length {
-				data = ids.restore(data)
+				data = ids.Restore(data)
 			}
 			if err := t.w.WriteFrameLen(ci.Timestamp, data, ci.Length); err != nil {
 				s.err = err
@@ -112,8 +121,8 @@ func (t *pcapTap) Source(restoreIDs bool) *pcapTapSource {
 	return s
 }
 
-// pcapTapSource is the writer end of a pcapTap.Source.
-type pcapTapSource struct {
+// Source is the writer end of a Tap.Source.
+type Source struct {
 	pw   *io.PipeWriter
 	done chan struct{}
 	err  error // set by the reading goroutine before done closes
@@ -121,11 +130,11 @@ type pcapTapSource struct {
 }
 
 // Write takes the stream's next bytes.
-func (s *pcapTapSource) Write(b []byte) (int, error) { return s.pw.Write(b) }
+func (s *Source) Write(b []byte) (int, error) { return s.pw.Write(b) }
 
 // Close ends the stream and waits until all of it is in the tap; it returns the
 // first error of reading it.
-func (s *pcapTapSource) Close() error {
+func (s *Source) Close() error {
 	s.once.Do(func() { s.pw.Close() })
 	<-s.done
 	if s.err != nil {
@@ -134,20 +143,20 @@ func (s *pcapTapSource) Close() error {
 	return nil
 }
 
-// pcapIPv4IDRestorer puts back the IPv4 Identification that a UDP socket hides
+// IPv4IDRestorer puts back the IPv4 Identification that a UDP socket hides
 // (netio.IPv4IDPolicy.UnknownIPv4ID: the endpoint writes 0) into a RoCEv2
 // frame, recovered from the ICRC (roce.RecoverIPv4ID) as the device recovers it,
 // with the header checksum redone: the frame as it was on the wire, whose ICRC
 // verifies in the capture. A frame whose ICRC matches no ID (corrupted, as the
 // conformance tests send them) is recorded as it came.
-type pcapIPv4IDRestorer struct {
+type IPv4IDRestorer struct {
 	scratch []byte
 	frame   roce.Frame
 }
 
-// restore returns b, or the restored frame in the restorer's buffer (valid
+// Restore returns b, or the restored frame in the restorer's buffer (valid
 // until the next call).
-func (r *pcapIPv4IDRestorer) restore(b []byte) []byte {
+func (r *IPv4IDRestorer) Restore(b []byte) []byte {
 	f := &r.frame
 	if f.DecodeEthernet(b) != nil || f.IPv6 || f.Version != roce.RoCEv2 || binary.BigEndian.Uint16(f.IP[4:]) != 0 {
 		return b

@@ -1,4 +1,4 @@
-package main
+package pcaptap
 
 import (
 	"io"
@@ -13,33 +13,35 @@ import (
 	"github.com/softrdma/softrdma/iwarp"
 )
 
-// tcpPcap writes the octets of iWARP connections, as an iwarp.StreamObserver sees
+// TCP writes the octets of iWARP connections, as an iwarp.StreamObserver sees
 // them, as a classic pcap of Ethernet/IP/TCP segments: a three-way handshake when
-// the observer is made, then one segment (at most tcpPcapMSS octets) per chunk
+// the observer is made, then one segment (at most tcpMSS octets) per chunk
 // with sequence and acknowledgement numbers that follow the stream, so that
 // softrdma decode and tshark reassemble it. The segments are synthesised (the
 // kernel's real segmentation is not visible to a socket), which is enough for a
 // byte-exact view of the stream.
-type tcpPcap struct {
+type TCP struct {
 	mu  sync.Mutex
 	w   *pcapgo.Writer
 	err error
 	buf gopacket.SerializeBuffer
 }
 
-// tcpPcapMSS is the largest payload of a synthesised segment.
-const tcpPcapMSS = 1448
+// tcpMSS is the largest payload of a synthesised segment.
+const tcpMSS = 1448
 
-func newTCPPcap(w io.Writer) (*tcpPcap, error) {
+// NewTCP writes the pcap file header to w and returns the writer of its
+// segments.
+func NewTCP(w io.Writer) (*TCP, error) {
 	pw := pcapgo.NewWriter(w)
 	if err := pw.WriteFileHeader(65535, layers.LinkTypeEthernet); err != nil {
 		return nil, err
 	}
-	return &tcpPcap{w: pw, buf: gopacket.NewSerializeBuffer()}, nil
+	return &TCP{w: pw, buf: gopacket.NewSerializeBuffer()}, nil
 }
 
 // Err returns the first write error.
-func (p *tcpPcap) Err() error {
+func (p *TCP) Err() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.err
@@ -47,8 +49,8 @@ func (p *tcpPcap) Err() error {
 
 // Observe is an iwarp.ConnParams.Observe hook: local is this side of the
 // connection, whose Sent octets flow local→remote.
-func (p *tcpPcap) Observe(local, remote net.Addr) iwarp.StreamObserver {
-	o := &tcpPcapConn{p: p, local: tcpEnd(local, 0x11), remote: tcpEnd(remote, 0x22)}
+func (p *TCP) Observe(local, remote net.Addr) iwarp.StreamObserver {
+	o := &tcpConn{p: p, local: newTCPEndpoint(local, 0x11), remote: newTCPEndpoint(remote, 0x22)}
 	o.local.seq, o.remote.seq = 0x1000_0000, 0x2000_0000
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -60,37 +62,37 @@ func (p *tcpPcap) Observe(local, remote net.Addr) iwarp.StreamObserver {
 	return o
 }
 
-type tcpPcapEnd struct {
+type tcpEndpoint struct {
 	ip   net.IP
 	port uint16
 	mac  net.HardwareAddr
 	seq  uint32 // next sequence number this end sends
 }
 
-func tcpEnd(a net.Addr, macByte byte) tcpPcapEnd {
-	e := tcpPcapEnd{ip: net.IPv4(127, 0, 0, 1), mac: net.HardwareAddr{0x02, 0, 0, 0, 0, macByte}}
+func newTCPEndpoint(a net.Addr, macByte byte) tcpEndpoint {
+	e := tcpEndpoint{ip: net.IPv4(127, 0, 0, 1), mac: net.HardwareAddr{0x02, 0, 0, 0, 0, macByte}}
 	if t, ok := a.(*net.TCPAddr); ok {
 		e.ip, e.port = t.IP, uint16(t.Port)
 	}
 	return e
 }
 
-type tcpPcapConn struct {
-	p             *tcpPcap
-	local, remote tcpPcapEnd
+type tcpConn struct {
+	p             *TCP
+	local, remote tcpEndpoint
 }
 
 // Sent records octets this side wrote.
-func (o *tcpPcapConn) Sent(b []byte) { o.data(&o.local, &o.remote, b) }
+func (o *tcpConn) Sent(b []byte) { o.data(&o.local, &o.remote, b) }
 
 // Received records octets this side read.
-func (o *tcpPcapConn) Received(b []byte) { o.data(&o.remote, &o.local, b) }
+func (o *tcpConn) Received(b []byte) { o.data(&o.remote, &o.local, b) }
 
-func (o *tcpPcapConn) data(from, to *tcpPcapEnd, b []byte) {
+func (o *tcpConn) data(from, to *tcpEndpoint, b []byte) {
 	o.p.mu.Lock()
 	defer o.p.mu.Unlock()
 	for len(b) > 0 {
-		n := min(len(b), tcpPcapMSS)
+		n := min(len(b), tcpMSS)
 		o.segment(from, to, layers.TCP{ACK: true, PSH: n == len(b)}, b[:n])
 		from.seq += uint32(n)
 		b = b[n:]
@@ -98,7 +100,7 @@ func (o *tcpPcapConn) data(from, to *tcpPcapEnd, b []byte) {
 }
 
 // segment writes one segment from → to; the caller holds p.mu.
-func (o *tcpPcapConn) segment(from, to *tcpPcapEnd, tcp layers.TCP, payload []byte) {
+func (o *tcpConn) segment(from, to *tcpEndpoint, tcp layers.TCP, payload []byte) {
 	p := o.p
 	if p.err != nil {
 		return
