@@ -217,6 +217,20 @@ func interfaceWithAddr(a netip.Addr) *net.Interface {
 	return nil
 }
 
+// loopbackInterface returns the loopback interface, or nil.
+func loopbackInterface() *net.Interface {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	for i := range ifs {
+		if ifs[i].Flags&net.FlagLoopback != 0 {
+			return &ifs[i]
+		}
+	}
+	return nil
+}
+
 func openUDP(cfg *OpenConfig) (*deviceSetup, error) {
 	if len(cfg.Addrs) > 1 {
 		return nil, fmt.Errorf("roce: open: the udp backend binds one address, not %d", len(cfg.Addrs))
@@ -279,6 +293,11 @@ func openUDP(cfg *OpenConfig) (*deviceSetup, error) {
 	if ifi != nil {
 		gids = GIDTable(mac, append(v4, v6...))
 		mtu = ifi.MTU
+	} else if lo := loopbackInterface(); lo != nil && bind.IsLoopback() {
+		// 127.0.0.0/8 is local without being on lo (Linux routes all of it
+		// to lo): a loopback address on no interface has lo's MTU, while the
+		// GID table is the bound address alone.
+		mtu = lo.MTU
 	}
 	ep, err := netio.NewUDP(netio.UDPConfig{
 		LocalAddr: netip.AddrPortFrom(bind, cfg.UDPPort),
