@@ -16,6 +16,8 @@ import (
 	"github.com/softrdma/softrdma/netio/netnstest"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/softrdma/softrdma/netio/header"
 )
 
 // roceV1Frame returns an Ethernet + GRH + BTH-shaped frame (Ethertype
@@ -651,7 +653,7 @@ func TestUDPGSOToPacketEndpoint(t *testing.T) {
 					if got := int(be.Uint16(ip[2:])); got != len(w)-EthernetHeaderLen {
 						t.Fatalf("datagram %d: IPv4 total length %d, want %d", i, got, len(w)-EthernetHeaderLen)
 					}
-					if ipv4Checksum(ip[:20]) != 0 {
+					if !header.IPv4(ip[:20]).IsChecksumValid() {
 						t.Fatalf("datagram %d: IPv4 header checksum %#04x does not verify", i, be.Uint16(ip[10:]))
 					}
 					if id, want := be.Uint16(ip[4:]), be.Uint16(g[len(g)-2:]); id != want {

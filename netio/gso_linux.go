@@ -3,8 +3,9 @@
 package netio
 
 import (
-	"encoding/binary"
 	"fmt"
+
+	"github.com/softrdma/softrdma/netio/header"
 )
 
 // The virtio_net_hdr that a packet socket with PACKET_VNET_HDR puts before
@@ -41,33 +42,33 @@ type udpGSOFrame struct {
 // payload bytes.
 func parseUDPGSOFrame(frame []byte, gsoSize int) (udpGSOFrame, error) {
 	g := udpGSOFrame{ipOff: EthernetHeaderLen, size: gsoSize}
-	be := binary.BigEndian
 	if gsoSize <= 0 {
 		return g, fmt.Errorf("netio: gso: segment size %d", gsoSize)
 	}
 	if len(frame) < EthernetHeaderLen+ipv4HeaderLen {
 		return g, fmt.Errorf("netio: gso: frame of %d bytes has no IP header", len(frame))
 	}
-	ip := frame[EthernetHeaderLen:]
 	var ipLen int // the IP datagram's length as its header gives it
-	switch et := be.Uint16(frame[12:]); et {
+	switch et := header.Ethernet(frame).Type(); et {
 	case etherTypeIPv4:
 		g.v4 = true
-		ihl := int(ip[0]&0x0f) * 4
-		if ip[0]>>4 != 4 || ihl < ipv4HeaderLen {
+		ip := header.IPv4(frame[EthernetHeaderLen:])
+		ihl := ip.HeaderLen()
+		if ip.Version() != 4 || ihl < ipv4HeaderLen {
 			return g, fmt.Errorf("netio: gso: IPv4 version/IHL %#02x", ip[0])
 		}
-		if ip[9] != ipProtoUDP {
-			return g, fmt.Errorf("netio: gso: IPv4 protocol %d is not UDP", ip[9])
+		if ip.Protocol() != ipProtoUDP {
+			return g, fmt.Errorf("netio: gso: IPv4 protocol %d is not UDP", ip.Protocol())
 		}
 		g.udpOff = g.ipOff + ihl
-		ipLen = int(be.Uint16(ip[2:]))
+		ipLen = int(ip.TotalLength())
 	case etherTypeIPv6:
-		if len(ip) < ipv6HeaderLen || ip[6] != ipProtoUDP {
+		ip := header.IPv6(frame[EthernetHeaderLen:])
+		if len(ip) < ipv6HeaderLen || ip.NextHeader() != ipProtoUDP {
 			return g, fmt.Errorf("netio: gso: IPv6 frame without a UDP header first")
 		}
 		g.udpOff = g.ipOff + ipv6HeaderLen
-		ipLen = ipv6HeaderLen + int(be.Uint16(ip[4:]))
+		ipLen = ipv6HeaderLen + int(ip.PayloadLength())
 	default:
 		return g, fmt.Errorf("netio: gso: Ethertype %#04x is not IP", et)
 	}
@@ -104,11 +105,10 @@ func (g udpGSOFrame) segLen(frame []byte, j int) int {
 
 // payloadEnd returns the offset in frame where the super-datagram ends.
 func (g udpGSOFrame) payloadEnd(frame []byte) int {
-	be := binary.BigEndian
 	var ipLen int
 	if g.v4 {
-		ipLen = int(be.Uint16(frame[g.ipOff+2:]))
-	} else if l := int(be.Uint16(frame[g.ipOff+4:])); l > 0 {
+		ipLen = int(header.IPv4(frame[g.ipOff:]).TotalLength())
+	} else if l := int(header.IPv6(frame[g.ipOff:]).PayloadLength()); l > 0 {
 		ipLen = ipv6HeaderLen + l
 	}
 	if ipLen == 0 {
@@ -125,23 +125,21 @@ func (g udpGSOFrame) payloadEnd(frame []byte) int {
 // holds only the pseudo-header sum the NIC would complete, and RoCE's ICRC
 // does not cover it (rxe sends 0 as well). It returns the length written.
 func (g udpGSOFrame) segment(dst, frame []byte, j int) int {
-	be := binary.BigEndian
 	start := g.hdrLen + j*g.size
 	n := min(g.size, g.payloadEnd(frame)-start)
 	copy(dst, frame[:g.hdrLen])
 	copy(dst[g.hdrLen:], frame[start:start+n])
-	ip := dst[g.ipOff:]
 	udpLen := udpHeaderLen + n
 	if g.v4 {
-		be.PutUint16(ip[2:], uint16(g.udpOff-g.ipOff+udpLen))
-		be.PutUint16(ip[4:], be.Uint16(frame[g.ipOff+4:])+uint16(j))
-		ip[10], ip[11] = 0, 0
-		be.PutUint16(ip[10:], ipv4Checksum(ip[:g.udpOff-g.ipOff]))
+		ip := header.IPv4(dst[g.ipOff:g.udpOff])
+		ip.SetTotalLength(uint16(g.udpOff - g.ipOff + udpLen))
+		ip.SetID(header.IPv4(frame[g.ipOff:]).ID() + uint16(j))
+		ip.SetChecksum(header.IPv4Checksum(ip))
 	} else {
-		be.PutUint16(ip[4:], uint16(udpLen))
+		header.IPv6(dst[g.ipOff:]).SetPayloadLength(uint16(udpLen))
 	}
-	udp := dst[g.udpOff:]
-	be.PutUint16(udp[4:], uint16(udpLen))
-	udp[6], udp[7] = 0, 0
+	udp := header.UDP(dst[g.udpOff:])
+	udp.SetLength(uint16(udpLen))
+	udp.SetChecksum(0)
 	return g.hdrLen + n
 }

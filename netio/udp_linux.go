@@ -19,6 +19,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/softrdma/softrdma/netio/header"
 )
 
 // RoCEv2Port is the UDP destination port of RoCEv2 (IANA "roce").
@@ -26,17 +28,17 @@ const RoCEv2Port = 4791
 
 // Header sizes and Ethertypes of the frames the backends parse and build.
 const (
-	ipv4HeaderLen = 20
-	ipv6HeaderLen = 40
-	udpHeaderLen  = 8
+	ipv4HeaderLen = header.IPv4MinLen
+	ipv6HeaderLen = header.IPv6Len
+	udpHeaderLen  = header.UDPLen
 
-	etherTypeIPv4   = 0x0800
-	etherTypeIPv6   = 0x86dd
-	etherTypeARP    = 0x0806
-	etherTypeRoCEv1 = 0x8915
+	etherTypeIPv4   = header.EtherTypeIPv4
+	etherTypeIPv6   = header.EtherTypeIPv6
+	etherTypeARP    = header.EtherTypeARP
+	etherTypeRoCEv1 = header.EtherTypeRoCEv1
 
-	ipProtoUDP = 17
-	ipv4FlagDF = 0x4000 // the flags+fragment offset word with DF alone
+	ipProtoUDP = header.IPProtocolUDP
+	ipv4FlagDF = header.IPv4FlagDF // the flags+fragment offset word with DF alone
 )
 
 // DefaultUDPBatchSize is the batch size of a UDPEndpoint when UDPConfig
@@ -945,83 +947,45 @@ func parseRxControl(b []byte, m *rxMeta) {
 // synthesise writes Ethernet + IP + UDP headers into f[:e.hdrLen] for a UDP
 // payload of n bytes already at f[e.hdrLen:], and returns the frame length.
 func (e *UDPEndpoint) synthesise(f []byte, m *rxMeta, src netip.AddrPort, n int) int {
-	be := binary.BigEndian
-	copy(f[0:6], e.localMAC[:])
-	copy(f[6:12], e.peerMAC[:])
-	var udp []byte
+	eth := header.EthernetFields{Dst: e.localMAC, Src: e.peerMAC, Type: etherTypeIPv4}
+	var ipLen int
 	if e.is6 {
-		be.PutUint16(f[12:], etherTypeIPv6)
-		ip := f[EthernetHeaderLen : EthernetHeaderLen+ipv6HeaderLen]
-		be.PutUint32(ip[0:], 6<<28|uint32(m.tos)<<20) // version, traffic class, flow label 0
-		be.PutUint16(ip[4:], uint16(udpHeaderLen+n))
-		ip[6] = ipProtoUDP
-		ip[7] = m.ttl
-		putAddr16(ip[8:24], src.Addr())
+		eth.Type, ipLen = etherTypeIPv6, ipv6HeaderLen
+		dst := e.local.Addr()
 		if m.haveDst {
-			copy(ip[24:40], m.dst[:])
-		} else {
-			putAddr16(ip[24:40], e.local.Addr())
+			dst = netip.AddrFrom16(m.dst)
 		}
-		udp = f[EthernetHeaderLen+ipv6HeaderLen : e.hdrLen]
+		header.IPv6(f[EthernetHeaderLen:]).Encode(&header.IPv6Fields{
+			TrafficClass:  m.tos, // flow label 0
+			PayloadLength: uint16(udpHeaderLen + n),
+			NextHeader:    ipProtoUDP,
+			HopLimit:      m.ttl,
+			Src:           src.Addr(),
+			Dst:           dst,
+		})
 	} else {
-		be.PutUint16(f[12:], etherTypeIPv4)
-		ip := f[EthernetHeaderLen : EthernetHeaderLen+ipv4HeaderLen]
-		ip[0] = 0x45
-		ip[1] = m.tos
-		be.PutUint16(ip[2:], uint16(ipv4HeaderLen+udpHeaderLen+n))
-		be.PutUint16(ip[4:], 0) // Identification: unknown, see UnknownIPv4ID
-		be.PutUint16(ip[6:], ipv4FlagDF)
-		ip[8] = m.ttl
-		ip[9] = ipProtoUDP
-		ip[10], ip[11] = 0, 0
-		putAddr4(ip[12:16], src.Addr())
+		ipLen = ipv4HeaderLen
+		dst := e.local.Addr()
 		if m.haveDst {
-			copy(ip[16:20], m.dst[:4])
-		} else {
-			putAddr4(ip[16:20], e.local.Addr())
+			dst = netip.AddrFrom4([4]byte(m.dst[:4]))
 		}
-		be.PutUint16(ip[10:], ipv4Checksum(ip))
-		udp = f[EthernetHeaderLen+ipv4HeaderLen : e.hdrLen]
+		header.IPv4(f[EthernetHeaderLen:]).Encode(&header.IPv4Fields{
+			TOS:           m.tos,
+			TotalLength:   uint16(ipv4HeaderLen + udpHeaderLen + n),
+			FlagsFragment: ipv4FlagDF, // Identification 0: unknown, see UnknownIPv4ID
+			TTL:           m.ttl,
+			Protocol:      ipProtoUDP,
+			Src:           src.Addr(),
+			Dst:           dst,
+		})
 	}
-	be.PutUint16(udp[0:], src.Port())
-	be.PutUint16(udp[2:], e.local.Port())
-	be.PutUint16(udp[4:], uint16(udpHeaderLen+n))
-	be.PutUint16(udp[6:], 0)
+	header.Ethernet(f).Encode(&eth)
+	header.UDP(f[EthernetHeaderLen+ipLen:]).Encode(&header.UDPFields{
+		SrcPort: src.Port(),
+		DstPort: e.local.Port(),
+		Length:  uint16(udpHeaderLen + n),
+	})
 	return e.hdrLen + n
-}
-
-// putAddr4 writes an IPv4 address into dst[:4], zeros if a is not one.
-func putAddr4(dst []byte, a netip.Addr) {
-	if !a.Is4() {
-		clear(dst[:4])
-		return
-	}
-	b := a.As4()
-	copy(dst, b[:])
-}
-
-// putAddr16 writes an IP address (IPv4 mapped) into dst[:16], zeros for
-// the zero Addr.
-func putAddr16(dst []byte, a netip.Addr) {
-	if !a.IsValid() {
-		clear(dst[:16])
-		return
-	}
-	b := a.As16()
-	copy(dst, b[:])
-}
-
-// ipv4Checksum returns the header checksum of an IPv4 header whose checksum
-// field is zero.
-func ipv4Checksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(h[i])<<8 | uint32(h[i+1])
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
 }
 
 // ---- send ----
@@ -1232,7 +1196,6 @@ func (e *UDPEndpoint) parseTx(frame []byte, f *txFrame) bool {
 // parseTxHeaders reads the headers of a frame of total bytes whose first
 // piece is first; f.payload is the UDP payload's part in first.
 func (e *UDPEndpoint) parseTxHeaders(first []byte, total int, f *txFrame) bool {
-	be := binary.BigEndian
 	c := &e.stats
 	if total > MaxFrameLen(e.mtu) {
 		c.droppedOversize.Add(1)
@@ -1244,48 +1207,48 @@ func (e *UDPEndpoint) parseTxHeaders(first []byte, total int, f *txFrame) bool {
 	}
 	var src netip.Addr
 	var udpOff, udpLen int // the UDP header's offset in the frame; the IP payload length
+	eth := header.Ethernet(first)
 	if e.is6 {
-		ip := first[EthernetHeaderLen:]
-		if be.Uint16(first[12:]) != etherTypeIPv6 || ip[0]>>4 != 6 || ip[6] != ipProtoUDP {
+		ip := header.IPv6(first[EthernetHeaderLen:])
+		if eth.Type() != etherTypeIPv6 || ip.Version() != 6 || ip.NextHeader() != ipProtoUDP {
 			c.droppedMalformed.Add(1)
 			return false
 		}
-		plen := int(be.Uint16(ip[4:]))
+		plen := int(ip.PayloadLength())
 		if EthernetHeaderLen+ipv6HeaderLen+plen > total {
 			c.droppedMalformed.Add(1)
 			return false
 		}
-		f.tos = uint8(be.Uint16(ip[0:]) >> 4)
-		f.ttl = ip[7]
-		src = netip.AddrFrom16([16]byte(ip[8:24]))
-		f.dst = netip.AddrPortFrom(netip.AddrFrom16([16]byte(ip[24:40])), 0)
+		f.tos, f.ttl = ip.TrafficClass(), ip.HopLimit()
+		src = ip.Src()
+		f.dst = netip.AddrPortFrom(ip.Dst(), 0)
 		udpOff, udpLen = EthernetHeaderLen+ipv6HeaderLen, plen
 	} else {
-		ip := first[EthernetHeaderLen:]
-		if be.Uint16(first[12:]) != etherTypeIPv4 || ip[0] != 0x45 || ip[9] != ipProtoUDP {
+		ip := header.IPv4(first[EthernetHeaderLen:])
+		if eth.Type() != etherTypeIPv4 || ip.Version() != 4 || ip.HeaderLen() != ipv4HeaderLen || ip.Protocol() != ipProtoUDP {
 			c.droppedMalformed.Add(1)
 			return false
 		}
-		tot := int(be.Uint16(ip[2:]))
+		tot := int(ip.TotalLength())
 		if tot < ipv4HeaderLen+udpHeaderLen || EthernetHeaderLen+tot > total {
 			c.droppedMalformed.Add(1)
 			return false
 		}
-		if be.Uint16(ip[4:]) != 0 || be.Uint16(ip[6:]) != ipv4FlagDF {
+		if ip.ID() != 0 || ip.FlagsFragment() != ipv4FlagDF {
 			c.droppedIPv4ID.Add(1)
 			return false
 		}
-		f.tos, f.ttl = ip[1], ip[8]
-		src = netip.AddrFrom4([4]byte(ip[12:16]))
-		f.dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[16:20])), 0)
+		f.tos, f.ttl = ip.TOS(), ip.TTL()
+		src = ip.Src()
+		f.dst = netip.AddrPortFrom(ip.Dst(), 0)
 		udpOff, udpLen = EthernetHeaderLen+ipv4HeaderLen, tot-ipv4HeaderLen
 	}
 	if udpLen < udpHeaderLen {
 		c.droppedMalformed.Add(1)
 		return false
 	}
-	udp := first[udpOff:]
-	ulen := int(be.Uint16(udp[4:]))
+	udp := header.UDP(first[udpOff:])
+	ulen := int(udp.Length())
 	if ulen < udpHeaderLen || ulen > udpLen {
 		c.droppedMalformed.Add(1)
 		return false
@@ -1298,8 +1261,8 @@ func (e *UDPEndpoint) parseTxHeaders(first []byte, total int, f *txFrame) bool {
 		c.droppedSourceAddr.Add(1)
 		return false
 	}
-	f.srcPort = be.Uint16(udp[0:])
-	f.dst = netip.AddrPortFrom(f.dst.Addr(), be.Uint16(udp[2:]))
+	f.srcPort = udp.SrcPort()
+	f.dst = netip.AddrPortFrom(f.dst.Addr(), udp.DstPort())
 	f.plen = ulen - udpHeaderLen
 	f.payload = first[e.hdrLen:min(len(first), e.hdrLen+f.plen)]
 	return true

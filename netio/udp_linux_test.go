@@ -20,6 +20,8 @@ import (
 
 	"github.com/google/gopacket/pcapgo"
 	"golang.org/x/sys/unix"
+
+	"github.com/softrdma/softrdma/netio/header"
 )
 
 // ---- frame building helpers shared by the backend tests ----
@@ -55,7 +57,7 @@ func (tf ipFrame) build() []byte {
 		s, d := tf.src.Addr().As4(), tf.dst.Addr().As4()
 		copy(ip[12:], s[:])
 		copy(ip[16:], d[:])
-		be.PutUint16(ip[10:], ipv4Checksum(ip))
+		be.PutUint16(ip[10:], header.IPv4Checksum(ip))
 		f = append(f, ip...)
 	} else {
 		f = be.AppendUint16(f, etherTypeIPv6)
@@ -1006,9 +1008,10 @@ func FuzzUDPParseTx(f *testing.F) {
 				}
 			}
 			meta := rxMeta{ttl: tx.ttl, tos: tx.tos, haveDst: true}
-			putAddr16(meta.dst[:], tx.dst.Addr())
+			meta.dst = tx.dst.Addr().As16()
 			if !e.is6 {
-				putAddr4(meta.dst[:4], tx.dst.Addr())
+				a4 := tx.dst.Addr().As4()
+				copy(meta.dst[:4], a4[:])
 			}
 			out := make([]byte, e.hdrLen+len(tx.payload))
 			copy(out[e.hdrLen:], tx.payload)
@@ -1021,7 +1024,7 @@ func FuzzUDPParseTx(f *testing.F) {
 				!bytes.Equal(again.payload, tx.payload) {
 				t.Fatalf("round trip: %+v\nbecame %+v", tx, again)
 			}
-			if !e.is6 && ipv4Checksum(out[EthernetHeaderLen:EthernetHeaderLen+ipv4HeaderLen]) != 0 {
+			if !e.is6 && !header.IPv4(out[EthernetHeaderLen:EthernetHeaderLen+ipv4HeaderLen]).IsChecksumValid() {
 				t.Fatalf("synthesised IPv4 header checksum wrong: %x", out[14:34])
 			}
 		}

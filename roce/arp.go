@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/softrdma/softrdma/netio/header"
 )
 
 // Errors of neighbour resolution (Neighbors.Resolve).
@@ -19,13 +21,13 @@ var (
 
 // Neighbour protocol wire constants (RFC 826 ARP, RFC 4861 NDP).
 const (
-	EtherTypeARP = 0x0806 // Ethertype of ARP
+	EtherTypeARP = header.EtherTypeARP // Ethertype of ARP
 
 	arpLen          = 28 // ARP for IPv4 over Ethernet
 	minFrameLen     = 60 // the shortest Ethernet frame without FCS: ARP is padded to it
 	arpOpRequest    = 1
 	arpOpReply      = 2
-	ipProtoICMPv6   = 58
+	ipProtoICMPv6   = header.IPProtocolICMPv6
 	icmpv6NS        = 135 // neighbor solicitation
 	icmpv6NA        = 136 // neighbor advertisement
 	ndMsgLen        = 24  // type, code, checksum, flags/reserved, target address
@@ -448,15 +450,15 @@ func (h *HostNeighbors) HandleFrame(now time.Time, frame []byte) bool {
 	if len(frame) < EthernetLen {
 		return false
 	}
-	switch binary.BigEndian.Uint16(frame[12:]) {
+	switch header.Ethernet(frame).Type() {
 	case EtherTypeARP:
 		h.mu.Lock()
 		h.handleARPLocked(now, frame)
 		h.mu.Unlock()
 		return true
 	case EtherTypeIPv6:
-		p := frame[EthernetLen:]
-		if len(p) < IPv6Len || p[0]>>4 != 6 || p[6] != ipProtoICMPv6 || len(p) < IPv6Len+1 ||
+		p := header.IPv6(frame[EthernetLen:])
+		if len(p) < IPv6Len+1 || p.Version() != 6 || p.NextHeader() != ipProtoICMPv6 ||
 			(p[IPv6Len] != icmpv6NS && p[IPv6Len] != icmpv6NA) {
 			return false
 		}
@@ -516,9 +518,7 @@ func (h *HostNeighbors) arp(b []byte, op uint16, dst [6]byte, spa netip.Addr, th
 	b = b[:minFrameLen]
 	clear(b[EthernetLen+arpLen:])
 	be := binary.BigEndian
-	copy(b[0:6], dst[:])
-	copy(b[6:12], h.cfg.MAC[:])
-	be.PutUint16(b[12:], EtherTypeARP)
+	header.Ethernet(b).Encode(&header.EthernetFields{Dst: dst, Src: h.cfg.MAC, Type: EtherTypeARP})
 	a := b[EthernetLen:]
 	be.PutUint16(a[0:], 1) // hardware type Ethernet
 	be.PutUint16(a[2:], EtherTypeIPv4)
@@ -537,14 +537,13 @@ func (h *HostNeighbors) arp(b []byte, op uint16, dst [6]byte, spa netip.Addr, th
 // solicitation for one of our addresses.
 func (h *HostNeighbors) handleNDLocked(now time.Time, frame []byte) {
 	be := binary.BigEndian
-	ip := frame[EthernetLen:]
-	plen := int(be.Uint16(ip[4:]))
-	if len(ip) < IPv6Len+plen || plen < ndMsgLen || ip[7] != ndHopLimit {
+	ip := header.IPv6(frame[EthernetLen:])
+	plen := int(ip.PayloadLength())
+	if len(ip) < IPv6Len+plen || plen < ndMsgLen || ip.HopLimit() != ndHopLimit {
 		h.stats.Invalid++
 		return
 	}
-	src := netip.AddrFrom16([16]byte(ip[8:24]))
-	dst := netip.AddrFrom16([16]byte(ip[24:40]))
+	src, dst := ip.Src(), ip.Dst()
 	msg := ip[IPv6Len : IPv6Len+plen]
 	if msg[1] != 0 || ICMPv6Checksum(src, dst, msg) != 0 {
 		h.stats.Invalid++
@@ -592,7 +591,7 @@ func (h *HostNeighbors) handleNDLocked(now time.Time, frame []byte) {
 			h.advertiseLocked(mac, target, allNodes, naFlagOverride)
 			return
 		}
-		mac := [6]byte(frame[6:12])
+		mac := header.Ethernet(frame).SrcMAC()
 		if haveLL {
 			mac = ll
 			h.learnLocked(now, src, ll, true, true, false)
@@ -624,17 +623,16 @@ func (h *HostNeighbors) advertiseLocked(dstMAC [6]byte, target, dst netip.Addr, 
 func (h *HostNeighbors) nd(b []byte, typ uint8, dstMAC [6]byte, src, dst, target netip.Addr, flags uint32, opt uint8) []byte {
 	b = b[:neighborFrameLen]
 	be := binary.BigEndian
-	copy(b[0:6], dstMAC[:])
-	copy(b[6:12], h.cfg.MAC[:])
-	be.PutUint16(b[12:], EtherTypeIPv6)
-	ip := b[EthernetLen:]
-	be.PutUint32(ip[0:], 6<<28)
-	be.PutUint16(ip[4:], ndMsgLen+ndOptLLLen)
-	ip[6] = ipProtoICMPv6
-	ip[7] = ndHopLimit
-	s, d, t := src.As16(), dst.As16(), target.As16()
-	copy(ip[8:24], s[:])
-	copy(ip[24:40], d[:])
+	header.Ethernet(b).Encode(&header.EthernetFields{Dst: dstMAC, Src: h.cfg.MAC, Type: EtherTypeIPv6})
+	ip := header.IPv6(b[EthernetLen:])
+	ip.Encode(&header.IPv6Fields{
+		PayloadLength: ndMsgLen + ndOptLLLen,
+		NextHeader:    ipProtoICMPv6,
+		HopLimit:      ndHopLimit,
+		Src:           src,
+		Dst:           dst,
+	})
+	t := target.As16()
 	msg := ip[IPv6Len:]
 	msg[0], msg[1] = typ, 0
 	be.PutUint16(msg[2:], 0)
@@ -647,26 +645,7 @@ func (h *HostNeighbors) nd(b []byte, typ uint8, dstMAC [6]byte, src, dst, target
 }
 
 // ICMPv6Checksum returns the ICMPv6 checksum (RFC 4443 section 2.3) of msg
-// from src to dst, computed over the IPv6 pseudo-header and msg as it is: with
-// the checksum field zero it is the value to store; over a message carrying
-// its checksum it is zero if the checksum is right.
+// from src to dst: header.ICMPv6Checksum, kept for callers of this package.
 func ICMPv6Checksum(src, dst netip.Addr, msg []byte) uint16 {
-	var sum uint64
-	s, d := src.As16(), dst.As16()
-	for i := 0; i < 16; i += 2 {
-		sum += uint64(s[i])<<8 | uint64(s[i+1])
-		sum += uint64(d[i])<<8 | uint64(d[i+1])
-	}
-	sum += uint64(len(msg))
-	sum += ipProtoICMPv6
-	for i := 0; i+1 < len(msg); i += 2 {
-		sum += uint64(msg[i])<<8 | uint64(msg[i+1])
-	}
-	if len(msg)%2 == 1 {
-		sum += uint64(msg[len(msg)-1]) << 8
-	}
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	return ^uint16(sum)
+	return header.ICMPv6Checksum(src, dst, msg)
 }

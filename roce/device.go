@@ -2,7 +2,6 @@ package roce
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/netio"
+	"github.com/softrdma/softrdma/netio/header"
 )
 
 // maxRXEHeaderLen is what rxe subtracts from the netdev MTU to get the largest IB
@@ -602,7 +602,7 @@ func (d *Device) check(now time.Time, f *Frame, b []byte) verdict {
 		return verdictNotRoCE
 	case err != nil:
 		return verdictMalformed
-	case f.Version == RoCEv2 && !f.IPv6 && binary.BigEndian.Uint16(f.IP[10:]) != IPv4Checksum(f.IP):
+	case f.Version == RoCEv2 && !f.IPv6 && !header.IPv4(f.IP).IsChecksumValid():
 		// The ICRC masks the IPv4 checksum, so a flipped TTL or TOS would
 		// pass it; the kernel's ip_rcv drops such a frame, and so do we.
 		return verdictBadIPChecksum
@@ -663,37 +663,37 @@ func (d *Device) datagramFrame(f *Frame, dg *netio.Datagram, hdr *datagramHeader
 	if n < minIBLen+ICRCLen || n > 0xFFFF-IPv6Len-UDPLen {
 		return verdictMalformed
 	}
-	be := binary.BigEndian
 	src, dst := dg.Src.Addr().Unmap(), dg.Dst.Addr().Unmap()
 	var ip []byte
 	switch {
 	case src.Is4() && dst.Is4():
 		ip = hdr[:IPv4Len]
-		ip[0], ip[1] = 0x45, dg.TOS
-		be.PutUint16(ip[2:], uint16(IPv4Len+UDPLen+n))
-		be.PutUint32(ip[4:], 0x4000) // ID 0 (unknown), DF
-		ip[8], ip[9] = dg.TTL, IPProtocolUDP
-		ip[10], ip[11] = 0, 0 // the checksum is not covered by the ICRC
-		a, b := src.As4(), dst.As4()
-		copy(ip[12:16], a[:])
-		copy(ip[16:20], b[:])
+		// The checksum is not covered by the ICRC; Encode writes it anyway.
+		header.IPv4(ip).Encode(&header.IPv4Fields{
+			TOS:           dg.TOS,
+			TotalLength:   uint16(IPv4Len + UDPLen + n),
+			FlagsFragment: header.IPv4FlagDF, // ID 0 (unknown), DF
+			TTL:           dg.TTL,
+			Protocol:      IPProtocolUDP,
+			Src:           src,
+			Dst:           dst,
+		})
 	case src.Is6() && dst.Is6():
 		ip = hdr[:IPv6Len]
 		f.IPv6 = true
-		be.PutUint32(ip[0:], 6<<28|uint32(dg.TOS)<<20)
-		be.PutUint16(ip[4:], uint16(UDPLen+n))
-		ip[6], ip[7] = IPProtocolUDP, dg.TTL
-		a, b := src.As16(), dst.As16()
-		copy(ip[8:24], a[:])
-		copy(ip[24:40], b[:])
+		header.IPv6(ip).Encode(&header.IPv6Fields{
+			TrafficClass:  dg.TOS,
+			PayloadLength: uint16(UDPLen + n),
+			NextHeader:    IPProtocolUDP,
+			HopLimit:      dg.TTL,
+			Src:           src,
+			Dst:           dst,
+		})
 	default:
 		return verdictMalformed
 	}
 	udp := hdr[len(ip) : len(ip)+UDPLen]
-	be.PutUint16(udp[0:], dg.Src.Port())
-	be.PutUint16(udp[2:], dg.Dst.Port())
-	be.PutUint16(udp[4:], uint16(UDPLen+n))
-	be.PutUint16(udp[6:], 0)
+	header.UDP(udp).Encode(&header.UDPFields{SrcPort: dg.Src.Port(), DstPort: dg.Dst.Port(), Length: uint16(UDPLen + n)})
 	f.Version = RoCEv2
 	f.IP, f.UDP = ip[:len(ip):len(ip)], udp[:UDPLen:UDPLen]
 	f.Src, f.Dst = src, dst
@@ -702,64 +702,10 @@ func (d *Device) datagramFrame(f *Frame, dg *netio.Datagram, hdr *datagramHeader
 	return verdictDelivered
 }
 
-// decode is f.DecodeEthernet(b) for RoCEv2 on the device's UDP port. The
-// decoder knows port 4791 only, so a frame to another configured port has the
-// two port bytes set to 4791 for decoding and put back straight after, before
-// anyone reads them (the ICRC covers them): b is borrowed, not changed.
+// decode is f.DecodeEthernet(b) for RoCEv2 on the device's UDP port; b is
+// only read (it may lie in a ring shared with the kernel).
 func (d *Device) decode(f *Frame, b []byte) error {
-	if d.port == UDPPort {
-		return f.DecodeEthernet(b)
-	}
-	off := udpDstPortOffset(b)
-	if off < 0 || binary.BigEndian.Uint16(b[off:]) != d.port {
-		err := f.DecodeEthernet(b)
-		if err == nil && f.Version == RoCEv2 {
-			return errNotRoCEPort // 4791, but this device listens elsewhere
-		}
-		return err
-	}
-	binary.BigEndian.PutUint16(b[off:], UDPPort)
-	err := f.DecodeEthernet(b)
-	binary.BigEndian.PutUint16(b[off:], d.port)
-	if err == nil {
-		f.DstPort = d.port
-	}
-	return err
-}
-
-// udpDstPortOffset returns where the UDP destination port of an Ethernet
-// frame carrying IPv4 (first fragment) or IPv6 UDP is, or -1.
-func udpDstPortOffset(b []byte) int {
-	if len(b) < EthernetLen {
-		return -1
-	}
-	off := EthernetLen
-	et := binary.BigEndian.Uint16(b[12:])
-	if et == EtherTypeVLAN {
-		if len(b) < EthernetLen+VLANTagLen {
-			return -1
-		}
-		et = binary.BigEndian.Uint16(b[16:])
-		off += VLANTagLen
-	}
-	switch et {
-	case EtherTypeIPv4:
-		if len(b) < off+IPv4Len || b[off+9] != IPProtocolUDP || binary.BigEndian.Uint16(b[off+6:])&0x1fff != 0 {
-			return -1
-		}
-		off += int(b[off]&0x0f) * 4
-	case EtherTypeIPv6:
-		if len(b) < off+IPv6Len || b[off+6] != IPProtocolUDP {
-			return -1
-		}
-		off += IPv6Len
-	default:
-		return -1
-	}
-	if len(b) < off+UDPLen {
-		return -1
-	}
-	return off + 2
+	return f.DecodeEthernetPort(b, d.port)
 }
 
 func (f *Frame) trafficClass() uint8 {
@@ -767,9 +713,9 @@ func (f *Frame) trafficClass() uint8 {
 		return f.GRH.TClass()
 	}
 	if f.IPv6 {
-		return uint8(f.IP[0]<<4 | f.IP[1]>>4)
+		return header.IPv6(f.IP).TrafficClass()
 	}
-	return f.IP[1]
+	return header.IPv4(f.IP).TOS()
 }
 
 func (f *Frame) flowLabel() uint32 {
@@ -777,7 +723,7 @@ func (f *Frame) flowLabel() uint32 {
 		return f.GRH.FlowLabel()
 	}
 	if f.IPv6 {
-		return uint32(f.IP[1]&0x0f)<<16 | uint32(f.IP[2])<<8 | uint32(f.IP[3])
+		return header.IPv6(f.IP).FlowLabel()
 	}
 	return 0
 }
@@ -787,9 +733,9 @@ func (f *Frame) hopLimit() uint8 {
 		return f.GRH.HopLmt()
 	}
 	if f.IPv6 {
-		return f.IP[7]
+		return header.IPv6(f.IP).HopLimit()
 	}
-	return f.IP[8]
+	return header.IPv4(f.IP).TTL()
 }
 
 // Flush takes everything the engine has to send, frames it and writes it to

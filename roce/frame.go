@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/netio/header"
 )
 
 // Sentinel errors. Every error returned by this package's decoders matches exactly one
@@ -117,19 +118,19 @@ func (v Version) String() string {
 
 // Wire constants.
 const (
-	EtherTypeIPv4   = 0x0800 // Ethertype of IPv4
-	EtherTypeIPv6   = 0x86DD // Ethertype of IPv6
-	EtherTypeVLAN   = 0x8100 // Ethertype of an IEEE 802.1Q tag
-	EtherTypeRoCEv1 = 0x8915 // Ethertype of RoCEv1 (IBTA Annex A16)
-	UDPPort         = 4791   // UDP destination port of RoCEv2 (IANA "roce")
-	IPProtocolUDP   = 17     // IP protocol number of UDP
+	EtherTypeIPv4   = header.EtherTypeIPv4   // Ethertype of IPv4
+	EtherTypeIPv6   = header.EtherTypeIPv6   // Ethertype of IPv6
+	EtherTypeVLAN   = header.EtherTypeVLAN   // Ethertype of an IEEE 802.1Q tag
+	EtherTypeRoCEv1 = header.EtherTypeRoCEv1 // Ethertype of RoCEv1 (IBTA Annex A16)
+	UDPPort         = 4791                   // UDP destination port of RoCEv2 (IANA "roce")
+	IPProtocolUDP   = header.IPProtocolUDP   // IP protocol number of UDP
 
-	EthernetLen = 14 // Ethernet II header without a VLAN tag
-	VLANTagLen  = 4  // one 802.1Q tag
-	IPv4Len     = 20 // IPv4 header without options (what this package writes)
-	IPv6Len     = 40 // IPv6 header
-	UDPLen      = 8  // UDP header
-	ICRCLen     = 4  // the invariant CRC at the end of every RoCE packet
+	EthernetLen = header.EthernetLen // Ethernet II header without a VLAN tag
+	VLANTagLen  = header.VLANTagLen  // one 802.1Q tag
+	IPv4Len     = header.IPv4MinLen  // IPv4 header without options (what this package writes)
+	IPv6Len     = header.IPv6Len     // IPv6 header
+	UDPLen      = header.UDPLen      // UDP header
+	ICRCLen     = 4                  // the invariant CRC at the end of every RoCE packet
 
 	// minIBLen is the shortest IB transport packet: a BTH (ibtransport.BTHLen).
 	minIBLen = ibtransport.BTHLen
@@ -183,30 +184,37 @@ type Frame struct {
 // matching ErrTruncated, ErrMalformed or ErrUnsupported. The ICRC is not checked: see
 // VerifyICRC. f refers to b afterwards.
 func (f *Frame) DecodeEthernet(b []byte) error {
+	return f.DecodeEthernetPort(b, UDPPort)
+}
+
+// DecodeEthernetPort is DecodeEthernet for RoCEv2 on UDP destination port
+// port instead of UDPPort (a device configured for another port): a datagram
+// to any other port, 4791 included, is not RoCE.
+func (f *Frame) DecodeEthernetPort(b []byte, port uint16) error {
 	*f = Frame{}
 	if len(b) < EthernetLen {
 		return truncated("ethernet", "length", uint64(len(b)), EthernetLen)
 	}
-	copy(f.DstMAC[:], b[0:6])
-	copy(f.SrcMAC[:], b[6:12])
-	et := binary.BigEndian.Uint16(b[12:])
+	eth := header.Ethernet(b)
+	f.DstMAC, f.SrcMAC = eth.DstMAC(), eth.SrcMAC()
+	et := eth.Type()
 	off := EthernetLen
-	if et == EtherTypeVLAN {
+	if eth.Tagged() {
 		if len(b) < EthernetLen+VLANTagLen {
 			return truncated("vlan", "length", uint64(len(b)), EthernetLen+VLANTagLen)
 		}
 		f.HasVLAN = true
-		f.VLANTCI = binary.BigEndian.Uint16(b[14:])
-		et = binary.BigEndian.Uint16(b[16:])
+		f.VLANTCI = eth.VLANTCI()
+		et = eth.InnerType()
 		off += VLANTagLen
 	}
 	f.EtherType = et
 	f.Ethernet = b[:off:off]
 	switch et {
 	case EtherTypeIPv4:
-		return f.decodeIPv4(b[off:])
+		return f.decodeIPv4(b[off:], port)
 	case EtherTypeIPv6:
-		return f.decodeIPv6(b[off:])
+		return f.decodeIPv6(b[off:], port)
 	case EtherTypeRoCEv1:
 		return f.decodeGRH(b[off:])
 	}
@@ -223,9 +231,9 @@ func (f *Frame) DecodeIP(b []byte) error {
 	}
 	switch b[0] >> 4 {
 	case 4:
-		return f.decodeIPv4(b)
+		return f.decodeIPv4(b, UDPPort)
 	case 6:
-		return f.decodeIPv6(b)
+		return f.decodeIPv6(b, UDPPort)
 	}
 	return malformed("ip", "version", uint64(b[0]>>4), 0, "not 4 or 6")
 }
@@ -237,69 +245,70 @@ func (f *Frame) DecodeGRH(b []byte) error {
 	return f.decodeGRH(b)
 }
 
-func (f *Frame) decodeIPv4(b []byte) error {
+func (f *Frame) decodeIPv4(b []byte, port uint16) error {
 	if len(b) < IPv4Len {
 		return truncated("ipv4", "length", uint64(len(b)), IPv4Len)
 	}
-	if v := b[0] >> 4; v != 4 {
+	ip := header.IPv4(b)
+	if v := ip.Version(); v != 4 {
 		return malformed("ipv4", "version", uint64(v), 4, "!=")
 	}
-	if b[9] != IPProtocolUDP {
+	if ip.Protocol() != IPProtocolUDP {
 		return errNotRoCEProtocol
 	}
-	ihl := int(b[0]&0x0F) * 4
+	ihl := ip.HeaderLen()
 	if ihl < IPv4Len {
 		return malformed("ipv4", "header length", uint64(ihl), IPv4Len, "<")
 	}
 	if ihl > len(b) {
 		return &HeaderError{Kind: ErrTruncated, Header: "ipv4", Field: "header length", Value: uint64(ihl), Limit: uint64(len(b)), Reason: ">", LimitName: "packet"}
 	}
-	frag := binary.BigEndian.Uint16(b[6:])
+	frag := ip.FlagsFragment()
 	if frag&0x1FFF != 0 {
 		// A later fragment has no UDP header: nothing says it is RoCE.
 		return errNotRoCEFragment
 	}
-	total := int(binary.BigEndian.Uint16(b[2:]))
+	total := int(ip.TotalLength())
 	if total < ihl+UDPLen {
 		return malformed("ipv4", "total length", uint64(total), uint64(ihl+UDPLen), "<")
 	}
 	// The port decides whether the frame is RoCE at all, so look at it before
 	// judging the length: a non-RoCE datagram cut by the snaplen is not RoCE.
-	if len(b) >= ihl+4 && binary.BigEndian.Uint16(b[ihl+2:]) != UDPPort {
+	if len(b) >= ihl+4 && header.UDP(b[ihl:]).DstPort() != port {
 		return errNotRoCEPort
 	}
 	if total > len(b) {
 		return &HeaderError{Kind: ErrTruncated, Header: "ipv4", Field: "total length", Value: uint64(total), Limit: uint64(len(b)), Reason: ">", LimitName: "packet"}
 	}
-	if frag&0x2000 != 0 {
+	if frag&header.IPv4FlagMF != 0 {
 		return &HeaderError{Kind: ErrUnsupported, Header: "ipv4", Field: "flags", Value: uint64(frag >> 13), Reason: "has more fragments set", Hex: true}
 	}
 	f.Version = RoCEv2
 	f.IP = b[:ihl:ihl]
-	f.Src = netip.AddrFrom4([4]byte(b[12:16]))
-	f.Dst = netip.AddrFrom4([4]byte(b[16:20]))
+	f.Src, f.Dst = ip.Src(), ip.Dst()
 	f.Padding = b[total:]
 	return f.decodeUDP(b[ihl:total])
 }
 
-func (f *Frame) decodeIPv6(b []byte) error {
+func (f *Frame) decodeIPv6(b []byte, port uint16) error {
 	if len(b) < IPv6Len {
 		return truncated("ipv6", "length", uint64(len(b)), IPv6Len)
 	}
-	if v := b[0] >> 4; v != 6 {
+	ip := header.IPv6(b)
+	if v := ip.Version(); v != 6 {
 		return malformed("ipv6", "version", uint64(v), 6, "!=")
 	}
 	// Extension headers are not followed: rxe never sends them, and a RoCE packet
 	// behind one is reported as not RoCE.
-	if b[6] != IPProtocolUDP {
+	if ip.NextHeader() != IPProtocolUDP {
 		return errNotRoCEProtocol
 	}
-	plen := int(binary.BigEndian.Uint16(b[4:]))
+	plen := int(ip.PayloadLength())
 	if plen < UDPLen {
 		// This includes 0, a jumbogram, which RoCE does not use.
 		return malformed("ipv6", "payload length", uint64(plen), UDPLen, "<")
 	}
-	if len(b) >= IPv6Len+4 && binary.BigEndian.Uint16(b[IPv6Len+2:]) != UDPPort {
+	if len(b) >= IPv6Len+4 && header.UDP(b[IPv6Len:]).DstPort() != port {
 		return errNotRoCEPort
 	}
 	if IPv6Len+plen > len(b) {
@@ -308,15 +317,15 @@ func (f *Frame) decodeIPv6(b []byte) error {
 	f.Version = RoCEv2
 	f.IPv6 = true
 	f.IP = b[:IPv6Len:IPv6Len]
-	f.Src = netip.AddrFrom16([16]byte(b[8:24]))
-	f.Dst = netip.AddrFrom16([16]byte(b[24:40]))
+	f.Src, f.Dst = ip.Src(), ip.Dst()
 	f.Padding = b[IPv6Len+plen:]
 	return f.decodeUDP(b[IPv6Len : IPv6Len+plen])
 }
 
 // decodeUDP decodes b, exactly the IP payload, whose destination port was checked.
 func (f *Frame) decodeUDP(b []byte) error {
-	ulen := int(binary.BigEndian.Uint16(b[4:]))
+	udp := header.UDP(b)
+	ulen := int(udp.Length())
 	if ulen != len(b) {
 		return &HeaderError{Kind: ErrMalformed, Header: "udp", Field: "length", Value: uint64(ulen), Limit: uint64(len(b)), Reason: "!=", LimitName: "ip payload"}
 	}
@@ -324,8 +333,7 @@ func (f *Frame) decodeUDP(b []byte) error {
 		return malformed("udp", "length", uint64(ulen), UDPLen+minIBLen+ICRCLen, "<")
 	}
 	f.UDP = b[:UDPLen:UDPLen]
-	f.SrcPort = binary.BigEndian.Uint16(b[0:])
-	f.DstPort = binary.BigEndian.Uint16(b[2:])
+	f.SrcPort, f.DstPort = udp.SrcPort(), udp.DstPort()
 	f.setIB(b[UDPLen:])
 	return nil
 }
@@ -383,15 +391,16 @@ func (f *Frame) Headers() FrameHeaders {
 		h.FlowLabel = f.GRH.FlowLabel()
 		h.HopLimit = f.GRH.HopLmt()
 	case f.IPv6:
-		w := binary.BigEndian.Uint32(f.IP)
-		h.TrafficClass = uint8(w >> 20)
-		h.FlowLabel = w & 0xFFFFF
-		h.HopLimit = f.IP[7]
+		ip := header.IPv6(f.IP)
+		h.TrafficClass = ip.TrafficClass()
+		h.FlowLabel = ip.FlowLabel()
+		h.HopLimit = ip.HopLimit()
 	case len(f.IP) >= IPv4Len:
-		h.TrafficClass = f.IP[1]
-		h.IPID = binary.BigEndian.Uint16(f.IP[4:])
-		h.AllowFragmentation = f.IP[6]&0x40 == 0
-		h.HopLimit = f.IP[8]
+		ip := header.IPv4(f.IP)
+		h.TrafficClass = ip.TOS()
+		h.IPID = ip.ID()
+		h.AllowFragmentation = ip.FlagsFragment()&header.IPv4FlagDF == 0
+		h.HopLimit = ip.TTL()
 	}
 	return h
 }
@@ -465,14 +474,8 @@ func (h *FrameHeaders) Encode(b []byte, ibLen int) (int, error) {
 	if ibLen < minIBLen {
 		return 0, malformed("frame headers", "ib length", uint64(ibLen), minIBLen, "<")
 	}
-	off := EthernetLen
-	copy(b[0:6], h.DstMAC[:])
-	copy(b[6:12], h.SrcMAC[:])
-	if h.VLAN {
-		binary.BigEndian.PutUint16(b[12:], EtherTypeVLAN)
-		binary.BigEndian.PutUint16(b[14:], h.VLANTCI)
-		off += VLANTagLen
-	}
+	eth := header.EthernetFields{Dst: h.DstMAC, Src: h.SrcMAC, VLAN: h.VLAN, VLANTCI: h.VLANTCI}
+	off := eth.Len()
 	hop := h.HopLimit
 	payload := ibLen + ICRCLen
 	switch {
@@ -483,7 +486,8 @@ func (h *FrameHeaders) Encode(b []byte, ibLen int) (int, error) {
 		if payload > 0xFFFF {
 			return 0, malformed("grh", "paylen", uint64(payload), 0xFFFF, ">")
 		}
-		binary.BigEndian.PutUint16(b[off-2:], EtherTypeRoCEv1)
+		eth.Type = EtherTypeRoCEv1
+		header.Ethernet(b).Encode(&eth)
 		GRH(b[off:]).Encode(&GRHFields{
 			TClass:    h.TrafficClass,
 			FlowLabel: h.FlowLabel,
@@ -504,24 +508,22 @@ func (h *FrameHeaders) Encode(b []byte, ibLen int) (int, error) {
 		if total > 0xFFFF {
 			return 0, malformed("ipv4", "total length", uint64(total), 0xFFFF, ">")
 		}
-		binary.BigEndian.PutUint16(b[off-2:], EtherTypeIPv4)
-		ip := b[off : off+IPv4Len]
-		ip[0] = 0x45
-		ip[1] = h.TrafficClass
-		binary.BigEndian.PutUint16(ip[2:], uint16(total))
-		binary.BigEndian.PutUint16(ip[4:], h.IPID)
+		eth.Type = EtherTypeIPv4
+		header.Ethernet(b).Encode(&eth)
+		var flags uint16 = header.IPv4FlagDF
 		if h.AllowFragmentation {
-			binary.BigEndian.PutUint16(ip[6:], 0)
-		} else {
-			binary.BigEndian.PutUint16(ip[6:], 0x4000)
+			flags = 0
 		}
-		ip[8] = hop
-		ip[9] = IPProtocolUDP
-		binary.BigEndian.PutUint16(ip[10:], 0)
-		src, dst := h.Src.As4(), h.Dst.As4()
-		copy(ip[12:16], src[:])
-		copy(ip[16:20], dst[:])
-		binary.BigEndian.PutUint16(ip[10:], IPv4Checksum(ip))
+		header.IPv4(b[off:]).Encode(&header.IPv4Fields{
+			TOS:           h.TrafficClass,
+			TotalLength:   uint16(total),
+			ID:            h.IPID,
+			FlagsFragment: flags,
+			TTL:           hop,
+			Protocol:      IPProtocolUDP,
+			Src:           h.Src,
+			Dst:           h.Dst,
+		})
 		off += IPv4Len
 	default:
 		if !h.Src.Is6() || !h.Dst.Is6() {
@@ -530,26 +532,24 @@ func (h *FrameHeaders) Encode(b []byte, ibLen int) (int, error) {
 		if UDPLen+payload > 0xFFFF {
 			return 0, malformed("ipv6", "payload length", uint64(UDPLen+payload), 0xFFFF, ">")
 		}
-		binary.BigEndian.PutUint16(b[off-2:], EtherTypeIPv6)
-		ip := b[off : off+IPv6Len]
-		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(h.TrafficClass)<<20|h.FlowLabel&0xFFFFF)
-		binary.BigEndian.PutUint16(ip[4:], uint16(UDPLen+payload))
-		ip[6] = IPProtocolUDP
-		ip[7] = hop
-		src, dst := h.Src.As16(), h.Dst.As16()
-		copy(ip[8:24], src[:])
-		copy(ip[24:40], dst[:])
+		eth.Type = EtherTypeIPv6
+		header.Ethernet(b).Encode(&eth)
+		header.IPv6(b[off:]).Encode(&header.IPv6Fields{
+			TrafficClass:  h.TrafficClass,
+			FlowLabel:     h.FlowLabel,
+			PayloadLength: uint16(UDPLen + payload),
+			NextHeader:    IPProtocolUDP,
+			HopLimit:      hop,
+			Src:           h.Src,
+			Dst:           h.Dst,
+		})
 		off += IPv6Len
 	}
-	udp := b[off : off+UDPLen]
 	dport := h.DstPort
 	if dport == 0 {
 		dport = UDPPort
 	}
-	binary.BigEndian.PutUint16(udp[0:], h.SrcPort)
-	binary.BigEndian.PutUint16(udp[2:], dport)
-	binary.BigEndian.PutUint16(udp[4:], uint16(UDPLen+payload))
-	binary.BigEndian.PutUint16(udp[6:], 0)
+	header.UDP(b[off:]).Encode(&header.UDPFields{SrcPort: h.SrcPort, DstPort: dport, Length: uint16(UDPLen + payload)})
 	return n, nil
 }
 
@@ -588,24 +588,10 @@ func (h *FrameHeaders) ICRC(hdr []byte, ib ...[]byte) uint32 {
 	}
 }
 
-// IPv4Checksum returns the Internet checksum (RFC 1071) of an IPv4 header, computed
-// with the checksum field taken as zero: store it as is.
-func IPv4Checksum(hdr []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(hdr); i += 2 {
-		if i == 10 {
-			continue
-		}
-		sum += uint32(hdr[i])<<8 | uint32(hdr[i+1])
-	}
-	if len(hdr)%2 == 1 {
-		sum += uint32(hdr[len(hdr)-1]) << 8
-	}
-	for sum > 0xFFFF {
-		sum = sum>>16 + sum&0xFFFF
-	}
-	return ^uint16(sum)
-}
+// IPv4Checksum returns the header checksum of an IPv4 header, computed with the
+// checksum field taken as zero: store it as is. It is header.IPv4Checksum, kept
+// for callers of this package.
+func IPv4Checksum(hdr []byte) uint16 { return header.IPv4Checksum(hdr) }
 
 // UDP source ports. rxe (Linux 6.1, checked against every capture) picks the
 // RoCEv2 source port of a QP in two steps:

@@ -896,3 +896,42 @@ func TestSnaplenCutNonRoCE(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeEthernetPort decodes RoCEv2 to another UDP port without writing to
+// the frame: a frame to the device's port decodes, one to 4791 is not RoCE.
+func TestDecodeEthernetPort(t *testing.T) {
+	const port = 4792
+	h := FrameHeaders{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 49152, DstPort: port, HopLimit: 64}
+	ib := make([]byte, minIBLen)
+	b := make([]byte, h.Len()+len(ib)+ICRCLen)
+	copy(b[h.Len():], ib)
+	n, err := h.EncodeFrame(b, len(ib))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = b[:n]
+	orig := bytes.Clone(b)
+	tests := []struct {
+		name    string
+		port    uint16
+		wantErr error
+	}{
+		{"device port", port, nil},
+		{"another port", UDPPort, ErrNotRoCE},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var f Frame
+			err := f.DecodeEthernetPort(b, tt.port)
+			if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
+				t.Fatalf("DecodeEthernetPort(port %d) = %v, want %v", tt.port, err, tt.wantErr)
+			}
+			if err == nil && (f.DstPort != port || VerifyICRC(&f) != nil) {
+				t.Errorf("DstPort %d, ICRC %v", f.DstPort, VerifyICRC(&f))
+			}
+			if !bytes.Equal(b, orig) {
+				t.Error("decoding changed the frame")
+			}
+		})
+	}
+}

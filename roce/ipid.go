@@ -5,6 +5,8 @@ import (
 	"hash/crc32"
 	"math"
 	"sync/atomic"
+
+	"github.com/softrdma/softrdma/netio/header"
 )
 
 // The ICRC of RoCEv2 over IPv4 covers the IPv4 Identification field, which an
@@ -174,10 +176,11 @@ func RecoverIPv4ID(f *Frame) (uint16, bool) {
 	}
 	// Compute with the ID as 0 in place (restored after): a copy of the header
 	// would escape to the heap through crc32.Update.
-	id0, id1 := f.IP[4], f.IP[5]
-	f.IP[4], f.IP[5] = 0, 0
+	ip := header.IPv4(f.IP)
+	id := ip.ID()
+	ip.SetID(0)
 	d := ComputeICRC(f.IP, f.UDP, f.IB) ^ f.ICRC
-	f.IP[4], f.IP[5] = id0, id1
+	ip.SetID(id)
 	trailing := len(f.IP) - 6 + len(f.UDP) + len(f.IB)
 	s := unshift(d, trailing)
 	// s = T[(T[b0] ^ b1) & 0xff] ^ T[b0]>>8 for the ID bytes b0, b1.

@@ -16,6 +16,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/netio/header"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -527,7 +528,7 @@ func (d *decoder) isRoCE(data []byte, first gopacket.LayerType) bool {
 		// destination port once 4 bytes of it are there.
 		ip, ok := d.ipView()
 		return ok && ip.proto == layers.IPProtocolUDP && len(ip.payload) >= 4 &&
-			binary.BigEndian.Uint16(ip.payload[2:4]) == roce.UDPPort
+			header.UDP(ip.payload).DstPort() == roce.UDPPort
 	case d.has(layers.LayerTypeDot1Q):
 		return d.dot1q.Type == roce.EtherTypeRoCEv1
 	case d.has(layers.LayerTypeEthernet) && !d.has(layers.LayerTypeIPv4) && !d.has(layers.LayerTypeIPv6):

@@ -7,6 +7,7 @@ import (
 	"github.com/google/gopacket"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/netio/header"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -92,12 +93,13 @@ func segmentHeaders(ip0, udp0 []byte, ipv6 bool, segLen, j int, scratch []byte) 
 	ip = scratch[:copy(scratch, ip0)]
 	udp = scratch[len(ip) : len(ip)+copy(scratch[len(ip):], udp0)]
 	if ipv6 {
-		binary.BigEndian.PutUint16(ip[4:6], uint16(roce.UDPLen+segLen))
+		header.IPv6(ip).SetPayloadLength(uint16(roce.UDPLen + segLen))
 	} else {
-		binary.BigEndian.PutUint16(ip[2:4], uint16(len(ip)+roce.UDPLen+segLen))
-		binary.BigEndian.PutUint16(ip[4:6], binary.BigEndian.Uint16(ip0[4:6])+uint16(j))
+		v4 := header.IPv4(ip)
+		v4.SetTotalLength(uint16(len(ip) + roce.UDPLen + segLen))
+		v4.SetID(header.IPv4(ip0).ID() + uint16(j))
 	}
-	binary.BigEndian.PutUint16(udp[4:6], uint16(roce.UDPLen+segLen))
+	header.UDP(udp).SetLength(uint16(roce.UDPLen + segLen))
 	return ip, udp
 }
 
