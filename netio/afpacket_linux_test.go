@@ -17,7 +17,7 @@ import (
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/softrdma/softrdma/netio/header"
+	"github.com/softrdma/softrdma/header"
 )
 
 // roceV1Frame returns an Ethernet + GRH + BTH-shaped frame (Ethertype

@@ -5,7 +5,7 @@ package netio
 import (
 	"fmt"
 
-	"github.com/softrdma/softrdma/netio/header"
+	"github.com/softrdma/softrdma/header"
 )
 
 // The virtio_net_hdr that a packet socket with PACKET_VNET_HDR puts before

@@ -20,7 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/softrdma/softrdma/netio/header"
+	"github.com/softrdma/softrdma/header"
 )
 
 // RoCEv2Port is the UDP destination port of RoCEv2 (IANA "roce").

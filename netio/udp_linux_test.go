@@ -21,7 +21,7 @@ import (
 	"github.com/google/gopacket/pcapgo"
 	"golang.org/x/sys/unix"
 
-	"github.com/softrdma/softrdma/netio/header"
+	"github.com/softrdma/softrdma/header"
 )
 
 // ---- frame building helpers shared by the backend tests ----

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/softrdma/softrdma/netio/header"
+	"github.com/softrdma/softrdma/header"
 )
 
 // Errors of neighbour resolution (Neighbors.Resolve).

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/netio"
-	"github.com/softrdma/softrdma/netio/header"
 )
 
 // maxRXEHeaderLen is what rxe subtracts from the netdev MTU to get the largest IB

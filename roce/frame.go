@@ -6,8 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/ibtransport"
-	"github.com/softrdma/softrdma/netio/header"
 )
 
 // Sentinel errors. Every error returned by this package's decoders matches exactly one

@@ -6,7 +6,7 @@ import (
 	"math"
 	"sync/atomic"
 
-	"github.com/softrdma/softrdma/netio/header"
+	"github.com/softrdma/softrdma/header"
 )
 
 // The ICRC of RoCEv2 over IPv4 covers the IPv4 Identification field, which an

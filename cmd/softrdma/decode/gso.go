@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/gopacket"
 
+	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/ibtransport"
-	"github.com/softrdma/softrdma/netio/header"
 	"github.com/softrdma/softrdma/roce"
 )
 
