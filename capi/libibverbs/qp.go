@@ -267,11 +267,11 @@ func srgo_create_qp(pdh C.uintptr_t, typ C.int, scq, rcq, srqh C.uintptr_t, sigA
 	}
 	q, e := pd.Context().CreateQP(pd, ib.QPInitAttr{
 		Type: t, SendCQ: s.cq, RecvCQ: r.cq, SRQ: srq, SignalAll: sigAll != 0,
-		Cap: ib.QPCap{
+		Cap: sendCap(ib.QPCap{
 			MaxSendWR: int(a.max_send_wr), MaxRecvWR: int(a.max_recv_wr),
 			MaxSendSGE: int(a.max_send_sge), MaxRecvSGE: int(a.max_recv_sge),
 			MaxInlineData: int(a.max_inline),
-		},
+		}, pd.Context().Config()),
 	})
 	if e != nil {
 		debugf("create qp: %v", e)

@@ -994,6 +994,9 @@ int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv
 		sr_debug("rdma_create_ep: ai_route and ai_connect not supported");
 		return ERR(EOPNOTSUPP);
 	}
+	enum ibv_qp_type t;
+	if (sr_qp_type_of(res->ai_port_space, &t))
+		return -1; /* XRC (RDMA_PS_IB) and IPoIB: not offered, as on rxe and siw */
 	struct sr_cmid *c = sr_new_id(NULL, NULL, res->ai_port_space, res->ai_qp_type);
 	if (!c)
 		return -1;

@@ -48,8 +48,9 @@ func boundUDP(t *testing.T, addr string, port int) bool {
 // notListening matches what the clients print when the server's rdma_cm is
 // not listening yet: the IB CM's REJ (RoCE, reason 8), a SIDR_REP that
 // refuses a UD request (RoCE, UNREACHABLE) or a refused TCP connection
-// (iWARP); perftest prints the event's number, 8.
-var notListening = regexp.MustCompile(`REJECTED|UNREACHABLE|CM event bl blka 8`)
+// (iWARP); perftest prints the event's number, 8; rdma_client and
+// rdma_xclient (synchronous IDs) rdma_connect's ECONNREFUSED.
+var notListening = regexp.MustCompile(`REJECTED|UNREACHABLE|CM event bl blka 8|rdma_connect: Connection refused`)
 
 // cmPair runs prog as a server on 127.X.Y.1 and as its client on 127.X.Y.2
 // (X, Y random: tests do not share addresses), each on softrdma's
@@ -63,11 +64,19 @@ var notListening = regexp.MustCompile(`REJECTED|UNREACHABLE|CM event bl blka 8`)
 // succeed, and neither may print a refused verb.
 func cmPair(t *testing.T, lib, tr, prog string, srv, cli func(srvAddr string) []string) (srvOut, cliOut string) {
 	t.Helper()
+	return cmPairOf(t, lib, tr, prog, prog, srv, cli)
+}
+
+// cmPairOf is cmPair with a server program and a client program of their own
+// (rdma_server and rdma_client).
+func cmPairOf(t *testing.T, lib, tr, srvProg, cliProg string, srv, cli func(srvAddr string) []string) (srvOut, cliOut string) {
+	t.Helper()
+	prog := srvProg
 	net3 := fmt.Sprintf("127.%d.%d.", 100+rand.IntN(100), 1+rand.IntN(250))
 	srvAddr, cliAddr := net3+"1", net3+"2"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	start := func(addr string, args []string) (*exec.Cmd, *bytes.Buffer) {
+	start := func(prog, addr string, args []string) (*exec.Cmd, *bytes.Buffer) {
 		cmd := exec.CommandContext(ctx, prog, args...)
 		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"="+tr+":"+addr, "SOFTRDMA_DEBUG=1")
 		var out bytes.Buffer
@@ -77,7 +86,7 @@ func cmPair(t *testing.T, lib, tr, prog string, srv, cli func(srvAddr string) []
 		}
 		return cmd, &out
 	}
-	s, so := start(srvAddr, srv(srvAddr))
+	s, so := start(srvProg, srvAddr, srv(srvAddr))
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- s.Wait() }()
 	fail := func(format string, a ...any) {
@@ -108,7 +117,7 @@ func cmPair(t *testing.T, lib, tr, prog string, srv, cli func(srvAddr string) []
 	var co *bytes.Buffer
 	for try := 0; ; try++ {
 		var c *exec.Cmd
-		c, co = start(cliAddr, cli(srvAddr))
+		c, co = start(cliProg, cliAddr, cli(srvAddr))
 		err := c.Wait()
 		if err == nil {
 			break
