@@ -527,6 +527,10 @@ func srcm_listen(h C.uintptr_t, backlog C.int) C.int {
 		debugf("rdma_listen: %v", err)
 		return cmErrno(err)
 	}
+	// Said once the ID listens (a connection request now reaches it): a
+	// program's own output has no such moment over RoCE, which has no socket
+	// of its own, and the tests start a client only after it.
+	debugf("rdma_listen: listening on %v", id.LocalAddr())
 	return 0
 }
 

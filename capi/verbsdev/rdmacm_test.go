@@ -7,8 +7,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,42 +29,45 @@ func needTools(t *testing.T, tools ...string) {
 	}
 }
 
-// boundUDP reports whether a UDP socket is bound to addr:port (from
-// /proc/net/udp: the address in the kernel's hex, little-endian words).
-func boundUDP(t *testing.T, addr string, port int) bool {
-	t.Helper()
-	b, err := os.ReadFile("/proc/net/udp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var a [4]int
-	fmt.Sscanf(addr, "%d.%d.%d.%d", &a[0], &a[1], &a[2], &a[3])
-	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", a[3], a[2], a[1], a[0], port)
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		if f := strings.Fields(line); len(f) > 1 && f[1] == want {
-			return true
-		}
-	}
-	return false
+// notListening matches what the clients print when a connection is refused
+// because no rdma_cm ID listens on the server's port: the IB CM's REJ (RoCE,
+// reason 8, invalid service ID), a SIDR_REP that refuses a UD request (RoCE,
+// UNREACHABLE) or a refused TCP connection (iWARP); perftest prints the
+// event's number, 8; rdma_client and rdma_xclient (synchronous IDs)
+// rdma_connect's ECONNREFUSED; the library names the event under
+// SOFTRDMA_DEBUG.
+var notListening = regexp.MustCompile(`REJECTED|UNREACHABLE|CM event bl blka 8|rdma_connect: Connection refused`)
+
+// listening is the library's SOFTRDMA_DEBUG line once rdma_listen listens.
+const listenLine = "softrdma: rdma_listen: listening on"
+
+// cmAttempts bounds how often cmPair starts a new pair after a refused client.
+const cmAttempts = 10
+
+// syncBuffer is a bytes.Buffer a process writes to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
 }
 
-// notListening matches what the clients print when the server's rdma_cm is
-// not listening yet: the IB CM's REJ (RoCE, reason 8), a SIDR_REP that
-// refuses a UD request (RoCE, UNREACHABLE) or a refused TCP connection
-// (iWARP); perftest prints the event's number, 8; rdma_client and
-// rdma_xclient (synchronous IDs) rdma_connect's ECONNREFUSED.
-var notListening = regexp.MustCompile(`REJECTED|UNREACHABLE|CM event bl blka 8|rdma_connect: Connection refused`)
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 // cmPair runs prog as a server on 127.X.Y.1 and as its client on 127.X.Y.2
 // (X, Y random: tests do not share addresses), each on softrdma's
 // librdmacm.so.1 and libibverbs.so.1 with one device of transport tr ("roce"
 // or "iwarp") at its address. srv and cli give the arguments of each end from
-// the server's address. The connection is made by rdma_cm, so there is no
-// socket of the program's own to wait for: the client starts once the
-// server's device is open (RoCE: its UDP socket; iWARP needs nothing), and
-// is run again, up to 100 times, while it fails only because the server does
-// not listen yet (notListening) and the server still runs. Both ends must
-// succeed, and neither may print a refused verb.
+// the server's address. Both ends must succeed, and neither may print a
+// refused verb. See cmPairEnv.
 func cmPair(t *testing.T, lib, tr, prog string, srv, cli func(srvAddr string) []string) (srvOut, cliOut string) {
 	t.Helper()
 	return cmPairOf(t, lib, tr, prog, prog, srv, cli)
@@ -71,76 +77,109 @@ func cmPair(t *testing.T, lib, tr, prog string, srv, cli func(srvAddr string) []
 // (rdma_server and rdma_client).
 func cmPairOf(t *testing.T, lib, tr, srvProg, cliProg string, srv, cli func(srvAddr string) []string) (srvOut, cliOut string) {
 	t.Helper()
+	srvOut, cliOut, _ = cmPairEnv(t, lib, tr, srvProg, cliProg, nil, srv, cli)
+	return srvOut, cliOut
+}
+
+// cmPairEnv is cmPairOf with srvEnv added to the server's environment; it
+// also returns how many pairs it started.
+//
+// The connection is made by rdma_cm, so there is no socket of the program's
+// own to wait for: the client starts once the server's library says its ID
+// listens (SOFTRDMA_DEBUG). A client can still be refused later: perftest -R
+// connects twice on the same port, and between the two the server destroys
+// its listener and makes a new one while the client, done with the handshake
+// first, already connects (perftest's own retry of that connection uses the
+// IDs it has just destroyed and crashes). The server, which has taken the
+// first connection, would then take a new client's first connection for its
+// second and both would wait for each other forever (the CI hang of
+// ib_read_lat: "client (try 1): signal: killed"). So a refused client ends
+// its server too, and a new pair starts, on new addresses, up to cmAttempts
+// times. Nothing else is retried.
+//
+// A pair that is still running at the deadline (2 minutes) gets SIGQUIT
+// first: the library, under SOFTRDMA_DEBUG, writes every goroutine's stack
+// and the state of every QP to stderr, which the failure shows, then the
+// processes are killed 5 s later.
+func cmPairEnv(t *testing.T, lib, tr, srvProg, cliProg string, srvEnv []string, srv, cli func(srvAddr string) []string) (srvOut, cliOut string, attempts int) {
+	t.Helper()
+	prog := srvProg
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		so, co, refused := cmAttempt(t, ctx, lib, tr, srvProg, cliProg, srvEnv, srv, cli)
+		if !refused {
+			return so, co, attempt
+		}
+		if attempt == cmAttempts {
+			t.Fatalf("%s: the client was refused in each of %d pairs; the last:\nclient:\n%s\nserver:\n%s", prog, attempt, co, so)
+		}
+		t.Logf("%s: pair %d: the client was refused after the server listened (perftest -R's second connection?); a new pair starts\nclient:\n%s", prog, attempt, co)
+	}
+}
+
+// cmAttempt runs one server and one client (see cmPairEnv). refused reports
+// a client that failed with notListening; its server has been killed then.
+func cmAttempt(t *testing.T, ctx context.Context, lib, tr, srvProg, cliProg string, srvEnv []string, srv, cli func(srvAddr string) []string) (srvOut, cliOut string, refused bool) {
+	t.Helper()
 	prog := srvProg
 	net3 := fmt.Sprintf("127.%d.%d.", 100+rand.IntN(100), 1+rand.IntN(250))
 	srvAddr, cliAddr := net3+"1", net3+"2"
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	start := func(prog, addr string, args []string) (*exec.Cmd, *bytes.Buffer) {
+	start := func(prog, addr string, env, args []string) (*exec.Cmd, *syncBuffer) {
 		cmd := exec.CommandContext(ctx, prog, args...)
-		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"="+tr+":"+addr, "SOFTRDMA_DEBUG=1")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.Env = append(append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"="+tr+":"+addr, "SOFTRDMA_DEBUG=1"), env...)
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+		cmd.WaitDelay = 5 * time.Second
+		out := new(syncBuffer)
+		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		return cmd, &out
+		return cmd, out
 	}
-	s, so := start(srvProg, srvAddr, srv(srvAddr))
+	hung := func() string {
+		if ctx.Err() != nil {
+			return " (still running at the deadline: SIGQUIT sent to both)"
+		}
+		return ""
+	}
+	s, so := start(srvProg, srvAddr, srvEnv, srv(srvAddr))
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- s.Wait() }()
-	fail := func(format string, a ...any) {
-		t.Helper()
-		s.Process.Kill()
-		<-srvDone
-		t.Fatalf(format+"\nserver:\n%s", append(a, so)...)
-	}
-	// The client starts once the server's device is open (RoCE: its UDP
-	// socket) or, on iWARP, once the server listens: perftest's client,
-	// refused, goes on to call rdma_resolve_addr with an rdma_cm_id that is
-	// not one (it crashed in our rdma_resolve_addr, as it would in rdma-core's).
-	ready := func() bool { return boundUDP(t, srvAddr, 4791) }
-	if tr == "iwarp" {
-		ready = func() bool { return listeningOn(t, srvPort(srv(srvAddr))) }
-	}
-	{
-		for !ready() {
-			select {
-			case err := <-srvDone:
-				t.Fatalf("%s server exited (%v) before it was ready\n%s", prog, err, so)
-			case <-ctx.Done():
-				fail("%s server never got ready", prog)
-			case <-time.After(20 * time.Millisecond):
-			}
+	for !strings.Contains(so.String(), listenLine) {
+		select {
+		case err := <-srvDone:
+			t.Fatalf("%s server exited (%v) before it listened\n%s", prog, err, so)
+		case <-ctx.Done():
+			<-srvDone
+			t.Fatalf("%s server never listened%s\n%s", prog, hung(), so)
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	var co *bytes.Buffer
-	for try := 0; ; try++ {
-		var c *exec.Cmd
-		c, co = start(cliProg, cliAddr, cli(srvAddr))
-		err := c.Wait()
-		if err == nil {
-			break
-		}
+	c, co := start(cliProg, cliAddr, nil, cli(srvAddr))
+	if err := c.Wait(); err != nil {
 		select {
 		case serr := <-srvDone:
-			t.Fatalf("%s: client: %v\n%s\nserver exited: %v\n%s", prog, err, co, serr, so)
+			t.Fatalf("%s: client: %v%s\n%s\nserver exited: %v\n%s", prog, err, hung(), co, serr, so)
 		default:
 		}
-		if !notListening.MatchString(co.String()) || try == 100 {
-			fail("%s: client (try %d): %v\n%s", prog, try, err, co)
+		if notListening.MatchString(co.String()) && ctx.Err() == nil {
+			s.Process.Kill()
+			<-srvDone
+			return so.String(), co.String(), true
 		}
-		time.Sleep(50 * time.Millisecond)
+		serr := <-srvDone // ends at the deadline, with its stacks
+		t.Fatalf("%s: client: %v%s\n%s\nserver (%v):\n%s", prog, err, hung(), co, serr, so)
 	}
 	if err := <-srvDone; err != nil {
-		t.Fatalf("%s: server: %v\n%s\nclient:\n%s", prog, err, so, co)
+		t.Fatalf("%s: server: %v%s\n%s\nclient:\n%s", prog, err, hung(), so, co)
 	}
 	for _, o := range []string{so.String(), co.String()} {
 		if strings.Contains(o, "softrdma:") && strings.Contains(o, "not implemented") {
 			t.Errorf("%s: a call was refused:\n%s", prog, o)
 		}
 	}
-	return so.String(), co.String()
+	return so.String(), co.String(), false
 }
 
 var transports = []string{"roce", "iwarp"}
@@ -220,36 +259,43 @@ func TestPerftestRDMACM(t *testing.T) {
 	}
 }
 
-// srvPort returns the value of -p in args: the server's rdma_cm port
-// (rdma-core's tools' default, 7174, when there is none; 7471 for ucmatose
-// and udaddy is given with -p by the tests).
-func srvPort(args []string) string {
-	for i, a := range args {
-		if a == "-p" && i+1 < len(args) {
-			return args[i+1]
-		}
+// TestCMPairRejectedLate makes perftest -R's second connection meet a server
+// that does not listen yet, every time: testdata/holdlisten.c, preloaded into
+// the servers, holds the first server's second rdma_listen for good. Its
+// client is refused (REJ over RoCE, a refused TCP connection over iWARP) after
+// the server has taken its first connection; cmPairEnv must then start a new
+// pair, whose server listens, and that pair must pass. Retrying only the
+// client, as cmPair did, made the next client's first connection the held
+// server's second: both waited for each other until the deadline (the CI
+// failure of roce ib_read_lat, try 1 killed at 120 s).
+func TestCMPairRejectedLate(t *testing.T) {
+	lib := buildLib(t)
+	needTools(t, "ib_read_lat", "ib_write_bw")
+	dir := t.TempDir()
+	hold := filepath.Join(dir, "holdlisten.so")
+	if o, err := exec.Command("gcc", "-Wall", "-shared", "-fPIC", "-o", hold, "testdata/holdlisten.c", "-ldl").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, o)
 	}
-	return "7174"
-}
-
-// listeningOn reports whether a TCP socket listens on port on any address,
-// IPv4 or IPv6 (a wildcard listener of package iwarp is an IPv6 socket
-// taking both), from /proc/net/tcp and tcp6 (state 0A is LISTEN).
-func listeningOn(t *testing.T, port string) bool {
-	t.Helper()
-	var p int
-	fmt.Sscan(port, &p)
-	want := fmt.Sprintf(":%04X", p)
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			if f := strings.Fields(line); len(f) > 3 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
-				return true
+	for _, tc := range []struct {
+		tr, prog string
+		row      *regexp.Regexp
+	}{
+		{"roce", "ib_read_lat", regexp.MustCompile(`(?m)^ 2\s+100\s+[0-9.]+`)},
+		{"iwarp", "ib_write_bw", regexp.MustCompile(`(?m)^ 65536\s+100\s+[0-9.]+\s+[0-9.]+`)},
+	} {
+		t.Run(tc.tr+" "+tc.prog, func(t *testing.T) {
+			port := fmt.Sprint(20000 + rand.IntN(20000))
+			args := []string{"-R", "-d", "sr_" + tc.tr + "0", "-n", "100", "-p", port}
+			env := []string{"LD_PRELOAD=" + hold, "HOLDLISTEN_ONCE=" + filepath.Join(dir, tc.tr+"-held")}
+			_, co, attempts := cmPairEnv(t, lib, tc.tr, tc.prog, tc.prog, env,
+				func(string) []string { return args },
+				func(a string) []string { return append(append([]string(nil), args...), a) })
+			if attempts != 2 {
+				t.Errorf("%d pairs started, want 2 (the held one, then one that passes)", attempts)
 			}
-		}
+			if !tc.row.MatchString(co) {
+				t.Errorf("no result row %q in\n%s", tc.row, co)
+			}
+		})
 	}
-	return false
 }
