@@ -326,6 +326,16 @@ func srcm_next_event(chh C.uintptr_t, out *C.struct_srcm_event, size C.size_t) C
 	if !ok {
 		return C.EINVAL
 	}
+	// Each event the program takes is said under SOFTRDMA_DEBUG, with the
+	// ID's addresses, once cm.mu is released (the addresses take the
+	// engine's lock): a log that shows which connection a program took.
+	var taken *cmQueued
+	defer func() {
+		if taken != nil && debugOn() {
+			id := taken.w.id
+			debugf("rdma_cm: %v, local %v remote %v%s", taken.ev.Type, id.LocalAddr(), id.RemoteAddr(), errSuffix(taken.ev.Err))
+		}
+	}()
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	if len(ch.q) == 0 {
@@ -366,10 +376,16 @@ func srcm_next_event(chh C.uintptr_t, out *C.struct_srcm_event, size C.size_t) C
 		out.ud_qp_num, out.ud_qkey = C.uint32_t(ev.UD.QPNum), C.uint32_t(ev.UD.QKey)
 	}
 	putParam(&out.param, ev.Param, pd)
-	if ev.Err != nil {
-		debugf("rdma_cm: %v: %v", ev.Type, ev.Err)
-	}
+	taken = &e
 	return 0
+}
+
+// errSuffix is ": err", or nothing for nil.
+func errSuffix(err error) string {
+	if err == nil {
+		return ""
+	}
+	return ": " + err.Error()
 }
 
 func putParam(o *C.struct_srcm_param, p rdmacm.ConnParam, pd []byte) {
