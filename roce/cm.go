@@ -85,10 +85,10 @@ func CheckCM(m MAD) error {
 		return malformed("cm", "mgmt class", uint64(c), uint64(MgmtClassCM), "!=")
 	}
 	if v := m.ClassVersion(); v != CMClassVersion {
-		return &HeaderError{Kind: ErrUnsupported, Header: "cm", Field: "class version", Value: uint64(v), Limit: CMClassVersion, Reason: "!="}
+		return &HeaderError{Err: ErrUnsupported, Header: "cm", Field: "class version", Value: uint64(v), Limit: CMClassVersion, Rel: "!="}
 	}
 	if a := m.CMAttribute(); !a.Known() {
-		return &HeaderError{Kind: ErrUnsupported, Header: "cm", Field: "attribute id", Value: uint64(a), Reason: "unknown", Hex: true}
+		return &HeaderError{Err: ErrUnsupported, Header: "cm", Field: "attribute id", Value: uint64(a), Reason: "unknown", Hex: 1}
 	}
 	return nil
 }
@@ -1174,7 +1174,7 @@ func (h CMAHeader) Check() error {
 		return truncated("cma", "length", uint64(len(h)), CMAHeaderLen)
 	}
 	if v := h.Version(); v != CMAVersion {
-		return &HeaderError{Kind: ErrUnsupported, Header: "cma", Field: "version", Value: uint64(v), Limit: CMAVersion, Reason: "!="}
+		return &HeaderError{Err: ErrUnsupported, Header: "cma", Field: "version", Value: uint64(v), Limit: CMAVersion, Rel: "!="}
 	}
 	if v := h.IPVersion(); v != 4 && v != 6 {
 		return malformed("cma", "ip version", uint64(v), 0, "not 4 or 6")

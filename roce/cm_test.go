@@ -372,7 +372,7 @@ func TestCMNames(t *testing.T) {
 	}
 	m := make(MAD, MADLen)
 	EncodeCM(m, 0x0020, 1)
-	if err := CheckCM(m); err == nil || err.Error() != "cm: attribute id 0x20 unknown" {
+	if err := CheckCM(m); err == nil || err.Error() != "cm: attribute id 0x20: unknown" {
 		t.Errorf("unknown attribute: %v", err)
 	}
 	EncodeCM(m, CMAttrREQ, 1)

@@ -12,87 +12,59 @@ import (
 
 // Sentinel errors. Every error returned by this package's decoders matches exactly one
 // of them with errors.Is; most are a *HeaderError that says which field was wrong.
+// Sentinel errors. Every error returned by this package's decoders matches exactly one
+// of them with errors.Is; most are a *HeaderError that says which field was wrong.
+// ErrTruncated, ErrMalformed, ErrUnsupported and ErrBadICRC are the shared
+// header.ErrTruncated, header.ErrInvalid, header.ErrUnsupported and header.ErrBadChecksum,
+// so they also match the same classes of error from ibtransport and iwarp.
 var (
 	// ErrNotRoCE says a frame is not RoCE (another Ethertype, IP protocol or UDP
 	// port): callers that see all traffic skip such frames silently.
 	ErrNotRoCE = errors.New("roce: not a RoCE frame")
 	// ErrTruncated says the input ends before a header or a length field says it does.
-	ErrTruncated = errors.New("roce: truncated")
+	ErrTruncated = header.ErrTruncated
 	// ErrMalformed says a field holds a value that the format forbids, or two
 	// length fields disagree.
-	ErrMalformed = errors.New("roce: malformed")
+	ErrMalformed = header.ErrInvalid
 	// ErrUnsupported says the input is well formed but uses a feature this
 	// package does not handle (IP fragments, a GRH NxtHdr other than BTH, ...).
-	ErrUnsupported = errors.New("roce: unsupported")
+	ErrUnsupported = header.ErrUnsupported
 	// ErrBadICRC says the ICRC does not match the packet.
-	ErrBadICRC = errors.New("roce: bad ICRC")
+	ErrBadICRC = header.ErrBadChecksum
 )
 
-// HeaderError describes a bad header field, e.g. "ipv4: total length 1500 > packet 1200".
-// Kind is one of the sentinel errors above and is what errors.Is matches.
-type HeaderError struct {
-	Kind      error  // ErrNotRoCE, ErrTruncated, ErrMalformed, ErrUnsupported or ErrBadICRC
-	Header    string // the header, e.g. "ipv4", "udp", "grh", "mad", "cm"
-	Field     string // the field, e.g. "total length"
-	Value     uint64 // the value found
-	Limit     uint64 // the value it was compared with
-	Reason    string // the relation that failed, as an operator: "<", ">", "!=" (or a phrase)
-	LimitName string // what Limit is, if not a plain number, e.g. "frame"
-	Hex       bool   // print Value and Limit in hexadecimal
+// HeaderError describes a bad header field, e.g. "ipv4: total length 1500 > packet 1200";
+// it is the one header error type of every protocol package (see package header). Header
+// is "ethernet", "vlan", "ip", "ipv4", "ipv6", "udp", "grh", "icrc", "mad", "cm", ...
+type HeaderError = header.Error
+
+// truncated reports that hdr's field is value and must be at least limit.
+func truncated(hdr, field string, value, limit uint64) error {
+	return &HeaderError{Err: ErrTruncated, Header: hdr, Field: field, Value: value, Rel: "<", Limit: limit}
 }
 
-// Error returns e.g. "ipv4: total length 1500 > packet 1200".
-func (e *HeaderError) Error() string {
-	num := func(v uint64) string {
-		if e.Hex {
-			return "0x" + strconv.FormatUint(v, 16)
-		}
-		return strconv.FormatUint(v, 10)
-	}
-	s := e.Header + ": " + e.Field
-	if e.Reason == "" {
-		return s
-	}
-	if !isOperator(e.Reason) {
-		// A phrase: "ipv4: flags 0x1 has more fragments set", "grh: gid missing".
-		if e.Value == 0 {
-			return s + " " + e.Reason
-		}
-		return s + " " + num(e.Value) + " " + e.Reason
-	}
-	s += " " + num(e.Value) + " " + e.Reason + " "
-	if e.LimitName != "" {
-		s += e.LimitName + " "
-	}
-	return s + num(e.Limit)
-}
-
-// Unwrap returns e.Kind, so that errors.Is(err, ErrTruncated) etc. work.
-func (e *HeaderError) Unwrap() error { return e.Kind }
-
-func isOperator(s string) bool {
-	switch s {
+// malformed reports a field whose value the format forbids. rel is how value compares
+// with limit ("<", ">", "!="), or else a phrase that says what is wrong ("not 4 or 6"),
+// with value left out of the text if it is 0 ("grh: gid: missing").
+func malformed(hdr, field string, value, limit uint64, rel string) error {
+	e := &HeaderError{Err: ErrMalformed, Header: hdr, Field: field, Value: value, Limit: limit}
+	switch rel {
 	case "<", ">", "<=", ">=", "!=", "==":
-		return true
+		e.Rel = rel
+	default:
+		e.Reason = rel
+		e.NoValue = value == 0
 	}
-	return false
-}
-
-func truncated(header, field string, value, limit uint64) error {
-	return &HeaderError{Kind: ErrTruncated, Header: header, Field: field, Value: value, Limit: limit, Reason: "<"}
-}
-
-func malformed(header, field string, value, limit uint64, reason string) error {
-	return &HeaderError{Kind: ErrMalformed, Header: header, Field: field, Value: value, Limit: limit, Reason: reason}
+	return e
 }
 
 // Frames that are not RoCE are normal traffic on a shared link: these errors are
 // preallocated (and shared: do not modify them) so that skipping costs no allocation.
 var (
-	errNotRoCEEtherType = &HeaderError{Kind: ErrNotRoCE, Header: "ethernet", Field: "ethertype not IPv4, IPv6 or RoCEv1 (0x8915)"}
-	errNotRoCEProtocol  = &HeaderError{Kind: ErrNotRoCE, Header: "ip", Field: "protocol not UDP"}
-	errNotRoCEPort      = &HeaderError{Kind: ErrNotRoCE, Header: "udp", Field: "destination port not 4791"}
-	errNotRoCEFragment  = &HeaderError{Kind: ErrNotRoCE, Header: "ipv4", Field: "non-first fragment"}
+	errNotRoCEEtherType = &HeaderError{Err: ErrNotRoCE, Header: "ethernet", Field: "ethertype not IPv4, IPv6 or RoCEv1 (0x8915)", NoValue: true}
+	errNotRoCEProtocol  = &HeaderError{Err: ErrNotRoCE, Header: "ip", Field: "protocol not UDP", NoValue: true}
+	errNotRoCEPort      = &HeaderError{Err: ErrNotRoCE, Header: "udp", Field: "destination port not 4791", NoValue: true}
+	errNotRoCEFragment  = &HeaderError{Err: ErrNotRoCE, Header: "ipv4", Field: "non-first fragment", NoValue: true}
 )
 
 // Version is the RoCE encapsulation of a frame.
@@ -261,7 +233,7 @@ func (f *Frame) decodeIPv4(b []byte, port uint16) error {
 		return malformed("ipv4", "header length", uint64(ihl), IPv4Len, "<")
 	}
 	if ihl > len(b) {
-		return &HeaderError{Kind: ErrTruncated, Header: "ipv4", Field: "header length", Value: uint64(ihl), Limit: uint64(len(b)), Reason: ">", LimitName: "packet"}
+		return &HeaderError{Err: ErrTruncated, Header: "ipv4", Field: "header length", Value: uint64(ihl), Limit: uint64(len(b)), Rel: ">", LimitName: "packet"}
 	}
 	frag := ip.FlagsFragment()
 	if frag&0x1FFF != 0 {
@@ -278,10 +250,10 @@ func (f *Frame) decodeIPv4(b []byte, port uint16) error {
 		return errNotRoCEPort
 	}
 	if total > len(b) {
-		return &HeaderError{Kind: ErrTruncated, Header: "ipv4", Field: "total length", Value: uint64(total), Limit: uint64(len(b)), Reason: ">", LimitName: "packet"}
+		return &HeaderError{Err: ErrTruncated, Header: "ipv4", Field: "total length", Value: uint64(total), Limit: uint64(len(b)), Rel: ">", LimitName: "packet"}
 	}
 	if frag&header.IPv4FlagMF != 0 {
-		return &HeaderError{Kind: ErrUnsupported, Header: "ipv4", Field: "flags", Value: uint64(frag >> 13), Reason: "has more fragments set", Hex: true}
+		return &HeaderError{Err: ErrUnsupported, Header: "ipv4", Field: "flags", Value: uint64(frag >> 13), Reason: "has more fragments set", Hex: 1}
 	}
 	f.Version = RoCEv2
 	f.IP = b[:ihl:ihl]
@@ -312,7 +284,7 @@ func (f *Frame) decodeIPv6(b []byte, port uint16) error {
 		return errNotRoCEPort
 	}
 	if IPv6Len+plen > len(b) {
-		return &HeaderError{Kind: ErrTruncated, Header: "ipv6", Field: "payload length", Value: uint64(plen), Limit: uint64(len(b) - IPv6Len), Reason: ">", LimitName: "packet"}
+		return &HeaderError{Err: ErrTruncated, Header: "ipv6", Field: "payload length", Value: uint64(plen), Limit: uint64(len(b) - IPv6Len), Rel: ">", LimitName: "packet"}
 	}
 	f.Version = RoCEv2
 	f.IPv6 = true
@@ -327,7 +299,7 @@ func (f *Frame) decodeUDP(b []byte) error {
 	udp := header.UDP(b)
 	ulen := int(udp.Length())
 	if ulen != len(b) {
-		return &HeaderError{Kind: ErrMalformed, Header: "udp", Field: "length", Value: uint64(ulen), Limit: uint64(len(b)), Reason: "!=", LimitName: "ip payload"}
+		return &HeaderError{Err: ErrMalformed, Header: "udp", Field: "length", Value: uint64(ulen), Limit: uint64(len(b)), Rel: "!=", LimitName: "ip payload"}
 	}
 	if ulen < UDPLen+minIBLen+ICRCLen {
 		return malformed("udp", "length", uint64(ulen), UDPLen+minIBLen+ICRCLen, "<")
@@ -345,7 +317,7 @@ func (f *Frame) decodeGRH(b []byte) error {
 	}
 	n := int(g.PayLen())
 	if GRHLen+n > len(b) {
-		return &HeaderError{Kind: ErrTruncated, Header: "grh", Field: "paylen", Value: uint64(n), Limit: uint64(len(b) - GRHLen), Reason: ">", LimitName: "packet"}
+		return &HeaderError{Err: ErrTruncated, Header: "grh", Field: "paylen", Value: uint64(n), Limit: uint64(len(b) - GRHLen), Rel: ">", LimitName: "packet"}
 	}
 	f.Version = RoCEv1
 	f.GRH = g[:GRHLen:GRHLen]

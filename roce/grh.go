@@ -120,7 +120,7 @@ func (g GRH) Check() error {
 		return malformed("grh", "ipver", uint64(v), GRHVersion, "!=")
 	}
 	if h := g.NxtHdr(); h != NxtHdrBTH {
-		return &HeaderError{Kind: ErrUnsupported, Header: "grh", Field: "nxthdr", Value: uint64(h), Limit: NxtHdrBTH, Reason: "!="}
+		return &HeaderError{Err: ErrUnsupported, Header: "grh", Field: "nxthdr", Value: uint64(h), Limit: NxtHdrBTH, Rel: "!="}
 	}
 	if n := g.PayLen(); n < minIBLen+ICRCLen {
 		return malformed("grh", "paylen", uint64(n), minIBLen+ICRCLen, "<")

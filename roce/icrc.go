@@ -193,7 +193,7 @@ func VerifyICRC(f *Frame) error {
 		return truncated("icrc", "ib length", uint64(len(f.IB)), minIBLen)
 	}
 	if want := f.ComputeICRC(); want != f.ICRC {
-		return &HeaderError{Kind: ErrBadICRC, Header: "icrc", Field: "value", Value: uint64(f.ICRC), Limit: uint64(want), Reason: "!=", LimitName: "computed", Hex: true}
+		return &HeaderError{Err: ErrBadICRC, Header: "icrc", Field: "value", Value: uint64(f.ICRC), Limit: uint64(want), Rel: "!=", LimitName: "computed", Hex: 1}
 	}
 	return nil
 }

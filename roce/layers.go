@@ -63,9 +63,10 @@ func init() {
 	layers.RegisterUDPPortLayerType(UDPPort, LayerTypeIBTransport)
 }
 
-// markTruncated tells df that data ended early when err says so.
+// markTruncated tells df that data ended early when err says so (ErrTruncated is the
+// shared header.ErrTruncated, so this also catches ibtransport's truncated headers).
 func markTruncated(df gopacket.DecodeFeedback, err error) {
-	if errors.Is(err, ErrTruncated) || errors.Is(err, ibtransport.ErrTruncated) {
+	if errors.Is(err, ErrTruncated) {
 		df.SetTruncated()
 	}
 }
@@ -337,7 +338,7 @@ func VerifyPacketICRC(p gopacket.Packet) error {
 		want = ComputeICRC(ip.LayerContents(), udp.LayerContents(), ibl.Raw)
 	}
 	if want != carried {
-		return &HeaderError{Kind: ErrBadICRC, Header: "icrc", Field: "value", Value: uint64(carried), Limit: uint64(want), Reason: "!=", LimitName: "computed", Hex: true}
+		return &HeaderError{Err: ErrBadICRC, Header: "icrc", Field: "value", Value: uint64(carried), Limit: uint64(want), Rel: "!=", LimitName: "computed", Hex: 1}
 	}
 	return nil
 }
