@@ -34,13 +34,15 @@ build:
 # LIBDIR puts it elsewhere (the tests build into a temporary directory).
 LIBDIR ?= lib
 LIBMAP := $(CURDIR)/capi/libibverbs/libibverbs.map
+# LIBVERSION: the build SOFTRDMA_DEBUG's first line names (GOFLAGS may turn off Go's VCS stamp).
+LIBVERSION ?= $(shell git describe --always --dirty 2>/dev/null)
 lib: lib-deps
 	@$(MAKE) --no-print-directory lib-build
 
 lib-build:
 	mkdir -p $(LIBDIR)
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath \
-		-ldflags "-extldflags '-Wl,--version-script=$(LIBMAP) -Wl,-soname,libsoftrdma-verbs.so -Wl,-Bsymbolic'" \
+		-ldflags "-X main.libVersion=$(LIBVERSION) -extldflags '-Wl,--version-script=$(LIBMAP) -Wl,-soname,libsoftrdma-verbs.so -Wl,-Bsymbolic'" \
 		-o $(LIBDIR)/libsoftrdma-verbs.so ./capi/libibverbs
 	rm -f $(LIBDIR)/libsoftrdma-verbs.h
 	$(GO) run ./capi/shim/genshim $(LIBDIR)/libsoftrdma-verbs.so $(LIBDIR)/shim.S

@@ -34,6 +34,7 @@ func loadDevices() []*verbsdev.Device {
 			return
 		}
 		devices.list = l
+		debugf("%s", banner(l))
 	})
 	return devices.list
 }
