@@ -10,6 +10,8 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // CaptureFormat selects the file format a CaptureWriter writes.
@@ -186,15 +188,41 @@ func (c *CaptureWriter) Flush() error {
 // the wrapped endpoint in a capture file, timestamped by a Clock. Read and
 // Write may run concurrently. Failures to write the capture never disturb
 // the traffic: the first one is kept and returned by Flush and Close.
+//
+// NewCapture returns it as a CaptureEndpoint whose dynamic type also offers
+// each optional fast-path interface the wrapped endpoint offers
+// (DatagramReader, FrameReader, VectorWriter) and no other, so that a device
+// keeps its zero-copy path under a capture. What those paths move is
+// recorded as the frames Read and Write would have moved.
 type Capture struct {
 	ep    Endpoint
 	clock Clock
 	w     *CaptureWriter
+
+	rx []byte // scratch for frames made from datagrams (one reader at a time)
+
+	txMu sync.Mutex
+	tx   []byte // scratch for frames gathered from pieces
+}
+
+// CaptureEndpoint is what NewCapture returns: the Endpoint, Poller and
+// IPv4IDPolicy of a *Capture, and the optional interfaces of the endpoint it
+// wraps (check for them with a type assertion, as on any Endpoint).
+type CaptureEndpoint interface {
+	Endpoint
+	Poller
+	IPv4IDPolicy
+	// Flush writes buffered capture data out and returns the first capture error.
+	Flush() error
+	// Writer returns the CaptureWriter the capture records into.
+	Writer() *CaptureWriter
+	// Unwrap returns the wrapped endpoint.
+	Unwrap() Endpoint
 }
 
 // NewCapture wraps ep so that every frame it reads or writes is written to w
 // in the given format with timestamps from clock (SystemClock if nil).
-func NewCapture(ep Endpoint, w io.Writer, format CaptureFormat, clock Clock) (*Capture, error) {
+func NewCapture(ep Endpoint, w io.Writer, format CaptureFormat, clock Clock) (CaptureEndpoint, error) {
 	cw, err := NewCaptureWriter(w, format)
 	if err != nil {
 		return nil, err
@@ -202,7 +230,174 @@ func NewCapture(ep Endpoint, w io.Writer, format CaptureFormat, clock Clock) (*C
 	if clock == nil {
 		clock = SystemClock{}
 	}
-	return &Capture{ep: ep, clock: clock, w: cw}, nil
+	c := &Capture{ep: ep, clock: clock, w: cw}
+	dr, isDR := ep.(DatagramReader)
+	fr, isFR := ep.(FrameReader)
+	vw, isVW := ep.(VectorWriter)
+	d, f, v := captureDatagramReader{c, dr}, captureFrameReader{c, fr}, captureVectorWriter{c, vw}
+	switch {
+	case isDR && isFR && isVW:
+		return &struct {
+			*Capture
+			captureDatagramReader
+			captureFrameReader
+			captureVectorWriter
+		}{c, d, f, v}, nil
+	case isDR && isFR:
+		return &struct {
+			*Capture
+			captureDatagramReader
+			captureFrameReader
+		}{c, d, f}, nil
+	case isDR && isVW:
+		return &struct {
+			*Capture
+			captureDatagramReader
+			captureVectorWriter
+		}{c, d, v}, nil
+	case isFR && isVW:
+		return &struct {
+			*Capture
+			captureFrameReader
+			captureVectorWriter
+		}{c, f, v}, nil
+	case isDR:
+		return &struct {
+			*Capture
+			captureDatagramReader
+		}{c, d}, nil
+	case isFR:
+		return &struct {
+			*Capture
+			captureFrameReader
+		}{c, f}, nil
+	case isVW:
+		return &struct {
+			*Capture
+			captureVectorWriter
+		}{c, v}, nil
+	}
+	return c, nil
+}
+
+// captureDatagramReader is a Capture's DatagramReader, for a wrapped endpoint
+// that is one.
+type captureDatagramReader struct {
+	c  *Capture
+	dr DatagramReader
+}
+
+// ReadDatagrams reads datagrams from the wrapped endpoint and records each
+// as the frame Read would have returned for it.
+func (x captureDatagramReader) ReadDatagrams(d []Datagram) (int, error) {
+	n, err := x.dr.ReadDatagrams(d)
+	x.c.recordDatagrams(d[:n])
+	return n, err
+}
+
+// TryReadDatagrams is ReadDatagrams without blocking.
+func (x captureDatagramReader) TryReadDatagrams(d []Datagram) (int, error) {
+	n, err := x.dr.TryReadDatagrams(d)
+	x.c.recordDatagrams(d[:n])
+	return n, err
+}
+
+// datagramFramer is implemented by endpoints that know the frame their Read
+// would return for a datagram (the UDP backend: its MAC addresses and IP version).
+type datagramFramer interface {
+	appendDatagramFrame(b []byte, d *Datagram) []byte
+}
+
+func (c *Capture) recordDatagrams(d []Datagram) {
+	if len(d) == 0 {
+		return
+	}
+	ts := c.clock.Now()
+	df, _ := c.ep.(datagramFramer)
+	for i := range d {
+		if df != nil {
+			c.rx = df.appendDatagramFrame(c.rx[:0], &d[i])
+		} else {
+			c.rx = appendDatagramFrame(c.rx[:0], &d[i])
+		}
+		_ = c.w.WriteFrame(ts, c.rx)
+	}
+}
+
+// appendDatagramFrame appends to b an Ethernet (zero MAC addresses), IP and
+// UDP frame carrying d, IPv4 if both addresses are (after unmapping).
+func appendDatagramFrame(b []byte, d *Datagram) []byte {
+	src, dst := d.Src.Addr().Unmap(), d.Dst.Addr().Unmap()
+	eth := header.EthernetFields{Type: header.EtherTypeIPv6}
+	ipLen := header.IPv6Len
+	if src.Is4() && dst.Is4() {
+		eth.Type, ipLen = header.EtherTypeIPv4, header.IPv4MinLen
+	}
+	n := header.EthernetLen + ipLen + header.UDPLen
+	start := len(b)
+	b = append(b, make([]byte, n)...)
+	b = append(b, d.Payload...)
+	f := b[start:]
+	header.Ethernet(f).Encode(&eth)
+	udpLen := uint16(header.UDPLen + len(d.Payload))
+	if ipLen == header.IPv4MinLen {
+		header.IPv4(f[header.EthernetLen:]).Encode(&header.IPv4Fields{
+			TOS: d.TOS, TotalLength: uint16(ipLen) + udpLen, FlagsFragment: header.IPv4FlagDF,
+			TTL: d.TTL, Protocol: header.IPProtocolUDP, Src: src, Dst: dst,
+		})
+	} else {
+		header.IPv6(f[header.EthernetLen:]).Encode(&header.IPv6Fields{
+			TrafficClass: d.TOS, PayloadLength: udpLen, NextHeader: header.IPProtocolUDP,
+			HopLimit: d.TTL, Src: d.Src.Addr(), Dst: d.Dst.Addr(),
+		})
+	}
+	header.UDP(f[header.EthernetLen+ipLen:]).Encode(&header.UDPFields{SrcPort: d.Src.Port(), DstPort: d.Dst.Port(), Length: udpLen})
+	return b
+}
+
+// captureFrameReader is a Capture's FrameReader, for a wrapped endpoint that is one.
+type captureFrameReader struct {
+	c  *Capture
+	fr FrameReader
+}
+
+// ReadFrames reads frames where they lie in the wrapped endpoint and records them.
+func (x captureFrameReader) ReadFrames(frames [][]byte) (int, error) {
+	n, err := x.fr.ReadFrames(frames)
+	x.c.record(frames[:n], nil, 0)
+	return n, err
+}
+
+// TryReadFrames is ReadFrames without blocking.
+func (x captureFrameReader) TryReadFrames(frames [][]byte) (int, error) {
+	n, err := x.fr.TryReadFrames(frames)
+	x.c.record(frames[:n], nil, 0)
+	return n, err
+}
+
+// captureVectorWriter is a Capture's VectorWriter, for a wrapped endpoint that is one.
+type captureVectorWriter struct {
+	c  *Capture
+	vw VectorWriter
+}
+
+// WriteVectors records each frame (its pieces joined) and writes them to the
+// wrapped endpoint, recording before writing as Write does.
+func (x captureVectorWriter) WriteVectors(frames [][][]byte) (int, error) {
+	if len(frames) > 0 {
+		c := x.c
+		ts := c.clock.Now()
+		c.txMu.Lock()
+		for _, pieces := range frames {
+			c.tx = c.tx[:0]
+			for _, p := range pieces {
+				c.tx = append(c.tx, p...)
+			}
+			_ = c.w.WriteFrame(ts, c.tx)
+		}
+		c.txMu.Unlock()
+	}
+	return x.vw.WriteVectors(frames)
 }
 
 // Read reads from the wrapped endpoint and records the frames read.
@@ -259,6 +454,18 @@ func (c *Capture) recordAt(ts time.Time, bufs [][]byte, sizes []int, offset int)
 	_ = c.w.WriteFrames(ts, bufs, sizes, offset)
 }
 
+// IPv4IDZero passes on the wrapped endpoint's IPv4IDPolicy (false without one).
+func (c *Capture) IPv4IDZero() bool {
+	p, ok := c.ep.(IPv4IDPolicy)
+	return ok && p.IPv4IDZero()
+}
+
+// UnknownIPv4ID passes on the wrapped endpoint's IPv4IDPolicy (false without one).
+func (c *Capture) UnknownIPv4ID() bool {
+	p, ok := c.ep.(IPv4IDPolicy)
+	return ok && p.UnknownIPv4ID()
+}
+
 // BatchSize returns the wrapped endpoint's batch size.
 func (c *Capture) BatchSize() int { return c.ep.BatchSize() }
 
@@ -286,6 +493,8 @@ func (c *Capture) Writer() *CaptureWriter { return c.w }
 func (c *Capture) Unwrap() Endpoint { return c.ep }
 
 var (
-	_ Endpoint = (*Capture)(nil)
-	_ Poller   = (*Capture)(nil)
+	_ CaptureEndpoint = (*Capture)(nil)
+	_ DatagramReader  = captureDatagramReader{}
+	_ FrameReader     = captureFrameReader{}
+	_ VectorWriter    = captureVectorWriter{}
 )

@@ -988,6 +988,24 @@ func (e *UDPEndpoint) synthesise(f []byte, m *rxMeta, src netip.AddrPort, n int)
 	return e.hdrLen + n
 }
 
+// appendDatagramFrame appends to b the frame Read would have delivered for
+// d (a datagram ReadDatagrams returned): what a capture of the endpoint
+// records for it.
+func (e *UDPEndpoint) appendDatagramFrame(b []byte, d *Datagram) []byte {
+	m := rxMeta{tos: d.TOS, ttl: d.TTL, haveDst: true}
+	if e.is6 {
+		m.dst = d.Dst.Addr().As16()
+	} else if a := d.Dst.Addr().Unmap(); a.Is4() {
+		a4 := a.As4()
+		copy(m.dst[:4], a4[:])
+	}
+	start := len(b)
+	b = append(b, make([]byte, e.hdrLen)...)
+	b = append(b, d.Payload...)
+	e.synthesise(b[start:], &m, d.Src, len(d.Payload))
+	return b
+}
+
 // ---- send ----
 
 // txFrame is one parsed frame of a Write chunk.

@@ -539,13 +539,21 @@ func TestInterfaceGIDTable(t *testing.T) {
 
 // TestOpenUDPLoopbackCapture needs no root: a udp device on loopback with
 // a capture still sends IPv4 ID 0 (the policy is found through the capture
-// wrapper), so traffic flows, and the capture holds RoCEv2 frames.
+// wrapper), so traffic flows, and the capture holds RoCEv2 frames. The
+// capture keeps the socket's zero-copy paths: the device reads datagrams
+// where the kernel put them and sends payloads gathered from the MR.
 func TestOpenUDPLoopbackCapture(t *testing.T) {
 	var capA captureFrames
 	ipA, ipB := netip.MustParseAddr("127.0.78.1"), netip.MustParseAddr("127.0.78.2")
 	a, err := roce.Open(roce.OpenConfig{Addrs: []netip.Addr{ipA}, Capture: &capA, UDPPort: 14791, Engine: ibtransport.ContextConfig{Seed: 1}})
 	if err != nil {
 		t.Skipf("cannot open a UDP device on %v: %v", ipA, err)
+	}
+	if _, ok := a.Endpoint().(netio.DatagramReader); !ok {
+		t.Error("--pcap turned the zero-copy receive path off: the capture is no DatagramReader")
+	}
+	if _, ok := a.Endpoint().(netio.VectorWriter); !ok {
+		t.Error("--pcap turned the gathered send path off: the capture is no VectorWriter")
 	}
 	stopA := runDevice(t, a)
 	b, err := roce.Open(roce.OpenConfig{Addrs: []netip.Addr{ipB}, UDPPort: 14791, Engine: ibtransport.ContextConfig{Seed: 2}})

@@ -1,0 +1,165 @@
+package netio
+
+import (
+	"bytes"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/softrdma/softrdma/header"
+)
+
+// fastEnd is an endpoint with every fast path: ReadDatagrams and ReadFrames
+// hand out canned input, WriteVectors keeps what it was given joined.
+type fastEnd struct {
+	Endpoint
+	dgs    []Datagram
+	frames [][]byte
+	wrote  [][]byte
+}
+
+func (f *fastEnd) ReadDatagrams(d []Datagram) (int, error)    { return copy(d, f.dgs), nil }
+func (f *fastEnd) TryReadDatagrams(d []Datagram) (int, error) { return copy(d, f.dgs), nil }
+func (f *fastEnd) ReadFrames(fr [][]byte) (int, error)        { return copy(fr, f.frames), nil }
+func (f *fastEnd) TryReadFrames(fr [][]byte) (int, error)     { return copy(fr, f.frames), nil }
+func (f *fastEnd) WriteVectors(frames [][][]byte) (int, error) {
+	for _, p := range frames {
+		f.wrote = append(f.wrote, bytes.Join(p, nil))
+	}
+	return len(frames), nil
+}
+
+// The endpoints below show fastEnd with only some of its fast paths, as the
+// backends have them: a UDP socket (datagrams and vectors), an AF_PACKET
+// ring (frames and vectors), a plain endpoint (none).
+type (
+	epPlain struct{ Endpoint }
+	epDR    struct {
+		Endpoint
+		DatagramReader
+	}
+	epFR struct {
+		Endpoint
+		FrameReader
+	}
+	epVW struct {
+		Endpoint
+		VectorWriter
+	}
+	epDRVW struct {
+		Endpoint
+		DatagramReader
+		VectorWriter
+	}
+	epFRVW struct {
+		Endpoint
+		FrameReader
+		VectorWriter
+	}
+	epAll struct {
+		Endpoint
+		DatagramReader
+		FrameReader
+		VectorWriter
+	}
+)
+
+// TestCaptureForwardsFastPaths: a capture offers exactly the optional fast
+// paths of the endpoint it wraps (before, it offered none, so --pcap turned
+// the zero-copy paths off), and records what goes through each.
+func TestCaptureForwardsFastPaths(t *testing.T) {
+	dg := Datagram{
+		Payload: []byte("ib packet and icrc"),
+		Src:     netip.MustParseAddrPort("10.0.0.2:49152"),
+		Dst:     netip.MustParseAddrPort("10.0.0.1:4791"),
+		TOS:     0x2e,
+		TTL:     64,
+	}
+	ringFrame := testFrame(7, 80)
+	pieces := [][]byte{testFrame(8, 50), []byte("payload from the MR"), {0, 0, 0, 0}}
+	tests := []struct {
+		name       string
+		wrap       func(*fastEnd) Endpoint
+		dr, fr, vw bool
+	}{
+		{"plain", func(f *fastEnd) Endpoint { return epPlain{f.Endpoint} }, false, false, false},
+		{"datagrams", func(f *fastEnd) Endpoint { return epDR{f.Endpoint, f} }, true, false, false},
+		{"frames", func(f *fastEnd) Endpoint { return epFR{f.Endpoint, f} }, false, true, false},
+		{"vectors", func(f *fastEnd) Endpoint { return epVW{f.Endpoint, f} }, false, false, true},
+		{"udp-like", func(f *fastEnd) Endpoint { return epDRVW{f.Endpoint, f, f} }, true, false, true},
+		{"afpacket-like", func(f *fastEnd) Endpoint { return epFRVW{f.Endpoint, f, f} }, false, true, true},
+		{"all", func(f *fastEnd) Endpoint { return epAll{f.Endpoint, f, f, f} }, true, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, _ := NewPipe(4, DefaultMTU)
+			f := &fastEnd{Endpoint: a, dgs: []Datagram{dg}, frames: [][]byte{ringFrame}}
+			var out bytes.Buffer
+			c, err := NewCapture(tt.wrap(f), &out, FormatPcap, NewManualClock(time.Unix(1, 0)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dr, isDR := c.(DatagramReader)
+			fr, isFR := c.(FrameReader)
+			vw, isVW := c.(VectorWriter)
+			if isDR != tt.dr || isFR != tt.fr || isVW != tt.vw {
+				t.Fatalf("capture offers DatagramReader %v FrameReader %v VectorWriter %v, want %v %v %v", isDR, isFR, isVW, tt.dr, tt.fr, tt.vw)
+			}
+			var want [][]byte
+			if isDR {
+				d := make([]Datagram, 2)
+				if n, err := dr.ReadDatagrams(d); n != 1 || err != nil || !bytes.Equal(d[0].Payload, dg.Payload) {
+					t.Fatalf("ReadDatagrams = %d, %v", n, err)
+				}
+				want = append(want, datagramFrame(t, dg))
+			}
+			if isFR {
+				fs := make([][]byte, 2)
+				if n, err := fr.TryReadFrames(fs); n != 1 || err != nil || !bytes.Equal(fs[0], ringFrame) {
+					t.Fatalf("TryReadFrames = %d, %v", n, err)
+				}
+				want = append(want, ringFrame)
+			}
+			if isVW {
+				if n, err := vw.WriteVectors([][][]byte{pieces}); n != 1 || err != nil {
+					t.Fatalf("WriteVectors = %d, %v", n, err)
+				}
+				joined := bytes.Join(pieces, nil)
+				if len(f.wrote) != 1 || !bytes.Equal(f.wrote[0], joined) {
+					t.Fatal("WriteVectors did not reach the wrapped endpoint")
+				}
+				want = append(want, joined)
+			}
+			if err := c.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			got := readCapture(t, FormatPcap, out.Bytes())
+			if len(got) != len(want) {
+				t.Fatalf("captured %d frames, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if !bytes.Equal(got[i].data, want[i]) {
+					t.Errorf("frame %d:\n got % x\nwant % x", i, got[i].data, want[i])
+				}
+			}
+		})
+	}
+}
+
+// datagramFrame is the frame a capture records for a datagram from an endpoint
+// that does not know its MAC addresses: zero MACs, IPv4 with DF, UDP checksum 0.
+func datagramFrame(t *testing.T, d Datagram) []byte {
+	t.Helper()
+	n := header.EthernetLen + header.IPv4MinLen + header.UDPLen
+	b := make([]byte, n+len(d.Payload))
+	copy(b[n:], d.Payload)
+	header.Ethernet(b).Encode(&header.EthernetFields{Type: header.EtherTypeIPv4})
+	header.IPv4(b[header.EthernetLen:]).Encode(&header.IPv4Fields{
+		TOS: d.TOS, TotalLength: uint16(len(b) - header.EthernetLen), FlagsFragment: header.IPv4FlagDF,
+		TTL: d.TTL, Protocol: header.IPProtocolUDP, Src: d.Src.Addr(), Dst: d.Dst.Addr(),
+	})
+	header.UDP(b[header.EthernetLen+header.IPv4MinLen:]).Encode(&header.UDPFields{
+		SrcPort: d.Src.Port(), DstPort: d.Dst.Port(), Length: uint16(header.UDPLen + len(d.Payload)),
+	})
+	return b
+}
