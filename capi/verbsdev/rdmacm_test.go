@@ -228,8 +228,8 @@ func TestUcmatose(t *testing.T) {
 }
 
 // TestPerftestRDMACM runs perftest with -R (connections by rdma_cm) over
-// both transports: ib_write_bw, ib_send_bw and ib_read_lat (RoCE only for
-// now), 100 iterations. Over iWARP this is the only way perftest connects.
+// both transports: ib_write_bw, ib_send_bw and ib_read_lat, 100 iterations.
+// Over iWARP this is the only way perftest connects.
 func TestPerftestRDMACM(t *testing.T) {
 	lib := buildLib(t)
 	needTools(t, "ib_write_bw", "ib_send_bw", "ib_read_lat")
@@ -240,11 +240,6 @@ func TestPerftestRDMACM(t *testing.T) {
 	}
 	for _, tr := range transports {
 		for _, prog := range []string{"ib_write_bw", "ib_send_bw", "ib_read_lat"} {
-			if tr == "iwarp" && prog == "ib_read_lat" {
-				// Not yet: 1 run in 3 or so the client's first WR
-				// completes with WR_FLUSH_ERR (see notes/rdmacm.md).
-				continue
-			}
 			t.Run(tr+" "+prog, func(t *testing.T) {
 				port := fmt.Sprint(20000 + rand.IntN(20000))
 				args := []string{"-R", "-d", "sr_" + tr + "0", "-n", "100", "-p", port}
@@ -281,12 +276,13 @@ func TestCMPairRejectedLate(t *testing.T) {
 		row      *regexp.Regexp
 	}{
 		{"roce", "ib_read_lat", regexp.MustCompile(`(?m)^ 2\s+100\s+[0-9.]+`)},
+		{"iwarp", "ib_read_lat", regexp.MustCompile(`(?m)^ 2\s+100\s+[0-9.]+`)},
 		{"iwarp", "ib_write_bw", regexp.MustCompile(`(?m)^ 65536\s+100\s+[0-9.]+\s+[0-9.]+`)},
 	} {
 		t.Run(tc.tr+" "+tc.prog, func(t *testing.T) {
 			port := fmt.Sprint(20000 + rand.IntN(20000))
 			args := []string{"-R", "-d", "sr_" + tc.tr + "0", "-n", "100", "-p", port}
-			env := []string{"LD_PRELOAD=" + hold, "HOLDLISTEN_ONCE=" + filepath.Join(dir, tc.tr+"-held")}
+			env := []string{"LD_PRELOAD=" + hold, "HOLDLISTEN_ONCE=" + filepath.Join(dir, tc.tr+"-"+tc.prog+"-held")}
 			_, co, attempts := cmPairEnv(t, lib, tc.tr, tc.prog, tc.prog, env,
 				func(string) []string { return args },
 				func(a string) []string { return append(append([]string(nil), args...), a) })
