@@ -57,6 +57,10 @@ type Conn struct {
 	rq       [4]rxQueue
 	awaitRTR RTRFlags // reader: the RTR the responder still waits for
 	rtrGate  chan struct{}
+	// rtrAnswered is closed when the initiator's Read RTR is answered
+	// (rtrwait.go); kickWrite asks the writer for a zero-length Write.
+	rtrAnswered chan struct{}
+	kickWrite   atomic.Bool
 
 	writeLen, lastWriteLen uint64             // reader: octets of the Write in progress / the last one
 	wroteN                 uint64             // reader: placeWrite's segment length, for wrote
@@ -447,6 +451,9 @@ func newConn(c *Conn, nc net.Conn, qp *ib.QP, w *ib.Wire, neg Negotiated, p Conn
 		c.awaitRTR = neg.RTR
 		c.rtrGate = make(chan struct{})
 	}
+	if initiator && neg.PeerToPeer && neg.RTR == RTRRead {
+		c.rtrAnswered = make(chan struct{})
+	}
 	c.kick = make(chan struct{}, 1)
 	c.done = make(chan struct{})
 	c.termWritten = make(chan struct{})
@@ -476,10 +483,12 @@ func cancelOnDone(ctx context.Context, nc net.Conn) (stop func() bool) {
 
 // Dial connects qp, an external QP in RESET or INIT (one created on an iwarp
 // Device), to the iWARP listener at addr ("host:port") as the MPA initiator:
-// TCP connect, MPA Request, Reply, and with peer-to-peer mode the RTR. On success
+// TCP connect, MPA Request, Reply, and with peer-to-peer mode the RTR; with the
+// Read RTR, Dial returns once the peer has answered it (rtrwait.go). On success
 // the QP is in RTS and the returned Conn runs its traffic; the peer's private data
-// is Conn.PeerPrivateData. A rejection returns a *RejectError; any failure leaves
-// the QP in INIT, free to Dial again.
+// is Conn.PeerPrivateData. A rejection returns a *RejectError; a failure of the
+// exchange leaves the QP in INIT, free to Dial again (one after the Reply, an
+// unanswered RTR, leaves it in ERR).
 func Dial(ctx context.Context, qp *ib.QP, addr string, p ConnParams) (*Conn, error) {
 	c := &Conn{}
 	w, ird, ord, err := prepareQP(qp, &p, c)
@@ -514,6 +523,10 @@ func Dial(ctx context.Context, qp *ib.QP, addr string, p ConnParams) (*Conn, err
 		return nil, err
 	}
 	c.start()
+	if err := c.awaitRTRAnswer(ctx); err != nil {
+		c.Abort()
+		return nil, err
+	}
 	return c, nil
 }
 

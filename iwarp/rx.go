@@ -597,6 +597,9 @@ func (c *Conn) placeReadResponse(d DDP, n uint64) ([][]byte, func() error, *rxEr
 			c.mu.Lock()
 			c.rtrReadPending = false
 			c.mu.Unlock()
+			if c.rtrAnswered != nil {
+				close(c.rtrAnswered)
+			}
 			return nil
 		}, nil
 	}

@@ -495,6 +495,14 @@ func (c *Conn) writer() {
 			c.closeWrite()
 			return
 		}
+		if c.kickWrite.Swap(false) && !m.active {
+			t.reset()
+			c.frameKick()
+			if err := c.writeBatch(); err != nil {
+				c.lost(err)
+			}
+			continue
+		}
 		if gate != nil {
 			select {
 			case <-gate:

@@ -99,6 +99,21 @@ func (t *iwarpTransport) params(p *ConnParam) iwarp.ConnParams {
 	return cp
 }
 
+// initiatorRTR makes an initiator ask for RFC 6581 peer-to-peer mode with
+// the Read RTR alone, so that Dial returns only after the responder has
+// answered its zero-length Read Request, proof that it reads the stream:
+// Linux siw as the responder leaves data that arrives right after its MPA
+// Reply unread (iwarp/rtrwait.go), and the application's first SEND hung
+// there. siw picks the Write RTR when it is offered, which nobody answers, so
+// Read alone is offered. A Read RTR needs an ORD of at least 1 (siw's
+// siw_connect raises it to 1 in peer-to-peer mode in the same way).
+func initiatorRTR(cp *iwarp.ConnParams) {
+	cp.PeerToPeer, cp.RTR = true, iwarp.RTRRead
+	if cp.ORD < 0 { // none; 0 is package iwarp's default, 16
+		cp.ORD = 1
+	}
+}
+
 func addrPortOf(a net.Addr) netip.AddrPort {
 	if ta, ok := a.(*net.TCPAddr); ok {
 		ap := ta.AddrPort()
@@ -116,6 +131,7 @@ func (t *iwarpTransport) connect(id *ID, p *ConnParam) error {
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.ConnectTimeout)
 	id.iwarp.cancel = cancel
 	qp, cp, addr := id.qp, t.params(p), id.remote.String()
+	initiatorRTR(&cp)
 	go func() {
 		conn, err := iwarp.Dial(ctx, qp, addr, cp)
 		cancel()
