@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/netip"
 	"time"
 
+	"github.com/softrdma/softrdma/device"
+	"github.com/softrdma/softrdma/devspec"
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/rdmacm"
 )
@@ -115,25 +116,29 @@ type cmatoseNode struct {
 }
 
 func cmatoseRun(ctx context.Context, o *cmatoseOptions, name string, stdout io.Writer) (err error) {
-	cfg := ppDeviceConfig{gidx: -1, backend: "udp", pcap: o.pcap, seed: rand.Uint64()}
+	c := device.Choice{Backend: devspec.BackendUDP, GIDIndex: -1}
 	var bind, dst netip.Addr
 	if o.bind != "" {
 		if bind, err = rpingResolve(ctx, o.bind); err != nil {
 			return err
 		}
-		cfg.name = bind.String()
+		c.Name = bind.String()
 	}
 	if o.server != "" {
 		if dst, err = rpingResolve(ctx, o.server); err != nil {
 			return err
 		}
-		cfg.peer = dst
+		c.Peer = dst
 	}
-	d, err := ppOpenDevice(cfg)
+	spec, err := c.Spec()
 	if err != nil {
 		return err
 	}
-	cm, err := perfStartCM(d.dev)
+	d, err := device.Open(spec, device.Config{Pcap: o.pcap})
+	if err != nil {
+		return err
+	}
+	cm, err := perfStartCM(d)
 	if err != nil {
 		d.Close()
 		return err

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/conform"
+	"github.com/softrdma/softrdma/device"
+	"github.com/softrdma/softrdma/devspec"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/roce"
@@ -710,11 +712,12 @@ func conformServeIWARP(ctx context.Context, listen, addr string, maxMem int64, p
 		fmt.Fprintf(stderr, "softrdma conform serve: --pcap: %v\n", err)
 		return 1
 	}
-	dev, err := openIWARPDevice()
+	d, err := device.Open(devspec.Spec{Transport: devspec.IWARP}, device.Config{})
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
 		return 1
 	}
+	dev := d.(*device.IWARP).IWARP()
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)

@@ -11,11 +11,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/softrdma/softrdma/device"
+	"github.com/softrdma/softrdma/devspec"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/oob"
 	"github.com/softrdma/softrdma/oob/perftest"
 	"github.com/softrdma/softrdma/rdmacm"
-	"github.com/softrdma/softrdma/roce"
 )
 
 // perf -R is perftest's rdma_cm mode (create_comm_struct, establish_connection
@@ -47,10 +48,9 @@ const perfCMMsgSize = perftest.DestBinarySize
 
 // perfCM is one side's rdma_cm: the manager over the device's CM agent.
 type perfCM struct {
-	agent  *roce.CMAgent
-	m      *rdmacm.Manager
-	cancel context.CancelFunc
-	done   chan struct{}
+	cm    *device.CM
+	m     *rdmacm.Manager
+	iwarp bool // the device is iWARP's
 
 	comm    *rdmacm.ID
 	carrier *perfQPCarrier
@@ -62,31 +62,14 @@ type perfCM struct {
 	listen *rdmacm.ID
 }
 
-// perfStartDeviceCM starts perf's rdma_cm on d: perfStartCM on RoCE, the
-// manager over TCP on iWARP (perfStartIWARPCM).
-func perfStartDeviceCM(d *perfDevice) (*perfCM, error) {
-	if d.iw != nil {
-		return perfStartIWARPCM(d)
-	}
-	return perfStartCM(d.dev)
-}
-
-// perfStartCM puts a CM agent on QP1 of dev and a manager on it, and runs the
-// agent.
-func perfStartCM(dev *roce.Device) (*perfCM, error) {
-	agent, err := roce.NewCMAgent(roce.CMAgentConfig{Device: dev})
+// perfStartCM starts perf's rdma_cm on d: a CM agent on RoCE's QP1, the
+// manager over TCP on iWARP.
+func perfStartCM(d device.Device) (*perfCM, error) {
+	cm, err := d.StartCM(device.CMConfig{})
 	if err != nil {
 		return nil, err
 	}
-	m := rdmacm.NewManager(rdmacm.Config{})
-	if err := m.AddRoCE(agent); err != nil {
-		agent.Close()
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &perfCM{agent: agent, m: m, cancel: cancel, done: make(chan struct{})}
-	go func() { defer close(c.done); agent.Run(ctx) }()
-	return c, nil
+	return &perfCM{cm: cm, m: cm.Manager, iwarp: d.Spec().Transport == devspec.IWARP}, nil
 }
 
 // close disconnects what is still connected (briefly waiting for the peer),
@@ -105,16 +88,7 @@ func (c *perfCM) close() {
 		c.listen.Destroy()
 		c.listen = nil
 	}
-	if c.agent == nil { // iWARP
-		c.m.Close()
-		return
-	}
-	// What the CM just queued on QP1 (a DREP, say) goes out before QP1 does.
-	c.agent.Device().Flush(time.Now())
-	c.m.Close()
-	c.cancel()
-	<-c.done
-	c.agent.Close()
+	c.cm.Close()
 }
 
 // perfCMWait returns the next event of id of one of the wanted types; any
@@ -484,8 +458,8 @@ func (s *perfSession) dialTests(ctx context.Context, attr ibtransport.QPInitAttr
 			return err
 		}
 		s.cm.tests = append(s.cm.tests, id)
-		src := s.dev.local
-		if s.dev.iw != nil {
+		src := s.dev.Local()
+		if s.dev.Spec().Transport == devspec.IWARP {
 			src = netip.Addr{} // the kernel picks a TCP connection's source
 		}
 		if err := perfCMResolve(ctx, id, src, dst); err != nil {
@@ -523,19 +497,19 @@ func perfRunCM(o *perfOptions, p *perfParams, res *perfResult, stdout, stderr io
 	if err != nil {
 		return err
 	}
-	cm, err := perfStartDeviceCM(dev)
+	cm, err := perfStartCM(dev)
 	if err != nil {
-		dev.close()
+		dev.Close()
 		return err
 	}
 	defer func() {
 		cm.close()
-		if cerr := dev.close(); cerr != nil && err == nil {
+		if cerr := dev.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("closing the device: %w", cerr)
 		}
 	}()
 	s := &perfSession{p: p, dev: dev, stdout: stdout, stderr: stderr, res: res, cm: cm, cmPort: o.port, cmPeer: peer}
-	if dev.iw == nil {
+	if dev.Spec().Transport != devspec.IWARP {
 		if err := s.init(); err != nil {
 			return err
 		}
@@ -544,14 +518,14 @@ func perfRunCM(o *perfOptions, p *perfParams, res *perfResult, stdout, stderr io
 	if p.server {
 		s.cmPort, err = cm.serveComm(ctx, o.port, o.listening, stdout)
 	} else {
-		err = cm.dialComm(ctx, dev.local, netip.AddrPortFrom(peer, uint16(o.port)), o.wait)
+		err = cm.dialComm(ctx, dev.Local(), netip.AddrPortFrom(peer, uint16(o.port)), o.wait)
 	}
 	if err != nil {
 		return err
 	}
-	if dev.iw != nil {
+	if dev.Spec().Transport == devspec.IWARP {
 		// iWARP's device is the interface the comm connection runs on.
-		if err := dev.attach(cm.commLocal(p.server)); err != nil {
+		if err := dev.Attach(cm.commLocal(p.server)); err != nil {
 			return err
 		}
 		if err := s.init(); err != nil {

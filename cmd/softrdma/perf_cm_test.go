@@ -102,16 +102,16 @@ func TestPerfCMTestQPOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dev.close()
-	cm, err := perfStartDeviceCM(dev)
+	defer dev.Close()
+	cm, err := perfStartCM(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cm.close()
 	p := &perfParams{verb: perfSend, bw: true, qps: nqp, txDepth: 4, rxDepth: 4}
 	s := &perfSession{p: p, dev: dev, cm: cm, cmPeer: lo, cmPort: int(l.LocalAddr().Port())}
-	s.pd = dev.iw.Context().AllocPD()
-	ccq, err := dev.iw.Context().CreateCQ(16)
+	s.pd = dev.Context().AllocPD()
+	ccq, err := dev.Context().CreateCQ(16)
 	if err != nil {
 		t.Fatal(err)
 	}

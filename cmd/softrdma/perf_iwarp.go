@@ -5,18 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/netip"
-	"os"
-	"sync"
 	"time"
 
+	"github.com/softrdma/softrdma/device"
+	"github.com/softrdma/softrdma/devspec"
 	"github.com/softrdma/softrdma/ibtransport"
-	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/oob/perftest"
-	"github.com/softrdma/softrdma/pcaptap"
-	"github.com/softrdma/softrdma/rdmacm"
 )
 
 // perf --transport iwarp is perftest -R over siw: both of perftest's
@@ -55,16 +50,6 @@ const perfIWARPSettle = 200 * time.Millisecond
 // perfCreditPoll is how often a sender that waits for credit looks again.
 const perfCreditPoll = 50 * time.Microsecond
 
-// iwarpDevice is the iWARP part of a perfDevice.
-type iwarpDevice struct {
-	params  iwarp.ConnParams
-	addrs   []netip.Addr // the host's addresses, for rdma_cm
-	mtu     int          // the active MTU in bytes
-	gid0    [16]byte     // GID index 0
-	ifname  string       // -d INTERFACE, if given
-	capture *pcaptap.TCP
-}
-
 // perfCheckIWARP checks the options that --transport iwarp allows.
 func perfCheckIWARP(o *perfOptions) error {
 	if !o.rdmaCM {
@@ -83,172 +68,9 @@ func perfCheckIWARP(o *perfOptions) error {
 	return nil
 }
 
-// perfOpenIWARP opens an iWARP device. -d is an IP address (the client's
-// source) or an interface name; the rest is learnt from the comm connection
-// (attach).
-func perfOpenIWARP(o *perfOptions, peer netip.Addr) (*perfDevice, error) {
-	crc, err := parseCRCPolicy(o.crc)
-	if err != nil {
-		return nil, err
-	}
-	dev, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64()}})
-	if err != nil {
-		return nil, err
-	}
-	d := &perfDevice{iw: dev, name: "iwarp0"}
-	// Toward another softrdma the connections take the extensions, FPDUs of
-	// up to 64 KiB among them (MPAFlagSoftRDMALargeFPDU); siw echoes the
-	// offer without the acknowledgement, so toward it nothing changes.
-	d.params = iwarp.ConnParams{CRC: crc}
-	if o.device != "" {
-		if a, err := netip.ParseAddr(o.device); err == nil {
-			d.local = a.Unmap()
-		} else if _, err := net.InterfaceByName(o.device); err == nil {
-			d.ifname = o.device
-		} else {
-			return nil, fmt.Errorf("-d %q: neither an IP address nor an interface", o.device)
-		}
-	}
-	if !d.local.IsValid() && peer.IsValid() {
-		if a, err := perfRouteSource(peer); err == nil {
-			d.local = a
-		}
-	}
-	if d.local.IsValid() {
-		d.addrs = append(d.addrs, d.local)
-	}
-	if as, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range as {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() != d.local {
-					d.addrs = append(d.addrs, ip.Unmap())
-				}
-			}
-		}
-	}
-	if len(d.addrs) == 0 {
-		d.addrs = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
-	}
-	var pcap *os.File
-	if o.pcap != "" {
-		if pcap, err = os.Create(o.pcap); err != nil {
-			return nil, err
-		}
-		if d.capture, err = pcaptap.NewTCP(pcap); err != nil {
-			pcap.Close()
-			return nil, err
-		}
-		d.params.Observe = d.capture.Observe
-	}
-	var once sync.Once
-	var cerr error
-	d.close = func() error {
-		once.Do(func() {
-			if pcap == nil {
-				return
-			}
-			if err := d.capture.Err(); err != nil {
-				cerr = fmt.Errorf("pcap: %w", err)
-			}
-			if err := pcap.Close(); err != nil && cerr == nil {
-				cerr = err
-			}
-		})
-		return cerr
-	}
-	return d, nil
-}
-
-// attach makes local, the comm connection's address, the device's: the name,
-// MTU and GID of its interface.
-func (d *perfDevice) attach(local netip.Addr) error {
-	if !local.IsValid() {
-		return errors.New("iWARP: the comm connection has no local address")
-	}
-	d.local = local.Unmap()
-	ifc := perfInterfaceOf(d.local)
-	if d.ifname != "" {
-		ifc, _ = net.InterfaceByName(d.ifname)
-	}
-	d.mtu = 1024
-	if ifc == nil {
-		return nil
-	}
-	d.name = ifc.Name
-	d.mtu = perfIBMTU(ifc.MTU)
-	d.gid0 = [16]byte{}
-	copy(d.gid0[:], ifc.HardwareAddr)
-	return nil
-}
-
-// perfIBMTU is ib_mtu_int_to_enum, in bytes: the largest IB MTU not above a
-// netdev MTU (siw's active MTU).
-func perfIBMTU(netdev int) int {
-	for _, m := range []int{4096, 2048, 1024, 512} {
-		if netdev >= m {
-			return m
-		}
-	}
-	return 256
-}
-
-// perfInterfaceOf returns the interface with address a (the loopback
-// interface for any loopback address), or nil.
-func perfInterfaceOf(a netip.Addr) *net.Interface {
-	ifcs, err := net.Interfaces()
-	if err != nil {
-		return nil
-	}
-	for i := range ifcs {
-		as, err := ifcs[i].Addrs()
-		if err != nil {
-			continue
-		}
-		for _, x := range as {
-			if n, ok := x.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
-					return &ifcs[i]
-				}
-			}
-		}
-	}
-	if a.IsLoopback() {
-		for i := range ifcs {
-			if ifcs[i].Flags&net.FlagLoopback != 0 {
-				return &ifcs[i]
-			}
-		}
-	}
-	return nil
-}
-
-// perfRouteSource returns the source address the kernel picks towards dst
-// (a UDP socket's connect sends nothing).
-func perfRouteSource(dst netip.Addr) (netip.Addr, error) {
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
-}
-
-// perfStartIWARPCM makes the rdma_cm manager of an iWARP device: no agent,
-// the TCP and MPA work runs in package iwarp's goroutines.
-func perfStartIWARPCM(d *perfDevice) (*perfCM, error) {
-	m := rdmacm.NewManager(rdmacm.Config{})
-	if err := m.AddIWARP(d.iw, rdmacm.IWARPConfig{Addrs: d.addrs, Params: d.params}); err != nil {
-		m.Close()
-		return nil, err
-	}
-	done := make(chan struct{})
-	close(done)
-	return &perfCM{m: m, cancel: func() {}, done: done}, nil
-}
-
 // settle is the active side's wait after ESTABLISHED on iWARP.
 func (c *perfCM) settle() {
-	if c.agent == nil {
+	if c.iwarp {
 		time.Sleep(perfIWARPSettle)
 	}
 }
@@ -261,7 +83,7 @@ func (c *perfCM) commLocal(server bool) netip.Addr {
 	if !server {
 		return c.comm.LocalAddr().Addr()
 	}
-	a, err := perfRouteSource(c.comm.RemoteAddr().Addr())
+	a, err := device.RouteSource(c.comm.RemoteAddr().Addr())
 	if err != nil {
 		return netip.Addr{}
 	}
@@ -292,7 +114,7 @@ type perfCredit struct {
 // words' addresses and key in the keys (my_dest's rkey and vaddr).
 func (s *perfSession) setupCredit(dests []perftest.Dest) error {
 	p := s.p
-	if s.dev.iw == nil || p.verb != perfSend || !p.bw {
+	if s.dev.Spec().Transport != devspec.IWARP || p.verb != perfSend || !p.bw {
 		return nil
 	}
 	nqp := len(dests)

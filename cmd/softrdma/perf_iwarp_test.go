@@ -177,15 +177,6 @@ func TestPerfIWARPOptions(t *testing.T) {
 	}
 }
 
-// TestPerfIBMTU: siw's active MTU from the netdev's (ib_mtu_int_to_enum).
-func TestPerfIBMTU(t *testing.T) {
-	for netdev, want := range map[int]int{65536: 4096, 9000: 4096, 4096: 4096, 4095: 2048, 1500: 1024, 1024: 1024, 600: 512, 300: 256} {
-		if got := perfIBMTU(netdev); got != want {
-			t.Errorf("MTU %d: %d, want %d", netdev, got, want)
-		}
-	}
-}
-
 // TestPerfCreditWindow: the sender's window (run_iter_bw's swindow) and the
 // receiver's credit WRITEs (run_iter_bw_server): every rx_depth/3 receives,
 // counting within rx_depth, the count in little-endian order.

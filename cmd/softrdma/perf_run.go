@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/softrdma/softrdma/device"
+	"github.com/softrdma/softrdma/devspec"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/oob/perftest"
 )
@@ -49,12 +51,12 @@ func perfRun(o *perfOptions, p *perfParams, stdout, stderr io.Writer) (err error
 		return perfRunCM(o, p, res, stdout, stderr)
 	}
 	var conn net.Conn
-	var dev *perfDevice
+	var dev device.Device
 	defer func() {
 		if dev == nil {
 			return
 		}
-		if cerr := dev.close(); cerr != nil && err == nil {
+		if cerr := dev.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("closing the device: %w", cerr)
 		}
 	}()
@@ -154,7 +156,7 @@ func perfDial(ctx context.Context, host string, port int, wait time.Duration) (n
 // perfSession is one side's test resources: perftest's pingpong_context.
 type perfSession struct {
 	p      *perfParams
-	dev    *perfDevice
+	dev    device.Device
 	stdout io.Writer
 	stderr io.Writer
 	res    *perfResult
@@ -198,24 +200,24 @@ type perfSession struct {
 // init finds the GID index and the port MTU.
 func (s *perfSession) init() error {
 	p := s.p
-	s.devName = s.dev.name
-	s.ctx = s.dev.context()
+	s.devName = s.dev.Name()
+	s.ctx = s.dev.Context()
 	s.gidIndex = -1
-	if s.dev.iw != nil {
+	if s.dev.Spec().Transport == devspec.IWARP {
 		s.gidIndex = 0 // siw's only GID
 	} else {
-		for i, g := range s.dev.dev.GIDs() {
-			if i > 0 && g.Unmap() == s.dev.local {
+		for i, g := range s.dev.GIDs() {
+			if i > 0 && g.Unmap() == s.dev.Local() {
 				s.gidIndex = i
 				break
 			}
 		}
 	}
 	if s.gidIndex < 0 {
-		return fmt.Errorf("no GID for the device's address %v", s.dev.local)
+		return fmt.Errorf("no GID for the device's address %v", s.dev.Local())
 	}
 	s.res.GIDIndex = s.gidIndex
-	active := s.dev.pathMTU()
+	active := s.dev.PathMTU()
 	mtu := active
 	if p.mtu != 0 {
 		mtu = p.mtu
@@ -292,7 +294,7 @@ func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.D
 	case perfRead:
 		access |= ibtransport.AccessRemoteRead
 		qpAccess = ibtransport.AccessRemoteRead
-		if s.dev.iw != nil {
+		if s.dev.Spec().Transport == devspec.IWARP {
 			// perftest's ctx_init: an iWARP READ's sink must allow remote
 			// writes (a Read Response is a tagged placement).
 			access |= ibtransport.AccessRemoteWrite
@@ -352,7 +354,7 @@ func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.D
 	if p.verb == perfRead || p.verb == perfAtomic {
 		s.res.OutReads = s.outReads
 	}
-	ti := perfTestInfo{p: p, device: s.devName, mtu: s.mtu, gidIndex: s.gidIndex, outReads: s.outReads, iwarp: s.dev.iw != nil}
+	ti := perfTestInfo{p: p, device: s.devName, mtu: s.mtu, gidIndex: s.gidIndex, outReads: s.outReads, iwarp: s.dev.Spec().Transport == devspec.IWARP}
 	ti.write(s.stdout)
 	return dests, nil
 }
@@ -365,7 +367,7 @@ func (s *perfSession) dest(i int, qp *ibtransport.QP, base uint64, rkey uint32) 
 		PSN:      rand.Uint32() & ibtransport.PSNMask,
 		RKey:     rkey,
 		VAddr:    base + s.targetOffset(i),
-		GID:      s.dev.gid(s.gidIndex),
+		GID:      s.dev.GIDs()[s.gidIndex].As16(),
 		GIDIndex: int32(s.gidIndex),
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/softrdma/softrdma/device"
+	"github.com/softrdma/softrdma/devspec"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/oob/pingpong"
 	"github.com/softrdma/softrdma/roce"
@@ -236,7 +238,7 @@ const ppQKey = 0x11111111
 // ppSession is one pingpong run: the device, the QP and its buffer.
 type ppSession struct {
 	o    pingpongOptions
-	dev  *ppDevice
+	dev  *device.RoCE
 	cq   *ibtransport.CQ
 	qp   *ibtransport.QP
 	mr   *ibtransport.MR
@@ -270,8 +272,7 @@ func runPingpong(o pingpongOptions, stdout io.Writer, res *pingpongResult) (err 
 			return err
 		}
 	}
-	dev, err := ppOpenDevice(ppDeviceConfig{name: o.device, gidx: o.gidx, backend: o.backend, pcap: o.pcap, peer: peer, seed: rand.Uint64(),
-		tapAddrs: o.tapAddrs, tapKernelAddrs: o.tapKernelAddrs})
+	dev, err := ppOpenDevice(o, peer, 0)
 	if err != nil {
 		return err
 	}
@@ -279,13 +280,13 @@ func runPingpong(o pingpongOptions, stdout io.Writer, res *pingpongResult) (err 
 		if cerr := dev.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("closing the device: %w", cerr)
 		}
-		if dev.capture != nil {
-			res.PcapFrames = dev.capture.Frames()
+		if o.pcap != "" {
+			res.PcapFrames = dev.PcapFrames()
 		}
-		c := dev.dev.Counters()
+		c := dev.RoCE().Counters()
 		res.Device = &c
 	}()
-	res.Interface, res.LocalAddr = dev.ifname, dev.local.String()
+	res.Interface, res.LocalAddr = dev.Name(), dev.Local().String()
 	s := &ppSession{o: o, dev: dev}
 	if err := s.init(); err != nil {
 		return err
@@ -299,7 +300,7 @@ func runPingpong(o pingpongOptions, stdout io.Writer, res *pingpongResult) (err 
 
 	local := pingpong.Dest{QPN: s.qp.QPN(), PSN: rand.Uint32() & 0xffffff}
 	if o.gidx >= 0 {
-		local.GID = dev.dev.GIDs()[o.gidx].As16()
+		local.GID = dev.GIDs()[o.gidx].As16()
 	}
 	res.Local = ppJSONDest(local)
 	gidSep := ","
@@ -380,11 +381,11 @@ func runPingpong(o pingpongOptions, stdout io.Writer, res *pingpongResult) (err 
 // init creates the CQ, the QP and the buffer and moves the QP to INIT, as
 // pp_init_ctx does.
 func (s *ppSession) init() error {
-	c := s.dev.dev.Context()
+	c := s.dev.Context()
 	pd := c.AllocPD()
 	n := s.o.size
 	if s.o.mode == "ud" {
-		if mtu := s.dev.dev.PathMTU(); s.o.size > mtu {
+		if mtu := s.dev.PathMTU(); s.o.size > mtu {
 			return fmt.Errorf("Requested size larger than port MTU (%d)", mtu)
 		}
 		n += ppGRHLen
@@ -434,21 +435,21 @@ func (s *ppSession) addressHandle(remote pingpong.Dest, peer netip.Addr) (ibtran
 	if !dst.IsValid() {
 		return ibtransport.AddressHandle{}, errors.New("remote sent no GID and its address is unknown")
 	}
-	if dst.Unmap().Is4() != s.dev.local.Is4() {
-		return ibtransport.AddressHandle{}, fmt.Errorf("remote GID %v is not of the local address %v's family (give -g the same IP version on both sides)", netip.AddrFrom16(remote.GID), s.dev.local)
+	if dst.Unmap().Is4() != s.dev.Local().Is4() {
+		return ibtransport.AddressHandle{}, fmt.Errorf("remote GID %v is not of the local address %v's family (give -g the same IP version on both sides)", netip.AddrFrom16(remote.GID), s.dev.Local())
 	}
 	ah := ibtransport.AddressHandle{DGID: dst.As16(), SL: uint8(s.o.sl)}
 	if s.o.gidx > 0 {
 		ah.SGIDIndex = uint8(s.o.gidx)
 		return ah, nil
 	}
-	for i, g := range s.dev.dev.GIDs() {
-		if i > 0 && g.Unmap() == s.dev.local {
+	for i, g := range s.dev.GIDs() {
+		if i > 0 && g.Unmap() == s.dev.Local() {
 			ah.SGIDIndex = uint8(i)
 			return ah, nil
 		}
 	}
-	return ibtransport.AddressHandle{}, fmt.Errorf("no GID for %v", s.dev.local)
+	return ibtransport.AddressHandle{}, fmt.Errorf("no GID for %v", s.dev.Local())
 }
 
 // connect moves the QP to RTR and RTS towards remote (pp_connect_ctx); for UD
@@ -681,4 +682,26 @@ func ppWCStatusString(s ibtransport.WCStatus) string {
 		return ppWCStatusNames[s]
 	}
 	return s.String()
+}
+
+// ppOpenDevice opens the RoCE device -d, -g and --backend name (device.Choice:
+// the interface -d names or the one that routes to the peer; the address of
+// GID index -g, without -g the first one of the peer's family, IPv4 on a
+// server) and starts its loop. With -g the TCP exchange and the RoCE traffic
+// may use different IP versions, as with the tools: the GIDs carry the RoCE
+// addresses. seed 0 seeds the engine from crypto/rand.
+func ppOpenDevice(o pingpongOptions, peer netip.Addr, seed uint64) (*device.RoCE, error) {
+	c := device.Choice{Backend: devspec.Backend(o.backend), Name: o.device, GIDIndex: o.gidx, GIDFlag: "-g", Peer: peer}
+	for _, p := range o.tapAddrs {
+		c.TAPAddrs = append(c.TAPAddrs, p.Addr())
+	}
+	spec, err := c.Spec()
+	if err != nil {
+		return nil, err
+	}
+	d, err := device.Open(spec, device.Config{Seed: seed, Pcap: o.pcap, TAPAddrs: c.TAPAddrs, TAPKernelAddrs: o.tapKernelAddrs})
+	if err != nil {
+		return nil, err
+	}
+	return d.(*device.RoCE), nil
 }

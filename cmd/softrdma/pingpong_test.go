@@ -385,7 +385,8 @@ func ppTestSize(mode string) string {
 // buffer (ppSession.init), as runPingpong does before the address exchange.
 func ppTestSession(t *testing.T, o pingpongOptions, ip string) *ppSession {
 	t.Helper()
-	dev, err := ppOpenDevice(ppDeviceConfig{name: ip, gidx: o.gidx, backend: "udp", seed: 1})
+	o.device, o.backend = ip, "udp"
+	dev, err := ppOpenDevice(o, netip.Addr{}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,20 +123,18 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softrdma rping: %v\n", err)
 		return 2
 	}
-	var open func(addr netip.Addr) (*rpingCM, error)
 	switch o.transport {
 	case "iwarp":
-		open = func(addr netip.Addr) (*rpingCM, error) { return rpingOpenIWARP(o, crc, addr) }
 	case "roce":
 		if o.server && o.addr == "" {
 			fmt.Fprintln(stderr, "softrdma rping: --transport roce: the server needs -a ADDR (the RoCE device's address)")
 			return 2
 		}
-		open = func(addr netip.Addr) (*rpingCM, error) { return rpingOpenRoCE(o, addr) }
 	default:
 		fmt.Fprintf(stderr, "softrdma rping: --transport %q: want iwarp or roce\n", o.transport)
 		return 2
 	}
+	open := func(addr netip.Addr) (*rpingCM, error) { return rpingOpen(o, crc, addr) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if o.timeout > 0 {

@@ -1,0 +1,203 @@
+package device
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/softrdma/softrdma/devspec"
+	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/netio"
+	"github.com/softrdma/softrdma/pcaptap"
+	"github.com/softrdma/softrdma/rdmacm"
+	"github.com/softrdma/softrdma/roce"
+)
+
+// RoCE is an open RoCE device with its loop running.
+type RoCE struct {
+	spec devspec.Spec
+	dev  *roce.Device
+	name string
+
+	file *os.File        // Config.Pcap
+	tap  *pcaptap.Tap    // writes file
+	src  *pcaptap.Source // the device's capture stream into tap
+
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+}
+
+var _ Device = (*RoCE)(nil)
+
+// openRoCE opens the device with roce.Open on the spec's backend: udp binds
+// the spec's address (the GID table is its interface's, or the address alone
+// if no interface holds it), afpacket answers on it on the spec's interface,
+// tap is the host with Config.TAPAddrs behind a TAP device named by the
+// spec's iface (the kernel picks tapN without one).
+func openRoCE(s devspec.Spec, cfg Config) (*RoCE, error) {
+	oc := roce.OpenConfig{Backend: roce.Backend(s.Backend), Interface: s.Iface, Addrs: []netip.Addr{s.Addr},
+		Engine: ibtransport.ContextConfig{Seed: cfg.Seed}}
+	switch s.Backend {
+	case devspec.BackendUDP, "":
+		oc.Backend = roce.BackendUDP
+	case devspec.BackendAFPacket:
+	case devspec.BackendTAP:
+		if len(cfg.TAPAddrs) > 0 {
+			if !slices.Contains(cfg.TAPAddrs, s.Addr) {
+				return nil, fmt.Errorf("device %v: address %v is not among the TAP host's %v", s, s.Addr, cfg.TAPAddrs)
+			}
+			oc.Addrs = cfg.TAPAddrs
+		}
+		oc.TAPKernelAddrs = cfg.TAPKernelAddrs
+	default:
+		return nil, fmt.Errorf("device %v: backend %q: want udp, afpacket or tap", s, s.Backend)
+	}
+	d := &RoCE{spec: s, name: s.Iface}
+	if cfg.Pcap != "" {
+		f, err := os.Create(cfg.Pcap)
+		if err != nil {
+			return nil, err
+		}
+		if d.tap, err = pcaptap.New(f, 0); err != nil {
+			f.Close()
+			return nil, err
+		}
+		d.file = f
+		// A UDP socket hides the IPv4 ID of what it receives: the stream's
+		// frames get it back from their ICRCs.
+		d.src = d.tap.Source(oc.Backend == roce.BackendUDP)
+		oc.Capture, oc.CaptureFormat = d.src, netio.FormatPcap
+	}
+	dev, err := roce.Open(oc)
+	if err != nil {
+		d.closeCapture()
+		return nil, err
+	}
+	d.dev = dev
+	if s.Backend == devspec.BackendTAP {
+		if t, ok := unwrap(dev.Endpoint()).(interface{ Name() string }); ok {
+			d.name = t.Name()
+			d.spec.Iface = d.name
+		}
+	}
+	if d.name == "" && s.Addr.IsLoopback() {
+		d.name = "lo"
+	}
+	d.done = make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	go func() { d.done <- dev.Run(ctx, netio.SystemClock{}) }()
+	return d, nil
+}
+
+// unwrap returns the endpoint under any capture wrapper.
+func unwrap(ep netio.Endpoint) netio.Endpoint {
+	for {
+		u, ok := ep.(interface{ Unwrap() netio.Endpoint })
+		if !ok {
+			return ep
+		}
+		ep = u.Unwrap()
+	}
+}
+
+// RoCE returns the roce device.
+func (d *RoCE) RoCE() *roce.Device { return d.dev }
+
+// Spec returns the device's description.
+func (d *RoCE) Spec() devspec.Spec { return d.spec }
+
+// Context returns the verbs engine.
+func (d *RoCE) Context() *ibtransport.Context { return d.dev.Context() }
+
+// Name returns the interface.
+func (d *RoCE) Name() string { return d.name }
+
+// Local returns the address the device sends from.
+func (d *RoCE) Local() netip.Addr { return d.spec.Addr }
+
+// GIDs returns the GID table.
+func (d *RoCE) GIDs() []netip.Addr { return d.dev.GIDs() }
+
+// PathMTU returns the port's active MTU.
+func (d *RoCE) PathMTU() int { return d.dev.PathMTU() }
+
+// Attach does nothing: a RoCE device's address is its spec's.
+func (d *RoCE) Attach(netip.Addr) error { return nil }
+
+// PcapFrames returns the number of frames in the --pcap file so far.
+func (d *RoCE) PcapFrames() uint64 {
+	if d.tap == nil {
+		return 0
+	}
+	return d.tap.Frames()
+}
+
+// StartCM puts a CM agent on QP1 and a manager on it, and runs the agent.
+func (d *RoCE) StartCM(CMConfig) (*CM, error) {
+	agent, err := roce.NewCMAgent(roce.CMAgentConfig{Device: d.dev})
+	if err != nil {
+		return nil, err
+	}
+	m := rdmacm.NewManager(rdmacm.Config{})
+	if err := m.AddRoCE(agent); err != nil {
+		agent.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); agent.Run(ctx) }()
+	return &CM{Manager: m, close: func() {
+		// What the CM just queued on QP1 (a DREP, say) goes out before QP1 does.
+		d.dev.Flush(time.Now())
+		m.Close()
+		cancel()
+		<-done
+		agent.Close()
+	}}, nil
+}
+
+// Close sends what the engine still has queued (the ACK of the last message
+// above all: the peer's send completes only when it arrives), stops the
+// device loop and closes the endpoint and the capture.
+func (d *RoCE) Close() error {
+	d.once.Do(func() {
+		if _, err := d.dev.Flush(time.Now()); err != nil && !errors.Is(err, net.ErrClosed) {
+			d.err = err
+		}
+		d.cancel()
+		if err := d.dev.Close(); err != nil && d.err == nil {
+			d.err = err
+		}
+		if err := <-d.done; err != nil && !errors.Is(err, context.Canceled) && d.err == nil {
+			d.err = err
+		}
+		if err := d.closeCapture(); err != nil && d.err == nil {
+			d.err = err
+		}
+	})
+	return d.err
+}
+
+// closeCapture waits for the capture stream to be in the file, and closes it.
+func (d *RoCE) closeCapture() error {
+	if d.file == nil {
+		return nil
+	}
+	err := d.src.Close()
+	if ferr := d.tap.Flush(); err == nil {
+		err = ferr
+	}
+	if cerr := d.file.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
