@@ -800,8 +800,8 @@ func (id *ID) Connect(p ConnParam) error {
 	if id.state != stateRouteResolved {
 		return id.errState("connect")
 	}
-	if id.qp == nil {
-		return fmt.Errorf("rdmacm: connect without a QP: %w", ErrInvalidState)
+	if err := id.checkQP("connect", p.QPNum); err != nil {
+		return err
 	}
 	if err := id.tr.connect(id, &p); err != nil {
 		return err
@@ -908,8 +908,8 @@ func (id *ID) Accept(p ConnParam) error {
 	if id.state != stateConnect || id.listener == nil {
 		return id.errState("accept")
 	}
-	if id.qp == nil {
-		return fmt.Errorf("rdmacm: accept without a QP: %w", ErrInvalidState)
+	if err := id.checkQP("accept", p.QPNum); err != nil {
+		return err
 	}
 	id.answered()
 	return id.tr.accept(id, &p)

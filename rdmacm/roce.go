@@ -32,6 +32,15 @@ type roceState struct {
 	psn   uint32 // the starting PSN this side expects
 	retry uint8  // the REQ's retry count (active)
 	req   *roce.CMREQFields
+
+	// A QP the ID does not manage (rdma_connect/rdma_accept with a
+	// qp_num and no rdma_create_qp; the program moves it with
+	// rdma_init_qp_attr's attributes): see userqp.go.
+	userQPN uint32
+	psnSet  bool       // psn is chosen (passive: by InitQPAttr before the accept)
+	conn    qpConn     // the attributes for the QP, once the peer's are known
+	connSet bool       // conn is set
+	rep     *roce.CMID // active: the CMID whose RTU Establish sends
 }
 
 type roceTransport struct {
@@ -164,19 +173,29 @@ type qpConn struct {
 	timeout, retry, rnrRetr uint8
 }
 
-// connectQP moves a QP from INIT to RTS as cma_modify_qp_rtr and
-// cma_modify_qp_rts do (with ib_cm's attributes).
-func connectQP(ctx *ibtransport.Context, qp *ibtransport.QP, ah ibtransport.AddressHandle, c qpConn) error {
+// qpStep is one Modify of a QP's way to RTS.
+type qpStep struct {
+	a ibtransport.QPAttr
+	m ibtransport.QPAttrMask
+}
+
+// access is the remote access the QP grants: WRITE, and READ and atomics
+// when the peer issues them (ib_cm_init_qp_attr).
+func (c qpConn) access() ibtransport.Access {
 	access := ibtransport.AccessRemoteWrite
 	if c.peerReads {
 		access |= ibtransport.AccessRemoteRead | ibtransport.AccessRemoteAtomic
 	}
+	return access
+}
+
+// steps returns the Modify calls that take a QP from INIT to RTS as
+// cma_modify_qp_rtr and cma_modify_qp_rts do (with ib_cm's attributes): INIT
+// (access), RTR, RTS.
+func (c qpConn) steps(ctx *ibtransport.Context, ah ibtransport.AddressHandle) [3]qpStep {
 	maxRd := ctx.Config().MaxRdAtomic
-	steps := []struct {
-		a ibtransport.QPAttr
-		m ibtransport.QPAttrMask
-	}{
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateInit, AccessFlags: access},
+	return [3]qpStep{
+		{ibtransport.QPAttr{QPState: ibtransport.QPStateInit, AccessFlags: c.access()},
 			ibtransport.QPAttrState | ibtransport.QPAttrAccessFlags},
 		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: c.mtu, DestQPN: c.destQPN, RQPSN: c.rqPSN,
 			MaxDestRdAtomic: min(int(c.maxDestRdAtomic), maxRd)},
@@ -187,7 +206,12 @@ func connectQP(ctx *ibtransport.Context, qp *ibtransport.QP, ah ibtransport.Addr
 			ibtransport.QPAttrState | ibtransport.QPAttrSQPSN | ibtransport.QPAttrTimeout | ibtransport.QPAttrRetryCnt |
 				ibtransport.QPAttrRNRRetry | ibtransport.QPAttrMaxRdAtomic},
 	}
-	for _, s := range steps {
+}
+
+// connectQP moves a QP from INIT to RTS as cma_modify_qp_rtr and
+// cma_modify_qp_rts do (with ib_cm's attributes).
+func connectQP(ctx *ibtransport.Context, qp *ibtransport.QP, ah ibtransport.AddressHandle, c qpConn) error {
+	for _, s := range c.steps(ctx, ah) {
 		if err := qp.Modify(&s.a, s.m); err != nil {
 			return err
 		}
@@ -225,13 +249,21 @@ func (t *roceTransport) connect(id *ID, p *ConnParam) error {
 	if len(p.PrivateData) > MaxREQPrivateData {
 		return fmt.Errorf("rdmacm: REQ private data %d > %d: %w", len(p.PrivateData), MaxREQPrivateData, ErrInvalid)
 	}
-	rs.psn = t.m.randomPSN()
+	rs.psn, rs.psnSet = t.m.randomPSN(), true
 	rs.retry = min(p.RetryCount, 7)
+	qpn := p.QPNum
+	if id.qp != nil {
+		qpn = id.qp.QPN()
+	}
+	rs.userQPN = 0
+	if id.qp == nil {
+		rs.userQPN = qpn
+	}
 	cm, err := t.agent.Connect(&roce.CMConnectParams{
 		ServiceID:          roce.CMAServiceID(roce.RDMAPortSpace(id.ps), id.remote.Port()),
 		Path:               rs.path,
 		PathMTU:            rs.mtu,
-		QPN:                id.qp.QPN(),
+		QPN:                qpn,
 		StartingPSN:        rs.psn,
 		ResponderResources: p.ResponderResources,
 		InitiatorDepth:     p.InitiatorDepth,
@@ -289,8 +321,28 @@ func (t *roceTransport) accept(id *ID, p *ConnParam) error {
 	if len(p.PrivateData) > MaxREPPrivateData {
 		return fmt.Errorf("rdmacm: REP private data %d > %d: %w", len(p.PrivateData), MaxREPPrivateData, ErrInvalid)
 	}
+	if id.qp == nil {
+		// A QP the program moved itself (rdma_init_qp_attr): the REP
+		// names it, with the PSN InitQPAttr gave it to expect.
+		if !rs.psnSet {
+			rs.psn, rs.psnSet = t.m.randomPSN(), true
+		}
+		if err := rs.cm.Accept(&roce.CMReplyParams{
+			QPN: p.QPNum, StartingPSN: rs.psn,
+			ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
+			RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ, FlowControl: p.FlowControl,
+			PrivateData: p.PrivateData,
+		}); err != nil {
+			return err
+		}
+		rs.userQPN = p.QPNum
+		id.state = stateAccepted
+		return nil
+	}
 	req := rs.req
-	rs.psn = t.m.randomPSN()
+	if !rs.psnSet {
+		rs.psn, rs.psnSet = t.m.randomPSN(), true
+	}
 	err := connectQP(t.dev.Context(), id.qp, rs.ah, qpConn{
 		peerReads: req.InitiatorDepth > 0,
 		destQPN:   req.LocalQPN, rqPSN: rs.psn, sqPSN: req.StartingPSN,
@@ -401,6 +453,10 @@ func (t *roceTransport) handle(ev *roce.CMEvent) {
 func (t *roceTransport) onREP(id *ID, ev *roce.CMEvent) {
 	rs := &id.roce
 	rep := ev.REP
+	if id.qp == nil && rs.userQPN != 0 {
+		t.onREPUserQP(id, ev)
+		return
+	}
 	if id.qp == nil {
 		ev.ID.Reject(roce.CMRejConsumer, nil, nil)
 		t.m.push(id, Event{Type: EventConnectError, Status: StatusInvalid, Err: errors.New("rdmacm: the QP is gone")})

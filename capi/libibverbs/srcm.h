@@ -63,6 +63,10 @@ extern int srcm_accept(uintptr_t h, struct srcm_param *p);
 extern int srcm_reject(uintptr_t h, const void *pd, int len);
 extern int srcm_disconnect(uintptr_t h);
 extern int srcm_set_tos(uintptr_t h, int tos);
+/* rdma_init_qp_attr: attr->qp_state in, the attributes and ibv_qp_attr_mask out. */
+struct ibv_qp_attr;
+extern int srcm_init_qp_attr(uintptr_t h, struct ibv_qp_attr *attr, int *mask);
+extern int srcm_establish(uintptr_t h);
 /* C helpers of libibverbs.so.1 (verbs_c.go): the objects behind its structs. */
 extern uintptr_t sr_qp_handle(struct ibv_qp *qp);
 extern int sr_context_index(struct ibv_context *ctx);

@@ -1081,3 +1081,25 @@ int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
 	(*id)->event = ev;
 	return 0;
 }
+
+/* ---- A QP the program moves itself (rping -q) ---- */
+
+/* rdma_init_qp_attr gives the attributes that move a QP the program created
+ * with the verbs (and names in conn_param->qp_num) to qp_attr->qp_state for
+ * the ID's connection (RoCE). */
+int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
+{
+	if (!id || !qp_attr || !qp_attr_mask)
+		return ERR(EINVAL);
+	return sr_ret(SRGO(srcm_init_qp_attr, sr_id(id)->h, qp_attr, qp_attr_mask));
+}
+
+/* rdma_establish completes an active connection after CONNECT_RESPONSE, once
+ * the program's QP is in RTS: the RTU goes out. An ID with its own QP is
+ * established by rdma_cm (EINVAL, as rdma-core). */
+int rdma_establish(struct rdma_cm_id *id)
+{
+	if (!id || id->qp)
+		return ERR(EINVAL);
+	return sr_ret(SRGO(srcm_establish, sr_id(id)->h));
+}

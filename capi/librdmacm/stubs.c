@@ -45,8 +45,6 @@ long rsocket(void) { return sr_refuse("rsocket"); }
 long rwrite(void) { return sr_refuse("rwrite"); }
 long rwritev(void) { return sr_refuse("rwritev"); }
 long rdma_join_multicast_ex(void) { return sr_refuse("rdma_join_multicast_ex"); }
-long rdma_establish(void) { return sr_refuse("rdma_establish"); }
-long rdma_init_qp_attr(void) { return sr_refuse("rdma_init_qp_attr"); }
 long rdma_get_remote_ece(void) { return sr_refuse("rdma_get_remote_ece"); }
 long rdma_reject_ece(void) { return sr_refuse("rdma_reject_ece"); }
 long rdma_set_local_ece(void) { return sr_refuse("rdma_set_local_ece"); }

@@ -1,0 +1,62 @@
+package verbsdev_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// TestRpingFlags runs Debian's rping with the flags TestRping does not use,
+// both ends on the libraries:
+//   - -q (RoCE): each end creates its QP with ibv_create_qp, names it in
+//     conn_param.qp_num and moves it to RTS itself with rdma_init_qp_attr's
+//     attributes; the client gets RDMA_CM_EVENT_CONNECT_RESPONSE and sends the
+//     RTU with rdma_establish. (iWARP binds its QP to the connection's stream
+//     and does not take a QP rdma_cm does not manage: rdma_connect says
+//     EOPNOTSUPP there, and rping then waits forever on its CQ thread.)
+//   - -S 4000 (a 4000-byte ping buffer, more than one MTU for every READ and
+//     WRITE) with -I, the client's source address, on both transports.
+func TestRpingFlags(t *testing.T) {
+	lib := buildLib(t)
+	needTools(t, "rping")
+	cases := []struct {
+		name, tr string
+		flags    []string
+		cliFlags func(srvAddr string) []string
+	}{
+		{"roce -q", "roce", []string{"-q"}, nil},
+		{"roce -S 4000 -I", "roce", []string{"-S", "4000"}, cliSource},
+		{"iwarp -S 4000 -I", "iwarp", []string{"-S", "4000"}, cliSource},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			port := fmt.Sprint(20000 + rand.IntN(20000))
+			common := append([]string{"-p", port, "-C", "5", "-v", "-V"}, c.flags...)
+			so, co := cmPair(t, lib, c.tr, "rping",
+				func(a string) []string { return append([]string{"-s", "-a", a}, common...) },
+				func(a string) []string {
+					args := append([]string{"-c", "-a", a}, common...)
+					if c.cliFlags != nil {
+						args = append(args, c.cliFlags(a)...)
+					}
+					return args
+				})
+			for i := range 5 {
+				want := fmt.Sprintf("ping data: rdma-ping-%d: ", i)
+				if !strings.Contains(co, want) || !strings.Contains(so, "server "+want) {
+					t.Errorf("no %q at both ends\nserver:\n%s\nclient:\n%s", want, so, co)
+				}
+			}
+			if c.flags[0] == "-q" && !strings.Contains(co, "RDMA_CM_EVENT_CONNECT_RESPONSE") {
+				t.Errorf("-q: the client got no CONNECT_RESPONSE (rdma_cm moved its QP?):\n%s", co)
+			}
+		})
+	}
+}
+
+// cliSource returns rping's -I with the client's address in cmPair: the
+// server's with .2 for the last .1.
+func cliSource(srvAddr string) []string {
+	return []string{"-I", strings.TrimSuffix(srvAddr, "1") + "2"}
+}
