@@ -12,6 +12,7 @@ import (
 
 	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/neigh"
 	"github.com/softrdma/softrdma/netio"
 )
 
@@ -30,54 +31,36 @@ func PathMTUFor(ifaceMTU int) int {
 	return 256
 }
 
-// Neighbors resolves the IP address of a next hop to the MAC address frames to
-// it go to, like the kernel's neighbour table. The device calls Resolve for
-// every output frame (multicast destinations and RoCEv1 link-local GIDs map to
-// a MAC without it), so it must be quick and must not block: an address being
-// resolved returns ErrNeighborPending, and the device keeps the frame in a
-// small queue (MaxPendingFrames, PendingTimeout) and asks again on each
-// Flush; an address that cannot be resolved returns ErrNeighborUnreachable
-// (or another error), and the frame is dropped and counted (Unresolved).
-type Neighbors interface {
-	Resolve(now time.Time, ip netip.Addr) (mac [6]byte, err error)
-}
+// Neighbors resolves next-hop IP addresses to MAC addresses for a device that
+// writes whole Ethernet frames: see neigh.Resolver (neigh.Host speaks ARP/NDP
+// behind a TAP, neigh.Kernel asks the kernel, StaticNeighbors is a table). An
+// address being resolved returns ErrNeighborPending, and the device keeps the
+// frame in a small queue (MaxPendingFrames, PendingTimeout) and asks again on
+// each Flush; an address that cannot be resolved returns
+// ErrNeighborUnreachable (or another error), and the frame is dropped and
+// counted (Unresolved).
+type Neighbors = neigh.Resolver
 
-// NeighborWaker is implemented by Neighbors that finish resolving outside the
-// device's calls (in the background, or from received frames): Wake's channel
-// receives a value when a resolution ended or a frame is waiting, so that Run
-// flushes at once.
-type NeighborWaker interface {
-	Wake() <-chan struct{}
-}
+// NeighborWaker is a Neighbors that wakes the device's Run: neigh.Waker.
+type NeighborWaker = neigh.Waker
 
 // NeighborProtocol is a Neighbors that speaks the link's neighbour protocol
-// itself, as a host behind a TAP device must (see HostNeighbors). The device
-// offers it every received frame that is not RoCE, sends the frames it
-// appends on each Flush, and includes its deadline in NextDeadline.
-type NeighborProtocol interface {
-	Neighbors
-	// HandleFrame takes a received non-RoCE frame and reports whether it
-	// belonged to the protocol.
-	HandleFrame(now time.Time, frame []byte) bool
-	// AppendFrames appends the frames to send (requests, replies) to frames;
-	// they stay valid until the next call.
-	AppendFrames(now time.Time, frames [][]byte) [][]byte
-	// NextDeadline returns the protocol's next timer.
-	NextDeadline() (time.Time, bool)
-}
+// itself: neigh.Protocol.
+type NeighborProtocol = neigh.Protocol
 
-// StaticNeighbors is a fixed neighbour table.
-type StaticNeighbors map[netip.Addr][6]byte
+// StaticNeighbors is a fixed neighbour table: neigh.Static.
+type StaticNeighbors = neigh.Static
 
-// Resolve looks ip up; an IPv4-mapped address is looked up as IPv4. An
-// address not in the table is ErrNeighborUnreachable.
-func (s StaticNeighbors) Resolve(_ time.Time, ip netip.Addr) ([6]byte, error) {
-	mac, ok := s[ip.Unmap()]
-	if !ok {
-		return mac, ErrNeighborUnreachable
-	}
-	return mac, nil
-}
+// Errors of neighbour resolution (Neighbors.Resolve): neigh's.
+var (
+	ErrNeighborPending     = neigh.ErrPending
+	ErrNeighborUnreachable = neigh.ErrUnreachable
+)
+
+// LinkLocalGID returns the IPv6 link-local address an interface with the
+// given MAC derives (modified EUI-64): the default GID, index 0 of a RoCE GID
+// table. It is neigh.LinkLocalAddr.
+func LinkLocalGID(mac [6]byte) netip.Addr { return neigh.LinkLocalAddr(mac) }
 
 // Bounds of the queue of frames waiting for their next hop's MAC address,
 // like the kernel's unresolved-neighbour queue: a frame that waits longer than
@@ -953,9 +936,9 @@ func (d *Device) frame(now time.Time, p *ibtransport.OutputPacket, pieces [][]by
 	}
 	var err error
 	direct := true
-	if mac, ok := multicastMAC(nextHop); ok {
+	if mac, ok := neigh.MulticastMAC(nextHop); ok {
 		h.DstMAC = mac
-	} else if mac, ok := linkLocalMAC(nextHop); ok && h.Version == RoCEv1 {
+	} else if mac, ok := neigh.LinkLocalMAC(nextHop); ok && h.Version == RoCEv1 {
 		h.DstMAC = mac // a RoCEv1 link-local GID names its MAC (rdma_get_ll_mac)
 	} else if d.cfg.Neighbors != nil {
 		direct = false

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/gopacket/layers"
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/neigh"
 	"github.com/softrdma/softrdma/roce"
 	"github.com/softrdma/softrdma/sim"
 )
@@ -159,7 +160,7 @@ func TestDeviceInputAllocs(t *testing.T) {
 	mac := [6]byte{2, 0, 0, 0, 0, 2}
 	port := n.AddNode("b", mac)
 	ip := netip.MustParseAddr("10.1.0.2")
-	hn := roce.NewHostNeighbors(roce.HostNeighborsConfig{MAC: mac, Addrs: []netip.Addr{ip}})
+	hn := neigh.NewHost(neigh.HostConfig{MAC: mac, Addrs: []netip.Addr{ip}})
 	d, err := roce.NewDevice(roce.DeviceConfig{Endpoint: port, MAC: mac, Addrs: []netip.Addr{ip}, UDPPort: 4792, Neighbors: hn})
 	if err != nil {
 		t.Fatal(err)

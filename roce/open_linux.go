@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/neigh"
 	"github.com/softrdma/softrdma/netio"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -172,12 +173,12 @@ func macOf(ifi *net.Interface) (mac [6]byte) {
 // interfaceAddrs returns the addresses of ifi, IPv4 first, each family in the
 // kernel's order.
 func interfaceAddrs(ifi *net.Interface) (v4, v6 []netip.Addr, err error) {
-	nl, err := dialRTNL()
+	nl, err := neigh.DialNetlink()
 	if err != nil {
 		return nil, nil, err
 	}
 	defer nl.Close()
-	return nl.interfaceAddrs(ifi.Index)
+	return nl.InterfaceAddrs(ifi.Index)
 }
 
 // InterfaceGIDTable returns the RoCEv2 GID table Linux gives an rxe device
@@ -325,11 +326,11 @@ func openPacket(cfg *OpenConfig) (*deviceSetup, error) {
 	if len(ifi.HardwareAddr) != 6 {
 		return nil, fmt.Errorf("roce: open: %s is not an Ethernet interface", ifi.Name)
 	}
-	nl, err := dialRTNL()
+	nl, err := neigh.DialNetlink()
 	if err != nil {
 		return nil, err
 	}
-	v4, v6, err := nl.interfaceAddrs(ifi.Index)
+	v4, v6, err := nl.InterfaceAddrs(ifi.Index)
 	if err != nil {
 		nl.Close()
 		return nil, err
@@ -355,7 +356,7 @@ func openPacket(cfg *OpenConfig) (*deviceSetup, error) {
 		nl.Close()
 		return nil, fmt.Errorf("roce: open: %w", err)
 	}
-	nb := newKernelNeighbors(nl, ifi)
+	nb := neigh.NewKernelOn(nl, ifi)
 	mac := macOf(ifi)
 	s := &deviceSetup{DeviceConfig: DeviceConfig{Endpoint: ep, MAC: mac, Addrs: addrs, GIDs: GIDTable(mac, all), Neighbors: nb}}
 	s.closers = append(s.closers, nb)
@@ -394,7 +395,7 @@ func openTAP(cfg *OpenConfig) (*deviceSetup, error) {
 			return nil, err
 		}
 	}
-	nb := NewHostNeighbors(HostNeighborsConfig{MAC: mac, Addrs: addrs})
+	nb := neigh.NewHost(neigh.HostConfig{MAC: mac, Addrs: addrs})
 	return &deviceSetup{DeviceConfig: DeviceConfig{Endpoint: ep, MAC: mac, Addrs: addrs, Neighbors: nb}}, nil
 }
 
@@ -403,13 +404,13 @@ func addKernelAddrs(name string, prefixes []netip.Prefix) error {
 	if err != nil {
 		return fmt.Errorf("roce: open: %w", err)
 	}
-	nl, err := dialRTNL()
+	nl, err := neigh.DialNetlink()
 	if err != nil {
 		return err
 	}
 	defer nl.Close()
 	for _, p := range prefixes {
-		if err := nl.addAddress(ifi.Index, p); err != nil {
+		if err := nl.AddAddress(ifi.Index, p); err != nil {
 			return fmt.Errorf("roce: open: %s: %w", name, err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/neigh"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/netio/netnstest"
 	"github.com/softrdma/softrdma/roce"
@@ -185,13 +186,13 @@ func TestOpenUDPNetns(t *testing.T) {
 func noNeighbor(t *testing.T, s netnstest.Side, ips ...netip.Addr) {
 	t.Helper()
 	s.NS.MustDo(t, func() error {
-		rt, err := roce.DialTestRTNL()
+		rt, err := neigh.DialNetlink()
 		if err != nil {
 			return err
 		}
 		defer rt.Close()
 		for _, ip := range ips {
-			if state, _, err := rt.Neighbor(ip, s.Index); err != nil || state&roce.NUDValid != 0 {
+			if state, _, err := rt.Neighbor(ip, s.Index); err != nil || state&neigh.NUDValid != 0 {
 				t.Errorf("%s: neighbour %v already has state %#x (%v)", s.Link, ip, state, err)
 			}
 		}
@@ -203,13 +204,13 @@ func kernelNeighbor(t *testing.T, s netnstest.Side, ip netip.Addr) [6]byte {
 	t.Helper()
 	var mac [6]byte
 	s.NS.MustDo(t, func() error {
-		rt, err := roce.DialTestRTNL()
+		rt, err := neigh.DialNetlink()
 		if err != nil {
 			return err
 		}
 		defer rt.Close()
 		state, m, err := rt.Neighbor(ip, s.Index)
-		if err != nil || state&roce.NUDValid == 0 {
+		if err != nil || state&neigh.NUDValid == 0 {
 			t.Errorf("%s: neighbour %v state %#x (%v), want a valid entry", s.Link, ip, state, err)
 		}
 		mac = m
@@ -257,7 +258,7 @@ func TestOpenAFPacketNetns(t *testing.T) {
 		{"a", a, p.A, p.B, []netip.Addr{p.B.IPv4.Addr(), p.B.IPv6.Addr()}},
 		{"b", b, p.B, p.A, []netip.Addr{p.A.IPv4.Addr(), p.A.IPv6.Addr()}},
 	} {
-		st := tc.d.Neighbors().(*roce.KernelNeighbors).Stats()
+		st := tc.d.Neighbors().(*neigh.Kernel).Stats()
 		if st.Uses == 0 || st.Resolved < 2 || st.Failed != 0 {
 			t.Errorf("%s: neighbour stats %+v: want both peers resolved by the kernel", tc.name, st)
 		}
@@ -361,7 +362,7 @@ func TestOpenTAP(t *testing.T) {
 	br4, br6 := netip.MustParsePrefix("10.98.0.1/24"), netip.MustParsePrefix("fd98::1/64")
 	var brIndex int
 	ns.MustDo(t, func() error {
-		rt, err := roce.DialTestRTNL()
+		rt, err := neigh.DialNetlink()
 		if err != nil {
 			return err
 		}
@@ -396,7 +397,7 @@ func TestOpenTAP(t *testing.T) {
 			Addrs: []netip.Addr{h.v6, h.v4}, Engine: ibtransport.ContextConfig{Seed: uint64(i + 1)}})
 		checkGIDs(t, h.name, h.dev, []netip.Addr{roce.LinkLocalGID(h.mac), netip.AddrFrom16(h.v4.As16()), h.v6})
 		ns.MustDo(t, func() error {
-			rt, err := roce.DialTestRTNL()
+			rt, err := neigh.DialNetlink()
 			if err != nil {
 				return err
 			}
@@ -426,7 +427,7 @@ func TestOpenTAP(t *testing.T) {
 	var replies, advertisements uint64
 	for _, h := range hosts {
 		checkClean(t, h.name, h.dev)
-		st := h.dev.Neighbors().(*roce.HostNeighbors).Stats()
+		st := h.dev.Neighbors().(*neigh.Host).Stats()
 		replies += st.ARPRepliesOut
 		advertisements += st.NAOut
 		if st.ARPRequestsIn+st.ARPRepliesIn == 0 || st.NSIn+st.NAIn == 0 || st.Learned < 2 || st.Invalid != 0 {
@@ -439,7 +440,7 @@ func TestOpenTAP(t *testing.T) {
 
 	// The kernel resolves the softrdma hosts.
 	ns.MustDo(t, func() error {
-		rt, err := roce.DialTestRTNL()
+		rt, err := neigh.DialNetlink()
 		if err != nil {
 			return err
 		}
@@ -455,7 +456,7 @@ func TestOpenTAP(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					if state&roce.NUDValid != 0 && mac == h.mac {
+					if state&neigh.NUDValid != 0 && mac == h.mac {
 						break
 					}
 					if time.Now().After(deadline) {
@@ -473,7 +474,7 @@ func TestOpenTAP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nb := a.dev.Neighbors().(*roce.HostNeighbors)
+	nb := a.dev.Neighbors().(*neigh.Host)
 	for _, ip := range []netip.Addr{br4.Addr(), br6.Addr()} {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
@@ -611,7 +612,7 @@ func TestOpenTAPKernelAddrs(t *testing.T) {
 				t.Errorf("the TAP lacks %v: %v", p, addrs)
 			}
 		}
-		rt, err := roce.DialTestRTNL()
+		rt, err := neigh.DialNetlink()
 		if err != nil {
 			return err
 		}
@@ -626,7 +627,7 @@ func TestOpenTAPKernelAddrs(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if state&roce.NUDValid != 0 && got == mac {
+				if state&neigh.NUDValid != 0 && got == mac {
 					break
 				}
 				if time.Now().After(deadline) {

@@ -1,4 +1,4 @@
-package roce
+package neigh
 
 import (
 	"encoding/binary"
@@ -10,13 +10,13 @@ import (
 	"github.com/softrdma/softrdma/header"
 )
 
-// Errors of neighbour resolution (Neighbors.Resolve).
+// Errors of neighbour resolution (Resolver.Resolve).
 var (
-	// ErrNeighborPending says the address is being resolved: ask again later.
-	ErrNeighborPending = errors.New("roce: neighbour resolution in progress")
-	// ErrNeighborUnreachable says the address did not resolve (no answer, no
+	// ErrPending says the address is being resolved: ask again later.
+	ErrPending = errors.New("neigh: neighbour resolution in progress")
+	// ErrUnreachable says the address did not resolve (no answer, no
 	// route, or no source address to ask from).
-	ErrNeighborUnreachable = errors.New("roce: neighbour unreachable")
+	ErrUnreachable = errors.New("neigh: neighbour unreachable")
 )
 
 // Neighbour protocol wire constants (RFC 826 ARP, RFC 4861 NDP).
@@ -39,7 +39,7 @@ const (
 	naFlagOverride  = 0x20000000
 )
 
-// Defaults of HostNeighborsConfig, the Linux neighbour table's defaults.
+// Defaults of HostConfig, the Linux neighbour table's defaults.
 const (
 	// DefaultRetransTime is the time between two requests for one address
 	// (the kernel's retrans_time_ms, RFC 4861 RETRANS_TIMER).
@@ -59,12 +59,12 @@ const (
 // a flood of requests costs at most this many frames of memory.
 const maxQueuedNeighborFrames = 64
 
-// neighborFrameLen is the longest frame HostNeighbors sends: an NS or NA with
+// neighborFrameLen is the longest frame Host sends: an NS or NA with
 // one link-layer address option.
-const neighborFrameLen = EthernetLen + IPv6Len + ndMsgLen + ndOptLLLen
+const neighborFrameLen = header.EthernetLen + header.IPv6Len + ndMsgLen + ndOptLLLen
 
-// HostNeighborsConfig configures NewHostNeighbors.
-type HostNeighborsConfig struct {
+// HostConfig configures NewHost.
+type HostConfig struct {
 	// MAC is the host's Ethernet address.
 	MAC [6]byte
 	// Addrs are the host's IP addresses (IPv4-mapped ones count as IPv4).
@@ -80,8 +80,8 @@ type HostNeighborsConfig struct {
 	MaxEntries    int
 }
 
-// HostNeighborStats counts what a HostNeighbors did.
-type HostNeighborStats struct {
+// HostStats counts what a Host did.
+type HostStats struct {
 	ARPRequestsIn, ARPRepliesIn   uint64 // valid ARP frames received
 	ARPRequestsOut, ARPRepliesOut uint64 // ARP frames sent
 	NSIn, NAIn                    uint64 // valid neighbor solicitations and advertisements received
@@ -109,7 +109,7 @@ type hostNeighbor struct {
 	next   time.Time // when the next request is due, if probes > 0
 }
 
-// HostNeighbors makes a device an IP host on its own link, as it is behind a
+// Host makes a device an IP host on its own link, as it is behind a
 // TAP device: it answers ARP requests (RFC 826) and neighbor solicitations
 // (RFC 4861, sent to the host's address or its solicited-node multicast
 // group) for the host's addresses, learns from the requests and replies it
@@ -121,13 +121,13 @@ type hostNeighbor struct {
 // received frame that is not RoCE (HandleFrame), asks it for frames to send
 // (AppendFrames) and for its next timer (NextDeadline). Time is what the
 // caller says it is. It is safe for concurrent use.
-type HostNeighbors struct {
+type Host struct {
 	mu    sync.Mutex
-	cfg   HostNeighborsConfig
+	cfg   HostConfig
 	v4    []netip.Addr // IPv4 addresses, in order
 	v6    []netip.Addr // IPv6 addresses, link-local last
 	cache map[netip.Addr]*hostNeighbor
-	stats HostNeighborStats
+	stats HostStats
 
 	queue [][]byte // frames to send
 	sent  [][]byte // frames handed out by the last AppendFrames, reused next time
@@ -136,13 +136,13 @@ type HostNeighbors struct {
 }
 
 var (
-	_ NeighborProtocol = (*HostNeighbors)(nil)
-	_ NeighborWaker    = (*HostNeighbors)(nil)
+	_ Protocol = (*Host)(nil)
+	_ Waker    = (*Host)(nil)
 )
 
-// NewHostNeighbors returns the neighbour protocol of a host with cfg's MAC and
+// NewHost returns the neighbour protocol of a host with cfg's MAC and
 // addresses.
-func NewHostNeighbors(cfg HostNeighborsConfig) *HostNeighbors {
+func NewHost(cfg HostConfig) *Host {
 	if cfg.RetransTime <= 0 {
 		cfg.RetransTime = DefaultRetransTime
 	}
@@ -155,7 +155,7 @@ func NewHostNeighbors(cfg HostNeighborsConfig) *HostNeighbors {
 	if cfg.MaxEntries <= 0 {
 		cfg.MaxEntries = DefaultMaxNeighbors
 	}
-	h := &HostNeighbors{cfg: cfg, cache: make(map[netip.Addr]*hostNeighbor), wake: make(chan struct{}, 1)}
+	h := &Host{cfg: cfg, cache: make(map[netip.Addr]*hostNeighbor), wake: make(chan struct{}, 1)}
 	for _, a := range cfg.Addrs {
 		a = a.Unmap()
 		switch {
@@ -165,19 +165,19 @@ func NewHostNeighbors(cfg HostNeighborsConfig) *HostNeighbors {
 			h.v6 = append(h.v6, a)
 		}
 	}
-	h.v6 = append(h.v6, LinkLocalGID(cfg.MAC))
+	h.v6 = append(h.v6, LinkLocalAddr(cfg.MAC))
 	for _, a := range cfg.Addrs {
-		if a := a.Unmap(); a.IsLinkLocalUnicast() && a != LinkLocalGID(cfg.MAC) {
+		if a := a.Unmap(); a.IsLinkLocalUnicast() && a != LinkLocalAddr(cfg.MAC) {
 			h.v6 = append(h.v6, a)
 		}
 	}
 	return h
 }
 
-// LinkLocalGID returns the IPv6 link-local address an interface with the
+// LinkLocalAddr returns the IPv6 link-local address an interface with the
 // given MAC derives (modified EUI-64, RFC 4291 appendix A): the default GID,
 // index 0 of a RoCE GID table.
-func LinkLocalGID(mac [6]byte) netip.Addr {
+func LinkLocalAddr(mac [6]byte) netip.Addr {
 	ll := [16]byte{0: 0xfe, 1: 0x80}
 	ll[8], ll[9], ll[10] = mac[0]^0x02, mac[1], mac[2]
 	ll[11], ll[12] = 0xff, 0xfe
@@ -185,8 +185,8 @@ func LinkLocalGID(mac [6]byte) netip.Addr {
 	return netip.AddrFrom16(ll)
 }
 
-// linkLocalMAC returns the MAC an EUI-64 link-local address was derived from.
-func linkLocalMAC(a netip.Addr) ([6]byte, bool) {
+// LinkLocalMAC returns the MAC an EUI-64 link-local address was derived from.
+func LinkLocalMAC(a netip.Addr) ([6]byte, bool) {
 	b := a.As16()
 	if !a.Is6() || a.Is4In6() || !a.IsLinkLocalUnicast() || b[11] != 0xff || b[12] != 0xfe ||
 		binary.BigEndian.Uint16(b[2:]) != 0 || binary.BigEndian.Uint32(b[4:]) != 0 {
@@ -195,10 +195,10 @@ func linkLocalMAC(a netip.Addr) ([6]byte, bool) {
 	return [6]byte{b[8] ^ 0x02, b[9], b[10], b[13], b[14], b[15]}, true
 }
 
-// multicastMAC returns the Ethernet address of an IPv4 or IPv6 multicast
+// MulticastMAC returns the Ethernet address of an IPv4 or IPv6 multicast
 // address (RFC 1112 section 6.4, RFC 2464 section 7), or of the IPv4
 // limited broadcast address.
-func multicastMAC(a netip.Addr) ([6]byte, bool) {
+func MulticastMAC(a netip.Addr) ([6]byte, bool) {
 	a = a.Unmap()
 	switch {
 	case a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
@@ -221,7 +221,7 @@ func solicitedNode(a netip.Addr) netip.Addr {
 }
 
 // Stats returns a snapshot of the counters.
-func (h *HostNeighbors) Stats() HostNeighborStats {
+func (h *Host) Stats() HostStats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.stats
@@ -229,9 +229,9 @@ func (h *HostNeighbors) Stats() HostNeighborStats {
 
 // Wake returns a channel that receives a value whenever a frame is waiting to
 // be sent or an address was resolved: the device's Run then flushes.
-func (h *HostNeighbors) Wake() <-chan struct{} { return h.wake }
+func (h *Host) Wake() <-chan struct{} { return h.wake }
 
-func (h *HostNeighbors) signal() {
+func (h *Host) signal() {
 	select {
 	case h.wake <- struct{}{}:
 	default:
@@ -239,7 +239,7 @@ func (h *HostNeighbors) signal() {
 }
 
 // isOurs reports whether a (unmapped) is one of the host's addresses.
-func (h *HostNeighbors) isOurs(a netip.Addr) bool {
+func (h *Host) isOurs(a netip.Addr) bool {
 	list := h.v6
 	if a.Is4() {
 		list = h.v4
@@ -253,18 +253,18 @@ func (h *HostNeighbors) isOurs(a netip.Addr) bool {
 }
 
 // Resolve returns the MAC address of ip. An address not known yet is asked
-// for (the request leaves with the next AppendFrames) and ErrNeighborPending
+// for (the request leaves with the next AppendFrames) and ErrPending
 // is returned until an answer arrives; after MaxProbes unanswered requests it
-// is ErrNeighborUnreachable for RetransTime, then asked for again. A known
+// is ErrUnreachable for RetransTime, then asked for again. A known
 // address is used for ReachableTime after it was last confirmed, then
 // confirmed again with a unicast request while still in use.
-func (h *HostNeighbors) Resolve(now time.Time, ip netip.Addr) ([6]byte, error) {
+func (h *Host) Resolve(now time.Time, ip netip.Addr) ([6]byte, error) {
 	ip = ip.Unmap()
-	if mac, ok := multicastMAC(ip); ok {
+	if mac, ok := MulticastMAC(ip); ok {
 		return mac, nil
 	}
 	if !ip.IsValid() || ip.IsUnspecified() {
-		return [6]byte{}, ErrNeighborUnreachable
+		return [6]byte{}, ErrUnreachable
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -272,12 +272,12 @@ func (h *HostNeighbors) Resolve(now time.Time, ip netip.Addr) ([6]byte, error) {
 	if e == nil {
 		if len(h.cache) >= h.cfg.MaxEntries && !h.evictLocked(now) {
 			h.stats.CacheFull++
-			return [6]byte{}, ErrNeighborUnreachable
+			return [6]byte{}, ErrUnreachable
 		}
 		e = &hostNeighbor{state: neighborIncomplete}
 		h.cache[ip] = e
 		h.probeLocked(now, ip, e)
-		return [6]byte{}, ErrNeighborPending
+		return [6]byte{}, ErrPending
 	}
 	switch e.state {
 	case neighborReachable:
@@ -287,17 +287,17 @@ func (h *HostNeighbors) Resolve(now time.Time, ip netip.Addr) ([6]byte, error) {
 		return e.mac, nil
 	case neighborFailed:
 		if now.Before(e.until) {
-			return [6]byte{}, ErrNeighborUnreachable
+			return [6]byte{}, ErrUnreachable
 		}
 		e.state = neighborIncomplete
 		h.probeLocked(now, ip, e)
 	}
-	return [6]byte{}, ErrNeighborPending
+	return [6]byte{}, ErrPending
 }
 
 // evictLocked removes one entry that is not reachable, or whose confirmation
 // is overdue, and reports whether it found one.
-func (h *HostNeighbors) evictLocked(now time.Time) bool {
+func (h *Host) evictLocked(now time.Time) bool {
 	for ip, e := range h.cache {
 		if e.state != neighborReachable || !now.Before(e.until.Add(h.cfg.ReachableTime)) {
 			delete(h.cache, ip)
@@ -308,7 +308,7 @@ func (h *HostNeighbors) evictLocked(now time.Time) bool {
 }
 
 // probeLocked sends the first request of a round for ip.
-func (h *HostNeighbors) probeLocked(now time.Time, ip netip.Addr, e *hostNeighbor) {
+func (h *Host) probeLocked(now time.Time, ip netip.Addr, e *hostNeighbor) {
 	e.probes = 1
 	e.next = now.Add(h.cfg.RetransTime)
 	h.requestLocked(ip, e)
@@ -317,7 +317,7 @@ func (h *HostNeighbors) probeLocked(now time.Time, ip netip.Addr, e *hostNeighbo
 // requestLocked queues an ARP request or neighbor solicitation for ip:
 // unicast to the known MAC when confirming a reachable entry, else broadcast
 // (ARP) or to the solicited-node multicast group (NDP).
-func (h *HostNeighbors) requestLocked(ip netip.Addr, e *hostNeighbor) {
+func (h *Host) requestLocked(ip netip.Addr, e *hostNeighbor) {
 	unicast := e.state == neighborReachable
 	if ip.Is4() {
 		if len(h.v4) == 0 {
@@ -335,10 +335,10 @@ func (h *HostNeighbors) requestLocked(ip netip.Addr, e *hostNeighbor) {
 	}
 	src := h.v6[0]
 	if ip.IsLinkLocalUnicast() {
-		src = LinkLocalGID(h.cfg.MAC)
+		src = LinkLocalAddr(h.cfg.MAC)
 	}
 	dstIP := solicitedNode(ip)
-	dst, _ := multicastMAC(dstIP)
+	dst, _ := MulticastMAC(dstIP)
 	if unicast {
 		dstIP, dst = ip, e.mac
 	}
@@ -350,7 +350,7 @@ func (h *HostNeighbors) requestLocked(ip netip.Addr, e *hostNeighbor) {
 
 // allocLocked returns a frame buffer, or nil (counted) if the send queue is
 // full.
-func (h *HostNeighbors) allocLocked() []byte {
+func (h *Host) allocLocked() []byte {
 	if len(h.queue) >= maxQueuedNeighborFrames {
 		h.stats.QueueFull++
 		return nil
@@ -363,7 +363,7 @@ func (h *HostNeighbors) allocLocked() []byte {
 	return make([]byte, neighborFrameLen)
 }
 
-func (h *HostNeighbors) queueLocked(frame []byte) {
+func (h *Host) queueLocked(frame []byte) {
 	h.queue = append(h.queue, frame)
 	h.signal()
 }
@@ -371,7 +371,7 @@ func (h *HostNeighbors) queueLocked(frame []byte) {
 // AppendFrames sends the requests that are due (and gives up on addresses that
 // had MaxProbes of them), then appends every frame waiting to be sent to
 // frames and returns it. The frames stay valid until the next call.
-func (h *HostNeighbors) AppendFrames(now time.Time, frames [][]byte) [][]byte {
+func (h *Host) AppendFrames(now time.Time, frames [][]byte) [][]byte {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.free = append(h.free, h.sent...)
@@ -401,7 +401,7 @@ func (h *HostNeighbors) AppendFrames(now time.Time, frames [][]byte) [][]byte {
 }
 
 // NextDeadline returns when the next request is due.
-func (h *HostNeighbors) NextDeadline() (time.Time, bool) {
+func (h *Host) NextDeadline() (time.Time, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var t time.Time
@@ -417,7 +417,7 @@ func (h *HostNeighbors) NextDeadline() (time.Time, bool) {
 // learnLocked records that ip is at mac. create says whether a new entry may
 // be made (the frame was addressed to us); confirmed whether the frame proves
 // ip reachable (a reply or solicited advertisement, or a request to us).
-func (h *HostNeighbors) learnLocked(now time.Time, ip netip.Addr, mac [6]byte, create, override, confirmed bool) {
+func (h *Host) learnLocked(now time.Time, ip netip.Addr, mac [6]byte, create, override, confirmed bool) {
 	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() || mac[0]&1 != 0 || mac == ([6]byte{}) {
 		return
 	}
@@ -446,8 +446,8 @@ func (h *HostNeighbors) learnLocked(now time.Time, ip netip.Addr, mac [6]byte, c
 // HandleFrame takes a received frame that is not RoCE. It returns true if the
 // frame is ARP or NDP (handled or, if invalid, counted and dropped) and false
 // for anything else. Answers are queued for AppendFrames.
-func (h *HostNeighbors) HandleFrame(now time.Time, frame []byte) bool {
-	if len(frame) < EthernetLen {
+func (h *Host) HandleFrame(now time.Time, frame []byte) bool {
+	if len(frame) < header.EthernetLen {
 		return false
 	}
 	switch header.Ethernet(frame).Type() {
@@ -456,10 +456,10 @@ func (h *HostNeighbors) HandleFrame(now time.Time, frame []byte) bool {
 		h.handleARPLocked(now, frame)
 		h.mu.Unlock()
 		return true
-	case EtherTypeIPv6:
-		p := header.IPv6(frame[EthernetLen:])
-		if len(p) < IPv6Len+1 || p.Version() != 6 || p.NextHeader() != ipProtoICMPv6 ||
-			(p[IPv6Len] != icmpv6NS && p[IPv6Len] != icmpv6NA) {
+	case header.EtherTypeIPv6:
+		p := header.IPv6(frame[header.EthernetLen:])
+		if len(p) < header.IPv6Len+1 || p.Version() != 6 || p.NextHeader() != ipProtoICMPv6 ||
+			(p[header.IPv6Len] != icmpv6NS && p[header.IPv6Len] != icmpv6NA) {
 			return false
 		}
 		h.mu.Lock()
@@ -470,10 +470,10 @@ func (h *HostNeighbors) HandleFrame(now time.Time, frame []byte) bool {
 	return false
 }
 
-func (h *HostNeighbors) handleARPLocked(now time.Time, frame []byte) {
-	a := frame[EthernetLen:]
+func (h *Host) handleARPLocked(now time.Time, frame []byte) {
+	a := frame[header.EthernetLen:]
 	be := binary.BigEndian
-	if len(a) < arpLen || be.Uint16(a[0:]) != 1 || be.Uint16(a[2:]) != EtherTypeIPv4 || a[4] != 6 || a[5] != 4 {
+	if len(a) < arpLen || be.Uint16(a[0:]) != 1 || be.Uint16(a[2:]) != header.EtherTypeIPv4 || a[4] != 6 || a[5] != 4 {
 		h.stats.Invalid++
 		return
 	}
@@ -506,7 +506,7 @@ func (h *HostNeighbors) handleARPLocked(now time.Time, frame []byte) {
 	}
 }
 
-func (h *HostNeighbors) replyARPLocked(dst [6]byte, ours netip.Addr, tha [6]byte, tpa netip.Addr) {
+func (h *Host) replyARPLocked(dst [6]byte, ours netip.Addr, tha [6]byte, tpa netip.Addr) {
 	if b := h.allocLocked(); b != nil {
 		h.queueLocked(h.arp(b, arpOpReply, dst, ours, tha, tpa))
 		h.stats.ARPRepliesOut++
@@ -514,14 +514,14 @@ func (h *HostNeighbors) replyARPLocked(dst [6]byte, ours netip.Addr, tha [6]byte
 }
 
 // arp writes an ARP frame from the host into b and returns it.
-func (h *HostNeighbors) arp(b []byte, op uint16, dst [6]byte, spa netip.Addr, tha [6]byte, tpa netip.Addr) []byte {
+func (h *Host) arp(b []byte, op uint16, dst [6]byte, spa netip.Addr, tha [6]byte, tpa netip.Addr) []byte {
 	b = b[:minFrameLen]
-	clear(b[EthernetLen+arpLen:])
+	clear(b[header.EthernetLen+arpLen:])
 	be := binary.BigEndian
 	header.Ethernet(b).Encode(&header.EthernetFields{Dst: dst, Src: h.cfg.MAC, Type: EtherTypeARP})
-	a := b[EthernetLen:]
+	a := b[header.EthernetLen:]
 	be.PutUint16(a[0:], 1) // hardware type Ethernet
-	be.PutUint16(a[2:], EtherTypeIPv4)
+	be.PutUint16(a[2:], header.EtherTypeIPv4)
 	a[4], a[5] = 6, 4
 	be.PutUint16(a[6:], op)
 	copy(a[8:14], h.cfg.MAC[:])
@@ -535,17 +535,17 @@ func (h *HostNeighbors) arp(b []byte, op uint16, dst [6]byte, spa netip.Addr, th
 // handleNDLocked validates a neighbor solicitation or advertisement as RFC
 // 4861 sections 7.1.1 and 7.1.2 say, learns from it and answers a
 // solicitation for one of our addresses.
-func (h *HostNeighbors) handleNDLocked(now time.Time, frame []byte) {
+func (h *Host) handleNDLocked(now time.Time, frame []byte) {
 	be := binary.BigEndian
-	ip := header.IPv6(frame[EthernetLen:])
+	ip := header.IPv6(frame[header.EthernetLen:])
 	plen := int(ip.PayloadLength())
-	if len(ip) < IPv6Len+plen || plen < ndMsgLen || ip.HopLimit() != ndHopLimit {
+	if len(ip) < header.IPv6Len+plen || plen < ndMsgLen || ip.HopLimit() != ndHopLimit {
 		h.stats.Invalid++
 		return
 	}
 	src, dst := ip.Src(), ip.Dst()
-	msg := ip[IPv6Len : IPv6Len+plen]
-	if msg[1] != 0 || ICMPv6Checksum(src, dst, msg) != 0 {
+	msg := ip[header.IPv6Len : header.IPv6Len+plen]
+	if msg[1] != 0 || header.ICMPv6Checksum(src, dst, msg) != 0 {
 		h.stats.Invalid++
 		return
 	}
@@ -587,7 +587,7 @@ func (h *HostNeighbors) handleNDLocked(now time.Time, frame []byte) {
 		if src.IsUnspecified() {
 			// Answer to all nodes, not solicited (RFC 4861 section 7.2.4).
 			allNodes := netip.AddrFrom16([16]byte{0: 0xff, 1: 0x02, 15: 0x01})
-			mac, _ := multicastMAC(allNodes)
+			mac, _ := MulticastMAC(allNodes)
 			h.advertiseLocked(mac, target, allNodes, naFlagOverride)
 			return
 		}
@@ -610,7 +610,7 @@ func (h *HostNeighbors) handleNDLocked(now time.Time, frame []byte) {
 	}
 }
 
-func (h *HostNeighbors) advertiseLocked(dstMAC [6]byte, target, dst netip.Addr, flags uint32) {
+func (h *Host) advertiseLocked(dstMAC [6]byte, target, dst netip.Addr, flags uint32) {
 	if b := h.allocLocked(); b != nil {
 		h.queueLocked(h.nd(b, icmpv6NA, dstMAC, target, dst, target, flags, ndOptTargetLL))
 		h.stats.NAOut++
@@ -620,11 +620,11 @@ func (h *HostNeighbors) advertiseLocked(dstMAC [6]byte, target, dst netip.Addr, 
 // nd writes a neighbor solicitation or advertisement from the host into b,
 // with our MAC in a link-layer address option of the given type, and returns
 // it.
-func (h *HostNeighbors) nd(b []byte, typ uint8, dstMAC [6]byte, src, dst, target netip.Addr, flags uint32, opt uint8) []byte {
+func (h *Host) nd(b []byte, typ uint8, dstMAC [6]byte, src, dst, target netip.Addr, flags uint32, opt uint8) []byte {
 	b = b[:neighborFrameLen]
 	be := binary.BigEndian
-	header.Ethernet(b).Encode(&header.EthernetFields{Dst: dstMAC, Src: h.cfg.MAC, Type: EtherTypeIPv6})
-	ip := header.IPv6(b[EthernetLen:])
+	header.Ethernet(b).Encode(&header.EthernetFields{Dst: dstMAC, Src: h.cfg.MAC, Type: header.EtherTypeIPv6})
+	ip := header.IPv6(b[header.EthernetLen:])
 	ip.Encode(&header.IPv6Fields{
 		PayloadLength: ndMsgLen + ndOptLLLen,
 		NextHeader:    ipProtoICMPv6,
@@ -633,19 +633,13 @@ func (h *HostNeighbors) nd(b []byte, typ uint8, dstMAC [6]byte, src, dst, target
 		Dst:           dst,
 	})
 	t := target.As16()
-	msg := ip[IPv6Len:]
+	msg := ip[header.IPv6Len:]
 	msg[0], msg[1] = typ, 0
 	be.PutUint16(msg[2:], 0)
 	be.PutUint32(msg[4:], flags)
 	copy(msg[8:24], t[:])
 	msg[24], msg[25] = opt, 1
 	copy(msg[26:32], h.cfg.MAC[:])
-	be.PutUint16(msg[2:], ICMPv6Checksum(src, dst, msg))
+	be.PutUint16(msg[2:], header.ICMPv6Checksum(src, dst, msg))
 	return b
-}
-
-// ICMPv6Checksum returns the ICMPv6 checksum (RFC 4443 section 2.3) of msg
-// from src to dst: header.ICMPv6Checksum, kept for callers of this package.
-func ICMPv6Checksum(src, dst netip.Addr, msg []byte) uint16 {
-	return header.ICMPv6Checksum(src, dst, msg)
 }

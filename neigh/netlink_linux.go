@@ -1,6 +1,6 @@
 //go:build linux
 
-package roce
+package neigh
 
 import (
 	"encoding/binary"
@@ -16,12 +16,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rtnl is a small route netlink client: one request at a time (serialised
+// Netlink is a small route netlink client: one request at a time (serialised
 // by mu), each answered by its acknowledgement, one reply or a dump. The
 // socket belongs to the network namespace it was opened in, whichever thread
 // uses it later, and sits in Go's poller so that Close wakes a waiting
 // request.
-type rtnl struct {
+type Netlink struct {
 	mu   sync.Mutex
 	file *os.File
 	rc   syscall.RawConn
@@ -32,14 +32,15 @@ type rtnl struct {
 // rtnlTimeout bounds the wait for the kernel's answer to one request.
 const rtnlTimeout = 5 * time.Second
 
-func dialRTNL() (*rtnl, error) {
+// DialNetlink opens a route netlink socket in the calling thread's network namespace.
+func DialNetlink() (*Netlink, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_ROUTE)
 	if err != nil {
-		return nil, fmt.Errorf("roce: netlink socket: %w", err)
+		return nil, fmt.Errorf("neigh: netlink socket: %w", err)
 	}
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("roce: netlink bind: %w", err)
+		return nil, fmt.Errorf("neigh: netlink bind: %w", err)
 	}
 	// Errors in answers to requests with NLM_F_ACK come without the request
 	// echoed (they would not fit the buffer for a long one).
@@ -50,11 +51,11 @@ func dialRTNL() (*rtnl, error) {
 		f.Close()
 		return nil, err
 	}
-	return &rtnl{file: f, rc: rc, buf: make([]byte, 1<<16)}, nil
+	return &Netlink{file: f, rc: rc, buf: make([]byte, 1<<16)}, nil
 }
 
 // Close closes the socket; a request under way fails.
-func (r *rtnl) Close() error { return r.file.Close() }
+func (r *Netlink) Close() error { return r.file.Close() }
 
 // nlMessage is one netlink message of an answer: its type and payload.
 type nlMessage struct {
@@ -66,7 +67,7 @@ type nlMessage struct {
 // answering it (for a dump, all of them; else the one reply, if any) once the
 // kernel has finished: NLMSG_DONE, or the acknowledgement. A negative
 // acknowledgement is returned as its unix.Errno.
-func (r *rtnl) request(typ, flags uint16, body []byte) ([]nlMessage, error) {
+func (r *Netlink) request(typ, flags uint16, body []byte) ([]nlMessage, error) {
 	// NLM_F_DUMP is two bits, one of which NLM_F_REPLACE shares.
 	dump := flags&unix.NLM_F_DUMP == unix.NLM_F_DUMP
 	r.mu.Lock()
@@ -89,7 +90,7 @@ func (r *rtnl) request(typ, flags uint16, body []byte) ([]nlMessage, error) {
 		err = serr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("roce: netlink send: %w", err)
+		return nil, fmt.Errorf("neigh: netlink send: %w", err)
 	}
 	r.file.SetReadDeadline(time.Now().Add(rtnlTimeout))
 	var out []nlMessage
@@ -104,12 +105,12 @@ func (r *rtnl) request(typ, flags uint16, body []byte) ([]nlMessage, error) {
 			err = rerr
 		}
 		if err != nil {
-			return nil, fmt.Errorf("roce: netlink receive: %w", err)
+			return nil, fmt.Errorf("neigh: netlink receive: %w", err)
 		}
 		for b := r.buf[:n]; len(b) >= unix.SizeofNlMsghdr; {
 			l := int(ne.Uint32(b[0:]))
 			if l < unix.SizeofNlMsghdr || l > len(b) {
-				return nil, fmt.Errorf("roce: netlink: message length %d > %d left", l, len(b))
+				return nil, fmt.Errorf("neigh: netlink: message length %d > %d left", l, len(b))
 			}
 			mtyp, mseq := ne.Uint16(b[4:]), ne.Uint32(b[8:])
 			data := b[unix.SizeofNlMsghdr:l]
@@ -122,7 +123,7 @@ func (r *rtnl) request(typ, flags uint16, body []byte) ([]nlMessage, error) {
 				return out, nil
 			case unix.NLMSG_ERROR:
 				if len(data) < 4 {
-					return nil, errors.New("roce: netlink: short error message")
+					return nil, errors.New("neigh: netlink: short error message")
 				}
 				if code := int32(ne.Uint32(data)); code != 0 {
 					return out, unix.Errno(-code)
@@ -170,16 +171,16 @@ func family(a netip.Addr) byte {
 	return unix.AF_INET6
 }
 
-// interfaceAddrs returns the IPv4 and the IPv6 addresses of the interface,
+// InterfaceAddrs returns the IPv4 and the IPv6 addresses of the interface,
 // each in the kernel's list order (RTM_GETADDR dumps in_dev->ifa_list and
 // inet6_dev->addr_list as they are, the lists roce_gid_mgmt.c walks).
-func (r *rtnl) interfaceAddrs(index int) (v4, v6 []netip.Addr, err error) {
+func (r *Netlink) InterfaceAddrs(index int) (v4, v6 []netip.Addr, err error) {
 	for _, fam := range []byte{unix.AF_INET, unix.AF_INET6} {
 		body := make([]byte, unix.SizeofIfAddrmsg)
 		body[0] = fam
 		msgs, err := r.request(unix.RTM_GETADDR, unix.NLM_F_DUMP, body)
 		if err != nil {
-			return nil, nil, fmt.Errorf("roce: RTM_GETADDR: %w", err)
+			return nil, nil, fmt.Errorf("neigh: RTM_GETADDR: %w", err)
 		}
 		for _, m := range msgs {
 			if m.typ != unix.RTM_NEWADDR || len(m.data) < unix.SizeofIfAddrmsg ||
@@ -221,7 +222,7 @@ type route struct {
 
 // getRoute asks the kernel how it would send to dst out of interface oif
 // (RTM_GETROUTE, as `ip route get DST oif IF`).
-func (r *rtnl) getRoute(dst netip.Addr, oif int) (route, error) {
+func (r *Netlink) getRoute(dst netip.Addr, oif int) (route, error) {
 	body := make([]byte, 12) // struct rtmsg
 	body[0] = family(dst)
 	body[1] = byte(dst.BitLen())
@@ -250,7 +251,7 @@ func (r *rtnl) getRoute(dst netip.Addr, oif int) (route, error) {
 		})
 		return rt, nil
 	}
-	return route{}, errors.New("roce: RTM_GETROUTE: no route in the answer")
+	return route{}, errors.New("neigh: RTM_GETROUTE: no route in the answer")
 }
 
 // Neighbour states (NUD_* of include/uapi/linux/neighbour.h) and flags.
@@ -263,7 +264,8 @@ const (
 	nudFailed     = 0x20
 	nudNoARP      = 0x40
 	nudPermanent  = 0x80
-	nudValid      = nudReachable | nudStale | nudDelay | nudProbe | nudNoARP | nudPermanent
+	// NUDValid is the mask of usable neighbour states (Neighbor's state).
+	NUDValid = nudReachable | nudStale | nudDelay | nudProbe | nudNoARP | nudPermanent
 
 	ntfUse = 0x01 // NTF_USE: "use" the entry, making the kernel resolve it
 
@@ -281,9 +283,9 @@ func ndmsg(ip netip.Addr, index int, state uint16, flags uint8) []byte {
 	return appendAttr(b, ndaDst, ip.AsSlice())
 }
 
-// getNeighbor returns the kernel's neighbour entry for ip on the interface:
+// Neighbor returns the kernel's neighbour entry for ip on the interface:
 // its state and link-layer address. No entry is state 0.
-func (r *rtnl) getNeighbor(ip netip.Addr, index int) (state uint16, mac [6]byte, err error) {
+func (r *Netlink) Neighbor(ip netip.Addr, index int) (state uint16, mac [6]byte, err error) {
 	msgs, err := r.request(unix.RTM_GETNEIGH, 0, ndmsg(ip, index, 0, 0))
 	if errors.Is(err, unix.ENOENT) {
 		return 0, mac, nil
@@ -295,7 +297,7 @@ func (r *rtnl) getNeighbor(ip netip.Addr, index int) (state uint16, mac [6]byte,
 		msgs, err = r.request(unix.RTM_GETNEIGH, unix.NLM_F_DUMP, body)
 	}
 	if err != nil {
-		return 0, mac, fmt.Errorf("roce: RTM_GETNEIGH %v: %w", ip, err)
+		return 0, mac, fmt.Errorf("neigh: RTM_GETNEIGH %v: %w", ip, err)
 	}
 	for _, m := range msgs {
 		if m.typ != unix.RTM_NEWNEIGH || len(m.data) < ndmsgLen || int(int32(binary.NativeEndian.Uint32(m.data[4:]))) != index {
@@ -317,7 +319,7 @@ func (r *rtnl) getNeighbor(ip netip.Addr, index int) (state uint16, mac [6]byte,
 		state = binary.NativeEndian.Uint16(m.data[8:])
 		if len(ll) == 6 {
 			mac = [6]byte(ll)
-		} else if state&nudValid != 0 && state&nudNoARP == 0 {
+		} else if state&NUDValid != 0 && state&nudNoARP == 0 {
 			state = nudIncomplete // valid without an address: not usable
 		}
 		return state, mac, nil
@@ -325,20 +327,20 @@ func (r *rtnl) getNeighbor(ip netip.Addr, index int) (state uint16, mac [6]byte,
 	return 0, mac, nil
 }
 
-// useNeighbor tells the kernel the entry for ip is in use (RTM_NEWNEIGH with
+// UseNeighbor tells the kernel the entry for ip is in use (RTM_NEWNEIGH with
 // NTF_USE), creating it if need be: the kernel then resolves it (ARP or NDP)
 // as if it had a packet to send, or confirms a stale entry.
-func (r *rtnl) useNeighbor(ip netip.Addr, index int) error {
+func (r *Netlink) UseNeighbor(ip netip.Addr, index int) error {
 	_, err := r.request(unix.RTM_NEWNEIGH, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, ndmsg(ip, index, 0, ntfUse))
 	if err != nil {
-		return fmt.Errorf("roce: RTM_NEWNEIGH %v NTF_USE: %w", ip, err)
+		return fmt.Errorf("neigh: RTM_NEWNEIGH %v NTF_USE: %w", ip, err)
 	}
 	return nil
 }
 
-// addAddress assigns p to the interface (RTM_NEWADDR); IPv6 addresses skip
+// AddAddress assigns p to the interface (RTM_NEWADDR); IPv6 addresses skip
 // duplicate address detection.
-func (r *rtnl) addAddress(index int, p netip.Prefix) error {
+func (r *Netlink) AddAddress(index int, p netip.Prefix) error {
 	addr := p.Addr().Unmap()
 	b := make([]byte, unix.SizeofIfAddrmsg)
 	b[0] = family(addr)
@@ -355,28 +357,28 @@ func (r *rtnl) addAddress(index int, p netip.Prefix) error {
 	b = appendAttr(b, unix.IFA_ADDRESS, addr.AsSlice())
 	_, err := r.request(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, b)
 	if err != nil {
-		return fmt.Errorf("roce: adding %v: %w", p, err)
+		return fmt.Errorf("neigh: adding %v: %w", p, err)
 	}
 	return nil
 }
 
-// Timing of KernelNeighbors.
+// Timing of Kernel.
 const (
-	// KernelNeighborTTL is how long a resolved address is used before the
+	// KernelTTL is how long a resolved address is used before the
 	// kernel's entry is read again (the kernel's base_reachable_time).
-	KernelNeighborTTL = 30 * time.Second
-	// KernelNeighborFailedTTL is how long an address that did not resolve
+	KernelTTL = 30 * time.Second
+	// KernelFailedTTL is how long an address that did not resolve
 	// is reported unreachable before it is tried again.
-	KernelNeighborFailedTTL = time.Second
-	// KernelNeighborWait bounds one resolution: the kernel's three probes
+	KernelFailedTTL = time.Second
+	// KernelWait bounds one resolution: the kernel's three probes
 	// one second apart, and a little.
-	KernelNeighborWait = 3500 * time.Millisecond
+	KernelWait = 3500 * time.Millisecond
 	// maxKernelResolutions bounds the resolutions under way at once.
 	maxKernelResolutions = 16
 )
 
-// KernelNeighborStats counts what a KernelNeighbors did.
-type KernelNeighborStats struct {
+// KernelStats counts what a Kernel did.
+type KernelStats struct {
 	Lookups    uint64 // RTM_GETNEIGH requests
 	Uses       uint64 // RTM_NEWNEIGH NTF_USE requests: resolutions the kernel was asked for
 	Routes     uint64 // RTM_GETROUTE requests
@@ -394,30 +396,30 @@ type kernelNeighbor struct {
 	busy     bool      // a resolution is under way
 }
 
-// KernelNeighbors resolves next hops through the kernel of the network
+// Kernel resolves next hops through the kernel of the network
 // namespace it was made in, as a raw (AF_PACKET) device needs: a route lookup
 // (RTM_GETROUTE out of the interface) picks the gateway when the destination
 // is not on the link; the kernel's neighbour table (RTM_GETNEIGH) gives the
 // gateway's or destination's MAC; an address it lacks is resolved by the
 // kernel itself, asked with RTM_NEWNEIGH and NTF_USE to send its ARP request
 // or neighbor solicitation, and the table is read again (every few
-// milliseconds, for up to KernelNeighborWait) until the entry is usable or
+// milliseconds, for up to KernelWait) until the entry is usable or
 // failed. A stale entry is used and the kernel asked to confirm it.
 //
 // Resolve never blocks: lookups run on goroutines (at most 16 at once) and
-// results are cached for KernelNeighborTTL (KernelNeighborFailedTTL for
+// results are cached for KernelTTL (KernelFailedTTL for
 // failures), DefaultMaxNeighbors entries at most; Wake signals the device
 // when one ends. Time is the system's:
 // the now passed to Resolve is not used.
-type KernelNeighbors struct {
-	nl      *rtnl
+type Kernel struct {
+	nl      *Netlink
 	ifindex int
 	ifname  string
 
 	mu     sync.Mutex
 	cache  map[netip.Addr]*kernelNeighbor
 	busy   int
-	stats  KernelNeighborStats
+	stats  KernelStats
 	closed bool
 	wg     sync.WaitGroup
 	done   chan struct{}
@@ -425,26 +427,28 @@ type KernelNeighbors struct {
 }
 
 var (
-	_ Neighbors     = (*KernelNeighbors)(nil)
-	_ NeighborWaker = (*KernelNeighbors)(nil)
+	_ Resolver = (*Kernel)(nil)
+	_ Waker    = (*Kernel)(nil)
 )
 
-// NewKernelNeighbors returns neighbour resolution for the named interface,
+// NewKernel returns neighbour resolution for the named interface,
 // through a netlink socket opened in the calling thread's network namespace.
-func NewKernelNeighbors(ifname string) (*KernelNeighbors, error) {
+func NewKernel(ifname string) (*Kernel, error) {
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
-		return nil, fmt.Errorf("roce: %w", err)
+		return nil, fmt.Errorf("neigh: %w", err)
 	}
-	nl, err := dialRTNL()
+	nl, err := DialNetlink()
 	if err != nil {
 		return nil, err
 	}
-	return newKernelNeighbors(nl, ifi), nil
+	return NewKernelOn(nl, ifi), nil
 }
 
-func newKernelNeighbors(nl *rtnl, ifi *net.Interface) *KernelNeighbors {
-	return &KernelNeighbors{
+// NewKernelOn is NewKernel over an open netlink socket, which the Kernel
+// takes over (its Close closes it), for interface ifi.
+func NewKernelOn(nl *Netlink, ifi *net.Interface) *Kernel {
+	return &Kernel{
 		nl: nl, ifindex: ifi.Index, ifname: ifi.Name,
 		cache: make(map[netip.Addr]*kernelNeighbor),
 		done:  make(chan struct{}), wake: make(chan struct{}, 1),
@@ -452,18 +456,18 @@ func newKernelNeighbors(nl *rtnl, ifi *net.Interface) *KernelNeighbors {
 }
 
 // Wake returns a channel that receives a value when a resolution ends.
-func (k *KernelNeighbors) Wake() <-chan struct{} { return k.wake }
+func (k *Kernel) Wake() <-chan struct{} { return k.wake }
 
 // Stats returns a snapshot of the counters.
-func (k *KernelNeighbors) Stats() KernelNeighborStats {
+func (k *Kernel) Stats() KernelStats {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.stats
 }
 
 // Close stops the resolutions under way, waits for them and closes the
-// netlink socket. Resolve reports ErrNeighborUnreachable afterwards.
-func (k *KernelNeighbors) Close() error {
+// netlink socket. Resolve reports ErrUnreachable afterwards.
+func (k *Kernel) Close() error {
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()
@@ -478,14 +482,14 @@ func (k *KernelNeighbors) Close() error {
 }
 
 // Resolve returns ip's next-hop MAC if known; otherwise it starts resolving
-// it and returns ErrNeighborPending. See KernelNeighbors.
-func (k *KernelNeighbors) Resolve(_ time.Time, ip netip.Addr) ([6]byte, error) {
+// it and returns ErrPending. See Kernel.
+func (k *Kernel) Resolve(_ time.Time, ip netip.Addr) ([6]byte, error) {
 	ip = ip.Unmap()
 	now := time.Now()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
-		return [6]byte{}, ErrNeighborUnreachable
+		return [6]byte{}, ErrUnreachable
 	}
 	e := k.cache[ip]
 	if e == nil {
@@ -506,14 +510,14 @@ func (k *KernelNeighbors) Resolve(_ time.Time, ip netip.Addr) ([6]byte, error) {
 	case e.ok:
 		return e.mac, nil // while being confirmed, too
 	case e.resolved && !expired:
-		return [6]byte{}, ErrNeighborUnreachable
+		return [6]byte{}, ErrUnreachable
 	}
-	return [6]byte{}, ErrNeighborPending
+	return [6]byte{}, ErrPending
 }
 
 // sweepLocked forgets the entries not being resolved whose time is up, and if
 // that frees nothing, any entry not being resolved: the cache stays bounded.
-func (k *KernelNeighbors) sweepLocked(now time.Time) {
+func (k *Kernel) sweepLocked(now time.Time) {
 	for ip, e := range k.cache {
 		if !e.busy && !now.Before(e.until) {
 			delete(k.cache, ip)
@@ -530,7 +534,7 @@ func (k *KernelNeighbors) sweepLocked(now time.Time) {
 }
 
 // resolve finds ip's next hop and its MAC, and records the result in e.
-func (k *KernelNeighbors) resolve(ip netip.Addr, e *kernelNeighbor) {
+func (k *Kernel) resolve(ip netip.Addr, e *kernelNeighbor) {
 	defer k.wg.Done()
 	mac, err := k.lookup(ip)
 	k.mu.Lock()
@@ -539,13 +543,13 @@ func (k *KernelNeighbors) resolve(ip netip.Addr, e *kernelNeighbor) {
 	e.resolved = true
 	if err == nil {
 		e.mac, e.ok = mac, true
-		e.until = time.Now().Add(KernelNeighborTTL)
+		e.until = time.Now().Add(KernelTTL)
 		k.stats.Resolved++
 	} else {
 		e.ok = false
-		e.until = time.Now().Add(KernelNeighborFailedTTL)
+		e.until = time.Now().Add(KernelFailedTTL)
 		k.stats.Failed++
-		if !errors.Is(err, ErrNeighborUnreachable) {
+		if !errors.Is(err, ErrUnreachable) {
 			k.stats.LastError = err.Error()
 		}
 	}
@@ -556,67 +560,101 @@ func (k *KernelNeighbors) resolve(ip netip.Addr, e *kernelNeighbor) {
 	}
 }
 
-func (k *KernelNeighbors) count(c *uint64) {
+func (k *Kernel) count(c *uint64) {
 	k.mu.Lock()
 	*c++
 	k.mu.Unlock()
 }
 
 // lookup does the netlink work of one resolution.
-func (k *KernelNeighbors) lookup(ip netip.Addr) ([6]byte, error) {
+func (k *Kernel) lookup(ip netip.Addr) ([6]byte, error) {
 	nextHop := ip
 	k.count(&k.stats.Routes)
 	rt, err := k.nl.getRoute(ip, k.ifindex)
 	switch {
 	case err != nil:
-		return [6]byte{}, fmt.Errorf("%w: %v: %w", ErrNeighborUnreachable, ip, err)
+		return [6]byte{}, fmt.Errorf("%w: %v: %w", ErrUnreachable, ip, err)
 	case rt.typ != unix.RTN_UNICAST:
 		// Local, broadcast, unreachable...: nothing to send a frame to.
-		return [6]byte{}, fmt.Errorf("%w: %v: route type %d", ErrNeighborUnreachable, ip, rt.typ)
+		return [6]byte{}, fmt.Errorf("%w: %v: route type %d", ErrUnreachable, ip, rt.typ)
 	case rt.gateway.IsValid() && rt.oif == k.ifindex:
 		nextHop = rt.gateway
 		k.count(&k.stats.ViaGateway)
 	}
-	deadline := time.Now().Add(KernelNeighborWait)
+	deadline := time.Now().Add(KernelWait)
 	asked := false
 	wait := time.Millisecond
 	for {
 		k.count(&k.stats.Lookups)
-		state, mac, err := k.nl.getNeighbor(nextHop, k.ifindex)
+		state, mac, err := k.nl.Neighbor(nextHop, k.ifindex)
 		if err != nil {
 			return [6]byte{}, err
 		}
-		usable := state&nudValid != 0
+		usable := state&NUDValid != 0
 		switch {
 		case usable && state&nudStale != 0 && !asked:
 			// Usable, but confirm it: the kernel sees none of our
 			// traffic, so the entry only ages.
 			k.count(&k.stats.Uses)
-			if err := k.nl.useNeighbor(nextHop, k.ifindex); err != nil {
+			if err := k.nl.UseNeighbor(nextHop, k.ifindex); err != nil {
 				return [6]byte{}, err
 			}
 			return mac, nil
 		case usable:
 			return mac, nil
 		case state&nudFailed != 0 && asked:
-			return [6]byte{}, fmt.Errorf("%w: %v: the kernel's resolution failed", ErrNeighborUnreachable, nextHop)
+			return [6]byte{}, fmt.Errorf("%w: %v: the kernel's resolution failed", ErrUnreachable, nextHop)
 		case !asked || state == 0:
 			// No entry, or a failed or stale one from before: ask the
 			// kernel to resolve it now.
 			k.count(&k.stats.Uses)
-			if err := k.nl.useNeighbor(nextHop, k.ifindex); err != nil {
+			if err := k.nl.UseNeighbor(nextHop, k.ifindex); err != nil {
 				return [6]byte{}, err
 			}
 			asked = true
 		}
 		if time.Now().After(deadline) {
-			return [6]byte{}, fmt.Errorf("%w: %v: no answer in %v", ErrNeighborUnreachable, nextHop, KernelNeighborWait)
+			return [6]byte{}, fmt.Errorf("%w: %v: no answer in %v", ErrUnreachable, nextHop, KernelWait)
 		}
 		select {
 		case <-k.done:
-			return [6]byte{}, ErrNeighborUnreachable
+			return [6]byte{}, ErrUnreachable
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 50*time.Millisecond)
 	}
+}
+
+func ifinfomsg(index int, flags, change uint32) []byte {
+	b := make([]byte, unix.SizeofIfInfomsg)
+	binary.NativeEndian.PutUint32(b[4:], uint32(int32(index)))
+	binary.NativeEndian.PutUint32(b[8:], flags)
+	binary.NativeEndian.PutUint32(b[12:], change)
+	return b
+}
+
+// AddBridge creates a bridge (for building test topologies) without STP and with no forwarding delay, so
+// that ports forward as soon as they are up.
+func (r *Netlink) AddBridge(name string) error {
+	const iflaBrForwardDelay = 1 // IFLA_BR_FORWARD_DELAY
+	b := ifinfomsg(0, 0, 0)
+	b = appendAttr(b, unix.IFLA_IFNAME, append([]byte(name), 0))
+	info := appendAttr(nil, unix.IFLA_INFO_KIND, []byte("bridge"))
+	info = appendAttr(info, unix.IFLA_INFO_DATA, appendAttr(nil, iflaBrForwardDelay, binary.NativeEndian.AppendUint32(nil, 0)))
+	b = appendAttr(b, unix.IFLA_LINKINFO, info)
+	_, err := r.request(unix.RTM_NEWLINK, unix.NLM_F_CREATE|unix.NLM_F_EXCL, b)
+	return err
+}
+
+// SetMaster enslaves interface index to master (a bridge).
+func (r *Netlink) SetMaster(index, master int) error {
+	b := appendAttr(ifinfomsg(index, 0, 0), unix.IFLA_MASTER, binary.NativeEndian.AppendUint32(nil, uint32(master)))
+	_, err := r.request(unix.RTM_NEWLINK, 0, b)
+	return err
+}
+
+// SetUp brings interface index up.
+func (r *Netlink) SetUp(index int) error {
+	_, err := r.request(unix.RTM_NEWLINK, 0, ifinfomsg(index, unix.IFF_UP, unix.IFF_UP))
+	return err
 }

@@ -1,4 +1,4 @@
-package roce_test
+package neigh_test
 
 import (
 	"bytes"
@@ -11,9 +11,9 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-	"github.com/softrdma/softrdma/ibtransport"
-	"github.com/softrdma/softrdma/roce"
-	"github.com/softrdma/softrdma/sim"
+
+	"github.com/softrdma/softrdma/header"
+	"github.com/softrdma/softrdma/neigh"
 )
 
 var (
@@ -30,13 +30,13 @@ var (
 	t0       = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
-func newHost(t *testing.T) *roce.HostNeighbors {
+func newHost(t *testing.T) *neigh.Host {
 	t.Helper()
-	return roce.NewHostNeighbors(roce.HostNeighborsConfig{MAC: hostMAC, Addrs: []netip.Addr{host4, host6}})
+	return neigh.NewHost(neigh.HostConfig{MAC: hostMAC, Addrs: []netip.Addr{host4, host6}})
 }
 
 // serialize builds a frame with gopacket, checksums and lengths computed: the
-// independent reference for the frames HostNeighbors builds by hand.
+// independent reference for the frames Host builds by hand.
 func serialize(t testing.TB, ls ...gopacket.SerializableLayer) []byte {
 	t.Helper()
 	for _, l := range ls {
@@ -100,7 +100,7 @@ const (
 	naOverride  = 0x20
 )
 
-func out(h *roce.HostNeighbors, now time.Time) [][]byte {
+func out(h *neigh.Host, now time.Time) [][]byte {
 	var frames [][]byte
 	for _, f := range h.AppendFrames(now, nil) {
 		frames = append(frames, bytes.Clone(f))
@@ -120,7 +120,7 @@ func wantFrames(t *testing.T, what string, got [][]byte, want ...[]byte) {
 	}
 }
 
-func wantResolved(t *testing.T, h *roce.HostNeighbors, now time.Time, ip netip.Addr, mac [6]byte) {
+func wantResolved(t *testing.T, h *neigh.Host, now time.Time, ip netip.Addr, mac [6]byte) {
 	t.Helper()
 	got, err := h.Resolve(now, ip)
 	if err != nil || got != mac {
@@ -162,7 +162,7 @@ func TestHostNeighborsAnswersARP(t *testing.T) {
 // failure, second round and success.
 func TestHostNeighborsResolvesARP(t *testing.T) {
 	h := newHost(t)
-	if _, err := h.Resolve(t0, third4); !errors.Is(err, roce.ErrNeighborPending) {
+	if _, err := h.Resolve(t0, third4); !errors.Is(err, neigh.ErrPending) {
 		t.Fatalf("first Resolve: %v, want pending", err)
 	}
 	req := arpFrame(t, layers.ARPRequest, bcastMAC, hostMAC, host4, [6]byte{}, third4)
@@ -173,11 +173,11 @@ func TestHostNeighborsResolvesARP(t *testing.T) {
 	wantFrames(t, "before the retry", out(h, t0.Add(500*time.Millisecond)))
 	wantFrames(t, "retry 1", out(h, t0.Add(time.Second)), req)
 	wantFrames(t, "retry 2", out(h, t0.Add(2*time.Second)), req)
-	if _, err := h.Resolve(t0.Add(2*time.Second), third4); !errors.Is(err, roce.ErrNeighborPending) {
+	if _, err := h.Resolve(t0.Add(2*time.Second), third4); !errors.Is(err, neigh.ErrPending) {
 		t.Fatalf("Resolve during retries: %v", err)
 	}
 	wantFrames(t, "give up", out(h, t0.Add(3*time.Second)))
-	if _, err := h.Resolve(t0.Add(3*time.Second), third4); !errors.Is(err, roce.ErrNeighborUnreachable) {
+	if _, err := h.Resolve(t0.Add(3*time.Second), third4); !errors.Is(err, neigh.ErrUnreachable) {
 		t.Fatalf("Resolve after 3 unanswered requests: %v, want unreachable", err)
 	}
 	if _, ok := h.NextDeadline(); ok {
@@ -185,7 +185,7 @@ func TestHostNeighborsResolvesARP(t *testing.T) {
 	}
 	// A second round after RetransTime, answered this time.
 	now := t0.Add(4 * time.Second)
-	if _, err := h.Resolve(now, third4); !errors.Is(err, roce.ErrNeighborPending) {
+	if _, err := h.Resolve(now, third4); !errors.Is(err, neigh.ErrPending) {
 		t.Fatalf("Resolve in a new round: %v", err)
 	}
 	wantFrames(t, "new round", out(h, now), req)
@@ -195,7 +195,7 @@ func TestHostNeighborsResolvesARP(t *testing.T) {
 		t.Error("a deadline after the answer")
 	}
 	// Past ReachableTime the entry is still used, and confirmed by unicast.
-	later := now.Add(roce.DefaultReachableTime)
+	later := now.Add(neigh.DefaultReachableTime)
 	wantResolved(t, h, later, third4, thirdMAC)
 	wantFrames(t, "confirmation", out(h, later), arpFrame(t, layers.ARPRequest, thirdMAC[:], hostMAC, host4, [6]byte{}, third4))
 	if st := h.Stats(); st.ARPRequestsOut != 5 || st.Failed != 1 || st.ARPRepliesIn != 1 {
@@ -212,7 +212,7 @@ func TestHostNeighborsAnswersNDP(t *testing.T) {
 	}{
 		{"solicited-node multicast", solicited(host6), host6, solicitedMAC(host6)},
 		{"unicast", host6, host6, hostMAC[:]},
-		{"link-local GID", solicited(roce.LinkLocalGID(hostMAC)), roce.LinkLocalGID(hostMAC), solicitedMAC(roce.LinkLocalGID(hostMAC))},
+		{"link-local GID", solicited(neigh.LinkLocalAddr(hostMAC)), neigh.LinkLocalAddr(hostMAC), solicitedMAC(neigh.LinkLocalAddr(hostMAC))},
 	} {
 		ns := ndFrame(t, layers.ICMPv6TypeNeighborSolicitation, peerMAC, tc.ethDst, peer6, tc.dst, tc.tgt, 0, peerMAC[:], 255)
 		if !h.HandleFrame(t0, ns) {
@@ -237,9 +237,9 @@ func TestHostNeighborsAnswersNDP(t *testing.T) {
 	hop64 := ndFrame(t, layers.ICMPv6TypeNeighborSolicitation, peerMAC, solicitedMAC(host6), peer6, solicited(host6), host6, 0, peerMAC[:], 64)
 	zeroOpt := bytes.Clone(good)
 	zeroOpt[len(zeroOpt)-7] = 0 // option length 0
-	binary.BigEndian.PutUint16(zeroOpt[roce.EthernetLen+roce.IPv6Len+2:], 0)
+	binary.BigEndian.PutUint16(zeroOpt[header.EthernetLen+header.IPv6Len+2:], 0)
 	src, dst := peer6, solicited(host6)
-	binary.BigEndian.PutUint16(zeroOpt[roce.EthernetLen+roce.IPv6Len+2:], roce.ICMPv6Checksum(src, dst, zeroOpt[roce.EthernetLen+roce.IPv6Len:]))
+	binary.BigEndian.PutUint16(zeroOpt[header.EthernetLen+header.IPv6Len+2:], header.ICMPv6Checksum(src, dst, zeroOpt[header.EthernetLen+header.IPv6Len:]))
 	dadWithLL := ndFrame(t, layers.ICMPv6TypeNeighborSolicitation, thirdMAC, solicitedMAC(host6), netip.IPv6Unspecified(), solicited(host6), host6, 0, thirdMAC[:], 255)
 	before := h.Stats().Invalid
 	for _, f := range [][]byte{badSum, hop64, zeroOpt, dadWithLL} {
@@ -260,14 +260,14 @@ func TestHostNeighborsAnswersNDP(t *testing.T) {
 
 func TestHostNeighborsResolvesNDP(t *testing.T) {
 	h := newHost(t)
-	if _, err := h.Resolve(t0, third6); !errors.Is(err, roce.ErrNeighborPending) {
+	if _, err := h.Resolve(t0, third6); !errors.Is(err, neigh.ErrPending) {
 		t.Fatalf("Resolve: %v", err)
 	}
 	wantFrames(t, "solicitation", out(h, t0),
 		ndFrame(t, layers.ICMPv6TypeNeighborSolicitation, hostMAC, solicitedMAC(third6), host6, solicited(third6), third6, 0, hostMAC[:], 255))
 	// An unsolicited advertisement of another address teaches nothing (no entry).
 	h.HandleFrame(t0, ndFrame(t, layers.ICMPv6TypeNeighborAdvertisement, peerMAC, net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, peer6, netip.MustParseAddr("ff02::1"), peer6, naOverride, peerMAC[:], 255))
-	if _, err := h.Resolve(t0, peer6); !errors.Is(err, roce.ErrNeighborPending) {
+	if _, err := h.Resolve(t0, peer6); !errors.Is(err, neigh.ErrPending) {
 		t.Fatalf("learned from an unsolicited advertisement: %v", err)
 	}
 	h.HandleFrame(t0, ndFrame(t, layers.ICMPv6TypeNeighborAdvertisement, thirdMAC, hostMAC[:], third6, host6, third6, naSolicited|naOverride, thirdMAC[:], 255))
@@ -277,7 +277,7 @@ func TestHostNeighborsResolvesNDP(t *testing.T) {
 	h.Resolve(t0, ll)
 	frames := out(h, t0)
 	wantFrames(t, "link-local solicitation", frames[len(frames)-1:],
-		ndFrame(t, layers.ICMPv6TypeNeighborSolicitation, hostMAC, solicitedMAC(ll), roce.LinkLocalGID(hostMAC), solicited(ll), ll, 0, hostMAC[:], 255))
+		ndFrame(t, layers.ICMPv6TypeNeighborSolicitation, hostMAC, solicitedMAC(ll), neigh.LinkLocalAddr(hostMAC), solicited(ll), ll, 0, hostMAC[:], 255))
 	// Multicast needs no resolution.
 	wantResolved(t, h, t0, netip.MustParseAddr("ff02::1:ff00:3"), [6]byte{0x33, 0x33, 0xff, 0, 0, 3})
 	wantResolved(t, h, t0, netip.MustParseAddr("239.1.2.3"), [6]byte{0x01, 0x00, 0x5e, 0x01, 0x02, 0x03})
@@ -299,14 +299,14 @@ func TestHostNeighborsQueueBounded(t *testing.T) {
 func TestICMPv6Checksum(t *testing.T) {
 	// A frame gopacket checksummed verifies to 0.
 	f := ndFrame(t, layers.ICMPv6TypeNeighborSolicitation, peerMAC, solicitedMAC(host6), peer6, solicited(host6), host6, 0, peerMAC[:], 255)
-	msg := f[roce.EthernetLen+roce.IPv6Len:]
-	if got := roce.ICMPv6Checksum(peer6, solicited(host6), msg); got != 0 {
+	msg := f[header.EthernetLen+header.IPv6Len:]
+	if got := header.ICMPv6Checksum(peer6, solicited(host6), msg); got != 0 {
 		t.Errorf("checksum over a good message = %#x, want 0", got)
 	}
 	want := binary.BigEndian.Uint16(msg[2:])
 	m := bytes.Clone(msg)
 	m[2], m[3] = 0, 0
-	if got := roce.ICMPv6Checksum(peer6, solicited(host6), m); got != want {
+	if got := header.ICMPv6Checksum(peer6, solicited(host6), m); got != want {
 		t.Errorf("checksum %#x, want gopacket's %#x", got, want)
 	}
 }
@@ -323,130 +323,26 @@ func FuzzHostNeighborsHandleFrame(f *testing.F) {
 		h.HandleFrame(t0, frame)
 		for _, o := range h.AppendFrames(t0, nil) {
 			// Whatever is sent is from us and well formed.
-			if len(o) < roce.EthernetLen || [6]byte(o[6:12]) != hostMAC {
+			if len(o) < header.EthernetLen || [6]byte(o[6:12]) != hostMAC {
 				t.Fatalf("sent % x", o)
 			}
 			switch binary.BigEndian.Uint16(o[12:]) {
-			case roce.EtherTypeARP:
+			case neigh.EtherTypeARP:
 				if len(o) != 60 {
 					t.Fatalf("ARP frame of %d bytes", len(o))
 				}
-			case roce.EtherTypeIPv6:
-				ip := o[roce.EthernetLen:]
+			case header.EtherTypeIPv6:
+				ip := o[header.EthernetLen:]
 				src, dst := netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
-				if roce.ICMPv6Checksum(src, dst, ip[roce.IPv6Len:]) != 0 || ip[7] != 255 {
+				if header.ICMPv6Checksum(src, dst, ip[header.IPv6Len:]) != 0 || ip[7] != 255 {
 					t.Fatalf("bad NDP frame % x", o)
 				}
 			default:
 				t.Fatalf("sent ethertype %#x", binary.BigEndian.Uint16(o[12:]))
 			}
 		}
-		if _, err := h.Resolve(t0, peer4); err != nil && !errors.Is(err, roce.ErrNeighborPending) {
+		if _, err := h.Resolve(t0, peer4); err != nil && !errors.Is(err, neigh.ErrPending) {
 			t.Fatalf("Resolve after input: %v", err)
 		}
 	})
-}
-
-// TestDeviceResolvesWithARP runs RC WRITEs between two devices on a simulated
-// switch that know nothing of each other: each is a host (HostNeighbors), the
-// first frames wait in the device's queue while ARP resolves the peer, and
-// nothing is lost.
-func TestDeviceResolvesWithARP(t *testing.T) {
-	for _, v6 := range []bool{false, true} {
-		name := "IPv4"
-		ipA, ipB := netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.1.0.2")
-		if v6 {
-			name = "IPv6"
-			ipA, ipB = netip.MustParseAddr("fd01::1"), netip.MustParseAddr("fd01::2")
-		}
-		t.Run(name, func(t *testing.T) {
-			p := &pair{net: sim.New(7), ipA: ipA, ipB: ipB}
-			macA, macB := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
-			p.macB = macB
-			sw := p.net.AddSwitch("sw")
-			pa, pb := p.net.AddNode("a", macA), p.net.AddNode("b", macB)
-			link := sim.LinkConfig{Latency: 5 * time.Microsecond}
-			p.net.ConnectSwitch(pa, sw, link)
-			p.net.ConnectSwitch(pb, sw, link)
-			na := roce.NewHostNeighbors(roce.HostNeighborsConfig{MAC: macA, Addrs: []netip.Addr{ipA}})
-			nb := roce.NewHostNeighbors(roce.HostNeighborsConfig{MAC: macB, Addrs: []netip.Addr{ipB}})
-			var err error
-			if p.a, err = roce.NewDevice(roce.DeviceConfig{Endpoint: pa, MAC: macA, Addrs: []netip.Addr{ipA}, Neighbors: na, Engine: ibtransport.ContextConfig{Seed: 1}}); err != nil {
-				t.Fatal(err)
-			}
-			if p.b, err = roce.NewDevice(roce.DeviceConfig{Endpoint: pb, MAC: macB, Addrs: []netip.Addr{ipB}, Neighbors: nb, Engine: ibtransport.ContextConfig{Seed: 2}}); err != nil {
-				t.Fatal(err)
-			}
-			p.qa, p.cqa, p.mra = setupQP(t, p.a)
-			p.qb, p.cqb, p.mrb = setupQP(t, p.b)
-			connect(t, p.a, p.qa, p.qb, ipB, 100, 200)
-			connect(t, p.b, p.qb, p.qa, ipA, 200, 100)
-			p.write(t, 50, 3000)
-			ca, cb := p.a.Counters(), p.b.Counters()
-			if ca.Queued == 0 || ca.Unresolved != 0 || cb.Unresolved != 0 {
-				t.Errorf("a queued %d and dropped %d unresolved frames, b dropped %d; want some queued, none dropped", ca.Queued, ca.Unresolved, cb.Unresolved)
-			}
-			if ca.Neighbor == 0 || cb.Neighbor == 0 {
-				t.Errorf("neighbour frames handled: a %d, b %d", ca.Neighbor, cb.Neighbor)
-			}
-			if p.qa.Counters().Retransmissions != 0 {
-				t.Errorf("%d retransmissions: the queued frames were lost", p.qa.Counters().Retransmissions)
-			}
-			if _, err := na.Resolve(p.net.Now(), ipB); err != nil {
-				t.Errorf("a does not know b: %v", err)
-			}
-		})
-	}
-}
-
-// TestDeviceDropsUnresolved aims a QP at an address nobody has: the queued
-// frames are dropped and counted once resolution gives up, and the device
-// stays idle (no busy deadline) afterwards.
-func TestDeviceDropsUnresolved(t *testing.T) {
-	n := sim.New(3)
-	sw := n.AddSwitch("sw")
-	mac := [6]byte{2, 0, 0, 0, 0, 1}
-	port := n.AddNode("a", mac)
-	n.ConnectSwitch(port, sw, sim.LinkConfig{Latency: time.Microsecond})
-	ip := netip.MustParseAddr("10.1.0.1")
-	d, err := roce.NewDevice(roce.DeviceConfig{Endpoint: port, MAC: mac, Addrs: []netip.Addr{ip},
-		Neighbors: roce.NewHostNeighbors(roce.HostNeighborsConfig{MAC: mac, Addrs: []netip.Addr{ip}}), Engine: ibtransport.ContextConfig{Seed: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	qa, cq, mr := setupQP(t, d)
-	peer, _, _ := setupQP(t, d) // only for a QPN
-	// A short timeout: the QP must give up long before ARP does.
-	connectTimeout(t, d, qa, peer, netip.MustParseAddr("10.1.0.99"), 1, 1, 10)
-	if err := qa.PostSend(ibtransport.SendWR{WRID: 1, Opcode: ibtransport.WRRDMAWrite, Signaled: true,
-		SGL: []ibtransport.SGE{mr.SGE(0, 100)}, RemoteAddr: 0x1000, RKey: 1}); err != nil {
-		t.Fatal(err)
-	}
-	wc := make([]ibtransport.WC, 1)
-	got := false
-	err = n.Drive(10*time.Minute, func() bool { return got }, func(time.Time) bool {
-		got = cq.Poll(wc) == 1
-		return got
-	}, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if wc[0].Status == ibtransport.WCSuccess {
-		t.Fatalf("completion %v, want an error (retries exhausted)", wc[0])
-	}
-	// The QP gave up long before ARP does (three requests a second apart):
-	// the frames still queued are dropped when it does.
-	err = n.Drive(10*time.Second, func() bool {
-		c := d.Counters()
-		return c.Queued > 0 && c.Unresolved == c.Queued
-	}, nil, d)
-	if err != nil && !errors.Is(err, sim.ErrStalled) { // stalled: all dropped, nothing left to do
-		t.Fatal(err)
-	}
-	if c := d.Counters(); c.Queued == 0 || c.Unresolved != c.Queued {
-		t.Fatalf("counters %+v: want every queued frame dropped as unresolved", c)
-	}
-	if at, ok := d.NextDeadline(); ok {
-		t.Errorf("a deadline (%v) after everything was dropped", at)
-	}
 }
