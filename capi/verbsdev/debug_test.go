@@ -50,3 +50,20 @@ func TestDebugLog(t *testing.T) {
 		t.Errorf("rstream: want rsocket's refusal on stderr:\n%s", errOut)
 	}
 }
+
+// bannerPrefix begins the line SOFTRDMA_DEBUG=1 prints when the library
+// loads its devices.
+const bannerPrefix = "softrdma: libibverbs.so.1 (softrdma "
+
+// debugLines returns the library's SOFTRDMA_DEBUG lines in out other than
+// its first, which names the build and the devices: what it refused or
+// reported.
+func debugLines(out string) []string {
+	var l []string
+	for _, line := range strings.Split(out, "\n") {
+		if i := strings.Index(line, "softrdma:"); i >= 0 && !strings.HasPrefix(line[i:], bannerPrefix) {
+			l = append(l, line[i:])
+		}
+	}
+	return l
+}
