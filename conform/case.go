@@ -21,6 +21,9 @@ const (
 	// NotApplicable means the case could not run against this peer: it lacks a
 	// control the case needs, or the feature is optional and absent.
 	NotApplicable Result = "not applicable"
+	// Waived means the case failed and the peer's expected-failures file lists
+	// it (Runner.Waivers), with the reason in CaseReport.Waiver.
+	Waived Result = "waived"
 )
 
 // Verdict is what a case concluded.
@@ -65,8 +68,15 @@ type Case struct {
 	// ID names the case, e.g. "rc.psn.gap"; --case globs match it.
 	ID string
 	// Section is the part of the specification it checks, e.g.
-	// "IBTA Vol. 1 9.7.5.1, C9-105".
+	// "IBTA Vol. 1 9.7.5.1" or "RFC 5044 §7.1".
 	Section string
+	// Statement is the IBTA compliance statement the case checks, e.g. "C9-105",
+	// or "" where no public source confirms its number (IBTA) or the Section is
+	// the clause (RFCs). See Citation.
+	Statement string
+	// Level says whether the specification requires the behaviour (Must) or
+	// recommends it (Should).
+	Level Level
 	// Summary is one line about what is checked.
 	Summary string
 	// Sends describes what the tester sends.
@@ -75,6 +85,21 @@ type Case struct {
 	Expects string
 	// Run runs the case. It must return once ctx is done.
 	Run func(ctx context.Context) Verdict
+}
+
+// Citation returns the section with the compliance statement, e.g.
+// "IBTA Vol. 1 9.7.5.1, C9-105"; an IBTA section without a confirmed statement
+// says so ("..., statement number not confirmed").
+func (c *Case) Citation() string { return citation(c.Section, c.Statement) }
+
+func citation(section, statement string) string {
+	switch {
+	case statement != "":
+		return section + ", " + statement
+	case strings.HasPrefix(section, "IBTA "):
+		return section + ", " + StatementUnconfirmed
+	}
+	return section
 }
 
 // Mismatch is the error a case's steps return when the peer answered wrongly:

@@ -5,12 +5,17 @@
 // judges the answer against what the specification requires.
 //
 // A Case has an ID ("rc.psn.gap"), the section of the specification it checks (IBTA
-// Vol. 1 chapter 9 for RoCE; RFC 5040/5041/5044/6581 for iWARP), what it sends,
-// what the specification says must come back, and a Run function that returns a
-// Verdict: pass, fail (with the bytes seen, shown in hex), or not applicable (with
-// the reason: the peer does not offer the control the case needs). A Runner runs a
-// catalogue, filtered by --case style globs, into a Report that prints as a table,
-// as JSON, or as JUnit XML.
+// Vol. 1 chapter 9 for RoCE; RFC 5040/5041/5044/6581 for iWARP), the IBTA compliance
+// statement where a public source confirms its number ("C9-105"), whether the
+// specification says MUST or SHOULD (Level), what it sends, what the specification
+// says must come back, and a Run function that returns a Verdict: pass (with what
+// was observed), fail (with the bytes seen, shown in hex), or not applicable (with
+// the reason: the peer does not offer the control the case needs). The catalogues
+// are data: a table of rows (roce_cases.go, iwarp_cases.go) whose bodies are small
+// methods (roce_bodies.go, iwarp_bodies.go). A Runner runs a catalogue, filtered
+// by --case style globs, into a Report that prints as a table, as JSON, or as
+// JUnit XML; a peer's expected-failures file (ReadWaivers) turns the failures it
+// lists, with their reasons, into XFAIL results that do not fail the run.
 //
 // The RoCE tester (RoCEEnv, RoCECases) injects raw RoCEv2 frames through a Link —
 // a simulated port (deterministic, virtual time) or a netio endpoint on a real
