@@ -10,7 +10,9 @@ import (
 
 // JUnit XML, in the shape CI systems (Jenkins, GitLab, GitHub actions that read
 // test reports) accept: one <testsuite> per run inside <testsuites>, one
-// <testcase> per case, <failure> for a fail, <skipped> for not applicable.
+// <testcase> per case, <failure> for a fail, <skipped> for not applicable and for
+// a failure an expected-failures file waived. <system-out> holds the citation,
+// the level (MUST/SHOULD) and, for a pass, what was observed.
 
 // JUnitTestSuites is the document element of a JUnit report.
 type JUnitTestSuites struct {
@@ -71,7 +73,7 @@ func seconds(d time.Duration) string { return fmt.Sprintf("%.6f", d.Seconds()) }
 func (r *Report) JUnit() *JUnitTestSuites {
 	name := "softrdma conform " + r.Suite
 	s := JUnitTestSuite{
-		Name: name, Tests: len(r.Cases), Failures: r.Failed, Skipped: r.NotApplicable,
+		Name: name, Tests: len(r.Cases), Failures: r.Failed, Skipped: r.NotApplicable + r.Waived,
 		Time: seconds(r.Duration), Timestamp: r.Started.UTC().Format("2006-01-02T15:04:05"),
 		Properties: []JUnitProperty{{Name: "suite", Value: r.Suite}, {Name: "peer", Value: r.Peer}},
 	}
@@ -81,17 +83,26 @@ func (r *Report) JUnit() *JUnitTestSuites {
 			class += "." + c.ID[:i]
 		}
 		tc := JUnitTestCase{Name: c.ID, Classname: class, Time: seconds(c.Duration),
-			SystemOut: fmt.Sprintf("section: %s\nchecks: %s\nsends: %s\nexpects: %s\n", c.Section, c.Summary, c.Sends, c.Expects)}
+			SystemOut: fmt.Sprintf("citation: %s\nlevel: %s\nchecks: %s\nsends: %s\nexpects: %s\n",
+				c.Citation, c.Level, c.Summary, c.Sends, c.Expects)}
+		if c.Result == Pass && c.Reason != "" {
+			tc.SystemOut += "observed: " + c.Reason + "\n"
+		}
+		if c.Waiver != "" {
+			tc.SystemOut += "waiver: " + c.Waiver + "\n"
+		}
 		switch c.Result {
 		case Fail:
 			var b strings.Builder
-			fmt.Fprintf(&b, "section: %s\nexpects: %s\n", c.Section, c.Expects)
+			fmt.Fprintf(&b, "citation: %s\nlevel: %s\nexpects: %s\n", c.Citation, c.Level, c.Expects)
 			for i, h := range c.Seen {
 				fmt.Fprintf(&b, "seen[%d]: %s\n", i, h)
 			}
-			tc.Failure = &JUnitFailure{Message: c.Reason, Type: "conformance", Text: b.String()}
+			tc.Failure = &JUnitFailure{Message: c.Reason, Type: "conformance " + string(c.Level), Text: b.String()}
 		case NotApplicable:
 			tc.Skipped = &JUnitSkipped{Message: c.Reason}
+		case Waived:
+			tc.Skipped = &JUnitSkipped{Message: "expected failure (" + c.Waiver + "): " + c.Reason}
 		}
 		s.Cases = append(s.Cases, tc)
 	}

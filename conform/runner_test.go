@@ -84,7 +84,7 @@ func TestCatalogue(t *testing.T) {
 // syntheticCases are one case of each outcome, and one that panics.
 func syntheticCases() []Case {
 	mk := func(id string, v Verdict) Case {
-		return Case{ID: id, Section: "IBTA Vol. 1 9.7.5.1", Summary: "s " + id, Sends: "x", Expects: "y",
+		return Case{ID: id, Section: "IBTA Vol. 1 9.7.5.1", Statement: "C9-105", Level: Must, Summary: "s " + id, Sends: "x", Expects: "y",
 			Run: func(context.Context) Verdict { return v }}
 	}
 	cs := []Case{
@@ -134,7 +134,8 @@ func TestRunnerOutcomes(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"PASS    a.pass", "FAIL    a.fail", "N/A     b.na", "seen[0]: 1100ffff",
+	for _, want := range []string{"PASS    a.pass   MUST", "IBTA Vol. 1 9.7.5.1, C9-105", "FAIL    a.fail", "N/A     b.na", "seen[0]: 1100ffff",
+		"observed in the passing cases:\n  a.pass: fine\n", "FAIL a.fail (MUST IBTA Vol. 1 9.7.5.1, C9-105): got",
 		"1 passed, 2 failed, 1 not applicable (4 cases"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
@@ -164,6 +165,9 @@ func TestReportJSON(t *testing.T) {
 		if _, ok := generic[k]; !ok {
 			t.Errorf("JSON lacks %q", k)
 		}
+	}
+	if c := back.Cases[0]; c.Level != Must || c.Statement != "C9-105" || c.Citation != "IBTA Vol. 1 9.7.5.1, C9-105" || c.Reason != "fine" {
+		t.Errorf("the passing case's level, citation and observation after the round trip: %+v", c)
 	}
 }
 
@@ -202,6 +206,10 @@ func TestReportJUnit(t *testing.T) {
 	}
 	if failures != 2 || skipped != 1 {
 		t.Errorf("%d <failure> and %d <skipped>, want 2 and 1", failures, skipped)
+	}
+	if p := s.Cases[0]; !strings.Contains(p.SystemOut, "observed: fine\n") || !strings.Contains(p.SystemOut, "level: MUST\n") ||
+		!strings.Contains(p.SystemOut, "citation: IBTA Vol. 1 9.7.5.1, C9-105\n") {
+		t.Errorf("the passing case's system-out lacks its observation, level or citation:\n%s", p.SystemOut)
 	}
 	f := s.Cases[1]
 	if f.Name != "a.fail" || f.Classname != "roce.a" || f.Failure.Message != `got <ACK> & "NAK"` ||

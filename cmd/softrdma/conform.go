@@ -107,6 +107,7 @@ type conformOptions struct {
 	udpPort   uint16
 	peerKind  string
 	pcap      string // --pcap FILE
+	waivers   string // --waivers FILE
 }
 
 func conformCmd(args []string, stdout, stderr io.Writer) int {
@@ -128,6 +129,7 @@ func conformCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.junit, "junit", "", "also write the report as JUnit XML to `FILE`")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
 	fs.BoolVar(&o.list, "list", false, "list the catalogue and exit")
+	fs.StringVar(&o.waivers, "waivers", "", "the peer's expected failures: a `FILE` of lines 'CASE-GLOB reason'; a listed case that fails reports XFAIL and does not fail the run")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "print each case's result as it finishes (to stderr)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "how long to wait for an answer the specification requires (default 200ms; 1s virtual on the simulator)")
 	fs.DurationVar(&o.silence, "silence", 0, "how long no answer must come where the specification requires none (default 100ms)")
@@ -205,6 +207,15 @@ func conformRun(o conformOptions, pcap *conformPcap, stdout, stderr io.Writer) i
 	}
 	defer cleanup()
 	r := &conform.Runner{Suite: o.transport, Peer: peerName, Cases: cases, Pattern: o.pattern}
+	if o.waivers != "" {
+		if r.Waivers, err = conform.ReadWaiversFile(o.waivers); err != nil {
+			fmt.Fprintf(stderr, "softrdma conform: %v\n", err)
+			return 2
+		}
+		for _, w := range conform.Unused(r.Waivers, cases) {
+			fmt.Fprintf(stderr, "softrdma conform: %s line %d: %q matches no case\n", o.waivers, w.Line, w.Pattern)
+		}
+	}
 	if o.verbose {
 		r.Progress = func(c conform.CaseReport) {
 			fmt.Fprintf(stderr, "%-14s %-26s %s\n", c.Result, c.ID, c.Reason)
@@ -314,15 +325,14 @@ func conformList(o conformOptions, stdout, stderr io.Writer) int {
 	}
 	rep := &conform.Report{Suite: o.transport, Peer: "(not run)"}
 	for _, c := range cases {
-		rep.Cases = append(rep.Cases, conform.CaseReport{ID: c.ID, Section: c.Section, Summary: c.Summary,
-			Sends: c.Sends, Expects: c.Expects})
+		rep.Cases = append(rep.Cases, c.Describe())
 	}
 	if o.json {
 		rep.WriteJSON(stdout)
 		return 0
 	}
 	for _, c := range cases {
-		fmt.Fprintf(stdout, "%s\n  section: %s\n  checks:  %s\n  sends:   %s\n  expects: %s\n", c.ID, c.Section, c.Summary, c.Sends, c.Expects)
+		fmt.Fprintf(stdout, "%s\n  section: %s (%s)\n  checks:  %s\n  sends:   %s\n  expects: %s\n", c.ID, c.Citation(), c.Level, c.Summary, c.Sends, c.Expects)
 	}
 	fmt.Fprintf(stdout, "%d cases\n", len(cases))
 	return 0
