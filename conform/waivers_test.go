@@ -92,3 +92,24 @@ func TestRunnerWaivers(t *testing.T) {
 		t.Errorf("a run whose only failure is waived is not OK: %+v", rep)
 	}
 }
+
+// TestKernelWaiverFiles reads the waivers shipped for the kernel peers: each
+// parses, and each entry names a case of its catalogue (a misspelt ID would
+// silently waive nothing).
+func TestKernelWaiverFiles(t *testing.T) {
+	for file, cases := range map[string][]Case{
+		"../test/conform/kernel-rxe-6.1.waivers": RoCECases(nil),
+		"../test/conform/kernel-siw-6.1.waivers": IWARPCases(nil),
+	} {
+		w, err := ReadWaiversFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(w) == 0 {
+			t.Errorf("%s: no waivers", file)
+		}
+		for _, u := range Unused(w, cases) {
+			t.Errorf("%s line %d: %q matches no case", file, u.Line, u.Pattern)
+		}
+	}
+}
