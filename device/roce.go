@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/devspec"
+	"github.com/softrdma/softrdma/ibcm"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/pcaptap"
@@ -143,7 +144,7 @@ func (d *RoCE) PcapFrames() uint64 {
 
 // StartCM puts a CM agent on QP1 and a manager on it, and runs the agent.
 func (d *RoCE) StartCM(CMConfig) (*CM, error) {
-	agent, err := roce.NewCMAgent(roce.CMAgentConfig{Device: d.dev})
+	agent, err := ibcm.NewCMAgent(ibcm.CMAgentConfig{Device: d.dev})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/gopacket/pcapgo"
 
+	"github.com/softrdma/softrdma/ibcm"
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/roce"
 	"github.com/softrdma/softrdma/sim"
@@ -18,7 +19,7 @@ import (
 // capturedFrame is one RoCE frame carrying a MAD, from a capture or the wire.
 type capturedFrame struct {
 	raw []byte
-	mad roce.MAD
+	mad ibcm.MAD
 }
 
 // decodeMADFrame decodes a frame carrying a MAD (ok false for anything else).
@@ -28,14 +29,14 @@ func decodeMADFrame(b []byte) (capturedFrame, bool) {
 		return capturedFrame{}, false
 	}
 	var p ib.Packet
-	if p.Decode(f.IB) != nil || p.BTH.DestQP() != roce.GSIQPN {
+	if p.Decode(f.IB) != nil || p.BTH.DestQP() != ibcm.GSIQPN {
 		return capturedFrame{}, false
 	}
-	m, err := roce.MADFromPacket(&p)
+	m, err := ibcm.MADFromPacket(&p)
 	if err != nil {
 		return capturedFrame{}, false
 	}
-	return capturedFrame{raw: b, mad: roce.MAD(bytes.Clone(m))}, true
+	return capturedFrame{raw: b, mad: ibcm.MAD(bytes.Clone(m))}, true
 }
 
 // captureFrames returns the MAD frames of a capture in testdata/captures.
@@ -67,7 +68,7 @@ func captureFrames(t *testing.T, name string) []capturedFrame {
 
 // withIDs returns a copy of the frame with its MAD edited by fn and the ICRC
 // computed again.
-func (c capturedFrame) withIDs(t *testing.T, fn func(m roce.MAD)) []byte {
+func (c capturedFrame) withIDs(t *testing.T, fn func(m ibcm.MAD)) []byte {
 	t.Helper()
 	b := bytes.Clone(c.raw)
 	var f roce.Frame
@@ -78,7 +79,7 @@ func (c capturedFrame) withIDs(t *testing.T, fn func(m roce.MAD)) []byte {
 	if err := p.Decode(f.IB); err != nil {
 		t.Fatal(err)
 	}
-	m, err := roce.MADFromPacket(&p)
+	m, err := ibcm.MADFromPacket(&p)
 	if err != nil {
 		t.Fatal(err)
 	}

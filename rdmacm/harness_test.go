@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/ibcm"
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/rdmacm"
 	"github.com/softrdma/softrdma/roce"
@@ -24,7 +25,7 @@ type host struct {
 	ip    netip.Addr
 	port  *sim.Port
 	dev   *roce.Device
-	agent *roce.CMAgent
+	agent *ibcm.CMAgent
 	m     *rdmacm.Manager
 	pd    *ib.PD
 	cq    *ib.CQ
@@ -63,7 +64,7 @@ func (w *world) host(name string, mac [6]byte, ip netip.Addr, cfg sim.LinkConfig
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	agent, err := roce.NewCMAgent(roce.CMAgentConfig{Device: dev, Clock: w.net.Clock(), Seed: seed})
+	agent, err := ibcm.NewCMAgent(ibcm.CMAgentConfig{Device: dev, Clock: w.net.Clock(), Seed: seed})
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/ibcm"
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/netio/netnstest"
@@ -119,7 +120,7 @@ type nsHost struct {
 	cq    *ib.CQ
 	mr    *ib.MR
 	buf   []byte
-	agent *roce.CMAgent
+	agent *ibcm.CMAgent
 }
 
 // openNSHost opens the device inside ns, bound to ip, as softrdma's tools
@@ -132,7 +133,7 @@ func openNSHost(t *testing.T, ns *netnstest.NS, ip netip.Addr, seed uint64) *nsH
 		dev, err = roce.Open(roce.OpenConfig{Backend: roce.BackendUDP, Addrs: []netip.Addr{ip}, Engine: ib.ContextConfig{Seed: seed}})
 		return err
 	})
-	agent, err := roce.NewCMAgent(roce.CMAgentConfig{Device: dev, Seed: seed})
+	agent, err := ibcm.NewCMAgent(ibcm.CMAgentConfig{Device: dev, Seed: seed})
 	if err != nil {
 		dev.Close()
 		t.Fatal(err)

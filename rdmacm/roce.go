@@ -6,32 +6,33 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/softrdma/softrdma/ibcm"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/roce"
 )
 
-// The RoCE backend: rdma_cm over the IB CM of a roce.CMAgent, as the kernel's
+// The RoCE backend: rdma_cm over the IB CM of a ibcm.CMAgent, as the kernel's
 // cma.c drives ib_cm.
 
 // Sizes of the consumer's private data in the IB CM messages, after rdma_cm's
 // CMA header where it has one (IB_CM_*_PRIVATE_DATA_SIZE - sizeof(cma_hdr)).
 const (
-	MaxREQPrivateData     = roce.CMREQPrivateDataLen - roce.CMAHeaderLen     // 56
-	MaxREPPrivateData     = roce.CMREPPrivateDataLen                         // 196
-	MaxREJPrivateData     = roce.CMREJPrivateDataLen                         // 148
-	MaxSIDRREQPrivateData = roce.CMSIDRREQPrivateDataLen - roce.CMAHeaderLen // 180
-	MaxSIDRREPPrivateData = roce.CMSIDRREPPrivateDataLen                     // 136
+	MaxREQPrivateData     = ibcm.CMREQPrivateDataLen - ibcm.CMAHeaderLen     // 56
+	MaxREPPrivateData     = ibcm.CMREPPrivateDataLen                         // 196
+	MaxREJPrivateData     = ibcm.CMREJPrivateDataLen                         // 148
+	MaxSIDRREQPrivateData = ibcm.CMSIDRREQPrivateDataLen - ibcm.CMAHeaderLen // 180
+	MaxSIDRREPPrivateData = ibcm.CMSIDRREPPrivateDataLen                     // 136
 )
 
 // roceState is the RoCE part of an ID. Guarded by Manager.mu.
 type roceState struct {
-	cm    *roce.CMID
+	cm    *ibcm.CMID
 	ah    ibtransport.AddressHandle // the QP's path
-	path  roce.CMPathFields         // the REQ's primary path (active)
+	path  ibcm.CMPathFields         // the REQ's primary path (active)
 	mtu   int
 	psn   uint32 // the starting PSN this side expects
 	retry uint8  // the REQ's retry count (active)
-	req   *roce.CMREQFields
+	req   *ibcm.CMREQFields
 
 	// A QP the ID does not manage (rdma_connect/rdma_accept with a
 	// qp_num and no rdma_create_qp; the program moves it with
@@ -40,27 +41,27 @@ type roceState struct {
 	psnSet  bool       // psn is chosen (passive: by InitQPAttr before the accept)
 	conn    qpConn     // the attributes for the QP, once the peer's are known
 	connSet bool       // conn is set
-	rep     *roce.CMID // active: the CMID whose RTU Establish sends
+	rep     *ibcm.CMID // active: the CMID whose RTU Establish sends
 }
 
 type roceTransport struct {
 	m       *Manager
-	agent   *roce.CMAgent
+	agent   *ibcm.CMAgent
 	dev     *roce.Device
-	byCM    map[*roce.CMID]*ID
+	byCM    map[*ibcm.CMID]*ID
 	listens map[uint64]*roceListen
 }
 
 type roceListen struct {
-	l    *roce.CMListener
+	l    *ibcm.CMListener
 	refs int
 }
 
 // AddRoCE adds a RoCE device through its CM agent. The agent and the device
 // must be driven (their Run methods, or Poll in a simulation) for anything to
 // happen; the agent must use the Manager's clock.
-func (m *Manager) AddRoCE(agent *roce.CMAgent) error {
-	t := &roceTransport{m: m, agent: agent, dev: agent.Device(), byCM: map[*roce.CMID]*ID{}, listens: map[uint64]*roceListen{}}
+func (m *Manager) AddRoCE(agent *ibcm.CMAgent) error {
+	t := &roceTransport{m: m, agent: agent, dev: agent.Device(), byCM: map[*ibcm.CMID]*ID{}, listens: map[uint64]*roceListen{}}
 	return m.addTransport(t)
 }
 
@@ -127,7 +128,7 @@ func (t *roceTransport) resolveRoute(id *ID) error {
 	ah.FlowLabel = roce.CMFlowLabel(id.local.Port(), id.remote.Port())
 	rs.ah = ah
 	rs.mtu = t.dev.PathMTU()
-	rs.path = roce.CMPathFields{
+	rs.path = ibcm.CMPathFields{
 		LocalLID: 0xFFFF, RemoteLID: 0xFFFF,
 		LocalGID: t.dev.GIDs()[idx].As16(), RemoteGID: id.remote.Addr().As16(),
 		FlowLabel: ah.FlowLabel, TrafficClass: id.tos, HopLimit: ah.HopLimit,
@@ -221,9 +222,9 @@ func connectQP(ctx *ibtransport.Context, qp *ibtransport.QP, ah ibtransport.Addr
 
 // cmaPrivateData returns the CMA header for id followed by pd.
 func cmaPrivateData(id *ID, pd []byte) []byte {
-	b := make([]byte, roce.CMAHeaderLen+len(pd))
-	roce.CMAHeader(b).Encode(&roce.CMAHeaderFields{SrcPort: id.local.Port(), Src: id.local.Addr(), Dst: id.remote.Addr()})
-	copy(b[roce.CMAHeaderLen:], pd)
+	b := make([]byte, ibcm.CMAHeaderLen+len(pd))
+	ibcm.CMAHeader(b).Encode(&ibcm.CMAHeaderFields{SrcPort: id.local.Port(), Src: id.local.Addr(), Dst: id.remote.Addr()})
+	copy(b[ibcm.CMAHeaderLen:], pd)
 	return b
 }
 
@@ -233,9 +234,9 @@ func (t *roceTransport) connect(id *ID, p *ConnParam) error {
 		if len(p.PrivateData) > MaxSIDRREQPrivateData {
 			return fmt.Errorf("rdmacm: SIDR private data %d > %d: %w", len(p.PrivateData), MaxSIDRREQPrivateData, ErrInvalid)
 		}
-		cm, err := t.agent.SIDRRequest(&roce.SIDRRequestParams{
-			ServiceID: roce.CMAServiceID(roce.RDMAPortSpace(id.ps), id.remote.Port()),
-			To:        roce.MADAddress{Remote: id.remote.Addr(), Local: id.local.Addr()},
+		cm, err := t.agent.SIDRRequest(&ibcm.SIDRRequestParams{
+			ServiceID: ibcm.CMAServiceID(ibcm.RDMAPortSpace(id.ps), id.remote.Port()),
+			To:        ibcm.MADAddress{Remote: id.remote.Addr(), Local: id.local.Addr()},
 			// rdma_cm's SIDR_REQ carries the CMA header too.
 			PrivateData: cmaPrivateData(id, p.PrivateData),
 		}, t.handle)
@@ -259,8 +260,8 @@ func (t *roceTransport) connect(id *ID, p *ConnParam) error {
 	if id.qp == nil {
 		rs.userQPN = qpn
 	}
-	cm, err := t.agent.Connect(&roce.CMConnectParams{
-		ServiceID:          roce.CMAServiceID(roce.RDMAPortSpace(id.ps), id.remote.Port()),
+	cm, err := t.agent.Connect(&ibcm.CMConnectParams{
+		ServiceID:          ibcm.CMAServiceID(ibcm.RDMAPortSpace(id.ps), id.remote.Port()),
 		Path:               rs.path,
 		PathMTU:            rs.mtu,
 		QPN:                qpn,
@@ -282,7 +283,7 @@ func (t *roceTransport) connect(id *ID, p *ConnParam) error {
 }
 
 func (t *roceTransport) listen(id *ID) error {
-	sid := roce.CMAServiceID(roce.RDMAPortSpace(id.ps), id.local.Port())
+	sid := ibcm.CMAServiceID(ibcm.RDMAPortSpace(id.ps), id.local.Port())
 	rl := t.listens[sid]
 	if rl == nil {
 		l, err := t.agent.Listen(sid, t.handle)
@@ -297,7 +298,7 @@ func (t *roceTransport) listen(id *ID) error {
 }
 
 func (t *roceTransport) unlisten(id *ID) {
-	sid := roce.CMAServiceID(roce.RDMAPortSpace(id.ps), id.local.Port())
+	sid := ibcm.CMAServiceID(ibcm.RDMAPortSpace(id.ps), id.local.Port())
 	if rl := t.listens[sid]; rl != nil {
 		if rl.refs--; rl.refs <= 0 {
 			rl.l.Close()
@@ -312,7 +313,7 @@ func (t *roceTransport) accept(id *ID, p *ConnParam) error {
 		if len(p.PrivateData) > MaxSIDRREPPrivateData {
 			return fmt.Errorf("rdmacm: SIDR_REP private data %d > %d: %w", len(p.PrivateData), MaxSIDRREPPrivateData, ErrInvalid)
 		}
-		if err := rs.cm.SIDRReply(&roce.SIDRReply{Status: roce.CMSIDRSuccess, QPN: id.qp.QPN(), QKey: UDPQKey, PrivateData: p.PrivateData}); err != nil {
+		if err := rs.cm.SIDRReply(&ibcm.SIDRReply{Status: ibcm.CMSIDRSuccess, QPN: id.qp.QPN(), QKey: UDPQKey, PrivateData: p.PrivateData}); err != nil {
 			return err
 		}
 		id.state = stateEstablished
@@ -327,7 +328,7 @@ func (t *roceTransport) accept(id *ID, p *ConnParam) error {
 		if !rs.psnSet {
 			rs.psn, rs.psnSet = t.m.randomPSN(), true
 		}
-		if err := rs.cm.Accept(&roce.CMReplyParams{
+		if err := rs.cm.Accept(&ibcm.CMReplyParams{
 			QPN: p.QPNum, StartingPSN: rs.psn,
 			ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 			RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ, FlowControl: p.FlowControl,
@@ -346,18 +347,18 @@ func (t *roceTransport) accept(id *ID, p *ConnParam) error {
 	err := connectQP(t.dev.Context(), id.qp, rs.ah, qpConn{
 		peerReads: req.InitiatorDepth > 0,
 		destQPN:   req.LocalQPN, rqPSN: rs.psn, sqPSN: req.StartingPSN,
-		mtu:             roce.MTUFromCode(req.PathMTU),
+		mtu:             ibcm.MTUFromCode(req.PathMTU),
 		maxDestRdAtomic: p.ResponderResources, maxRd: p.InitiatorDepth,
 		timeout: req.Primary.LocalACKTimeout, retry: req.RetryCount, rnrRetr: req.RNRRetryCount,
 	})
 	if err != nil {
 		// cma_accept: a QP that cannot be connected rejects the request.
 		id.qpToError()
-		rs.cm.Reject(roce.CMRejConsumer, nil, nil)
+		rs.cm.Reject(ibcm.CMRejConsumer, nil, nil)
 		id.state = stateDisconnect
 		return fmt.Errorf("rdmacm: accept: %w", err)
 	}
-	err = rs.cm.Accept(&roce.CMReplyParams{
+	err = rs.cm.Accept(&ibcm.CMReplyParams{
 		QPN: id.qp.QPN(), StartingPSN: rs.psn,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 		RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ, FlowControl: p.FlowControl,
@@ -376,12 +377,12 @@ func (t *roceTransport) reject(id *ID, pd []byte) error {
 		if len(pd) > MaxSIDRREPPrivateData {
 			return fmt.Errorf("rdmacm: SIDR_REP private data %d > %d: %w", len(pd), MaxSIDRREPPrivateData, ErrInvalid)
 		}
-		return rs.cm.SIDRReply(&roce.SIDRReply{Status: roce.CMSIDRReject, PrivateData: pd})
+		return rs.cm.SIDRReply(&ibcm.SIDRReply{Status: ibcm.CMSIDRReject, PrivateData: pd})
 	}
 	if len(pd) > MaxREJPrivateData {
 		return fmt.Errorf("rdmacm: REJ private data %d > %d: %w", len(pd), MaxREJPrivateData, ErrInvalid)
 	}
-	return rs.cm.Reject(roce.CMRejConsumer, nil, pd)
+	return rs.cm.Reject(ibcm.CMRejConsumer, nil, pd)
 }
 
 func (t *roceTransport) disconnect(id *ID) error {
@@ -389,7 +390,7 @@ func (t *roceTransport) disconnect(id *ID) error {
 	if id.roce.cm == nil {
 		return id.errState("disconnect")
 	}
-	if err := id.roce.cm.Disconnect(nil); err != nil && !errors.Is(err, roce.ErrCMClosed) {
+	if err := id.roce.cm.Disconnect(nil); err != nil && !errors.Is(err, ibcm.ErrCMClosed) {
 		return err
 	}
 	return nil
@@ -404,15 +405,15 @@ func (t *roceTransport) destroy(id *ID) {
 }
 
 // handle is the handler of every CMID of the transport's agent.
-func (t *roceTransport) handle(ev *roce.CMEvent) {
+func (t *roceTransport) handle(ev *ibcm.CMEvent) {
 	m := t.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch ev.Type {
-	case roce.CMEventREQ:
+	case ibcm.CMEventREQ:
 		t.onREQ(ev)
 		return
-	case roce.CMEventSIDRREQ:
+	case ibcm.CMEventSIDRREQ:
 		t.onSIDRREQ(ev)
 		return
 	}
@@ -421,28 +422,28 @@ func (t *roceTransport) handle(ev *roce.CMEvent) {
 		return
 	}
 	switch ev.Type {
-	case roce.CMEventREP:
+	case ibcm.CMEventREP:
 		t.onREP(id, ev)
-	case roce.CMEventREQError, roce.CMEventREPError:
+	case ibcm.CMEventREQError, ibcm.CMEventREPError:
 		id.state = stateDisconnect
 		m.push(id, Event{Type: EventUnreachable, Status: StatusTimedOut})
-	case roce.CMEventREJ:
+	case ibcm.CMEventREJ:
 		id.qpToError()
 		id.state = stateDisconnect
 		m.push(id, Event{Type: EventRejected, Status: int(ev.Reason), Param: ConnParam{PrivateData: ev.PrivateData},
 			Err: fmt.Errorf("rdmacm: rejected: %v", ev.Reason)})
-	case roce.CMEventRTU, roce.CMEventUserEstablished:
+	case ibcm.CMEventRTU, ibcm.CMEventUserEstablished:
 		id.state = stateEstablished
 		m.push(id, Event{Type: EventEstablished})
-	case roce.CMEventDREQ, roce.CMEventDREP:
+	case ibcm.CMEventDREQ, ibcm.CMEventDREP:
 		m.disconnected(id, 0)
-	case roce.CMEventDREQError:
+	case ibcm.CMEventDREQError:
 		m.disconnected(id, StatusTimedOut)
-	case roce.CMEventTimeWaitExit:
+	case ibcm.CMEventTimeWaitExit:
 		m.push(id, Event{Type: EventTimewaitExit})
-	case roce.CMEventSIDRREP:
+	case ibcm.CMEventSIDRREP:
 		t.onSIDRREP(id, ev)
-	case roce.CMEventSIDRREQError:
+	case ibcm.CMEventSIDRREQError:
 		id.state = stateDisconnect
 		m.push(id, Event{Type: EventUnreachable, Status: StatusTimedOut})
 	}
@@ -450,7 +451,7 @@ func (t *roceTransport) handle(ev *roce.CMEvent) {
 
 // onREP finishes an active connection as cma_rep_recv does: QP to RTR and
 // RTS, then the RTU; a QP that cannot be connected rejects the REP.
-func (t *roceTransport) onREP(id *ID, ev *roce.CMEvent) {
+func (t *roceTransport) onREP(id *ID, ev *ibcm.CMEvent) {
 	rs := &id.roce
 	rep := ev.REP
 	if id.qp == nil && rs.userQPN != 0 {
@@ -458,7 +459,7 @@ func (t *roceTransport) onREP(id *ID, ev *roce.CMEvent) {
 		return
 	}
 	if id.qp == nil {
-		ev.ID.Reject(roce.CMRejConsumer, nil, nil)
+		ev.ID.Reject(ibcm.CMRejConsumer, nil, nil)
 		t.m.push(id, Event{Type: EventConnectError, Status: StatusInvalid, Err: errors.New("rdmacm: the QP is gone")})
 		return
 	}
@@ -467,12 +468,12 @@ func (t *roceTransport) onREP(id *ID, ev *roce.CMEvent) {
 		destQPN:   rep.LocalQPN, rqPSN: rs.psn, sqPSN: rep.StartingPSN,
 		mtu:             rs.mtu,
 		maxDestRdAtomic: rep.InitiatorDepth, maxRd: rep.ResponderResources,
-		timeout: roce.LocalACKTimeout(t.agent.Config().PacketLifeTime, t.agent.Config().CAACKDelay),
+		timeout: ibcm.LocalACKTimeout(t.agent.Config().PacketLifeTime, t.agent.Config().CAACKDelay),
 		retry:   rs.retry, rnrRetr: rep.RNRRetryCount,
 	})
 	if err != nil {
 		id.qpToError()
-		ev.ID.Reject(roce.CMRejConsumer, nil, nil)
+		ev.ID.Reject(ibcm.CMRejConsumer, nil, nil)
 		id.state = stateDisconnect
 		t.m.push(id, Event{Type: EventConnectError, Status: StatusInvalid, Err: err})
 		return
@@ -490,12 +491,12 @@ func (t *roceTransport) onREP(id *ID, ev *roce.CMEvent) {
 }
 
 // requestTarget checks a request's CMA header and finds the listener it is for.
-func (t *roceTransport) requestTarget(serviceID uint64, pd []byte, want PortSpace) (l *ID, h roce.CMAHeader, port uint16, ok bool) {
-	h = roce.CMAHeader(pd)
+func (t *roceTransport) requestTarget(serviceID uint64, pd []byte, want PortSpace) (l *ID, h ibcm.CMAHeader, port uint16, ok bool) {
+	h = ibcm.CMAHeader(pd)
 	if h.Check() != nil {
 		return nil, h, 0, false
 	}
-	ps, port, isCMA := roce.ParseCMAServiceID(serviceID)
+	ps, port, isCMA := ibcm.ParseCMAServiceID(serviceID)
 	if !isCMA || PortSpace(ps) != want {
 		return nil, h, 0, false
 	}
@@ -508,7 +509,7 @@ func (t *roceTransport) requestTarget(serviceID uint64, pd []byte, want PortSpac
 }
 
 // onREQ makes the ID of an incoming connection (cma_ib_req_handler).
-func (t *roceTransport) onREQ(ev *roce.CMEvent) {
+func (t *roceTransport) onREQ(ev *ibcm.CMEvent) {
 	m := t.m
 	req := ev.REQ
 	l, h, port, ok := t.requestTarget(req.ServiceID, req.PrivateData, PortSpaceTCP)
@@ -516,7 +517,7 @@ func (t *roceTransport) onREQ(ev *roce.CMEvent) {
 		// No rdma_cm ID takes it (a bad CMA header, another port space, an
 		// address no listener is bound to): the consumer's reject.
 		m.counters.RequestsRefused++
-		ev.ID.Reject(roce.CMRejConsumer, nil, nil)
+		ev.ID.Reject(ibcm.CMRejConsumer, nil, nil)
 		return
 	}
 	c := m.newConn(l, t, netip.AddrPortFrom(h.DstAddr(), port), netip.AddrPortFrom(h.SrcAddr(), h.SrcPort()))
@@ -529,7 +530,7 @@ func (t *roceTransport) onREQ(ev *roce.CMEvent) {
 	ah, err := t.dev.AddressHandle(peer)
 	if err != nil {
 		m.counters.RequestsRefused++
-		ev.ID.Reject(roce.CMRejConsumer, nil, nil)
+		ev.ID.Reject(ibcm.CMRejConsumer, nil, nil)
 		return
 	}
 	if idx, ok := t.sgidIndex(netip.AddrFrom16(req.Primary.RemoteGID)); ok {
@@ -537,8 +538,8 @@ func (t *roceTransport) onREQ(ev *roce.CMEvent) {
 	}
 	ah.FlowLabel, ah.HopLimit, ah.TrafficClass, ah.SL = req.Primary.FlowLabel, req.Primary.HopLimit, req.Primary.TrafficClass, req.Primary.SL
 	rs.ah = ah
-	rs.mtu = roce.MTUFromCode(req.PathMTU)
-	pd := req.PrivateData[roce.CMAHeaderLen:]
+	rs.mtu = ibcm.MTUFromCode(req.PathMTU)
+	pd := req.PrivateData[ibcm.CMAHeaderLen:]
 	if !m.deliverRequest(l, c, Event{Param: ConnParam{
 		PrivateData:        pd,
 		ResponderResources: req.InitiatorDepth, InitiatorDepth: req.ResponderResources,
@@ -552,25 +553,25 @@ func (t *roceTransport) onREQ(ev *roce.CMEvent) {
 }
 
 // onSIDRREQ makes the ID of an incoming UD request (cma_ib_req_handler for SIDR).
-func (t *roceTransport) onSIDRREQ(ev *roce.CMEvent) {
+func (t *roceTransport) onSIDRREQ(ev *ibcm.CMEvent) {
 	m := t.m
 	r := ev.SIDRREQ
 	l, h, port, ok := t.requestTarget(r.ServiceID, r.PrivateData, PortSpaceUDP)
 	if !ok {
 		m.counters.RequestsRefused++
-		ev.ID.SIDRReply(&roce.SIDRReply{Status: roce.CMSIDRReject})
+		ev.ID.SIDRReply(&ibcm.SIDRReply{Status: ibcm.CMSIDRReject})
 		return
 	}
 	ah, err := t.agent.GSI().AddressHandle(ev.From)
 	if err != nil {
 		m.counters.RequestsRefused++
-		ev.ID.SIDRReply(&roce.SIDRReply{Status: roce.CMSIDRReject})
+		ev.ID.SIDRReply(&ibcm.SIDRReply{Status: ibcm.CMSIDRReject})
 		return
 	}
 	c := m.newConn(l, t, netip.AddrPortFrom(h.DstAddr(), port), netip.AddrPortFrom(h.SrcAddr(), h.SrcPort()))
 	c.roce.cm = ev.ID
 	c.roce.ah = *ah
-	if !m.deliverRequest(l, c, Event{UD: UDParam{PrivateData: r.PrivateData[roce.CMAHeaderLen:], AH: *ah}}) {
+	if !m.deliverRequest(l, c, Event{UD: UDParam{PrivateData: r.PrivateData[ibcm.CMAHeaderLen:], AH: *ah}}) {
 		ev.ID.Drop()
 		return
 	}
@@ -578,10 +579,10 @@ func (t *roceTransport) onSIDRREQ(ev *roce.CMEvent) {
 }
 
 // onSIDRREP ends an active UD resolution (cma_sidr_rep_handler).
-func (t *roceTransport) onSIDRREP(id *ID, ev *roce.CMEvent) {
+func (t *roceTransport) onSIDRREP(id *ID, ev *ibcm.CMEvent) {
 	rep := ev.SIDRREP
 	switch {
-	case rep.Status != roce.CMSIDRSuccess:
+	case rep.Status != ibcm.CMSIDRSuccess:
 		id.state = stateDisconnect
 		t.m.push(id, Event{Type: EventUnreachable, Status: int(rep.Status), UD: UDParam{PrivateData: rep.PrivateData}})
 	case rep.QKey != UDPQKey:

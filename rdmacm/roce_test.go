@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/ibcm"
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/rdmacm"
 	"github.com/softrdma/softrdma/roce"
@@ -161,7 +162,7 @@ func TestRoCEReject(t *testing.T) {
 	req := p.request(time.Second)
 	must(t, req.ID.Reject([]byte("no you may not")))
 	ev := p.next(id, rdmacm.EventRejected, time.Second)
-	if ev.Status != int(roce.CMRejConsumer) || len(ev.Param.PrivateData) != rdmacm.MaxREJPrivateData || prefix(ev.Param.PrivateData, "no you may not") != nil {
+	if ev.Status != int(ibcm.CMRejConsumer) || len(ev.Param.PrivateData) != rdmacm.MaxREJPrivateData || prefix(ev.Param.PrivateData, "no you may not") != nil {
 		t.Errorf("REJECTED status %d private data %q", ev.Status, ev.Param.PrivateData)
 	}
 	if qa.State() != ib.QPStateErr {
@@ -182,7 +183,7 @@ func TestRoCEUnknownService(t *testing.T) {
 	id := p.resolve(p.a, rdmacm.PortSpaceTCP, netip.AddrPortFrom(ipB, 9999))
 	qa := p.a.createQP(t, id)
 	must(t, id.Connect(rdmacm.DefaultConnParam()))
-	if ev := p.next(id, rdmacm.EventRejected, time.Second); ev.Status != int(roce.CMRejInvalidServiceID) {
+	if ev := p.next(id, rdmacm.EventRejected, time.Second); ev.Status != int(ibcm.CMRejInvalidServiceID) {
 		t.Errorf("status %d", ev.Status)
 	}
 	must(t, id.Destroy())
@@ -191,7 +192,7 @@ func TestRoCEUnknownService(t *testing.T) {
 }
 
 // dropFirst drops the first n frames with a CM MAD of attribute attr.
-func dropFirst(attr roce.CMAttribute, n int) sim.DropFunc {
+func dropFirst(attr ibcm.CMAttribute, n int) sim.DropFunc {
 	return func(_ sim.Direction, frame []byte) bool {
 		var f roce.Frame
 		if n == 0 || f.DecodeEthernet(frame) != nil {
@@ -201,7 +202,7 @@ func dropFirst(attr roce.CMAttribute, n int) sim.DropFunc {
 		if pk.Decode(f.IB) != nil {
 			return false
 		}
-		if m, err := roce.MADFromPacket(&pk); err == nil && m.CMAttribute() == attr {
+		if m, err := ibcm.MADFromPacket(&pk); err == nil && m.CMAttribute() == attr {
 			n--
 			return true
 		}
@@ -215,8 +216,8 @@ func dropFirst(attr roce.CMAttribute, n int) sim.DropFunc {
 // by the client's data: the server counts it established when its REP timer
 // finds the QP has received packets.
 func TestRoCEHandshakeLoss(t *testing.T) {
-	try := roce.CMTimeout(roce.DefaultCMResponseTimeout) + 2*roce.CMTimeout(roce.DefaultPacketLifeTime)
-	for _, lost := range []roce.CMAttribute{roce.CMAttrREQ, roce.CMAttrREP, roce.CMAttrRTU} {
+	try := ibcm.CMTimeout(ibcm.DefaultCMResponseTimeout) + 2*ibcm.CMTimeout(ibcm.DefaultPacketLifeTime)
+	for _, lost := range []ibcm.CMAttribute{ibcm.CMAttrREQ, ibcm.CMAttrREP, ibcm.CMAttrRTU} {
 		t.Run(lost.String(), func(t *testing.T) {
 			p := newPair(t, sim.LinkConfig{DropFunc: dropFirst(lost, 1)})
 			start := p.net.Now()
@@ -224,28 +225,28 @@ func TestRoCEHandshakeLoss(t *testing.T) {
 			req := p.request(time.Minute)
 			qb := p.accept(req, "y")
 			p.next(id, rdmacm.EventEstablished, time.Minute)
-			if lost == roce.CMAttrRTU {
+			if lost == ibcm.CMAttrRTU {
 				must(t, qb.PostRecv(ib.RecvWR{WRID: 1, SGL: []ib.SGE{p.b.mr.SGE(0, 64)}}))
 				must(t, qa.PostSend(ib.SendWR{WRID: 2, Opcode: ib.WRSend, SGL: []ib.SGE{p.a.mr.SGE(0, 8)}, Signaled: true}))
 			}
 			p.next(req.ID, rdmacm.EventEstablished, time.Minute)
-			if el := p.net.Now().Sub(start); lost != roce.CMAttrRTU && el < try {
+			if el := p.net.Now().Sub(start); lost != ibcm.CMAttrRTU && el < try {
 				t.Errorf("established after %v: before the retry at %v", el, try)
 			}
 			p.settle(time.Minute)
 			noEvent(t, p.l)
 			ca, cb := p.a.agent.Counters(), p.b.agent.Counters()
 			switch lost {
-			case roce.CMAttrREQ:
+			case ibcm.CMAttrREQ:
 				if ca.Retries != 1 || cb.Duplicates != 0 {
 					t.Errorf("A %+v\nB %+v", ca, cb)
 				}
-			case roce.CMAttrREP:
-				if ca.Retries != 1 || cb.Duplicates == 0 || cb.Sent[roce.CMAttrREP-roce.CMAttrREQ] < 2 {
+			case ibcm.CMAttrREP:
+				if ca.Retries != 1 || cb.Duplicates == 0 || cb.Sent[ibcm.CMAttrREP-ibcm.CMAttrREQ] < 2 {
 					t.Errorf("A %+v\nB %+v", ca, cb)
 				}
-			case roce.CMAttrRTU:
-				if cb.Retries != 0 || cb.Received[roce.CMAttrRTU-roce.CMAttrREQ] != 0 {
+			case ibcm.CMAttrRTU:
+				if cb.Retries != 0 || cb.Received[ibcm.CMAttrRTU-ibcm.CMAttrREQ] != 0 {
 					t.Errorf("B %+v", cb)
 				}
 			}
@@ -257,8 +258,8 @@ func TestRoCEHandshakeLoss(t *testing.T) {
 // UNREACHABLE (ETIMEDOUT) on the side left waiting, after every CM retry; its
 // Destroy leaves no QP and no CM state.
 func TestRoCEPeerVanishes(t *testing.T) {
-	budget := time.Duration(roce.DefaultMaxCMRetries+1) *
-		(roce.CMTimeout(roce.DefaultCMResponseTimeout) + 2*roce.CMTimeout(roce.DefaultPacketLifeTime))
+	budget := time.Duration(ibcm.DefaultMaxCMRetries+1) *
+		(ibcm.CMTimeout(ibcm.DefaultCMResponseTimeout) + 2*ibcm.CMTimeout(ibcm.DefaultPacketLifeTime))
 	t.Run("server gone before the REQ", func(t *testing.T) {
 		p := newPair(t, sim.LinkConfig{})
 		p.net.Partition(p.a.port, p.b.port, p.net.Now(), time.Time{})
@@ -371,7 +372,7 @@ func TestRoCEUD(t *testing.T) {
 	id2 := w.resolve(a, rdmacm.PortSpaceUDP, netip.AddrPortFrom(ipB, 9))
 	a.createQP(t, id2)
 	must(t, id2.Connect(rdmacm.ConnParam{}))
-	if ev := w.next(id2, rdmacm.EventUnreachable, time.Second); ev.Status != int(roce.CMSIDRUnsupported) {
+	if ev := w.next(id2, rdmacm.EventUnreachable, time.Second); ev.Status != int(ibcm.CMSIDRUnsupported) {
 		t.Errorf("status %d", ev.Status)
 	}
 	// A rejected one.
@@ -380,7 +381,7 @@ func TestRoCEUD(t *testing.T) {
 	must(t, id3.Connect(rdmacm.ConnParam{}))
 	r3 := w.next(l, rdmacm.EventConnectRequest, time.Second)
 	must(t, r3.ID.Reject([]byte("full")))
-	if ev := w.next(id3, rdmacm.EventUnreachable, time.Second); ev.Status != int(roce.CMSIDRReject) || prefix(ev.UD.PrivateData, "full") != nil {
+	if ev := w.next(id3, rdmacm.EventUnreachable, time.Second); ev.Status != int(ibcm.CMSIDRReject) || prefix(ev.UD.PrivateData, "full") != nil {
 		t.Errorf("status %d %q", ev.Status, ev.UD.PrivateData)
 	}
 	for _, x := range []*rdmacm.ID{id, id2, id3, req.ID, r3.ID, l} {
@@ -439,15 +440,15 @@ func TestRoCEKernelREQ(t *testing.T) {
 	var kreq, krep, krtu, kdreq, kdrep capturedFrame
 	for _, f := range frames {
 		switch f.mad.CMAttribute() {
-		case roce.CMAttrREQ:
+		case ibcm.CMAttrREQ:
 			kreq = f
-		case roce.CMAttrREP:
+		case ibcm.CMAttrREP:
 			krep = f
-		case roce.CMAttrRTU:
+		case ibcm.CMAttrRTU:
 			krtu = f
-		case roce.CMAttrDREQ:
+		case ibcm.CMAttrDREQ:
 			kdreq = f
-		case roce.CMAttrDREP:
+		case ibcm.CMAttrDREP:
 			kdrep = f
 		}
 	}
@@ -461,12 +462,12 @@ func TestRoCEKernelREQ(t *testing.T) {
 	must(t, req.ID.Accept(rdmacm.DefaultConnParam()))
 	w.settle(time.Millisecond)
 	out := readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.CMAttribute() != roce.CMAttrREP {
+	if len(out) != 1 || out[0].mad.CMAttribute() != ibcm.CMAttrREP {
 		t.Fatalf("the server sent %d MADs", len(out))
 	}
 	rep := out[0].mad
 	// The kernel's REP with this server's comm ID, QPN and PSN.
-	want := roce.MAD(bytes.Clone(krep.mad))
+	want := ibcm.MAD(bytes.Clone(krep.mad))
 	want.REP().SetLocalCommID(rep.REP().LocalCommID())
 	want.REP().SetLocalQPN(qp.QPN())
 	want.REP().SetStartingPSN(rep.REP().StartingPSN())
@@ -478,17 +479,17 @@ func TestRoCEKernelREQ(t *testing.T) {
 		t.Errorf("server QP %v %+v", qp.State(), qp.Query())
 	}
 	ours := rep.REP().LocalCommID()
-	inject(t, kernel, krtu.withIDs(t, func(m roce.MAD) { m.RTU().SetRemoteCommID(ours) }))
+	inject(t, kernel, krtu.withIDs(t, func(m ibcm.MAD) { m.RTU().SetRemoteCommID(ours) }))
 	w.next(req.ID, rdmacm.EventEstablished, time.Second)
-	inject(t, kernel, kdreq.withIDs(t, func(m roce.MAD) { m.DREQ().SetRemoteCommID(ours); m.DREQ().SetRemoteQPN(qp.QPN()) }))
+	inject(t, kernel, kdreq.withIDs(t, func(m ibcm.MAD) { m.DREQ().SetRemoteCommID(ours); m.DREQ().SetRemoteQPN(qp.QPN()) }))
 	w.next(req.ID, rdmacm.EventDisconnected, time.Second)
 	must(t, req.ID.Disconnect())
 	w.settle(time.Millisecond)
 	out = readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.CMAttribute() != roce.CMAttrDREP {
+	if len(out) != 1 || out[0].mad.CMAttribute() != ibcm.CMAttrDREP {
 		t.Fatalf("the server sent %d MADs for the DREQ", len(out))
 	}
-	want = roce.MAD(bytes.Clone(kdrep.mad))
+	want = ibcm.MAD(bytes.Clone(kdrep.mad))
 	want.DREP().SetLocalCommID(ours)
 	if !bytes.Equal(out[0].mad, want) {
 		t.Errorf("DREP\n%x\nwant\n%x", []byte(out[0].mad), []byte(want))
@@ -511,15 +512,15 @@ func TestRoCEKernelREP(t *testing.T) {
 	var kreq, krep, krtu, kdreq, kdrep capturedFrame
 	for _, f := range frames {
 		switch f.mad.CMAttribute() {
-		case roce.CMAttrREQ:
+		case ibcm.CMAttrREQ:
 			kreq = f
-		case roce.CMAttrREP:
+		case ibcm.CMAttrREP:
 			krep = f
-		case roce.CMAttrRTU:
+		case ibcm.CMAttrRTU:
 			krtu = f
-		case roce.CMAttrDREQ:
+		case ibcm.CMAttrDREQ:
 			kdreq = f
-		case roce.CMAttrDREP:
+		case ibcm.CMAttrDREP:
 			kdrep = f
 		}
 	}
@@ -528,24 +529,24 @@ func TestRoCEKernelREP(t *testing.T) {
 	must(t, id.Connect(rdmacm.DefaultConnParam())) // rping's: one READ each way, 7 and 7 retries
 	w.settle(time.Millisecond)
 	out := readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.CMAttribute() != roce.CMAttrREQ {
+	if len(out) != 1 || out[0].mad.CMAttribute() != ibcm.CMAttrREQ {
 		t.Fatalf("the client sent %d MADs", len(out))
 	}
 	req := out[0].mad
 	port := id.LocalAddr().Port()
-	want := roce.MAD(bytes.Clone(kreq.mad))
+	want := ibcm.MAD(bytes.Clone(kreq.mad))
 	want.SetTransactionID(req.TransactionID())
 	r := want.REQ()
 	r.SetLocalCommID(req.REQ().LocalCommID())
 	r.SetLocalQPN(qp.QPN())
 	r.SetStartingPSN(req.REQ().StartingPSN())
 	r.PrimaryPath().SetFlowLabel(roce.CMFlowLabel(port, rpingPort))
-	roce.CMAHeader(r.PrivateData()).SetSrcPort(port)
+	ibcm.CMAHeader(r.PrivateData()).SetSrcPort(port)
 	if !bytes.Equal(req, want) {
 		t.Errorf("REQ\n%x\nwant (the kernel's, with our IDs and port)\n%x", []byte(req), []byte(want))
 	}
 	ours := req.REQ().LocalCommID()
-	inject(t, kernel, krep.withIDs(t, func(m roce.MAD) { m.REP().SetRemoteCommID(ours) }))
+	inject(t, kernel, krep.withIDs(t, func(m ibcm.MAD) { m.REP().SetRemoteCommID(ours) }))
 	est := w.next(id, rdmacm.EventEstablished, time.Second)
 	a := qp.Query()
 	if est.Param.QPNum != 0x1b || qp.State() != ib.QPStateRTS || a.DestQPN != 0x1b || a.SQPSN != krep.mad.REP().StartingPSN() ||
@@ -554,10 +555,10 @@ func TestRoCEKernelREP(t *testing.T) {
 	}
 	w.settle(time.Millisecond)
 	out = readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.CMAttribute() != roce.CMAttrRTU {
+	if len(out) != 1 || out[0].mad.CMAttribute() != ibcm.CMAttrRTU {
 		t.Fatalf("after the REP the client sent %d MADs", len(out))
 	}
-	want = roce.MAD(bytes.Clone(krtu.mad))
+	want = ibcm.MAD(bytes.Clone(krtu.mad))
 	want.SetTransactionID(req.TransactionID())
 	want.RTU().SetLocalCommID(ours)
 	if !bytes.Equal(out[0].mad, want) {
@@ -566,16 +567,16 @@ func TestRoCEKernelREP(t *testing.T) {
 	must(t, id.Disconnect())
 	w.settle(time.Millisecond)
 	out = readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.CMAttribute() != roce.CMAttrDREQ {
+	if len(out) != 1 || out[0].mad.CMAttribute() != ibcm.CMAttrDREQ {
 		t.Fatalf("Disconnect sent %d MADs", len(out))
 	}
-	want = roce.MAD(bytes.Clone(kdreq.mad))
+	want = ibcm.MAD(bytes.Clone(kdreq.mad))
 	want.SetTransactionID(req.TransactionID())
 	want.DREQ().SetLocalCommID(ours)
 	if !bytes.Equal(out[0].mad, want) {
 		t.Errorf("DREQ\n%x\nwant\n%x", []byte(out[0].mad), []byte(want))
 	}
-	inject(t, kernel, kdrep.withIDs(t, func(m roce.MAD) { m.DREP().SetRemoteCommID(ours) }))
+	inject(t, kernel, kdrep.withIDs(t, func(m ibcm.MAD) { m.DREP().SetRemoteCommID(ours) }))
 	w.next(id, rdmacm.EventDisconnected, time.Second)
 	w.next(id, rdmacm.EventTimewaitExit, 10*time.Second)
 	must(t, id.Destroy())
@@ -620,24 +621,24 @@ func TestRoCEIPv6(t *testing.T) {
 func TestRoCEBadCMAHeader(t *testing.T) {
 	var kreq capturedFrame
 	for _, f := range captureFrames(t, "rxe-rdma-cm-rping.pcap") {
-		if f.mad.CMAttribute() == roce.CMAttrREQ {
+		if f.mad.CMAttribute() == ibcm.CMAttrREQ {
 			kreq = f
 		}
 	}
 	for _, tc := range []struct {
 		name  string
-		spoil func(h roce.CMAHeader)
+		spoil func(h ibcm.CMAHeader)
 	}{
-		{"version 1", func(h roce.CMAHeader) { h.SetVersion(1) }},
-		{"ip version 0", func(h roce.CMAHeader) { h.SetIPVersion(0) }},
-		{"destination not ours", func(h roce.CMAHeader) { h.SetDstAddr(netip.MustParseAddr("10.77.0.99")) }},
+		{"version 1", func(h ibcm.CMAHeader) { h.SetVersion(1) }},
+		{"ip version 0", func(h ibcm.CMAHeader) { h.SetIPVersion(0) }},
+		{"destination not ours", func(h ibcm.CMAHeader) { h.SetDstAddr(netip.MustParseAddr("10.77.0.99")) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, 5)
 			kernel := w.raw("kernel", [6]byte{0x52, 0x54, 0, 0x77, 0, 2}, netip.MustParseAddr("10.77.0.22"), sim.LinkConfig{})
 			srv := w.host("server", [6]byte{0x52, 0x54, 0, 0x77, 0, 1}, netip.MustParseAddr("10.77.0.21"), sim.LinkConfig{})
 			l := w.listen(srv, rdmacm.PortSpaceTCP, rpingPort)
-			inject(t, kernel, kreq.withIDs(t, func(m roce.MAD) { tc.spoil(roce.CMAHeader(m.REQ().PrivateData())) }))
+			inject(t, kernel, kreq.withIDs(t, func(m ibcm.MAD) { tc.spoil(ibcm.CMAHeader(m.REQ().PrivateData())) }))
 			w.settle(time.Millisecond)
 			select {
 			case ev := <-l.Events():
@@ -645,11 +646,11 @@ func TestRoCEBadCMAHeader(t *testing.T) {
 			default:
 			}
 			out := readMADs(t, kernel)
-			if len(out) != 1 || out[0].mad.CMAttribute() != roce.CMAttrREJ {
+			if len(out) != 1 || out[0].mad.CMAttribute() != ibcm.CMAttrREJ {
 				t.Fatalf("the server sent %d MADs, want one REJ", len(out))
 			}
 			rej := out[0].mad.REJ()
-			if rej.Reason() != roce.CMRejConsumer || rej.RemoteCommID() != kreq.mad.REQ().LocalCommID() {
+			if rej.Reason() != ibcm.CMRejConsumer || rej.RemoteCommID() != kreq.mad.REQ().LocalCommID() {
 				t.Errorf("REJ reason %v, remote comm ID %#x", rej.Reason(), rej.RemoteCommID())
 			}
 			if c := srv.m.Counters(); c.RequestsRefused != 1 {
@@ -669,8 +670,8 @@ func TestRoCEQPGoneBeforeREP(t *testing.T) {
 	must(t, id.DestroyQP())
 	qb := p.accept(req, "")
 	p.next(id, rdmacm.EventConnectError, time.Second)
-	if ev := p.next(req.ID, rdmacm.EventRejected, time.Second); ev.Status != int(roce.CMRejConsumer) {
-		t.Errorf("server REJECTED status %d, want %d", ev.Status, roce.CMRejConsumer)
+	if ev := p.next(req.ID, rdmacm.EventRejected, time.Second); ev.Status != int(ibcm.CMRejConsumer) {
+		t.Errorf("server REJECTED status %d, want %d", ev.Status, ibcm.CMRejConsumer)
 	}
 	if qb.State() != ib.QPStateErr {
 		t.Errorf("server QP %v after the REJ", qb.State())

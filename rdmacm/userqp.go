@@ -3,8 +3,8 @@ package rdmacm
 import (
 	"fmt"
 
+	"github.com/softrdma/softrdma/ibcm"
 	"github.com/softrdma/softrdma/ibtransport"
-	"github.com/softrdma/softrdma/roce"
 )
 
 // A QP the ID does not manage: rdma_cm lets a program create its QP with the
@@ -110,7 +110,7 @@ func (t *roceTransport) userConn(id *ID) (qpConn, bool) {
 	rs.conn = qpConn{
 		peerReads: req.InitiatorDepth > 0,
 		destQPN:   req.LocalQPN, rqPSN: rs.psn, sqPSN: req.StartingPSN,
-		mtu:             roce.MTUFromCode(req.PathMTU),
+		mtu:             ibcm.MTUFromCode(req.PathMTU),
 		maxDestRdAtomic: req.InitiatorDepth, maxRd: req.ResponderResources,
 		timeout: req.Primary.LocalACKTimeout, retry: req.RetryCount, rnrRetr: req.RNRRetryCount,
 	}
@@ -121,7 +121,7 @@ func (t *roceTransport) userConn(id *ID) (qpConn, bool) {
 // onREPUserQP takes the REP of an active ID whose QP the program moves: the
 // attributes are kept for InitQPAttr and the program gets CONNECT_RESPONSE;
 // Establish sends the RTU. m.mu is held.
-func (t *roceTransport) onREPUserQP(id *ID, ev *roce.CMEvent) {
+func (t *roceTransport) onREPUserQP(id *ID, ev *ibcm.CMEvent) {
 	rs := &id.roce
 	rep := ev.REP
 	rs.conn = qpConn{
@@ -129,7 +129,7 @@ func (t *roceTransport) onREPUserQP(id *ID, ev *roce.CMEvent) {
 		destQPN:   rep.LocalQPN, rqPSN: rs.psn, sqPSN: rep.StartingPSN,
 		mtu:             rs.mtu,
 		maxDestRdAtomic: rep.InitiatorDepth, maxRd: rep.ResponderResources,
-		timeout: roce.LocalACKTimeout(t.agent.Config().PacketLifeTime, t.agent.Config().CAACKDelay),
+		timeout: ibcm.LocalACKTimeout(t.agent.Config().PacketLifeTime, t.agent.Config().CAACKDelay),
 		retry:   rs.retry, rnrRetr: rep.RNRRetryCount,
 	}
 	rs.connSet = true

@@ -322,6 +322,9 @@ func (d *Device) PathMTU() int { return d.mtu }
 // Endpoint returns the device's endpoint.
 func (d *Device) Endpoint() netio.Endpoint { return d.cfg.Endpoint }
 
+// MAC returns the device's Ethernet address (DeviceConfig.MAC).
+func (d *Device) MAC() [6]byte { return d.cfg.MAC }
+
 // Neighbors returns the device's neighbour resolution, or nil.
 func (d *Device) Neighbors() Neighbors { return d.cfg.Neighbors }
 

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -597,107 +596,6 @@ func TestEncodeErrors(t *testing.T) {
 	if _, err := v4.EncodeFrame(make([]byte, 50), 12); !errors.Is(err, ErrTruncated) {
 		t.Errorf("EncodeFrame short buffer: %v", err)
 	}
-}
-
-// TestUDPSourcePort checks the port functions against what rxe sent: for every
-// RoCE frame of every rxe capture, the UDP source port is derived from the SENDER's
-// QP: UD and GSI from the DETH source QP, RC from the two QPNs in the run's log, or,
-// for rdma_cm connections, from the REQ's primary flow label.
-func TestUDPSourcePort(t *testing.T) {
-	// Spot values straight from the captures.
-	for _, tc := range []struct {
-		qpn  uint32
-		port uint16
-	}{{1, 55410}, {0x13, 53368}} {
-		if got := UDPSourcePort(tc.qpn); got != tc.port {
-			t.Errorf("UDPSourcePort(%#x) = %d, want %d", tc.qpn, got, tc.port)
-		}
-	}
-	for _, tc := range []struct {
-		qpn  uint32
-		port uint16
-	}{{0x11, 49441}, {0x12, 49476}, {0x14, 49552}, {0x18, 49728}, {0x1a, 49828}} {
-		if got := ConnectedUDPSourcePort(0, tc.qpn, tc.qpn); got != tc.port {
-			t.Errorf("ConnectedUDPSourcePort(0, %#x, %#x) = %d, want %d", tc.qpn, tc.qpn, got, tc.port)
-		}
-	}
-	for _, name := range captureNames(t, "rxe-") {
-		t.Run(name, func(t *testing.T) {
-			client, server := logQPNs(t, name)
-			flowLabels := cmFlowLabels(t, name) // QPN -> flow label, for rdma_cm
-			checked := 0
-			for i, f := range roceFrames(t, name) {
-				var p ibtransport.Packet
-				if err := p.Decode(f.IB); err != nil {
-					t.Fatal(err)
-				}
-				dest := p.BTH.DestQP()
-				var want uint16
-				switch {
-				case p.DETH != nil:
-					// UD (and QP1): the port of the sending QP, named by the DETH.
-					want = UDPSourcePort(p.DETH.SrcQP())
-				case flowLabels != nil:
-					fl, ok := flowLabels[dest]
-					if !ok {
-						t.Fatalf("frame %d: no REQ/REP for QP %#x", i, dest)
-					}
-					want = ConnectedUDPSourcePort(fl, dest, dest)
-				case client != 0:
-					// Sender and receiver: from the log, by the destination QP.
-					local, remote := client, server
-					if f.Src == netip.MustParseAddr("10.77.0.21") || f.Src == netip.MustParseAddr("fd77::21") {
-						local, remote = server, client
-					}
-					if dest != remote {
-						t.Fatalf("frame %d: destination QP %#x, log says %#x", i, dest, remote)
-					}
-					want = ConnectedUDPSourcePort(0, local, remote)
-				default:
-					t.Fatalf("frame %d: no QPNs known", i)
-				}
-				if f.SrcPort != want {
-					t.Errorf("frame %d (dest QP %#x): source port %d, want %d", i, dest, f.SrcPort, want)
-				}
-				checked++
-			}
-			if checked == 0 {
-				t.Error("no frames")
-			}
-		})
-	}
-}
-
-var logQPNRe = regexp.MustCompile(`local address:.*QPN (0x[0-9a-fA-F]+)`)
-
-// logQPNs returns the client's and the server's QPN from logs/NAME.log (0, 0 if
-// the log has none, as rping's).
-func logQPNs(t *testing.T, capture string) (client, server uint32) {
-	data, err := os.ReadFile(filepath.Join(captureDir, "logs", strings.TrimSuffix(capture, ".pcap")+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(data)
-	ci := strings.Index(text, "## client output")
-	si := strings.Index(text, "## server output")
-	if ci < 0 || si < 0 {
-		t.Fatal("log has no client/server sections")
-	}
-	parse := func(s string) uint32 {
-		m := logQPNRe.FindStringSubmatch(s)
-		if m == nil {
-			return 0
-		}
-		v, err := strconv.ParseUint(m[1], 0, 32)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return uint32(v)
-	}
-	if ci < si {
-		return parse(text[ci:si]), parse(text[si:])
-	}
-	return parse(text[ci:]), parse(text[si:ci])
 }
 
 // TestDecodeAllocs checks that decoding and verifying allocate nothing, for RoCE

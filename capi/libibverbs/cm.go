@@ -35,9 +35,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/softrdma/softrdma/ibcm"
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/rdmacm"
-	"github.com/softrdma/softrdma/roce"
 )
 
 // cm is the process's connection manager: made at the first rdma_cm call,
@@ -63,7 +63,7 @@ func cmManager() *rdmacm.Manager {
 			}
 			switch {
 			case e.roce != nil:
-				agent, err := roce.NewCMAgent(roce.CMAgentConfig{Device: e.roce})
+				agent, err := ibcm.NewCMAgent(ibcm.CMAgentConfig{Device: e.roce})
 				if err != nil {
 					debugf("rdma_cm: device %s: CM agent: %v", d.Spec.Name, err)
 					continue

@@ -9,6 +9,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/softrdma/softrdma/ibcm"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/roce"
 )
@@ -110,7 +111,7 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 			len(pkt.Payload), maxIBMTU, map[bool]string{true: " (cut by the capture)", false: " (no segment size makes every ICRC right)"}[d.cutHeaders]))
 	}
 	var madInfo *cmPair
-	mad := ibErr == nil && pkt.BTH.DestQP() == roce.GSIQPN && pkt.BTH.Opcode() == ibtransport.OpcodeUDSendOnly
+	mad := ibErr == nil && pkt.BTH.DestQP() == ibcm.GSIQPN && pkt.BTH.Opcode() == ibtransport.OpcodeUDSendOnly
 	if mad && payloadCaptured {
 		var err error
 		madInfo, err = d.fillMAD(p, pkt, f)
@@ -254,17 +255,17 @@ type cmPair struct {
 // fillMAD decodes the MAD a packet to QP1 carries and, for the CM, the message. It
 // returns what a REQ or REP says about the QPs it connects.
 func (d *decoder) fillMAD(p *Packet, pkt *ibtransport.Packet, f *roce.Frame) (*cmPair, error) {
-	mad, err := roce.MADFromPacket(pkt)
+	mad, err := ibcm.MADFromPacket(pkt)
 	if err != nil {
 		return nil, err
 	}
 	mi := &MADInfo{Class: mad.MgmtClass().String(), Method: mad.Method().String(),
 		Attribute: fmt.Sprintf("0x%04x", mad.AttributeID()), TID: mad.TransactionID(), Status: mad.Status()}
 	p.MAD = mi
-	if mad.MgmtClass() != roce.MgmtClassCM {
+	if mad.MgmtClass() != ibcm.MgmtClassCM {
 		return nil, nil
 	}
-	if err := roce.CheckCM(mad); err != nil {
+	if err := ibcm.CheckCM(mad); err != nil {
 		return nil, err
 	}
 	a := mad.CMAttribute()
@@ -273,14 +274,14 @@ func (d *decoder) fillMAD(p *Packet, pkt *ibtransport.Packet, f *roce.Frame) (*c
 	mi.CM = cm
 	var pair *cmPair
 	switch a {
-	case roce.CMAttrREQ:
+	case ibcm.CMAttrREQ:
 		r := mad.REQ()
 		cm.LocalCommID = u32p(r.LocalCommID())
 		cm.LocalQPN = u32p(r.LocalQPN())
 		cm.StartingPSN = u32p(r.StartingPSN())
 		cm.ServiceID = u64p(r.ServiceID())
-		if ps, port, ok := roce.ParseCMAServiceID(r.ServiceID()); ok && (ps == roce.RDMAPortSpaceTCP || ps == roce.RDMAPortSpaceUDP || ps == roce.RDMAPortSpaceIB) {
-			h := roce.CMAHeader(r.PrivateData())
+		if ps, port, ok := ibcm.ParseCMAServiceID(r.ServiceID()); ok && (ps == ibcm.RDMAPortSpaceTCP || ps == ibcm.RDMAPortSpaceUDP || ps == ibcm.RDMAPortSpaceIB) {
+			h := ibcm.CMAHeader(r.PrivateData())
 			if h.Check() == nil {
 				cm.RDMACM = &RDMACMInfo{
 					Src: netip.AddrPortFrom(h.SrcAddr(), h.SrcPort()).String(),
@@ -289,34 +290,34 @@ func (d *decoder) fillMAD(p *Packet, pkt *ibtransport.Packet, f *roce.Frame) (*c
 			}
 		}
 		pair = &cmPair{from: f.Src, to: f.Dst, localQPN: r.LocalQPN(), localComm: r.LocalCommID()}
-	case roce.CMAttrMRA:
+	case ibcm.CMAttrMRA:
 		r := mad.MRA()
 		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
-	case roce.CMAttrREJ:
+	case ibcm.CMAttrREJ:
 		r := mad.REJ()
 		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
 		cm.Reason = r.Reason().String()
-	case roce.CMAttrREP:
+	case ibcm.CMAttrREP:
 		r := mad.REP()
 		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
 		cm.LocalQPN = u32p(r.LocalQPN())
 		cm.StartingPSN = u32p(r.StartingPSN())
 		pair = &cmPair{from: f.Src, to: f.Dst, localQPN: r.LocalQPN(), localComm: r.LocalCommID(), rep: true}
-	case roce.CMAttrRTU:
+	case ibcm.CMAttrRTU:
 		r := mad.RTU()
 		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
-	case roce.CMAttrDREQ:
+	case ibcm.CMAttrDREQ:
 		r := mad.DREQ()
 		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
 		cm.RemoteQPN = u32p(r.RemoteQPN())
-	case roce.CMAttrDREP:
+	case ibcm.CMAttrDREP:
 		r := mad.DREP()
 		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
-	case roce.CMAttrSIDRREQ:
+	case ibcm.CMAttrSIDRREQ:
 		r := mad.SIDRREQ()
 		cm.RequestID = u32p(r.RequestID())
 		cm.ServiceID = u64p(r.ServiceID())
-	case roce.CMAttrSIDRREP:
+	case ibcm.CMAttrSIDRREP:
 		r := mad.SIDRREP()
 		cm.RequestID = u32p(r.RequestID())
 		cm.ServiceID = u64p(r.ServiceID())
@@ -326,31 +327,31 @@ func (d *decoder) fillMAD(p *Packet, pkt *ibtransport.Packet, f *roce.Frame) (*c
 }
 
 // cmShortName gives the IBTA abbreviation of a CM message.
-func cmShortName(a roce.CMAttribute) string {
+func cmShortName(a ibcm.CMAttribute) string {
 	switch a {
-	case roce.CMAttrREQ:
+	case ibcm.CMAttrREQ:
 		return "REQ"
-	case roce.CMAttrMRA:
+	case ibcm.CMAttrMRA:
 		return "MRA"
-	case roce.CMAttrREJ:
+	case ibcm.CMAttrREJ:
 		return "REJ"
-	case roce.CMAttrREP:
+	case ibcm.CMAttrREP:
 		return "REP"
-	case roce.CMAttrRTU:
+	case ibcm.CMAttrRTU:
 		return "RTU"
-	case roce.CMAttrDREQ:
+	case ibcm.CMAttrDREQ:
 		return "DREQ"
-	case roce.CMAttrDREP:
+	case ibcm.CMAttrDREP:
 		return "DREP"
-	case roce.CMAttrSIDRREQ:
+	case ibcm.CMAttrSIDRREQ:
 		return "SIDR_REQ"
-	case roce.CMAttrSIDRREP:
+	case ibcm.CMAttrSIDRREP:
 		return "SIDR_REP"
-	case roce.CMAttrLAP:
+	case ibcm.CMAttrLAP:
 		return "LAP"
-	case roce.CMAttrAPR:
+	case ibcm.CMAttrAPR:
 		return "APR"
-	case roce.CMAttrClassPortInfo:
+	case ibcm.CMAttrClassPortInfo:
 		return "ClassPortInfo"
 	}
 	return a.String()

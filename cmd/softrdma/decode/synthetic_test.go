@@ -13,6 +13,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/softrdma/softrdma/ibcm"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/roce"
@@ -285,7 +286,7 @@ func rewriteRoCE(t testing.TB, data []byte, fn func(p *ibtransport.Packet)) []by
 
 // firstFrame returns a copy of the first frame of a capture whose IB packet has opcode op
 // (and, for QP1, whose CM MAD is attribute cm when cm is not 0).
-func firstFrame(t testing.TB, name string, op ibtransport.Opcode, cm roce.CMAttribute) frameOut {
+func firstFrame(t testing.TB, name string, op ibtransport.Opcode, cm ibcm.CMAttribute) frameOut {
 	t.Helper()
 	for _, fr := range readFrames(t, readFile(t, captureDir+"/"+name)) {
 		var f roce.Frame
@@ -294,7 +295,7 @@ func firstFrame(t testing.TB, name string, op ibtransport.Opcode, cm roce.CMAttr
 			continue
 		}
 		if cm != 0 {
-			if mad, err := roce.MADFromPacket(&p); err != nil || mad.CMAttribute() != cm {
+			if mad, err := ibcm.MADFromPacket(&p); err != nil || mad.CMAttribute() != cm {
 				continue
 			}
 		}
@@ -356,25 +357,25 @@ func TestExtensionHeaderFields(t *testing.T) {
 // TestCMMRAAndREJ: a captured CM REP rewritten as an MRA and as a REJ decodes to lines
 // that name the message, both communication IDs and the REJ's reason.
 func TestCMMRAAndREJ(t *testing.T) {
-	rep := firstFrame(t, "rxe-rdma-cm-rping.pcap", ibtransport.OpcodeUDSendOnly, roce.CMAttrREP)
-	toCM := func(a roce.CMAttribute, fill func(m roce.MAD)) frameOut {
+	rep := firstFrame(t, "rxe-rdma-cm-rping.pcap", ibtransport.OpcodeUDSendOnly, ibcm.CMAttrREP)
+	toCM := func(a ibcm.CMAttribute, fill func(m ibcm.MAD)) frameOut {
 		fr := rep
 		fr.data = rewriteRoCE(t, rep.data, func(p *ibtransport.Packet) {
-			m, err := roce.MADFromPacket(p)
+			m, err := ibcm.MADFromPacket(p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			r := m.REP()
 			local, remote := r.LocalCommID(), r.RemoteCommID()
-			roce.EncodeCM(m, a, m.TransactionID())
+			ibcm.EncodeCM(m, a, m.TransactionID())
 			m.REJ().SetLocalCommID(local) // MRA and REJ put the IDs where every CM message does
 			m.REJ().SetRemoteCommID(remote)
 			fill(m)
 		})
 		return fr
 	}
-	mra := toCM(roce.CMAttrMRA, func(m roce.MAD) { m.MRA().SetMessageMRAed(0); m.MRA().SetServiceTimeout(20) })
-	rej := toCM(roce.CMAttrREJ, func(m roce.MAD) { m.REJ().SetMessageRejected(0); m.REJ().SetReason(roce.CMRejConsumer) })
+	mra := toCM(ibcm.CMAttrMRA, func(m ibcm.MAD) { m.MRA().SetMessageMRAed(0); m.MRA().SetServiceTimeout(20) })
+	rej := toCM(ibcm.CMAttrREJ, func(m ibcm.MAD) { m.REJ().SetMessageRejected(0); m.REJ().SetReason(ibcm.CMRejConsumer) })
 	res, out, err := decodeBytes(t, writeCapture(t, []frameOut{mra, rej}, layers.LinkTypeEthernet, false), allOn)
 	if err != nil || len(res.Errors) != 0 {
 		t.Fatalf("err %v, errors %v\n%s", err, res.Errors, out)

@@ -1,4 +1,4 @@
-package roce
+package ibcm
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/roce"
 	"github.com/softrdma/softrdma/sim"
 )
 
@@ -23,7 +24,7 @@ var (
 // capturedMAD is a MAD of a capture with the frame that carried it.
 type capturedMAD struct {
 	mad   MAD
-	frame Frame
+	frame roce.Frame
 	pkt   ibtransport.Packet
 }
 
@@ -52,7 +53,7 @@ func captureCM(tb testing.TB, name string) []capturedMAD {
 type cmNode struct {
 	t      testing.TB
 	port   *sim.Port
-	dev    *Device
+	dev    *roce.Device
 	agent  *CMAgent
 	events []CMEvent
 	react  func(ev *CMEvent)
@@ -79,12 +80,12 @@ type cmRig struct {
 	t   testing.TB
 	net *sim.Network
 	sw  *sim.Switch
-	nbr StaticNeighbors
+	nbr roce.StaticNeighbors
 }
 
 func newCMRig(t testing.TB, seed uint64) *cmRig {
 	n := sim.New(seed)
-	return &cmRig{t: t, net: n, sw: n.AddSwitch("sw"), nbr: StaticNeighbors{}}
+	return &cmRig{t: t, net: n, sw: n.AddSwitch("sw"), nbr: roce.StaticNeighbors{}}
 }
 
 // raw adds a port without a device (the test reads and writes its frames).
@@ -99,7 +100,7 @@ func (r *cmRig) raw(name string, mac [6]byte, ip netip.Addr, cfg sim.LinkConfig)
 func (r *cmRig) node(name string, mac [6]byte, ip netip.Addr, cfg sim.LinkConfig, seed uint64) *cmNode {
 	r.t.Helper()
 	p := r.raw(name, mac, ip, cfg)
-	dev, err := NewDevice(DeviceConfig{Endpoint: p, MAC: mac, Addrs: []netip.Addr{ip}, Neighbors: r.nbr,
+	dev, err := roce.NewDevice(roce.DeviceConfig{Endpoint: p, MAC: mac, Addrs: []netip.Addr{ip}, Neighbors: r.nbr,
 		Engine: ibtransport.ContextConfig{Seed: seed}})
 	if err != nil {
 		r.t.Fatal(err)
@@ -154,11 +155,11 @@ func received(tb testing.TB, p *sim.Port) []capturedMAD {
 			return out
 		}
 		b := bytes.Clone(bufs[0][:sizes[0]])
-		var f Frame
+		var f roce.Frame
 		if err := f.DecodeEthernet(b); err != nil {
 			continue // ARP and such
 		}
-		if err := VerifyICRC(&f); err != nil {
+		if err := roce.VerifyICRC(&f); err != nil {
 			tb.Fatalf("frame from the agent: %v", err)
 		}
 		var pk ibtransport.Packet
@@ -385,7 +386,7 @@ func TestCMAgentActiveKernel(t *testing.T) {
 			p := &CMConnectParams{
 				ServiceID: CMAServiceID(RDMAPortSpaceTCP, kc.port),
 				Path: CMPathFields{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: ip22.As16(), RemoteGID: ip21.As16(),
-					FlowLabel: CMFlowLabel(kc.srcPort, kc.port), HopLimit: 64},
+					FlowLabel: roce.CMFlowLabel(kc.srcPort, kc.port), HopLimit: 64},
 				QPN: kr.LocalQPN(), StartingPSN: kr.StartingPSN(),
 				ResponderResources: kr.ResponderResources(), InitiatorDepth: kr.InitiatorDepth(),
 				RetryCount: 7, RNRRetryCount: 7, PrivateData: pd,

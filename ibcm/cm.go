@@ -1,9 +1,11 @@
-package roce
+package ibcm
 
 import (
 	"encoding/binary"
 	"net/netip"
 	"strconv"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // The Communication Manager (IBTA Vol. 1 ch. 12) speaks MADs of class 0x07, class
@@ -85,10 +87,10 @@ func CheckCM(m MAD) error {
 		return malformed("cm", "mgmt class", uint64(c), uint64(MgmtClassCM), "!=")
 	}
 	if v := m.ClassVersion(); v != CMClassVersion {
-		return &HeaderError{Err: ErrUnsupported, Header: "cm", Field: "class version", Value: uint64(v), Limit: CMClassVersion, Rel: "!="}
+		return &header.Error{Err: header.ErrUnsupported, Header: "cm", Field: "class version", Value: uint64(v), Limit: CMClassVersion, Rel: "!="}
 	}
 	if a := m.CMAttribute(); !a.Known() {
-		return &HeaderError{Err: ErrUnsupported, Header: "cm", Field: "attribute id", Value: uint64(a), Reason: "unknown", Hex: 1}
+		return &header.Error{Err: header.ErrUnsupported, Header: "cm", Field: "attribute id", Value: uint64(a), Reason: "unknown", Hex: 1}
 	}
 	return nil
 }
@@ -1174,7 +1176,7 @@ func (h CMAHeader) Check() error {
 		return truncated("cma", "length", uint64(len(h)), CMAHeaderLen)
 	}
 	if v := h.Version(); v != CMAVersion {
-		return &HeaderError{Err: ErrUnsupported, Header: "cma", Field: "version", Value: uint64(v), Limit: CMAVersion, Rel: "!="}
+		return &header.Error{Err: header.ErrUnsupported, Header: "cma", Field: "version", Value: uint64(v), Limit: CMAVersion, Rel: "!="}
 	}
 	if v := h.IPVersion(); v != 4 && v != 6 {
 		return malformed("cma", "ip version", uint64(v), 0, "not 4 or 6")

@@ -1,4 +1,4 @@
-package roce
+package ibcm
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/roce"
 	"github.com/softrdma/softrdma/sim"
 )
 
@@ -24,7 +25,7 @@ const testService = 0x0000000001061c06
 
 // madAttr returns the CM attribute of a frame carrying a MAD, or 0.
 func madAttr(frame []byte) CMAttribute {
-	var f Frame
+	var f roce.Frame
 	if f.DecodeEthernet(frame) != nil {
 		return 0
 	}
@@ -67,7 +68,7 @@ func (p *cmPair) connectParams(pd []byte) *CMConnectParams {
 	return &CMConnectParams{
 		ServiceID: testService,
 		Path: CMPathFields{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: cmIPA.As16(), RemoteGID: cmIPB.As16(),
-			FlowLabel: CMFlowLabel(40000, 7174), HopLimit: 64},
+			FlowLabel: roce.CMFlowLabel(40000, 7174), HopLimit: 64},
 		QPN: 0x111, StartingPSN: 0xabcdef, ResponderResources: 4, InitiatorDepth: 4, RetryCount: 7, RNRRetryCount: 7,
 		PrivateData: pd,
 	}

@@ -1,4 +1,4 @@
-package roce
+package ibcm
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/roce"
 )
 
 // GSIConfig sizes a device's General Services Interface (OpenGSI).
@@ -39,14 +40,14 @@ type MADAddress struct {
 // GSI is the General Services Interface of a device (IBTA Vol. 1 ch. 13): QP1,
 // a UD QP that sends and receives MADs with Q_Key GSIQKey, with its completion
 // queue and a pool of posted receive buffers. Received MADs come with the
-// address they came from, read from the 40-byte GRH area of the receive buffer
+// address they came from, read from the 40-byte roce.GRH area of the receive buffer
 // (the IPv4 header in its last 20 bytes for RoCEv2 over IPv4, as rxe fills it).
 // Sends are inline: the MAD is copied at post time.
 //
 // Poll must not be called from two goroutines at once; Send may be called from
 // any goroutine.
 type GSI struct {
-	dev    *Device
+	dev    *roce.Device
 	pd     *ibtransport.PD
 	cq     *ibtransport.CQ
 	qp     *ibtransport.QP
@@ -66,18 +67,18 @@ type GSICounters struct {
 	SendErrors  uint64 // posts refused and error completions of sends
 	Received    uint64 // MADs handed to Poll's function
 	RecvErrors  uint64 // error completions of receives
-	NoGRHSource uint64 // receives whose GRH area names no source address
+	NoGRHSource uint64 // receives whose roce.GRH area names no source address
 }
 
-// grhAreaLen is the GRH area at the start of every UD receive buffer.
-const grhAreaLen = GRHLen
+// grhAreaLen is the roce.GRH area at the start of every UD receive buffer.
+const grhAreaLen = roce.GRHLen
 
 // ErrGSIClosed is returned by a closed GSI.
 var ErrGSIClosed = errors.New("roce: gsi closed")
 
 // OpenGSI creates the device's QP1, brings it to RTS (Q_Key GSIQKey, send PSN
 // 0 as the kernel's), and posts the receive buffers. A device has one GSI.
-func OpenGSI(dev *Device, cfg GSIConfig) (*GSI, error) {
+func OpenGSI(dev *roce.Device, cfg GSIConfig) (*GSI, error) {
 	if cfg.RecvDepth <= 0 {
 		cfg.RecvDepth = 64
 	}
@@ -86,7 +87,7 @@ func OpenGSI(dev *Device, cfg GSIConfig) (*GSI, error) {
 	}
 	ctx := dev.Context()
 	g := &GSI{dev: dev, depth: cfg.RecvDepth}
-	// A receive buffer holds the GRH area and a whole packet payload: a MAD
+	// A receive buffer holds the roce.GRH area and a whole packet payload: a MAD
 	// that is too long reaches the decoder (and is counted) instead of ending
 	// as a local length error.
 	g.bufLen = grhAreaLen + dev.PathMTU()
@@ -141,8 +142,8 @@ func (g *GSI) QP() *ibtransport.QP { return g.qp }
 // CQ returns the completion queue of QP1's sends and receives.
 func (g *GSI) CQ() *ibtransport.CQ { return g.cq }
 
-// Device returns the device.
-func (g *GSI) Device() *Device { return g.dev }
+// roce.Device returns the device.
+func (g *GSI) Device() *roce.Device { return g.dev }
 
 // Counters returns a snapshot of the counters.
 func (g *GSI) Counters() GSICounters {
@@ -269,8 +270,8 @@ func (g *GSI) Poll(fn func(mad []byte, from MADAddress)) int {
 }
 
 // GRHAreaAddrs returns the source and destination addresses of the 40-byte
-// GRH area of a UD receive buffer: an IPv4 header in its last 20 bytes (the
-// first 20 zero) for RoCEv2 over IPv4, else an IPv6 header or a GRH (IPVer 6)
+// roce.GRH area of a UD receive buffer: an IPv4 header in its last 20 bytes (the
+// first 20 zero) for RoCEv2 over IPv4, else an IPv6 header or a roce.GRH (IPVer 6)
 // with the GIDs at bytes 8 and 24; IPv4-mapped GIDs are returned unmapped.
 func GRHAreaAddrs(g []byte) (src, dst netip.Addr, ok bool) {
 	if len(g) < grhAreaLen {

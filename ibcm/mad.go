@@ -1,9 +1,10 @@
-package roce
+package ibcm
 
 import (
 	"encoding/binary"
 	"strconv"
 
+	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/ibtransport"
 )
 
@@ -240,7 +241,7 @@ func DecodeMAD(b []byte) (MAD, error) {
 		return nil, malformed("mad", "length", uint64(len(b)), MADLen, ">")
 	}
 	if v := b[0]; v != MADBaseVersion {
-		return nil, &HeaderError{Err: ErrUnsupported, Header: "mad", Field: "base version", Value: uint64(v), Limit: MADBaseVersion, Rel: "!="}
+		return nil, &header.Error{Err: header.ErrUnsupported, Header: "mad", Field: "base version", Value: uint64(v), Limit: MADBaseVersion, Rel: "!="}
 	}
 	return MAD(b[:MADLen:MADLen]), nil
 }
@@ -253,7 +254,7 @@ func MADFromPacket(p *ibtransport.Packet) (MAD, error) {
 		return nil, truncated("mad", "bth length", uint64(len(p.BTH)), ibtransport.BTHLen)
 	}
 	if op := p.BTH.Opcode(); op != ibtransport.OpcodeUDSendOnly {
-		return nil, &HeaderError{Err: ErrMalformed, Header: "mad", Field: "bth opcode", Value: uint64(op), Limit: uint64(ibtransport.OpcodeUDSendOnly), Rel: "!=", Hex: 1}
+		return nil, &header.Error{Err: header.ErrInvalid, Header: "mad", Field: "bth opcode", Value: uint64(op), Limit: uint64(ibtransport.OpcodeUDSendOnly), Rel: "!=", Hex: 1}
 	}
 	if qp := p.BTH.DestQP(); qp != GSIQPN {
 		return nil, malformed("mad", "bth destination qp", uint64(qp), GSIQPN, "!=")
@@ -262,7 +263,7 @@ func MADFromPacket(p *ibtransport.Packet) (MAD, error) {
 		return nil, truncated("mad", "deth length", uint64(len(p.DETH)), ibtransport.DETHLen)
 	}
 	if k := p.DETH.QKey(); k != GSIQKey {
-		return nil, &HeaderError{Err: ErrMalformed, Header: "mad", Field: "deth q_key", Value: uint64(k), Limit: GSIQKey, Rel: "!=", Hex: 1}
+		return nil, &header.Error{Err: header.ErrInvalid, Header: "mad", Field: "deth q_key", Value: uint64(k), Limit: GSIQKey, Rel: "!=", Hex: 1}
 	}
 	return DecodeMAD(p.Payload)
 }

@@ -1,4 +1,4 @@
-package roce
+package ibcm
 
 import (
 	"bytes"
@@ -6,7 +6,9 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/roce"
 )
 
 // captureMADs returns every MAD (UD SEND Only to QP1) of a capture, in order.
@@ -103,7 +105,7 @@ func TestMADAccessors(t *testing.T) {
 	if MgmtClass(0x42).String() != "MgmtClass(0x42)" || MADMethod(0x42).String() != "MADMethod(0x42)" {
 		t.Fatal("unknown names")
 	}
-	if err := CheckCM(m); !errors.Is(err, ErrMalformed) {
+	if err := CheckCM(m); !errors.Is(err, header.ErrInvalid) {
 		t.Fatalf("CheckCM on an SA MAD: %v", err)
 	}
 }
@@ -120,9 +122,9 @@ func TestDecodeMADErrors(t *testing.T) {
 		kind error
 		text string
 	}{
-		{"short", good[:255], ErrTruncated, "mad: length 255 < 256"},
-		{"long", append(bytes.Clone(good), 0), ErrMalformed, "mad: length 257 > 256"},
-		{"base version", append([]byte{2}, good[1:]...), ErrUnsupported, "mad: base version 2 != 1"},
+		{"short", good[:255], header.ErrTruncated, "mad: length 255 < 256"},
+		{"long", append(bytes.Clone(good), 0), header.ErrInvalid, "mad: length 257 > 256"},
+		{"base version", append([]byte{2}, good[1:]...), header.ErrUnsupported, "mad: base version 2 != 1"},
 	} {
 		_, err := DecodeMAD(tc.b)
 		if !errors.Is(err, tc.kind) || err.Error() != tc.text {
@@ -133,7 +135,7 @@ func TestDecodeMADErrors(t *testing.T) {
 
 // TestMADFromPacketErrors breaks the transport around a captured MAD.
 func TestMADFromPacketErrors(t *testing.T) {
-	var f Frame
+	var f roce.Frame
 	if err := f.DecodeEthernet(readCapture(t, "rxe-rdma-cm-rping.pcap")[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -161,10 +163,10 @@ func TestMADFromPacketErrors(t *testing.T) {
 	if err := p.Decode(f.IB[:len(f.IB)-1]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := MADFromPacket(&p); !errors.Is(err, ErrTruncated) {
+	if _, err := MADFromPacket(&p); !errors.Is(err, header.ErrTruncated) {
 		t.Errorf("short payload: %v", err)
 	}
-	if _, err := MADFromPacket(&ibtransport.Packet{}); !errors.Is(err, ErrTruncated) {
+	if _, err := MADFromPacket(&ibtransport.Packet{}); !errors.Is(err, header.ErrTruncated) {
 		t.Errorf("empty packet: %v", err)
 	}
 }
@@ -181,7 +183,7 @@ func FuzzMAD(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeMAD(b)
 		if err != nil {
-			if !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrUnsupported) {
+			if !errors.Is(err, header.ErrTruncated) && !errors.Is(err, header.ErrInvalid) && !errors.Is(err, header.ErrUnsupported) {
 				t.Fatalf("unclassified error %v", err)
 			}
 			return

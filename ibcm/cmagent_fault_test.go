@@ -1,4 +1,4 @@
-package roce
+package ibcm
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/sim"
 )
 
@@ -260,16 +261,16 @@ func TestCMAgentBadMADs(t *testing.T) {
 	}
 	// Every truncation and one byte too many.
 	for n := 0; n < MADLen; n++ {
-		check("truncated", kreq[:n], CMDropMalformed, ErrTruncated)
+		check("truncated", kreq[:n], CMDropMalformed, header.ErrTruncated)
 	}
-	check("long", append(bytes.Clone(kreq), 0), CMDropMalformed, ErrMalformed)
-	check("base version", edit(kreq, func(m MAD) { m.SetBaseVersion(2) }), CMDropMalformed, ErrUnsupported)
+	check("long", append(bytes.Clone(kreq), 0), CMDropMalformed, header.ErrInvalid)
+	check("base version", edit(kreq, func(m MAD) { m.SetBaseVersion(2) }), CMDropMalformed, header.ErrUnsupported)
 	check("SA Get", edit(kreq, func(m MAD) { m.SetMgmtClass(MgmtClassSubnAdm); m.SetMethod(MADMethodGet) }), CMDropNotCM, nil)
 	check("SA Send", edit(kreq, func(m MAD) { m.SetMgmtClass(MgmtClassSubnAdm) }), CMDropNotCM, nil)
-	check("class version 1", edit(kreq, func(m MAD) { m.SetClassVersion(1) }), CMDropClassVersion, ErrUnsupported)
+	check("class version 1", edit(kreq, func(m MAD) { m.SetClassVersion(1) }), CMDropClassVersion, header.ErrUnsupported)
 	check("CM Get ClassPortInfo", edit(kreq, func(m MAD) { m.SetMethod(MADMethodGet); m.SetAttributeID(uint16(CMAttrClassPortInfo)) }), CMDropMethod, nil)
 	check("response bit", edit(kreq, func(m MAD) { m.SetMethod(MADMethodSend | MADMethodResponseFlag) }), CMDropMethod, nil)
-	check("unknown attribute", edit(kreq, func(m MAD) { m.SetAttributeID(0x20) }), CMDropAttribute, ErrUnsupported)
+	check("unknown attribute", edit(kreq, func(m MAD) { m.SetAttributeID(0x20) }), CMDropAttribute, header.ErrUnsupported)
 	check("LAP", edit(kreq, func(m MAD) { m.SetAttributeID(uint16(CMAttrLAP)) }), CMDropAttribute, nil)
 	check("ClassPortInfo Send", edit(kreq, func(m MAD) { m.SetAttributeID(uint16(CMAttrClassPortInfo)) }), CMDropAttribute, nil)
 	check("REP for an unknown local ID", krep, CMDropUnknownID, nil)

@@ -1,14 +1,16 @@
-package roce
+package ibcm
 
 import (
 	"net/netip"
 	"testing"
+
+	"github.com/softrdma/softrdma/roce"
 )
 
-// grhArea builds the GRH area the device gives a UD receive for a RoCEv2
+// grhArea builds the roce.GRH area the device gives a UD receive for a RoCEv2
 // frame: rxe's IPv4 header in the last 20 bytes, or the IPv6 header.
 func grhArea(src, dst netip.Addr) []byte {
-	g := make([]byte, GRHLen)
+	g := make([]byte, roce.GRHLen)
 	if src.Is4() {
 		ip := g[20:]
 		ip[0] = 0x45
@@ -34,10 +36,10 @@ func TestGRHAreaAddrs(t *testing.T) {
 	}{
 		{"ipv4", grhArea(ip22, ip21), ip22, ip21, true},
 		{"ipv6", grhArea(v6a, v6b), v6a, v6b, true},
-		// A RoCEv1 GRH or IPv6 header with IPv4-mapped GIDs gives the IPv4 addresses.
+		// A roce.RoCEv1 roce.GRH or IPv6 header with IPv4-mapped GIDs gives the IPv4 addresses.
 		{"mapped", grhArea(netip.AddrFrom16(ip22.As16()), netip.AddrFrom16(ip21.As16())), ip22, ip21, true},
 		{"short", grhArea(ip22, ip21)[:39], netip.Addr{}, netip.Addr{}, false},
-		{"zero", make([]byte, GRHLen), netip.Addr{}, netip.Addr{}, false},
+		{"zero", make([]byte, roce.GRHLen), netip.Addr{}, netip.Addr{}, false},
 		{"ipv4 header with junk first", func() []byte { g := grhArea(ip22, ip21); g[3] = 1; return g }(), netip.Addr{}, netip.Addr{}, false},
 	} {
 		src, dst, ok := GRHAreaAddrs(tc.g)
@@ -56,7 +58,7 @@ func FuzzGRHAreaAddrs(f *testing.F) {
 	f.Add(grhArea(netip.MustParseAddr("fd77::22"), netip.MustParseAddr("fd77::21")))
 	f.Fuzz(func(t *testing.T, g []byte) {
 		src, dst, ok := GRHAreaAddrs(g)
-		if ok != (src.IsValid() && dst.IsValid()) || ok && len(g) < GRHLen {
+		if ok != (src.IsValid() && dst.IsValid()) || ok && len(g) < roce.GRHLen {
 			t.Fatalf("%v %v %v from %d bytes", src, dst, ok, len(g))
 		}
 		if ok && src.Is4() {

@@ -1,4 +1,4 @@
-package roce
+package ibcm
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/roce"
 )
 
 // cmFlowLabels returns, for a capture with rdma_cm connections, the primary flow
@@ -75,7 +76,7 @@ func TestCMCaptures(t *testing.T) {
 	}
 }
 
-func checkConnection(t *testing.T, mads []MAD, frames []Frame, c connection) {
+func checkConnection(t *testing.T, mads []MAD, frames []roce.Frame, c connection) {
 	t.Helper()
 	var seen []string
 	for _, m := range mads {
@@ -109,8 +110,8 @@ func checkConnection(t *testing.T, mads []MAD, frames []Frame, c connection) {
 				t.Errorf("REQ primary path %+v", p.Fields())
 			}
 			// rdma_cm's default flow label, from its ports (tshark shows it shifted).
-			if fl := p.FlowLabel(); fl != CMFlowLabel(c.cmaSrcPort, c.servicePort) {
-				t.Errorf("REQ flow label %#x, want %#x", fl, CMFlowLabel(c.cmaSrcPort, c.servicePort))
+			if fl := p.FlowLabel(); fl != roce.CMFlowLabel(c.cmaSrcPort, c.servicePort) {
+				t.Errorf("REQ flow label %#x, want %#x", fl, roce.CMFlowLabel(c.cmaSrcPort, c.servicePort))
 			}
 			if r.AlternatePath().Fields() != (CMPathFields{}) {
 				t.Errorf("REQ alternate path %+v", r.AlternatePath().Fields())
@@ -415,5 +416,74 @@ func TestCMAHeaderIPv6(t *testing.T) {
 	}
 	if _, _, ok := ParseCMAServiceID(CMAServiceID(RDMAPortSpaceIPoIB, 1)); ok {
 		t.Error("IPoIB service ID has no IP CM prefix")
+	}
+}
+
+// TestUDPSourcePort checks the port functions against what rxe sent: for every
+// RoCE frame of every rxe capture, the UDP source port is derived from the SENDER's
+// QP: UD and GSI from the DETH source QP, RC from the two QPNs in the run's log, or,
+// for rdma_cm connections, from the REQ's primary flow label.
+func TestUDPSourcePort(t *testing.T) {
+	// Spot values straight from the captures.
+	for _, tc := range []struct {
+		qpn  uint32
+		port uint16
+	}{{1, 55410}, {0x13, 53368}} {
+		if got := roce.UDPSourcePort(tc.qpn); got != tc.port {
+			t.Errorf("roce.UDPSourcePort(%#x) = %d, want %d", tc.qpn, got, tc.port)
+		}
+	}
+	for _, tc := range []struct {
+		qpn  uint32
+		port uint16
+	}{{0x11, 49441}, {0x12, 49476}, {0x14, 49552}, {0x18, 49728}, {0x1a, 49828}} {
+		if got := roce.ConnectedUDPSourcePort(0, tc.qpn, tc.qpn); got != tc.port {
+			t.Errorf("roce.ConnectedUDPSourcePort(0, %#x, %#x) = %d, want %d", tc.qpn, tc.qpn, got, tc.port)
+		}
+	}
+	for _, name := range captureNames(t, "rxe-") {
+		t.Run(name, func(t *testing.T) {
+			client, server := logQPNs(t, name)
+			flowLabels := cmFlowLabels(t, name) // QPN -> flow label, for rdma_cm
+			checked := 0
+			for i, f := range roceFrames(t, name) {
+				var p ibtransport.Packet
+				if err := p.Decode(f.IB); err != nil {
+					t.Fatal(err)
+				}
+				dest := p.BTH.DestQP()
+				var want uint16
+				switch {
+				case p.DETH != nil:
+					// UD (and QP1): the port of the sending QP, named by the DETH.
+					want = roce.UDPSourcePort(p.DETH.SrcQP())
+				case flowLabels != nil:
+					fl, ok := flowLabels[dest]
+					if !ok {
+						t.Fatalf("frame %d: no REQ/REP for QP %#x", i, dest)
+					}
+					want = roce.ConnectedUDPSourcePort(fl, dest, dest)
+				case client != 0:
+					// Sender and receiver: from the log, by the destination QP.
+					local, remote := client, server
+					if f.Src == netip.MustParseAddr("10.77.0.21") || f.Src == netip.MustParseAddr("fd77::21") {
+						local, remote = server, client
+					}
+					if dest != remote {
+						t.Fatalf("frame %d: destination QP %#x, log says %#x", i, dest, remote)
+					}
+					want = roce.ConnectedUDPSourcePort(0, local, remote)
+				default:
+					t.Fatalf("frame %d: no QPNs known", i)
+				}
+				if f.SrcPort != want {
+					t.Errorf("frame %d (dest QP %#x): source port %d, want %d", i, dest, f.SrcPort, want)
+				}
+				checked++
+			}
+			if checked == 0 {
+				t.Error("no frames")
+			}
+		})
 	}
 }

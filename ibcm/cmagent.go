@@ -1,4 +1,4 @@
-package roce
+package ibcm
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/netio"
+	"github.com/softrdma/softrdma/roce"
 )
 
 // The CM agent is the IB Communication Manager of IBTA Vol. 1 chapter 12 on a
@@ -137,8 +138,8 @@ func NodeGUID(mac [6]byte) uint64 {
 
 // CMAgentConfig configures NewCMAgent.
 type CMAgentConfig struct {
-	// Device is the RoCE device whose QP1 the agent opens.
-	Device *Device
+	// roce.Device is the RoCE device whose QP1 the agent opens.
+	Device *roce.Device
 	// Clock gives the time to calls made outside Poll (Connect, Accept...);
 	// default the system clock. A simulation passes its virtual clock.
 	Clock netio.Clock
@@ -525,7 +526,7 @@ type CMID struct {
 // Methods are safe for concurrent use.
 type CMAgent struct {
 	cfg   CMAgentConfig
-	dev   *Device
+	dev   *roce.Device
 	gsi   *GSI
 	guid  uint64
 	clock netio.Clock
@@ -601,7 +602,7 @@ func NewCMAgent(cfg CMAgentConfig) (*CMAgent, error) {
 		return nil, err
 	}
 	a := &CMAgent{
-		cfg: cfg, dev: cfg.Device, gsi: g, guid: NodeGUID(cfg.Device.cfg.MAC), clock: cfg.Clock,
+		cfg: cfg, dev: cfg.Device, gsi: g, guid: NodeGUID(cfg.Device.MAC()), clock: cfg.Clock,
 		rng:       rand.New(rand.NewPCG(seed, seed^0x6a09e667f3bcc908)),
 		ids:       map[uint32]*CMID{},
 		byRemote:  map[cmKey]*CMID{},
@@ -615,8 +616,8 @@ func NewCMAgent(cfg CMAgentConfig) (*CMAgent, error) {
 	return a, nil
 }
 
-// Device returns the agent's device.
-func (a *CMAgent) Device() *Device { return a.dev }
+// roce.Device returns the agent's device.
+func (a *CMAgent) Device() *roce.Device { return a.dev }
 
 // GSI returns the agent's QP1.
 func (a *CMAgent) GSI() *GSI { return a.gsi }
@@ -707,7 +708,7 @@ func (a *CMAgent) NextDeadline() (time.Time, bool) {
 
 // Run drives the agent with its clock until ctx ends or the agent is closed:
 // it handles MADs as QP1 completes them and fires timers when due. The device
-// must be driven too (Device.Run).
+// must be driven too (roce.Device.Run).
 func (a *CMAgent) Run(ctx context.Context) error {
 	cq := a.gsi.CQ()
 	timer := time.NewTimer(time.Hour)
@@ -815,7 +816,7 @@ func (a *CMAgent) runQueries(now time.Time) bool {
 		if nb != nil {
 			mac, err = nb.Resolve(now, q.ip)
 		}
-		if errors.Is(err, ErrNeighborPending) {
+		if errors.Is(err, roce.ErrNeighborPending) {
 			if now.Before(q.deadline) {
 				q.next = now.Add(neighborPollInterval)
 				if q.deadline.Before(q.next) {

@@ -1,4 +1,4 @@
-package roce
+package ibcm
 
 import (
 	"errors"

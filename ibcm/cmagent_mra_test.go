@@ -1,4 +1,4 @@
-package roce
+package ibcm
 
 import (
 	"bytes"
@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/roce"
 	"github.com/softrdma/softrdma/sim"
 )
 
 // frameMAD returns the MAD a frame carries, or nil.
 func frameMAD(frame []byte) MAD {
-	var f Frame
+	var f roce.Frame
 	if f.DecodeEthernet(frame) != nil {
 		return nil
 	}
