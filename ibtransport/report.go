@@ -13,7 +13,8 @@ import (
 // the peer is answered with RNR NAKs), the PSNs, the retry budget, whether
 // the retransmission timer is armed (relative to now) or an RNR wait runs, and
 // the counters that tell a lost packet from a missing receive (timeouts,
-// tail-loss probes, retransmissions, RNR NAKs, NAKs). It changes nothing.
+// tail-loss probes, retransmissions, RNR NAKs, NAKs), then, indented, the
+// packets it dropped by reason, those that were. It changes nothing.
 func (c *Context) StateReport(now time.Time) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -43,6 +44,11 @@ func (c *Context) StateReport(now time.Time) string {
 			r.psn, r.unacked, qp.resp.epsn, r.retries, r.rnrRetries, timer, r.rnrWait,
 			k.PacketsOut, k.PacketsIn, k.Timeouts, k.Probes, k.Retransmissions,
 			k.RNRNAKsSent, k.RNRNAKsReceived, k.NAKsSent, k.NAKsReceived, k.DuplicateRequests)
+		for r, n := range k.Drops {
+			if n > 0 {
+				fmt.Fprintf(&b, "  dropped (%v): %d\n", DropReason(r), n)
+			}
+		}
 	}
 	return b.String()
 }

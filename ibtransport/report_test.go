@@ -15,21 +15,25 @@ import (
 // with no receive posted (the requester in an RNR wait, the responder sending
 // RNR NAKs with an empty receive queue: the perftest -R hang of the CI, where
 // the server's QP was not the one the client's handshake was for) and a
-// request lost on the wire (the retransmission timer armed, then timeouts and
-// retransmissions counted); and, once the receive is posted, the queues empty.
+// packet lost on the wire (the timer armed, the responder's NAK and the
+// packets it dropped out of sequence, the requester's retransmissions); and,
+// once the receive is posted, the queues empty.
 func TestStateReport(t *testing.T) {
 	p := newRC(t)
 	a, b := p.A, p.B
-	buf := make([]byte, 64)
+	buf := make([]byte, 4096)
 	mr := regMR(t, a.PD, buf, ib.AccessLocalWrite)
-	rbuf := make([]byte, 64)
+	rbuf := make([]byte, 4096)
 	rmr := regMR(t, b.PD, rbuf, ib.AccessLocalWrite)
-	send := func(id uint64) {
+	send := func(id uint64, n uint32) {
 		post(t, a.QP, ib.SendWR{WRID: id, Opcode: ib.WRSend, Signaled: true,
-			SGL: []ib.SGE{{Addr: mr.Addr(), Length: 16, LKey: mr.LKey()}}})
+			SGL: []ib.SGE{{Addr: mr.Addr(), Length: n, LKey: mr.LKey()}}})
+	}
+	recv := func(id uint64) {
+		postRecv(t, b.QP, ib.RecvWR{WRID: id, SGL: []ib.SGE{{Addr: rmr.Addr(), Length: 4096, LKey: rmr.LKey()}}})
 	}
 	qpLine := func(c *ib.Context, qpn uint32) string {
-		re := regexp.MustCompile(fmt.Sprintf(`(?m)^qp 0x%06x .*$`, qpn))
+		re := regexp.MustCompile(fmt.Sprintf(`(?m)^qp 0x%06x .*(\n  .*)*`, qpn))
 		return re.FindString(c.StateReport(p.Wire.Clock.Now()))
 	}
 	steps := []struct {
@@ -39,17 +43,17 @@ func TestStateReport(t *testing.T) {
 		bWant []string // and B's
 	}{
 		{"no receive posted", func() {
-			send(1)
+			send(1, 16)
 			p.Wire.RunFor(5*time.Millisecond, 100000)
 		}, []string{`RC RTS dest 0x`, `sq 1 posted`, `rnr wait true`, `RNR NAKs sent 0 received [1-9]`, `timeouts 0`},
 			[]string{`rq 0;`, `RNR NAKs sent [1-9][0-9]* received 0`}},
 		{"receive posted", func() {
-			postRecv(t, b.QP, ib.RecvWR{WRID: 9, SGL: []ib.SGE{{Addr: rmr.Addr(), Length: 64, LKey: rmr.LKey()}}})
+			recv(9)
 			complete(t, p, b.CQ, 1)
 			complete(t, p, a.CQ, 1)
 		}, []string{`sq 0 posted 0 unsent`, `timer off`, `rnr wait false`}, []string{`rq 0;`}},
-		{"request lost", func() {
-			postRecv(t, b.QP, ib.RecvWR{WRID: 10, SGL: []ib.SGE{{Addr: rmr.Addr(), Length: 64, LKey: rmr.LKey()}}})
+		{"first packet of three lost", func() {
+			recv(10)
 			drop := true
 			p.Wire.Filter = func(f *ibtest.Frame) ibtest.Action {
 				if f.Dir == ibtest.AToB && drop {
@@ -58,12 +62,13 @@ func TestStateReport(t *testing.T) {
 				}
 				return ibtest.Action{}
 			}
-			send(2)
+			send(2, 3000) // 3 packets of MTU 1024
 			p.Wire.Pump()
-		}, []string{`sq 1 posted 0 unsent`, `timer [0-9.]+m?s,`, `timeouts 0, probes 0,`}, nil},
-		{"after the timeout", func() {
+		}, []string{`sq 1 posted 0 unsent`, `timer [0-9.]+m?s,`, `timeouts 0, probes 0,`},
+			[]string{`NAKs sent \[1 0 0 0 0\]`, `(?m)^  dropped \(out of sequence\): 2$`}},
+		{"resent after the NAK", func() {
 			complete(t, p, a.CQ, 1)
-		}, []string{`sq 0 posted`, `timer off`, `(timeouts|probes) 1,`}, nil},
+		}, []string{`sq 0 posted`, `timer off`, `timeouts 0, probes 0,`, `NAKs sent \[0 0 0 0 0\] received \[1 0 0 0 0\]`}, nil},
 	}
 	for _, s := range steps {
 		s.act()

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/softrdma/softrdma/device"
@@ -588,9 +589,17 @@ func waitCQ(ctx context.Context, cq *ibtransport.CQ, deadline time.Time) error {
 	return err
 }
 
-func perfCompletionError(wc ibtransport.WC, what string, posted, done uint64) error {
-	return fmt.Errorf("Completion with error at %s: %s (status %d, wr %d, posted %d, completed %d)",
+// completionError reports a completion with an error status as perftest
+// does, followed by the engine's state of every QP (ibtransport StateReport:
+// timeouts, retransmissions, NAKs and drops), which tells what a transport
+// error such as retry exceeded ran into.
+func (s *perfSession) completionError(wc ibtransport.WC, what string, posted, done uint64) error {
+	err := fmt.Errorf("Completion with error at %s: %s (status %d, wr %d, posted %d, completed %d)",
 		what, wc.Status, int(wc.Status), wc.WRID, posted, done)
+	if s.ctx == nil {
+		return err
+	}
+	return fmt.Errorf("%w\n%s", err, strings.TrimSuffix(s.ctx.StateReport(time.Now()), "\n"))
 }
 
 // sendWR returns QP i's work request for message k of the given size: the
@@ -741,7 +750,7 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 		progress = now
 		for _, wc := range s.wc[:n] {
 			if wc.Status != ibtransport.WCSuccess {
-				return perftest.BWReport{}, perfCompletionError(wc, "send", totscnt, totccnt)
+				return perftest.BWReport{}, s.completionError(wc, "send", totscnt, totccnt)
 			}
 			q := int(wc.WRID)
 			ccnt[q] += cqMod
@@ -843,7 +852,7 @@ func (s *perfSession) receiveLoop(ctx context.Context, size uint64, report bool)
 		}
 		for _, w := range wc[:n] {
 			if w.Status != ibtransport.WCSuccess {
-				return perftest.BWReport{}, perfCompletionError(w, "receive", rcnt, rcnt)
+				return perftest.BWReport{}, s.completionError(w, "receive", rcnt, rcnt)
 			}
 			q := int(w.WRID)
 			rcnt++
@@ -948,7 +957,7 @@ func (r *perfLatRun) waitSend(ctx context.Context) (bool, error) {
 	for {
 		if s.sendCQ.Poll(s.wc[:1]) == 1 {
 			if s.wc[0].Status != ibtransport.WCSuccess {
-				return false, perfCompletionError(s.wc[0], "send", 0, 0)
+				return false, s.completionError(s.wc[0], "send", 0, 0)
 			}
 			return true, nil
 		}
@@ -1053,7 +1062,7 @@ func (s *perfSession) runLatSend(ctx context.Context, size uint64) error {
 				if s.recvCQ.Poll(s.wc[:1]) == 1 {
 					w := s.wc[0]
 					if w.Status != ibtransport.WCSuccess {
-						return perfCompletionError(w, "receive", uint64(scnt), uint64(rcnt))
+						return s.completionError(w, "receive", uint64(scnt), uint64(rcnt))
 					}
 					got = true
 					rcnt++
