@@ -264,6 +264,7 @@ func (t *iwarpTransport) unlisten(id *ID) {
 func (t *iwarpTransport) accept(id *ID, p *ConnParam) error {
 	m := t.m
 	req, qp, cp := id.iwarp.req, id.qp, t.params(p)
+	relaxIRD(req, &cp, qp.Context().Config().MaxRdAtomic)
 	id.iwarp.req = nil
 	id.state = stateAccepted
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.ConnectTimeout)
