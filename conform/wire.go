@@ -1,7 +1,6 @@
 package conform
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -365,24 +364,16 @@ func (w *Wire) Send(p *Packet) (time.Time, []byte, error) {
 // packet to the tester's address.
 func (w *Wire) decode(frame []byte, at time.Time) *Captured {
 	var f roce.Frame
-	// roce.Frame knows RoCEv2 on port 4791 only: another port is shown to it
-	// as 4791 and put back before the ICRC (which covers it) is checked.
-	port := udpDstPortOffset(frame)
-	other := w.hdr.DstPort != roce.UDPPort && port > 0 && binary.BigEndian.Uint16(frame[port:]) == w.hdr.DstPort
-	if other {
-		binary.BigEndian.PutUint16(frame[port:], roce.UDPPort)
-	}
-	err := f.DecodeEthernet(frame)
-	if other {
-		binary.BigEndian.PutUint16(frame[port:], w.hdr.DstPort)
+	// The peer answers to the tester's port; a frame to 4791 when that is another
+	// port is still decoded, so that roce.icrc.answers can say where it went.
+	err := f.DecodeEthernetPort(frame, w.hdr.DstPort)
+	if errors.Is(err, roce.ErrNotRoCE) && w.hdr.DstPort != roce.UDPPort {
+		err = f.DecodeEthernet(frame)
 	}
 	if err != nil || f.Version != roce.RoCEv2 || f.Dst.Unmap() != w.hdr.Src {
 		return nil
 	}
 	c := &Captured{At: at, Frame: frame, IB: f.IB, Src: f.Src.Unmap(), DstPort: f.DstPort}
-	if other {
-		c.DstPort = w.hdr.DstPort
-	}
 	if w.unknownIPID && !f.IPv6 {
 		_, c.ICRCOK = roce.RecoverIPv4ID(&f)
 	} else {
@@ -434,28 +425,6 @@ func (w *Wire) Discard(match func(*Captured) bool) {
 	}
 	clear(w.inbox[len(kept):])
 	w.inbox = kept
-}
-
-// udpDstPortOffset returns the offset of the UDP destination port of an
-// untagged Ethernet frame carrying UDP over IPv4 or IPv6, or -1.
-func udpDstPortOffset(b []byte) int {
-	if len(b) < roce.EthernetLen+roce.IPv6Len+roce.UDPLen {
-		return -1
-	}
-	switch binary.BigEndian.Uint16(b[12:]) {
-	case roce.EtherTypeIPv4:
-		ihl := int(b[14]&0x0f) * 4
-		if b[14+9] != roce.IPProtocolUDP || len(b) < 14+ihl+roce.UDPLen {
-			return -1
-		}
-		return 14 + ihl + 2
-	case roce.EtherTypeIPv6:
-		if b[14+6] != roce.IPProtocolUDP {
-			return -1
-		}
-		return 14 + roce.IPv6Len + 2
-	}
-	return -1
 }
 
 // ToQP returns a match function for packets to the tester's QP qpn.
