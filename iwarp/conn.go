@@ -754,6 +754,13 @@ func (r *ConnRequest) Accept(ctx context.Context, qp *ib.QP, p *ConnParams) (*Co
 	if err != nil {
 		return nil, err
 	}
+	if r.v.p2p && r.v.rtr == RTRRead && ird < 1 {
+		// The Read RTR is a Read Request and takes one of the IRD's buffers:
+		// with an IRD of 0 (rdma_cm's responder resources 0, perftest's write
+		// and send bw) it was answered by a Terminate. siw's siw_accept raises
+		// its IRD to the peer's ORD in the same way.
+		ird = 1
+	}
 	f, err := replyFrame(&cp, r.req, r.v, ird, ord, false, cp.PrivateData)
 	if err != nil {
 		w.Detach(c)
