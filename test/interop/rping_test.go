@@ -99,8 +99,9 @@ func rpingCheck(t *testing.T, client, server interop.Result, wantClient, wantSer
 }
 
 // rpingCheckCapture decodes an rping capture: no errors, the MPA exchange rdma_cm
-// makes on iWARP (revision 2, IRD=ORD=1, only the IRD/ORD words as private data,
-// CRC as negotiated), and no frame tshark calls malformed.
+// makes on iWARP (revision 2, IRD=ORD=1, peer-to-peer mode with the Read RTR
+// when softrdma initiates, only the IRD/ORD words as private data, CRC as
+// negotiated), and no frame tshark calls malformed.
 func rpingCheckCapture(t *testing.T, pcap string, crc bool) {
 	t.Helper()
 	out := interop.Decode(t, pcap)
@@ -108,7 +109,13 @@ func rpingCheckCapture(t *testing.T, pcap string, crc bool) {
 	if crc {
 		flags = "-C-H"
 	}
-	for _, want := range []string{"MPA Request rev=2 flags=" + flags + " IRD=1 ORD=1 private_data=4", "MPA Reply rev=2 flags=" + flags + " IRD=1 ORD=1 private_data=4"} {
+	// softrdma as the initiator asks for peer-to-peer mode with the Read RTR
+	// (rdmacm.initiatorRTR), and siw answers it; siw as the initiator does not.
+	p2p := ""
+	if strings.Contains(out, "MPA Request rev=2 flags="+flags+" IRD=1 ORD=1 P2P RTR=read ") {
+		p2p = " P2P RTR=read"
+	}
+	for _, want := range []string{"MPA Request rev=2 flags=" + flags + " IRD=1 ORD=1" + p2p + " private_data=4", "MPA Reply rev=2 flags=" + flags + " IRD=1 ORD=1" + p2p + " private_data=4"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("capture lacks %q:\n%s", want, out)
 		}
