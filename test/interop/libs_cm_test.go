@@ -83,14 +83,22 @@ func runCMCase(t *testing.T, h *interop.Harness, g *interop.Guest, spec, filter 
 	stop := g.PcapAll(t, pcap, filter)
 	var lib, kern interop.Result
 	if c.libServer {
-		p := h.LibStart(t, spec, c.tool(), serverArgs...)
+		var p *interop.Proc
+		clientCmd := append([]string{c.tool()}, clientArgs...)
+		if c.tool() == "rping" {
+			p = h.LibStart(t, spec, c.tool(), serverArgs...)
+		} else { // perftest's second connection waits for the server's listen
+			gate := g.CMGateServer(t)
+			p = h.LibStartEnv(t, spec, gate.Env, c.tool(), serverArgs...)
+			clientCmd = append(append([]string{"env"}, gate.ClientEnv...), clientCmd...)
+		}
 		if iwarp { // iWARP listens on TCP; RoCE's rdma_cm on QP1: the client retries
 			if !p.WaitListenTCP(port, time.Minute) {
 				t.Fatalf("the libraries' %s server did not listen:\n%s", c.tool(), p.Wait(time.Second))
 			}
 		}
 		kern = retryCMClient(func() interop.Result {
-			return g.Exec(t, libExchangeTimeout, append([]string{c.tool()}, clientArgs...)...)
+			return g.Exec(t, libExchangeTimeout, clientCmd...)
 		})
 		wait := libExchangeTimeout
 		if !kern.OK() {
@@ -99,12 +107,13 @@ func runCMCase(t *testing.T, h *interop.Harness, g *interop.Guest, spec, filter 
 		lib = p.Wait(wait)
 	} else {
 		job := g.ExecBackground(t, append([]string{c.tool()}, serverArgs...)...)
-		if iwarp {
-			g.WaitListenTCP(t, port, time.Minute)
-		}
+		g.WaitCMListen(t, port, time.Minute)
 		lib = retryCMClient(func() interop.Result {
 			ctx, cancel := context.WithTimeout(context.Background(), libExchangeTimeout)
 			defer cancel()
+			if c.tool() != "rping" { // perftest's second connection waits for the server's listen
+				return h.LibRunCMGated(ctx, t, g, port, spec, c.tool(), clientArgs...)
+			}
 			return h.LibRun(ctx, t, spec, c.tool(), clientArgs...)
 		})
 		wait := libExchangeTimeout
@@ -137,25 +146,13 @@ func runCMCase(t *testing.T, h *interop.Harness, g *interop.Guest, spec, filter 
 	return pcap
 }
 
-// retryCMClient runs a client until it succeeds or prints something: the
-// server's rdma_cm may not listen yet (a REJ or a refused connection, and
-// nothing on stdout), for at most 30 tries.
-func retryCMClient(run func() interop.Result) interop.Result {
-	var r interop.Result
-	for try := 0; try < 30; try++ {
-		if r = run(); r.OK() || strings.TrimSpace(r.Stdout) != "" {
-			return r
-		}
-		time.Sleep(time.Second)
-	}
-	return r
-}
-
 // TestLibsSiw runs Debian's unmodified rping and perftest over rdma_cm (-R:
 // ib_write_bw, ib_read_bw, ib_send_bw) with one end on softrdma's libraries on
 // the host (an iWARP device on the bridge's address) and the other on the
-// kernel's siw in one guest, the libraries as the server (the other direction
-// is left out, see below). rping's lines must be exactly
+// kernel's siw in one guest, the libraries as the server and as the client.
+// A client is rerun only while its first connect is refused (the server not
+// listening yet, refusedConnect), and perftest's second connection waits for
+// the server's second listen (cmgate.go). rping's lines must be exactly
 // rping's, perftest's result rows have the iterations asked for; the capture
 // on the guest's tap decodes with 0 errors (MPA start frames and FPDUs of both
 // stacks), has the MPA request and reply, and tshark calls no frame
@@ -166,14 +163,6 @@ func TestLibsSiw(t *testing.T) {
 	requireRdmacm(t)
 	g := h.Boot(t, "libs82", interop.BootOptions{IP: "10.77.0.82", NoIPv6: true, Links: "siw"})
 	for _, c := range cmCases() {
-		if !c.libServer {
-			// Left out: with the libraries as the rdma_cm client
-			// and siw as the server, siw intermittently never
-			// answers the client's first FPDU after the MPA
-			// exchange (seen with rping and ib_read_bw; ib_send_bw
-			// failed too). Kept out until that is explained.
-			continue
-		}
 		t.Run(c.String(), func(t *testing.T) {
 			filter := "tcp port 18515"
 			if c.tool() == "rping" {
