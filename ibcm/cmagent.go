@@ -170,15 +170,15 @@ type CMAgentConfig struct {
 // Errors of the CM agent. Drops wrap ErrCMDropped in a *CMDropError.
 var (
 	// ErrCMState: the call is not allowed in the CMID's state.
-	ErrCMState = errors.New("roce: cm: not allowed in this state")
+	ErrCMState = errors.New("ibcm: not allowed in this state")
 	// ErrCMClosed: the agent (or the CMID) is closed.
-	ErrCMClosed = errors.New("roce: cm: closed")
+	ErrCMClosed = errors.New("ibcm: closed")
 	// ErrCMBusy: the service ID is already listened on.
-	ErrCMBusy = errors.New("roce: cm: service ID in use")
+	ErrCMBusy = errors.New("ibcm: service ID in use")
 	// ErrCMInvalid: a parameter is out of range (private data too long...).
-	ErrCMInvalid = errors.New("roce: cm: invalid argument")
+	ErrCMInvalid = errors.New("ibcm: invalid argument")
 	// ErrCMDropped: HandleMAD dropped the MAD (see CMDropError).
-	ErrCMDropped = errors.New("roce: cm: MAD dropped")
+	ErrCMDropped = errors.New("ibcm: MAD dropped")
 )
 
 // CMDropReason says why the agent dropped a MAD.
@@ -218,7 +218,7 @@ type CMDropError struct {
 	Err    error       // the decoder's error, if any
 }
 
-// Error reads e.g. "roce: cm: MAD dropped: ConnectReply: unknown comm ID".
+// Error reads e.g. "ibcm: MAD dropped: ConnectReply: unknown comm ID".
 func (e *CMDropError) Error() string {
 	s := ErrCMDropped.Error()
 	if e.Attr != 0 {
@@ -571,7 +571,7 @@ const neighborPollInterval = 10 * time.Millisecond
 // Poll and NextDeadline (a simulation) or Run.
 func NewCMAgent(cfg CMAgentConfig) (*CMAgent, error) {
 	if cfg.Device == nil {
-		return nil, fmt.Errorf("roce: cm agent needs a device: %w", ErrCMInvalid)
+		return nil, fmt.Errorf("ibcm: cm agent needs a device: %w", ErrCMInvalid)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = netio.SystemClock{}
@@ -795,7 +795,7 @@ func (a *CMAgent) ResolveNeighbor(ip netip.Addr, timeout time.Duration, done fun
 
 // ErrNeighborTimeout is what ResolveNeighbor reports when the address did not
 // resolve in time.
-var ErrNeighborTimeout = errors.New("roce: neighbour resolution timed out")
+var ErrNeighborTimeout = errors.New("ibcm: neighbour resolution timed out")
 
 // runQueries asks the pending neighbour resolutions again. mu is held; the
 // results are delivered through the event queue.
@@ -842,7 +842,7 @@ func (a *CMAgent) runQueries(now time.Time) bool {
 // CMEventSIDRREQ); the new CMIDs' events go to h too until SetHandler.
 func (a *CMAgent) Listen(serviceID uint64, h CMHandler) (*CMListener, error) {
 	if h == nil {
-		return nil, fmt.Errorf("roce: cm: listen without a handler: %w", ErrCMInvalid)
+		return nil, fmt.Errorf("ibcm: listen without a handler: %w", ErrCMInvalid)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -850,7 +850,7 @@ func (a *CMAgent) Listen(serviceID uint64, h CMHandler) (*CMListener, error) {
 		return nil, ErrCMClosed
 	}
 	if _, ok := a.listeners[serviceID]; ok {
-		return nil, fmt.Errorf("roce: cm: listen on %#016x: %w", serviceID, ErrCMBusy)
+		return nil, fmt.Errorf("ibcm: listen on %#016x: %w", serviceID, ErrCMBusy)
 	}
 	l := &CMListener{agent: a, serviceID: serviceID, handler: h}
 	a.listeners[serviceID] = l
@@ -887,7 +887,7 @@ func cmTry(peerTimeout, plt uint8) time.Duration {
 // events go to h.
 func (a *CMAgent) Connect(p *CMConnectParams, h CMHandler) (*CMID, error) {
 	if len(p.PrivateData) > CMREQPrivateDataLen {
-		return nil, fmt.Errorf("roce: cm: REQ private data %d > %d: %w", len(p.PrivateData), CMREQPrivateDataLen, ErrCMInvalid)
+		return nil, fmt.Errorf("ibcm: REQ private data %d > %d: %w", len(p.PrivateData), CMREQPrivateDataLen, ErrCMInvalid)
 	}
 	tst := uint8(0)
 	switch p.QPType {
@@ -895,7 +895,7 @@ func (a *CMAgent) Connect(p *CMConnectParams, h CMHandler) (*CMID, error) {
 	case ibtransport.QPTypeUC:
 		tst = 1
 	default:
-		return nil, fmt.Errorf("roce: cm: connect a %s QP: %w", p.QPType, ErrCMInvalid)
+		return nil, fmt.Errorf("ibcm: connect a %s QP: %w", p.QPType, ErrCMInvalid)
 	}
 	mtu := p.PathMTU
 	if mtu == 0 {
@@ -903,14 +903,14 @@ func (a *CMAgent) Connect(p *CMConnectParams, h CMHandler) (*CMID, error) {
 	}
 	code, ok := mtuCode(mtu)
 	if !ok {
-		return nil, fmt.Errorf("roce: cm: path MTU %d: %w", mtu, ErrCMInvalid)
+		return nil, fmt.Errorf("ibcm: path MTU %d: %w", mtu, ErrCMInvalid)
 	}
 	remote := netip.AddrFrom16(p.Path.RemoteGID).Unmap()
 	local := netip.AddrFrom16(p.Path.LocalGID).Unmap()
 	to := MADAddress{Remote: remote, Local: local}
 	ah, err := a.gsi.AddressHandle(to)
 	if err != nil {
-		return nil, fmt.Errorf("roce: cm: connect to %v: %w", remote, err)
+		return nil, fmt.Errorf("ibcm: connect to %v: %w", remote, err)
 	}
 	a.mu.Lock()
 	defer a.signal()
@@ -974,11 +974,11 @@ func (a *CMAgent) Connect(p *CMConnectParams, h CMHandler) (*CMID, error) {
 // SIDRRequest sends a SIDR_REQ with p and returns the CMID in SIDR_REQ_SENT.
 func (a *CMAgent) SIDRRequest(p *SIDRRequestParams, h CMHandler) (*CMID, error) {
 	if len(p.PrivateData) > CMSIDRREQPrivateDataLen {
-		return nil, fmt.Errorf("roce: cm: SIDR_REQ private data %d > %d: %w", len(p.PrivateData), CMSIDRREQPrivateDataLen, ErrCMInvalid)
+		return nil, fmt.Errorf("ibcm: SIDR_REQ private data %d > %d: %w", len(p.PrivateData), CMSIDRREQPrivateDataLen, ErrCMInvalid)
 	}
 	ah, err := a.gsi.AddressHandle(p.To)
 	if err != nil {
-		return nil, fmt.Errorf("roce: cm: SIDR to %v: %w", p.To.Remote, err)
+		return nil, fmt.Errorf("ibcm: SIDR to %v: %w", p.To.Remote, err)
 	}
 	a.mu.Lock()
 	defer a.signal()
@@ -1311,18 +1311,28 @@ func (a *CMAgent) handleMAD(now time.Time, b []byte, from MADAddress) error {
 	switch attr {
 	case CMAttrREQ:
 		return a.handleREQ(now, m, from)
-	case CMAttrMRA:
-		return a.handleMRA(now, m, from)
-	case CMAttrREJ:
-		return a.handleREJ(now, m, from)
-	case CMAttrREP:
-		return a.handleREP(now, m, from)
-	case CMAttrRTU:
-		return a.handleRTU(m, from)
+	case CMAttrMRA, CMAttrREJ, CMAttrREP, CMAttrRTU, CMAttrDREP:
+		// These start with the sender's and our communication IDs (cmIDs):
+		// the CMID they address is found, and checked, first.
+		ids := cmIDs(m.Data())
+		id, err := a.lookup(attr, ids.remote(), ids.local(), from)
+		if err != nil {
+			return err
+		}
+		switch attr {
+		case CMAttrMRA:
+			return a.handleMRA(now, id, m.MRA())
+		case CMAttrREJ:
+			return a.handleREJ(now, id, m.REJ())
+		case CMAttrREP:
+			return a.handleREP(id, m.REP())
+		case CMAttrRTU:
+			return a.handleRTU(id, m.RTU())
+		default:
+			return a.handleDREP(now, id, m.DREP())
+		}
 	case CMAttrDREQ:
 		return a.handleDREQ(now, m, from)
-	case CMAttrDREP:
-		return a.handleDREP(now, m, from)
 	case CMAttrSIDRREQ:
 		return a.handleSIDRREQ(now, m, from)
 	case CMAttrSIDRREP:
@@ -1472,12 +1482,7 @@ func (a *CMAgent) sendMRA(id *CMID, which uint8, timeout uint8, pd []byte) {
 	a.sendResp(id, m)
 }
 
-func (a *CMAgent) handleMRA(now time.Time, m MAD, from MADAddress) error {
-	r := m.MRA()
-	id, err := a.lookup(CMAttrMRA, r.RemoteCommID(), r.LocalCommID(), from)
-	if err != nil {
-		return err
-	}
+func (a *CMAgent) handleMRA(now time.Time, id *CMID, r CMMRA) error {
 	switch {
 	case r.MessageMRAed() == 0 && (id.state == CMStateREQSent || id.state == CMStateMRAREQRcvd):
 		id.state = CMStateMRAREQRcvd
@@ -1497,12 +1502,7 @@ func (a *CMAgent) handleMRA(now time.Time, m MAD, from MADAddress) error {
 	return nil
 }
 
-func (a *CMAgent) handleREJ(now time.Time, m MAD, from MADAddress) error {
-	r := m.REJ()
-	id, err := a.lookup(CMAttrREJ, r.RemoteCommID(), r.LocalCommID(), from)
-	if err != nil {
-		return err
-	}
+func (a *CMAgent) handleREJ(now time.Time, id *CMID, r CMREJ) error {
 	ev := CMEvent{Type: CMEventREJ, Reason: r.Reason(), ARI: bytes.Clone(r.ARI()), PrivateData: bytes.Clone(r.PrivateData())}
 	switch id.state {
 	case CMStateREQSent, CMStateMRAREQRcvd, CMStateREQRcvd, CMStateMRAREQSent, CMStateREPRcvd, CMStateMRAREPSent:
@@ -1521,12 +1521,7 @@ func (a *CMAgent) handleREJ(now time.Time, m MAD, from MADAddress) error {
 	return nil
 }
 
-func (a *CMAgent) handleREP(now time.Time, m MAD, from MADAddress) error {
-	r := m.REP()
-	id, err := a.lookup(CMAttrREP, r.RemoteCommID(), r.LocalCommID(), from)
-	if err != nil {
-		return err
-	}
+func (a *CMAgent) handleREP(id *CMID, r CMREP) error {
 	switch id.state {
 	case CMStateREQSent, CMStateMRAREQRcvd:
 	case CMStateEstablished:
@@ -1562,12 +1557,7 @@ func (a *CMAgent) handleREP(now time.Time, m MAD, from MADAddress) error {
 	return nil
 }
 
-func (a *CMAgent) handleRTU(m MAD, from MADAddress) error {
-	r := m.RTU()
-	id, err := a.lookup(CMAttrRTU, r.RemoteCommID(), r.LocalCommID(), from)
-	if err != nil {
-		return err
-	}
+func (a *CMAgent) handleRTU(id *CMID, r CMRTU) error {
 	switch id.state {
 	case CMStateREPSent, CMStateMRAREPRcvd:
 		id.state = CMStateEstablished
@@ -1633,12 +1623,7 @@ func (a *CMAgent) handleDREQ(now time.Time, m MAD, from MADAddress) error {
 	return nil
 }
 
-func (a *CMAgent) handleDREP(now time.Time, m MAD, from MADAddress) error {
-	r := m.DREP()
-	id, err := a.lookup(CMAttrDREP, r.RemoteCommID(), r.LocalCommID(), from)
-	if err != nil {
-		return err
-	}
+func (a *CMAgent) handleDREP(now time.Time, id *CMID, r CMDREP) error {
 	switch id.state {
 	case CMStateDREQSent:
 		a.enterTimeWait(id, now)
@@ -1741,7 +1726,7 @@ func (id *CMID) unlock() {
 }
 
 func (id *CMID) badState(op string) error {
-	return fmt.Errorf("roce: cm: %s in %s: %w", op, id.state, ErrCMState)
+	return fmt.Errorf("ibcm: %s in %s: %w", op, id.state, ErrCMState)
 }
 
 // State returns the current state.
@@ -1777,7 +1762,7 @@ func (id *CMID) SetHandler(h CMHandler) {
 // Accept answers the REQ with a REP (REQ_RCVD or MRA_REQ_SENT → REP_SENT).
 func (id *CMID) Accept(p *CMReplyParams) error {
 	if len(p.PrivateData) > CMREPPrivateDataLen {
-		return fmt.Errorf("roce: cm: REP private data %d > %d: %w", len(p.PrivateData), CMREPPrivateDataLen, ErrCMInvalid)
+		return fmt.Errorf("ibcm: REP private data %d > %d: %w", len(p.PrivateData), CMREPPrivateDataLen, ErrCMInvalid)
 	}
 	if err := id.lockLive(); err != nil {
 		return err
@@ -1816,7 +1801,7 @@ func (id *CMID) Accept(p *CMReplyParams) error {
 // ESTABLISHED). privateData is up to CMRTUPrivateDataLen bytes.
 func (id *CMID) SendRTU(privateData []byte) error {
 	if len(privateData) > CMRTUPrivateDataLen {
-		return fmt.Errorf("roce: cm: RTU private data %d > %d: %w", len(privateData), CMRTUPrivateDataLen, ErrCMInvalid)
+		return fmt.Errorf("ibcm: RTU private data %d > %d: %w", len(privateData), CMRTUPrivateDataLen, ErrCMInvalid)
 	}
 	if err := id.lockLive(); err != nil {
 		return err
@@ -1841,7 +1826,7 @@ func (id *CMID) SendRTU(privateData []byte) error {
 // its REQ (REQ_RCVD → MRA_REQ_SENT) or REP (REP_RCVD → MRA_REP_SENT).
 func (id *CMID) SendMRA(serviceTimeout uint8, privateData []byte) error {
 	if len(privateData) > CMMRAPrivateDataLen {
-		return fmt.Errorf("roce: cm: MRA private data %d > %d: %w", len(privateData), CMMRAPrivateDataLen, ErrCMInvalid)
+		return fmt.Errorf("ibcm: MRA private data %d > %d: %w", len(privateData), CMMRAPrivateDataLen, ErrCMInvalid)
 	}
 	if err := id.lockLive(); err != nil {
 		return err
@@ -1866,7 +1851,7 @@ func (id *CMID) SendMRA(serviceTimeout uint8, privateData []byte) error {
 // answer duplicates of the REQ with the same REJ.
 func (id *CMID) Reject(reason CMRejectReason, ari, privateData []byte) error {
 	if len(privateData) > CMREJPrivateDataLen || len(ari) > CMREJARILen {
-		return fmt.Errorf("roce: cm: REJ private data %d > %d or ARI %d > %d: %w",
+		return fmt.Errorf("ibcm: REJ private data %d > %d or ARI %d > %d: %w",
 			len(privateData), CMREJPrivateDataLen, len(ari), CMREJARILen, ErrCMInvalid)
 	}
 	if err := id.lockLive(); err != nil {
@@ -1950,7 +1935,7 @@ func (a *CMAgent) sendDREP(id *CMID, pd []byte) {
 // to CMDREQPrivateDataLen bytes. In DREQ_SENT and TIMEWAIT it does nothing.
 func (id *CMID) Disconnect(privateData []byte) error {
 	if len(privateData) > CMDREQPrivateDataLen {
-		return fmt.Errorf("roce: cm: DREQ private data %d > %d: %w", len(privateData), CMDREQPrivateDataLen, ErrCMInvalid)
+		return fmt.Errorf("ibcm: DREQ private data %d > %d: %w", len(privateData), CMDREQPrivateDataLen, ErrCMInvalid)
 	}
 	if err := id.lockLive(); err != nil {
 		return err
@@ -1975,7 +1960,7 @@ func (id *CMID) Disconnect(privateData []byte) error {
 // duplicates of the request for a while, then the CMID is gone.
 func (id *CMID) SIDRReply(p *SIDRReply) error {
 	if len(p.PrivateData) > CMSIDRREPPrivateDataLen || len(p.AdditionalInfo) > CMSIDRREPInfoLen {
-		return fmt.Errorf("roce: cm: SIDR_REP private data %d > %d: %w", len(p.PrivateData), CMSIDRREPPrivateDataLen, ErrCMInvalid)
+		return fmt.Errorf("ibcm: SIDR_REP private data %d > %d: %w", len(p.PrivateData), CMSIDRREPPrivateDataLen, ErrCMInvalid)
 	}
 	if err := id.lockLive(); err != nil {
 		return err

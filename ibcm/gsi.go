@@ -74,7 +74,7 @@ type GSICounters struct {
 const grhAreaLen = roce.GRHLen
 
 // ErrGSIClosed is returned by a closed GSI.
-var ErrGSIClosed = errors.New("roce: gsi closed")
+var ErrGSIClosed = errors.New("ibcm: gsi closed")
 
 // OpenGSI creates the device's QP1, brings it to RTS (Q_Key GSIQKey, send PSN
 // 0 as the kernel's), and posts the receive buffers. A device has one GSI.
@@ -95,7 +95,7 @@ func OpenGSI(dev *roce.Device, cfg GSIConfig) (*GSI, error) {
 	var err error
 	fail := func(err error) (*GSI, error) {
 		g.Close()
-		return nil, fmt.Errorf("roce: open gsi: %w", err)
+		return nil, fmt.Errorf("ibcm: open gsi: %w", err)
 	}
 	if g.cq, err = ctx.CreateCQ(cfg.RecvDepth + cfg.SendDepth); err != nil {
 		return fail(err)
