@@ -253,6 +253,7 @@ func TestBadPeerTerminates(t *testing.T) {
 		etype   uint8
 		code    uint8
 		errText string        // the local error names this
+		field   string        // if set, the local error is a *HeaderError for this "header: field"
 		echoed  bool          // the Terminate carries the offending DDP header
 		rdma    bool          // ... and the Read Request header
 		recvs   []ib.WCStatus // statuses of the two receive WRs (nil: both flushed)
@@ -358,11 +359,11 @@ func TestBadPeerTerminates(t *testing.T) {
 		{name: "Read Response to the wrong STag", send: func(e env) {
 			e.r.send(0, tagged(iwarp.OpReadResponse, 0x100, e.s.mr.Addr()+200, true), make([]byte, 8))
 		}, layer: iwarp.LayerDDP, etype: iwarp.ETypeDDPTaggedBuffer, code: iwarp.ECodeDDPTaggedInvalidSTag,
-			errText: "!= the sink's", echoed: true},
+			errText: "!= the sink's", field: "rdmap: read response STag", echoed: true},
 		{name: "Read Response beyond the sink", send: func(e env) {
 			e.r.send(0, tagged(iwarp.OpReadResponse, e.s.mr.LKey(), e.s.mr.Addr()+200, true), make([]byte, 9))
 		}, layer: iwarp.LayerDDP, etype: iwarp.ETypeDDPTaggedBuffer, code: iwarp.ECodeDDPTaggedBaseBounds,
-			errText: "outside the sink", echoed: true},
+			errText: "outside the sink", field: "rdmap: read response TO", echoed: true},
 		{name: "send without a receive WR", send: func(e env) {
 			e.r.send(0, untagged(iwarp.OpSend, 1, 0, true), []byte("x"))
 			e.r.send(0, untagged(iwarp.OpSend, 2, 0, true), []byte("x"))
@@ -455,6 +456,10 @@ func TestBadPeerTerminates(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), c.errText) {
 				t.Fatalf("local error %q does not name %q", err, c.errText)
+			}
+			var he *iwarp.HeaderError
+			if c.field != "" && (!errors.As(err, &he) || he.Header+": "+he.Field != c.field) {
+				t.Fatalf("local error %q is not a header error for %q", err, c.field)
 			}
 			term := r.terminate()
 			if term.Layer() != c.layer || term.EType() != c.etype || term.ErrorCode() != c.code {

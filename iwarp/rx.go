@@ -525,7 +525,8 @@ func (c *Conn) place(h *rxHdr) ([][]byte, func() error, *rxError) {
 	case OpAtomicResponse:
 		return c.placeAtomicResponse(h)
 	}
-	return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, fmt.Errorf("rdmap: opcode %s", h.op))
+	return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, &HeaderError{Header: "rdmap", Field: "opcode",
+		Value: uint64(h.op), Reason: h.op.String() + " unexpected here", Err: ErrBadOpcode})
 }
 
 func (c *Conn) placeWrite(h *rxHdr, d DDP, n uint64) ([][]byte, func() error, *rxError) {
@@ -611,13 +612,14 @@ func (c *Conn) placeReadResponse(d DDP, n uint64) ([][]byte, func() error, *rxEr
 	c.mu.Unlock()
 	if d.STag() != o.sinkSTag {
 		return nil, nil, newRxError(LayerDDP, ETypeDDPTaggedBuffer, ECodeDDPTaggedInvalidSTag, ib.EventQPAccessErr,
-			fmt.Errorf("rdmap: read response STag 0x%08x != the sink's 0x%08x", d.STag(), o.sinkSTag))
+			&HeaderError{Header: "rdmap", Field: "read response STag", Value: uint64(d.STag()), Rel: "!=",
+				LimitName: "the sink's", Limit: uint64(o.sinkSTag), Hex: 8, Err: ErrBadValue})
 	}
 	off := d.TO() - o.sinkTO
 	if d.TO() < o.sinkTO || off != o.placed || n > o.length-o.placed || (d.Last() && o.placed+n != o.length) {
 		return nil, nil, newRxError(LayerDDP, ETypeDDPTaggedBuffer, ECodeDDPTaggedBaseBounds, ib.EventQPAccessErr,
-			fmt.Errorf("rdmap: read response TO 0x%x length %d outside the sink's next octets (TO 0x%x, %d of %d placed)",
-				d.TO(), n, o.sinkTO, o.placed, o.length))
+			&HeaderError{Header: "rdmap", Field: "read response TO", Value: d.TO(), Hex: 1, Err: ErrBadValue,
+				Reason: fmt.Sprintf("length %d outside the sink's next octets (TO 0x%x, %d of %d placed)", n, o.sinkTO, o.placed, o.length)})
 	}
 	bufs, f := c.wire.ReadSink(o.id, off, n, c.sinkBufs)
 	if f == ib.KeyUnknown {
@@ -745,7 +747,8 @@ func (c *Conn) placeAtomicResponse(h *rxHdr) ([][]byte, func() error, *rxError) 
 	o := c.orq[c.orqHead]
 	id := binary.BigEndian.Uint32(a)
 	if id != o.reqID {
-		return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, fmt.Errorf("atomic: response to request %d, expected %d", id, o.reqID))
+		return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, &HeaderError{Header: "atomic", Field: "response's request ID",
+			Value: uint64(id), Rel: "!=", LimitName: "expected", Limit: uint64(o.reqID), Err: ErrBadValue})
 	}
 	c.fx = rxEffect{id: o.id, orig: a.OriginalValue()}
 	return nil, c.atomicRespEffect, nil
@@ -833,7 +836,8 @@ func (c *Conn) atomicRequest(h *rxHdr) error {
 	case AtomicCompareSwap:
 		args.Op = ib.AtomicOpCompareSwap
 	default:
-		return rdmapOperation(ECodeRDMAPUnspecified, fmt.Errorf("atomic: operation %s", a.Opcode()))
+		return rdmapOperation(ECodeRDMAPUnspecified, &HeaderError{Header: "atomic", Field: "operation",
+			Value: uint64(a.Opcode()), Reason: a.Opcode().String() + " not supported", Err: ErrBadOpcode})
 	}
 	c.mu.Lock()
 	full := c.irdUsed >= c.neg.IRD
