@@ -45,6 +45,5 @@ void *ibv_import_dm(void) { sr_refuse("ibv_import_dm"); return NULL; }
 void ibv_unimport_dm(void) { sr_refuse("ibv_unimport_dm"); }
 long ibv_query_qp_data_in_order(void) { sr_refuse("ibv_query_qp_data_in_order"); return EOPNOTSUPP; }
 long ibv_get_pkey_index(void) { sr_refuse("ibv_get_pkey_index"); return EOPNOTSUPP; }
-void *ibv_qp_to_qp_ex(void) { sr_refuse("ibv_qp_to_qp_ex"); return NULL; }
 */
 import "C"

@@ -20,6 +20,7 @@ package main
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <infiniband/verbs.h>
+#include "srobj.h"
 
 // The Go side (exports.go).
 extern int srgo_ndevices(void);
@@ -85,6 +86,11 @@ extern int srgo_post_recv(uintptr_t h, struct sr_rwr *w, int n, int *posted);
 
 // robust_c.go: why a call was refused, under SOFTRDMA_DEBUG.
 extern void sr_debug(const char *format, ...);
+
+// Extended CQs and QPs (extended_c.go).
+extern struct ibv_cq_ex *sr_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
+extern struct ibv_qp *sr_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+extern void sr_qpx_free(void *ext);
 
 // Asynchronous events (async_c.go, async.go).
 extern int sr_async_open(struct ibv_context *ctx);
@@ -169,10 +175,7 @@ struct sr_mr {
 	uintptr_t h;
 };
 
-struct sr_cq {
-	struct ibv_cq cq;
-	uintptr_t h;
-};
+// struct sr_cq and struct sr_qp: srobj.h.
 
 struct sr_srq {
 	struct ibv_srq srq;
@@ -192,10 +195,6 @@ struct sr_channel {
 	int wfd; // the write end of the pipe whose read end is ch.fd
 };
 
-struct sr_qp {
-	struct ibv_qp qp;
-	uintptr_t h;
-};
 
 static int sr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 static int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
@@ -318,6 +317,8 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vc.sz = sizeof(c->vc);
 	c->vc.query_port = sr_query_port;
 	c->vc.query_device_ex = sr_query_device_ex;
+	c->vc.create_cq_ex = sr_create_cq_ex; // extended_c.go
+	c->vc.create_qp_ex = sr_create_qp_ex;
 	struct ibv_context *ctx = &c->vc.context;
 	ctx->device = device;
 	ctx->cmd_fd = -1;
@@ -827,6 +828,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	if (rc)
 		return rc;
 	SRGO(srgo_async_forget, qp, 1);
+	sr_qpx_free(q->ext);
 	pthread_mutex_destroy(&qp->mutex);
 	pthread_cond_destroy(&qp->cond);
 	free(q);
