@@ -3,8 +3,6 @@
 package netio
 
 import (
-	"fmt"
-
 	"github.com/softrdma/softrdma/header"
 )
 
@@ -39,14 +37,14 @@ type udpGSOFrame struct {
 
 // parseUDPGSOFrame checks frame (Ethernet, IPv4 or IPv6, UDP) against its
 // own length fields and returns how it splits into datagrams of gsoSize
-// payload bytes.
+// payload bytes. Its errors are *header.Error ("gso" for the split itself).
 func parseUDPGSOFrame(frame []byte, gsoSize int) (udpGSOFrame, error) {
 	g := udpGSOFrame{ipOff: EthernetHeaderLen, size: gsoSize}
 	if gsoSize <= 0 {
-		return g, fmt.Errorf("netio: gso: segment size %d", gsoSize)
+		return g, &header.Error{Header: "gso", Field: "segment size", Value: uint64(max(gsoSize, 0)), Rel: "<", Limit: 1, Err: header.ErrInvalid}
 	}
 	if len(frame) < EthernetHeaderLen+ipv4HeaderLen {
-		return g, fmt.Errorf("netio: gso: frame of %d bytes has no IP header", len(frame))
+		return g, header.Truncated("gso", "frame length", len(frame), EthernetHeaderLen+ipv4HeaderLen)
 	}
 	var ipLen int // the IP datagram's length as its header gives it
 	switch et := header.Ethernet(frame).Type(); et {
@@ -55,45 +53,54 @@ func parseUDPGSOFrame(frame []byte, gsoSize int) (udpGSOFrame, error) {
 		ip := header.IPv4(frame[EthernetHeaderLen:])
 		ihl := ip.HeaderLen()
 		if ip.Version() != 4 || ihl < ipv4HeaderLen {
-			return g, fmt.Errorf("netio: gso: IPv4 version/IHL %#02x", ip[0])
+			return g, &header.Error{Header: "ipv4", Field: "version/IHL", Value: uint64(ip[0]), Hex: 2, Reason: "not version 4 with IHL >= 5", Err: header.ErrInvalid}
 		}
 		if ip.Protocol() != ipProtoUDP {
-			return g, fmt.Errorf("netio: gso: IPv4 protocol %d is not UDP", ip.Protocol())
+			return g, &header.Error{Header: "ipv4", Field: "protocol", Value: uint64(ip.Protocol()), Rel: "!=", LimitName: "UDP", Limit: ipProtoUDP, Err: header.ErrUnsupported}
 		}
 		g.udpOff = g.ipOff + ihl
 		ipLen = int(ip.TotalLength())
 	case etherTypeIPv6:
 		ip := header.IPv6(frame[EthernetHeaderLen:])
 		if len(ip) < ipv6HeaderLen || ip.NextHeader() != ipProtoUDP {
-			return g, fmt.Errorf("netio: gso: IPv6 frame without a UDP header first")
+			return g, &header.Error{Header: "ipv6", Field: "next header", Value: uint64(nextHeader(ip)), Rel: "!=", LimitName: "UDP", Limit: ipProtoUDP, Err: header.ErrUnsupported}
 		}
 		g.udpOff = g.ipOff + ipv6HeaderLen
 		ipLen = ipv6HeaderLen + int(ip.PayloadLength())
 	default:
-		return g, fmt.Errorf("netio: gso: Ethertype %#04x is not IP", et)
+		return g, &header.Error{Header: "ethernet", Field: "ethertype", Value: uint64(et), Hex: 4, Reason: "not IPv4 or IPv6", Err: header.ErrUnsupported}
 	}
 	g.hdrLen = g.udpOff + udpHeaderLen
 	if len(frame) < g.hdrLen {
-		return g, fmt.Errorf("netio: gso: frame of %d bytes shorter than its headers (%d)", len(frame), g.hdrLen)
+		return g, header.Truncated("gso", "frame length", len(frame), g.hdrLen)
 	}
 	// GSO frames may carry lengths of 0 (IPv6 jumbograms past 64 KiB) or the
 	// whole super-datagram; the frame's own length is the truth, and the
 	// header fields must not claim more than it holds.
 	if ipLen > 0 && g.ipOff+ipLen > len(frame) {
-		return g, fmt.Errorf("netio: gso: IP length %d > %d bytes in the frame", ipLen, len(frame)-g.ipOff)
+		return g, &header.Error{Header: "gso", Field: "IP length", Value: uint64(ipLen), Rel: ">", LimitName: "frame", Limit: uint64(len(frame) - g.ipOff), Err: header.ErrTruncated}
 	}
 	payload := len(frame) - g.hdrLen
 	if ipLen > 0 {
 		payload = g.ipOff + ipLen - g.hdrLen
 	}
 	if payload <= 0 {
-		return g, fmt.Errorf("netio: gso: no payload")
+		return g, &header.Error{Header: "gso", Field: "payload length", Value: 0, Reason: "no datagram to split", Err: header.ErrInvalid}
 	}
 	g.count = (payload + gsoSize - 1) / gsoSize
 	if g.count > udpMaxSegments {
-		return g, fmt.Errorf("netio: gso: %d segments > %d", g.count, udpMaxSegments)
+		return g, &header.Error{Header: "gso", Field: "segments", Value: uint64(g.count), Rel: ">", Limit: udpMaxSegments, Err: header.ErrInvalid}
 	}
 	return g, nil
+}
+
+// nextHeader returns the IPv6 next header, or 0 if ip is shorter than its
+// fixed header.
+func nextHeader(ip header.IPv6) uint8 {
+	if len(ip) < ipv6HeaderLen {
+		return 0
+	}
+	return ip.NextHeader()
 }
 
 // segLen returns the length of datagram j of frame, headers included.

@@ -5,8 +5,11 @@ package netio
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"testing"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // superFrame builds the frame a veth hands over for a UDP GSO send of
@@ -77,11 +80,14 @@ func TestUDPGSOParseErrors(t *testing.T) {
 		{"too many segments", v4, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if g, err := parseUDPGSOFrame(tc.frame, tc.size); err == nil {
+			g, err := parseUDPGSOFrame(tc.frame, tc.size)
+			var he *header.Error
+			if err == nil {
 				t.Fatalf("parsed: %+v", g)
-			} else {
-				t.Log(err)
+			} else if !errors.As(err, &he) || he.Header == "" || he.Field == "" {
+				t.Errorf("error %v is not a *header.Error naming header and field", err)
 			}
+			t.Log(err)
 		})
 	}
 }
