@@ -646,13 +646,16 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	int maxd = i >= 0 ? sr_max_rd[i][0] : 0, maxr = i >= 0 ? sr_max_rd[i][1] : 0;
 	int depth = maxd, res = maxr;
 	if (conn_param) {
-		if (conn_param->initiator_depth > maxd || conn_param->responder_resources > maxr) {
+		/* RDMA_MAX_INIT_DEPTH and RDMA_MAX_RESP_RES (0xff) are the device's
+		 * maximum (rdma-core's ucma_valid_param and rdma_connect). */
+		int d = conn_param->initiator_depth, r = conn_param->responder_resources;
+		if ((d != RDMA_MAX_INIT_DEPTH && d > maxd) || (r != RDMA_MAX_RESP_RES && r > maxr)) {
 			sr_debug("rdma_connect: initiator depth %d / responder resources %d over the device's %d / %d",
-				 conn_param->initiator_depth, conn_param->responder_resources, maxd, maxr);
+				 d, r, maxd, maxr);
 			return ERR(EINVAL);
 		}
-		depth = conn_param->initiator_depth;
-		res = conn_param->responder_resources;
+		depth = d == RDMA_MAX_INIT_DEPTH ? maxd : d;
+		res = r == RDMA_MAX_RESP_RES ? maxr : r;
 	}
 	struct srcm_param p;
 	sr_param(&p, id, conn_param, depth, res);
@@ -680,18 +683,21 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	struct sr_cmid *c = sr_id(id);
 	int i = sr_dev_index(id);
 	int maxd = i >= 0 ? sr_max_rd[i][0] : 0, maxr = i >= 0 ? sr_max_rd[i][1] : 0;
-	int depth, res;
+	/* Without conn_param, and for RDMA_MAX_INIT_DEPTH / RDMA_MAX_RESP_RES: the
+	 * request's, capped by the device's (rdma-core's rdma_accept). */
+	int depth = c->req_depth < maxd ? c->req_depth : maxd;
+	int res = c->req_resources < maxr ? c->req_resources : maxr;
 	if (conn_param) {
-		if (conn_param->initiator_depth > maxd || conn_param->responder_resources > maxr) {
+		int d = conn_param->initiator_depth, r = conn_param->responder_resources;
+		if ((d != RDMA_MAX_INIT_DEPTH && d > maxd) || (r != RDMA_MAX_RESP_RES && r > maxr)) {
 			sr_debug("rdma_accept: initiator depth %d / responder resources %d over the device's %d / %d",
-				 conn_param->initiator_depth, conn_param->responder_resources, maxd, maxr);
+				 d, r, maxd, maxr);
 			return ERR(EINVAL);
 		}
-		depth = conn_param->initiator_depth;
-		res = conn_param->responder_resources;
-	} else {
-		depth = c->req_depth < maxd ? c->req_depth : maxd;
-		res = c->req_resources < maxr ? c->req_resources : maxr;
+		if (d != RDMA_MAX_INIT_DEPTH)
+			depth = d;
+		if (r != RDMA_MAX_RESP_RES)
+			res = r;
 	}
 	struct srcm_param p;
 	sr_param(&p, id, conn_param, depth, res);
