@@ -20,6 +20,7 @@ import (
 	"github.com/softrdma/softrdma/launch"
 	"github.com/softrdma/softrdma/netio/netns"
 	"github.com/softrdma/softrdma/pcaptap"
+	"github.com/softrdma/softrdma/perf"
 )
 
 // softrdma bench is the benchmark suite behind `make bench`. It creates two
@@ -122,7 +123,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	for _, s := range sizes {
-		n, err := perfParseSize(s)
+		n, err := perf.ParseSize(s)
 		if err != nil {
 			fmt.Fprintf(stderr, "softrdma bench: --sizes: %v\n", err)
 			return 2

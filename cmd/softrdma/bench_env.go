@@ -17,6 +17,7 @@ import (
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/netio/netns"
 	"github.com/softrdma/softrdma/pcaptap"
+	"github.com/softrdma/softrdma/perf"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -253,12 +254,12 @@ func benchModifyRC(qp *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, dq
 	}
 	maxRd := benchMaxRdAtomic
 	if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: mtu, DestQPN: dqpn,
-		RQPSN: rqpsn, MaxDestRdAtomic: maxRd, MinRNRTimer: perfMinRNRTimer},
+		RQPSN: rqpsn, MaxDestRdAtomic: maxRd, MinRNRTimer: perf.MinRNRTimer},
 		ibtransport.QPAttrState|ibtransport.QPAttrAH|ibtransport.QPAttrPathMTU|ibtransport.QPAttrDestQPN|
 			ibtransport.QPAttrRQPSN|ibtransport.QPAttrMaxDestRdAtomic|ibtransport.QPAttrMinRNRTimer); err != nil {
 		return err
 	}
-	return qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: sqpsn, Timeout: perfDefQPTimeout,
+	return qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: sqpsn, Timeout: perf.DefQPTimeout,
 		RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: maxRd},
 		ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|ibtransport.QPAttrRetryCnt|
 			ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxRdAtomic)

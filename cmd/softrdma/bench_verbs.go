@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/perf"
 )
 
 // benchQPs is one connected RC QP pair with its CQs and memory: A's region
@@ -250,7 +251,7 @@ func (q *benchQPs) streamOps(op ibtransport.WROpcode, size int, warm, measure ti
 	ctx, cancel := q.watch(warm, measure)
 	defer cancel()
 	sigEvery := 1
-	if size <= perfCQModLimit {
+	if size <= perf.CQModLimit {
 		sigEvery = 32
 	}
 	sge := []ibtransport.SGE{q.mrB.SGE(0, size)}

@@ -10,6 +10,7 @@ import (
 	"github.com/softrdma/softrdma/device"
 	"github.com/softrdma/softrdma/devspec"
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/perf"
 	"github.com/softrdma/softrdma/rdmacm"
 )
 
@@ -138,11 +139,12 @@ func cmatoseRun(ctx context.Context, o *cmatoseOptions, name string, stdout io.W
 	if err != nil {
 		return err
 	}
-	cm, err := perfStartCM(d)
+	dcm, err := d.StartCM(device.CMConfig{})
 	if err != nil {
 		d.Close()
 		return err
 	}
+	cm := &cmatoseCM{CM: dcm}
 	defer func() {
 		cm.close()
 		if cerr := d.Close(); cerr != nil && err == nil {
@@ -231,7 +233,7 @@ func cmatosePoll(ctx context.Context, cq *ib.CQ, count int, each func(ib.WC)) er
 		}
 		done += n
 		if n == 0 {
-			if err := waitCQ(ctx, cq, time.Time{}); err != nil {
+			if err := perf.WaitCQ(ctx, cq, time.Time{}); err != nil {
 				return err
 			}
 		}
@@ -239,8 +241,8 @@ func cmatosePoll(ctx context.Context, cq *ib.CQ, count int, each func(ib.WC)) er
 	return nil
 }
 
-func cmatoseServer(ctx context.Context, o *cmatoseOptions, cm *perfCM, ps rdmacm.PortSpace, bind netip.Addr, stdout io.Writer) error {
-	l, err := cm.m.CreateID(ps)
+func cmatoseServer(ctx context.Context, o *cmatoseOptions, cm *cmatoseCM, ps rdmacm.PortSpace, bind netip.Addr, stdout io.Writer) error {
+	l, err := cm.Manager.CreateID(ps)
 	if err != nil {
 		return err
 	}
@@ -251,7 +253,7 @@ func cmatoseServer(ctx context.Context, o *cmatoseOptions, cm *perfCM, ps rdmacm
 	if err := l.Listen(1); err != nil {
 		return fmt.Errorf("failure trying to listen: %w", err)
 	}
-	ev, err := perfCMWait(ctx, l, o.timeout, rdmacm.EventConnectRequest)
+	ev, err := perf.CMWait(ctx, l, o.timeout, rdmacm.EventConnectRequest)
 	if err != nil {
 		return err
 	}
@@ -294,7 +296,7 @@ func cmatoseServer(ctx context.Context, o *cmatoseOptions, cm *perfCM, ps rdmacm
 	if err := n.id.Accept(rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1}); err != nil {
 		return fmt.Errorf("failure accepting: %w", err)
 	}
-	if _, err := perfCMWait(ctx, n.id, perfCMStep, rdmacm.EventEstablished); err != nil {
+	if _, err := perf.CMWait(ctx, n.id, perf.CMStep, rdmacm.EventEstablished); err != nil {
 		return err
 	}
 	if o.count > 0 {
@@ -313,15 +315,15 @@ func cmatoseServer(ctx context.Context, o *cmatoseOptions, cm *perfCM, ps rdmacm
 		fmt.Fprintln(stdout, "data transfers complete")
 	}
 	fmt.Fprintln(stdout, "cmatose: disconnecting")
-	if err := perfCMDisconnect([]*rdmacm.ID{n.id}, perfCMStep); err != nil {
+	if err := perf.CMDisconnect([]*rdmacm.ID{n.id}, perf.CMStep); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "disconnected")
 	return nil
 }
 
-func cmatoseClient(ctx context.Context, o *cmatoseOptions, cm *perfCM, ps rdmacm.PortSpace, bind, dst netip.Addr, stdout io.Writer) error {
-	id, err := cm.m.CreateID(ps)
+func cmatoseClient(ctx context.Context, o *cmatoseOptions, cm *cmatoseCM, ps rdmacm.PortSpace, bind, dst netip.Addr, stdout io.Writer) error {
+	id, err := cm.Manager.CreateID(ps)
 	if err != nil {
 		return err
 	}
@@ -331,7 +333,7 @@ func cmatoseClient(ctx context.Context, o *cmatoseOptions, cm *perfCM, ps rdmacm
 	} else {
 		fmt.Fprintln(stdout, "cmatose: connecting")
 	}
-	if err := perfCMResolve(ctx, id, bind, netip.AddrPortFrom(dst, uint16(o.port))); err != nil {
+	if err := perf.CMResolve(ctx, id, bind, netip.AddrPortFrom(dst, uint16(o.port))); err != nil {
 		return err
 	}
 	n := &cmatoseNode{id: id}
@@ -345,7 +347,7 @@ func cmatoseClient(ctx context.Context, o *cmatoseOptions, cm *perfCM, ps rdmacm
 	if err := id.Connect(cp); err != nil {
 		return fmt.Errorf("failure connecting: %w", err)
 	}
-	ev, err := perfCMWait(ctx, id, perfCMStep, rdmacm.EventEstablished)
+	ev, err := perf.CMWait(ctx, id, perf.CMStep, rdmacm.EventEstablished)
 	if err != nil {
 		return err
 	}
@@ -382,9 +384,23 @@ func cmatoseClient(ctx context.Context, o *cmatoseOptions, cm *perfCM, ps rdmacm
 		fmt.Fprintln(stdout, "data transfers complete")
 	}
 	// disconnect_events: the server disconnects; rdma_disconnect answers.
-	if _, err := perfCMWait(ctx, id, o.timeout, rdmacm.EventDisconnected); err != nil {
+	if _, err := perf.CMWait(ctx, id, o.timeout, rdmacm.EventDisconnected); err != nil {
 		return err
 	}
 	id.Disconnect()
 	return nil
+}
+
+// cmatoseCM is a run's rdma_cm and the connection IDs it destroys before it
+// closes.
+type cmatoseCM struct {
+	*device.CM
+	tests []*rdmacm.ID
+}
+
+func (c *cmatoseCM) close() {
+	for _, id := range c.tests {
+		id.Destroy()
+	}
+	c.Close()
 }

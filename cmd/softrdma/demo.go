@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/softrdma/softrdma/device"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/roce"
@@ -72,7 +73,7 @@ func demoCmd(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "softrdma demo: --loss and --corrupt need the simulated link (--transport roce); iwarp runs over real loopback TCP")
 			return 2
 		}
-		if _, err := parseCRCPolicy(o.crc); err != nil {
+		if _, err := device.ParseCRCPolicy(o.crc); err != nil {
 			fmt.Fprintf(stderr, "softrdma demo: %v\n", err)
 			return 2
 		}

@@ -7,23 +7,11 @@ import (
 	"os"
 	"time"
 
+	"github.com/softrdma/softrdma/device"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/pcaptap"
 )
-
-// parseCRCPolicy reads an MPA CRC policy flag: accept, request or require.
-func parseCRCPolicy(s string) (iwarp.CRCPolicy, error) {
-	switch s {
-	case "accept", "":
-		return iwarp.CRCAccept, nil
-	case "request":
-		return iwarp.CRCRequest, nil
-	case "require":
-		return iwarp.CRCRequire, nil
-	}
-	return 0, fmt.Errorf("--crc %q: want accept, request or require", s)
-}
 
 // newIWARPDemoNode is one side of the iWARP demo: the same verbs objects as the
 // RoCE demo's, on an iwarp device. Its receive queue holds a receive for every
@@ -61,7 +49,7 @@ func newIWARPDemoNode(o demoOptions, seed uint64) (*demoNode, error) {
 // the RFC 7306 atomics softrdma offers its own peers.
 func runDemoIWARP(o demoOptions) (*demoResult, error) {
 	start := time.Now()
-	crc, err := parseCRCPolicy(o.crc)
+	crc, err := device.ParseCRCPolicy(o.crc)
 	if err != nil {
 		return nil, err
 	}

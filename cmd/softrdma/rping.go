@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"time"
 
+	"github.com/softrdma/softrdma/device"
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/rdmacm"
 )
@@ -118,7 +119,7 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softrdma rping: %v\n", err)
 		return 2
 	}
-	crc, err := parseCRCPolicy(o.crc)
+	crc, err := device.ParseCRCPolicy(o.crc)
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma rping: %v\n", err)
 		return 2

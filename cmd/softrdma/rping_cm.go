@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/perf"
 	"github.com/softrdma/softrdma/rdmacm"
 )
 
@@ -124,9 +125,9 @@ func (r *rping) cmEvent(ev rdmacm.Event) {
 	r.debugf("cma_event type %s cma_id %p (%s)\n", ev.Type, ev.ID, rel)
 }
 
-// cmWait is perfCMWait, printing the event that came (-d).
+// cmWait is perf.CMWait, printing the event that came (-d).
 func (r *rping) cmWait(ctx context.Context, id *rdmacm.ID, timeout time.Duration, want ...rdmacm.EventType) (rdmacm.Event, error) {
-	ev, err := perfCMWait(ctx, id, timeout, want...)
+	ev, err := perf.CMWait(ctx, id, timeout, want...)
 	if ev.ID != nil {
 		r.cmEvent(ev)
 	}
@@ -236,7 +237,7 @@ func (r *rping) serve(ctx context.Context, cm *rpingCM, bind netip.AddrPort, new
 	if err := id.Accept(rdmacm.ConnParam{ResponderResources: rpingIRDORD, InitiatorDepth: rpingIRDORD}); err != nil {
 		return fmt.Errorf("rdma_accept: %w", err)
 	}
-	if _, err := r.cmWait(ctx, id, perfCMStep, rdmacm.EventEstablished); err != nil {
+	if _, err := r.cmWait(ctx, id, perf.CMStep, rdmacm.EventEstablished); err != nil {
 		return fmt.Errorf("wait for CONNECTED state: %w", err)
 	}
 	r.debugf("ESTABLISHED\n")
@@ -270,13 +271,13 @@ func (r *rping) dial(ctx context.Context, cm *rpingCM, peer netip.AddrPort, newQ
 	if err := id.ResolveAddr(netip.Addr{}, peer, 2*time.Second); err != nil {
 		return fmt.Errorf("rdma_resolve_addr: %w", err)
 	}
-	if _, err := r.cmWait(ctx, id, perfCMStep, rdmacm.EventAddrResolved); err != nil {
+	if _, err := r.cmWait(ctx, id, perf.CMStep, rdmacm.EventAddrResolved); err != nil {
 		return fmt.Errorf("resolve: %w", err)
 	}
 	if err := id.ResolveRoute(2 * time.Second); err != nil {
 		return fmt.Errorf("rdma_resolve_route: %w", err)
 	}
-	if _, err := r.cmWait(ctx, id, perfCMStep, rdmacm.EventRouteResolved); err != nil {
+	if _, err := r.cmWait(ctx, id, perf.CMStep, rdmacm.EventRouteResolved); err != nil {
 		return fmt.Errorf("resolve: %w", err)
 	}
 	r.debugf("rdma_resolve_addr - rdma_resolve_route successful\n")

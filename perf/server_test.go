@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"bytes"
@@ -30,14 +30,14 @@ func TestPerfServerOpensDeviceFirst(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			o, err := perfParseArgs([]string{"write_bw", "-d", c.dev, "-p", "0", "-n", "5"}, &stderr)
+			o, err := parseArgs([]string{"write_bw", "-d", c.dev, "-p", "0", "-n", "5"}, &stderr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			listening := make(chan net.Addr, 1)
-			o.listening = func(a net.Addr) { listening <- a }
+			o.Listening = func(a net.Addr) { listening <- a }
 			done := make(chan int, 1)
-			go func() { done <- perfMain(o, &stdout, &stderr) }()
+			go func() { done <- Main(o, &stdout, &stderr) }()
 			var code int
 			select {
 			case code = <-done:

@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"bytes"
@@ -167,9 +167,9 @@ func TestPerfIWARPOptions(t *testing.T) {
 		{"read_bw --transport iwarp -R -b", ""},
 		{"send_lat --transport iwarp -R", ""},
 	} {
-		o, err := perfParseArgs(strings.Fields(c.args), io.Discard)
+		o, err := parseArgs(strings.Fields(c.args), io.Discard)
 		if err == nil {
-			_, err = perfDerive(o)
+			_, err = derive(o)
 		}
 		switch {
 		case c.wantErr == "" && err != nil:
@@ -193,7 +193,7 @@ func TestPerfCreditWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &perfCredit{mr: mr, nqp: 2, ring: 2, every: 2, rxDepth: 6}
+	c := &credit{mr: mr, nqp: 2, ring: 2, every: 2, rxDepth: 6}
 	binary.LittleEndian.PutUint32(mr.Buf()[4:], 4) // QP 1's credit: 4 received
 	// SEND k may go while k+1-4 < 6.
 	for k, want := range map[uint64]bool{0: true, 3: true, 4: true, 8: true, 9: false, 12: false} {
@@ -217,7 +217,7 @@ func TestPerfCreditWindow(t *testing.T) {
 			got = append(got, strconv.FormatUint(rcnt, 10))
 		}
 	}
-	c20 := &perfCredit{every: 6, rxDepth: 20}
+	c20 := &credit{every: 6, rxDepth: 20}
 	for rcnt := uint64(1); rcnt <= 20; rcnt++ {
 		if c20.due(rcnt) {
 			got = append(got, strconv.FormatUint(rcnt, 10))
@@ -271,9 +271,9 @@ func TestPerfCreditGivesUp(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := &perfParams{verb: perfSend, bw: true, iters: 5, txDepth: 4, rxDepth: 1, cqMod: 1, noPeak: true}
-			s := &perfSession{p: p, qps: []*ibtransport.QP{qp}, sendCQ: cq, wc: make([]ibtransport.WC, 16),
-				credit: &perfCredit{mr: mr, nqp: 1, ring: 4, every: 1, rxDepth: 1}, noProgress: c.noProgress}
+			p := &params{verb: verbSend, bw: true, iters: 5, txDepth: 4, rxDepth: 1, cqMod: 1, noPeak: true}
+			s := &session{p: p, qps: []*ibtransport.QP{qp}, sendCQ: cq, wc: make([]ibtransport.WC, 16),
+				credit: &credit{mr: mr, nqp: 1, ring: 4, every: 1, rxDepth: 1}, noProgress: c.noProgress}
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			_, err = s.runBWSender(rctx, 64)

@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"bytes"
@@ -22,8 +22,8 @@ import (
 	"github.com/softrdma/softrdma/oob/perftest"
 )
 
-// perfLog is one side's output in a capture log of testdata/captures/logs.
-type perfLog struct {
+// log is one side's output in a capture log of testdata/captures/logs.
+type log struct {
 	args []string // the command line after the tool's name
 	out  []string // stdout lines
 }
@@ -33,13 +33,13 @@ type perfLog struct {
 // tcpdump's trailer are dropped; so is the line perftest prints before that
 // warning (read and atomic tests on an unrecognised device, rxe), which
 // softrdma, knowing its own device, has no reason to print.
-func readPerfLog(t *testing.T, name string) (server, client perfLog) {
+func readPerfLog(t *testing.T, name string) (server, client log) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "captures", "logs", name))
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "captures", "logs", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cur *perfLog
+	var cur *log
 	for _, l := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
 		switch {
 		case strings.HasPrefix(l, "# server"):
@@ -56,11 +56,11 @@ func readPerfLog(t *testing.T, name string) (server, client perfLog) {
 			cur.out = append(cur.out, l)
 		}
 	}
-	for _, s := range []*perfLog{&server, &client} {
-		if len(s.out) > 1 && s.out[0]+"\n" == perfResultLine && s.out[1]+"\n" == perfResultLine {
+	for _, s := range []*log{&server, &client} {
+		if len(s.out) > 1 && s.out[0]+"\n" == resultLine && s.out[1]+"\n" == resultLine {
 			s.out = s.out[1:]
 		}
-		if len(s.out) > 1 && s.out[0]+"\n" == perfResultLine && s.out[1] == "" {
+		if len(s.out) > 1 && s.out[0]+"\n" == resultLine && s.out[1] == "" {
 			s.out = s.out[1:] // the same line, before the server's banner
 		}
 	}
@@ -68,15 +68,15 @@ func readPerfLog(t *testing.T, name string) (server, client perfLog) {
 }
 
 var (
-	perfAddrRE = regexp.MustCompile(`^ (local|remote) address: LID (\S+) QPN 0x([0-9a-f]+) PSN 0x([0-9a-f]+)(?: OUT 0x([0-9a-f]+))?(?: RKey 0x([0-9a-f]+) VAddr 0x([0-9a-f]+))?$`)
-	perfGIDRE  = regexp.MustCompile(`^ GID: ((?:\d\d\d?:){15}\d\d\d?)$`)
+	addrRE = regexp.MustCompile(`^ (local|remote) address: LID (\S+) QPN 0x([0-9a-f]+) PSN 0x([0-9a-f]+)(?: OUT 0x([0-9a-f]+))?(?: RKey 0x([0-9a-f]+) VAddr 0x([0-9a-f]+))?$`)
+	gidre  = regexp.MustCompile(`^ GID: ((?:\d\d\d?:){15}\d\d\d?)$`)
 )
 
 // parsePerfDest reads an address line and its GID line back into a Dest.
 func parsePerfDest(t *testing.T, addr, gid string) (string, perftest.Dest) {
 	t.Helper()
-	m := perfAddrRE.FindStringSubmatch(addr)
-	g := perfGIDRE.FindStringSubmatch(gid)
+	m := addrRE.FindStringSubmatch(addr)
+	g := gidre.FindStringSubmatch(gid)
 	if m == nil || g == nil {
 		t.Fatalf("not an address: %q %q", addr, gid)
 	}
@@ -109,50 +109,50 @@ func TestPerfOutputMatchesCaptureLogs(t *testing.T) {
 	for _, name := range []string{"rxe-write-bw.log", "rxe-read-bw.log", "rxe-send-bw.log", "rxe-atomic-fadd.log",
 		"rxe-atomic-cas.log", "rxe-write-lat.log", "rxe-send-lat.log"} {
 		server, client := readPerfLog(t, name)
-		for _, side := range []perfLog{server, client} {
+		for _, side := range []log{server, client} {
 			t.Run(name+"/"+strings.Join(side.args, " "), func(t *testing.T) {
-				o, err := perfParseArgs(append([]string{perfToolTest(t, name)}, side.args...), io.Discard)
+				o, err := parseArgs(append([]string{toolTest(t, name)}, side.args...), io.Discard)
 				if err != nil {
 					t.Fatal(err)
 				}
-				p, err := perfDerive(o)
+				p, err := derive(o)
 				if err != nil {
 					t.Fatal(err)
 				}
 				want := strings.Join(side.out, "\n") + "\n"
 				var b strings.Builder
 				if p.server {
-					b.WriteString(perfWaitingBanner)
+					b.WriteString(waitingBanner)
 				}
 				outReads := 1
-				if p.verb == perfRead || p.verb == perfAtomic {
+				if p.verb == verbRead || p.verb == verbAtomic {
 					outReads = 128
 				}
-				ti := perfTestInfo{p: p, device: "rxe0", mtu: 1024, gidIndex: 1, outReads: outReads}
+				ti := testInfo{p: p, device: "rxe0", mtu: 1024, gidIndex: 1, outReads: outReads}
 				ti.write(&b)
 				i := strings.Index(want, " local address")
 				for l := 0; l+1 < len(side.out); l++ {
-					if perfAddrRE.MatchString(side.out[l]) {
+					if addrRE.MatchString(side.out[l]) {
 						who, d := parsePerfDest(t, side.out[l], side.out[l+1])
-						b.WriteString(perfDestLines(who, d, p.verb))
+						b.WriteString(destLines(who, d, p.verb))
 					}
 				}
-				b.WriteString(perfTableHeader(p))
+				b.WriteString(tableHeader(p))
 				for _, l := range side.out {
 					f := strings.Fields(l)
-					if p.bw && perfBWRowRE.MatchString(l) {
-						r := perftest.BWReport{Size: perfAtoi(t, f[0]), Iters: perfAtoi(t, f[1]),
-							BWPeak: perfAtof(t, f[2]), BWAvg: perfAtof(t, f[3]), MsgRateAvg: perfAtof(t, f[4])}
-						b.WriteString(perfBWLine(r, false))
+					if p.bw && bwRowRE.MatchString(l) {
+						r := perftest.BWReport{Size: atoi(t, f[0]), Iters: atoi(t, f[1]),
+							BWPeak: atof(t, f[2]), BWAvg: atof(t, f[3]), MsgRateAvg: atof(t, f[4])}
+						b.WriteString(bwLine(r, false))
 					}
-					if !p.bw && perfLatRowRE.MatchString(l) {
-						st := perfLatStats{Size: perfAtoi(t, f[0]), Iters: perfAtoi(t, f[1]), TMin: perfAtof(t, f[2]),
-							TMax: perfAtof(t, f[3]), TTypical: perfAtof(t, f[4]), TAvg: perfAtof(t, f[5]), TStdev: perfAtof(t, f[6]),
-							P99: perfAtof(t, f[7]), P999: perfAtof(t, f[8])}
-						b.WriteString(perfLatLine(st, false))
+					if !p.bw && latRowRE.MatchString(l) {
+						st := latStats{Size: atoi(t, f[0]), Iters: atoi(t, f[1]), TMin: atof(t, f[2]),
+							TMax: atof(t, f[3]), TTypical: atof(t, f[4]), TAvg: atof(t, f[5]), TStdev: atof(t, f[6]),
+							P99: atof(t, f[7]), P999: atof(t, f[8])}
+						b.WriteString(latLine(st, false))
 					}
 				}
-				b.WriteString(perfResultLine)
+				b.WriteString(resultLine)
 				if got := b.String(); got != want {
 					t.Errorf("output differs from perftest's (header up to byte %d)\ngot:\n%s\nwant:\n%s", i, got, want)
 				}
@@ -161,7 +161,7 @@ func TestPerfOutputMatchesCaptureLogs(t *testing.T) {
 	}
 }
 
-func perfToolTest(t *testing.T, log string) string {
+func toolTest(t *testing.T, log string) string {
 	switch {
 	case strings.Contains(log, "atomic"):
 		return "atomic_bw"
@@ -180,7 +180,7 @@ func perfToolTest(t *testing.T, log string) string {
 	return ""
 }
 
-func perfAtoi(t *testing.T, s string) uint64 {
+func atoi(t *testing.T, s string) uint64 {
 	v, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +188,7 @@ func perfAtoi(t *testing.T, s string) uint64 {
 	return v
 }
 
-func perfAtof(t *testing.T, s string) float64 {
+func atof(t *testing.T, s string) float64 {
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil {
 		t.Fatal(err)
@@ -206,8 +206,8 @@ func TestPerfCHex(t *testing.T) {
 		{0, 4, "0000"}, {0x14, 6, "0x0014"}, {0x736e15, 6, "0x736e15"}, {0x80, 4, "0x80"},
 		{0x5b5, 8, "0x0005b5"}, {0x564aed094000, 16, "0x00564aed094000"}, {0x1, 4, "0x01"},
 	} {
-		if got := perfCHex(c.v, c.width); got != c.want {
-			t.Errorf("perfCHex(%#x, %d) = %q, want %q", c.v, c.width, got, c.want)
+		if got := cHex(c.v, c.width); got != c.want {
+			t.Errorf("cHex(%#x, %d) = %q, want %q", c.v, c.width, got, c.want)
 		}
 	}
 }
@@ -222,15 +222,15 @@ func TestPerfLatency(t *testing.T) {
 	for _, d := range intervals {
 		tp = append(tp, tp[len(tp)-1]+d*us)
 	}
-	st := perfLatency(64, tp, 1)
+	st := latency(64, tp, 1)
 	// m = 7: t_max = delta[7] = 80, the median delta[3] = 40, the mean of 10..70
 	// is 40; the deviations 30, 20, 10, 0, -10, -20, -30 squared sum to 2800.
-	want := perfLatStats{Size: 64, Iters: 10, TMin: 10, TMax: 80, TTypical: 40, TAvg: 40, TStdev: math.Sqrt(2800.0 / 7), P99: 80, P999: 80}
+	want := latStats{Size: 64, Iters: 10, TMin: 10, TMax: 80, TTypical: 40, TAvg: 40, TStdev: math.Sqrt(2800.0 / 7), P99: 80, P999: 80}
 	if st != want {
 		t.Errorf("got %+v\nwant %+v", st, want)
 	}
 	// Round trips are halved.
-	if st := perfLatency(64, tp, 2); st.TMin != 5 || st.TAvg != 20 || st.TMax != 40 {
+	if st := latency(64, tp, 2); st.TMin != 5 || st.TAvg != 20 || st.TMax != 40 {
 		t.Errorf("halved: %+v", st)
 	}
 	// perftest truncates each deviation to an int before squaring it: with a
@@ -239,11 +239,11 @@ func TestPerfLatency(t *testing.T) {
 	for _, d := range []int64{1, 2, 1, 2, 1, 2, 9, 9} {
 		tp = append(tp, tp[len(tp)-1]+d*us)
 	}
-	if st := perfLatency(2, tp, 1); st.TAvg != 1.5 || st.TStdev != 0 || st.TTypical != 1.5 {
+	if st := latency(2, tp, 1); st.TAvg != 1.5 || st.TStdev != 0 || st.TTypical != 1.5 {
 		t.Errorf("truncation: %+v", st)
 	}
 	// Fewer than five iterations cannot be reported.
-	if st := perfLatency(2, tp[:4], 1); st.TMin != 0 || st.Iters != 4 {
+	if st := latency(2, tp[:4], 1); st.TMin != 0 || st.Iters != 4 {
 		t.Errorf("short run: %+v", st)
 	}
 }
@@ -252,7 +252,7 @@ func TestPerfLatency(t *testing.T) {
 // posted every 10 ms, completions counted 4 at a time.
 func TestPerfBWReport(t *testing.T) {
 	ms := int64(time.Millisecond)
-	s := perfBWSamples{size: 1 << 20, iters: 8, cqMod: 4, tposted: make([]int64, 8), tcompleted: make([]int64, 8)}
+	s := bwSamples{size: 1 << 20, iters: 8, cqMod: 4, tposted: make([]int64, 8), tcompleted: make([]int64, 8)}
 	for i := range s.tposted {
 		s.tposted[i] = int64(i) * 10 * ms
 	}
@@ -293,7 +293,7 @@ func TestPerfDerive(t *testing.T) {
 		{args: "write_bw -s 4096", size: 4096, iters: 5000, tx: 128, rx: 1, cqMod: 100},
 		{args: "send_bw -n 5 -s 4096", size: 4096, iters: 5, tx: 5, rx: 6, cqMod: 5, noPeak: true}, // server
 		{args: "send_bw -n 5 -s 4096 host", size: 4096, iters: 5, tx: 5, rx: 6, cqMod: 5},
-		{args: "read_bw -a -n 5 host", size: perfMaxSize, iters: 5, tx: 5, rx: 1, cqMod: 5},
+		{args: "read_bw -a -n 5 host", size: maxSize, iters: 5, tx: 5, rx: 1, cqMod: 5},
 		{args: "write_lat", size: 2, iters: 1000, tx: 1, rx: 1, cqMod: 1},
 		{args: "send_lat -n 11", size: 2, iters: 11, tx: 1, rx: 12, cqMod: 1},
 		{args: "write_bw -n 30000 -s 1K host", size: 1024, iters: 30000, tx: 128, rx: 1, cqMod: 100, noPeak: true},
@@ -311,10 +311,10 @@ func TestPerfDerive(t *testing.T) {
 		{args: "write_bw --backend xdp", wantErr: "--backend"},
 		{args: "read_bw -s 2K -D 3", size: 2048, iters: 1000, tx: 128, rx: 1, cqMod: 100, noPeak: true},
 	} {
-		o, err := perfParseArgs(strings.Fields(c.args), io.Discard)
-		var p *perfParams
+		o, err := parseArgs(strings.Fields(c.args), io.Discard)
+		var p *params
 		if err == nil {
-			p, err = perfDerive(o)
+			p, err = derive(o)
 		}
 		if c.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
@@ -336,51 +336,51 @@ func TestPerfDerive(t *testing.T) {
 // TestPerfSizes checks -s's suffixes and limits.
 func TestPerfSizes(t *testing.T) {
 	for s, want := range map[string]uint64{"4096": 4096, "4K": 4096, "1M": 1 << 20, "0x100": 256} {
-		if got, err := perfParseSize(s); err != nil || got != want {
+		if got, err := ParseSize(s); err != nil || got != want {
 			t.Errorf("-s %s: %d, %v", s, got, err)
 		}
 	}
 	for _, s := range []string{"0", "-1", "x", "4G"} {
-		if _, err := perfParseSize(s); err == nil {
+		if _, err := ParseSize(s); err == nil {
 			t.Errorf("-s %s accepted", s)
 		}
 	}
 }
 
-// perfLoopbackIP hands out loopback addresses for test devices: every device
+// loopbackIP hands out loopback addresses for test devices: every device
 // binds UDP 4791 on its own address of 127.0.0.0/8.
-var perfLoopbackIP atomic.Uint32
+var loopbackIP atomic.Uint32
 
 func nextPerfIP() string {
-	n := perfLoopbackIP.Add(1)
+	n := loopbackIP.Add(1)
 	return fmt.Sprintf("127.0.79.%d", n)
 }
 
-// perfPairResult is what both sides of a run printed.
-type perfPairResult struct {
+// pairResult is what both sides of a run printed.
+type pairResult struct {
 	srvCode, cliCode int
 	srv, cli         string // stdout
 	srvErr, cliErr   string
 }
 
-func (r perfPairResult) String() string {
+func (r pairResult) String() string {
 	return fmt.Sprintf("server exit %d\n%s%s\nclient exit %d\n%s%s", r.srvCode, r.srv, r.srvErr, r.cliCode, r.cli, r.cliErr)
 }
 
 // runPerfPair runs a server and a client of test in this process over UDP on
 // loopback (no root needed), each with its own device address.
-func runPerfPair(t *testing.T, test string, common, srvExtra, cliExtra []string) perfPairResult {
+func runPerfPair(t *testing.T, test string, common, srvExtra, cliExtra []string) pairResult {
 	t.Helper()
 	srvIP, cliIP := nextPerfIP(), nextPerfIP()
 	var srvOut, srvErr, cliOut, cliErr bytes.Buffer
-	o, err := perfParseArgs(append(append([]string{test, "-d", srvIP, "-p", "0"}, common...), srvExtra...), &srvErr)
+	o, err := parseArgs(append(append([]string{test, "-d", srvIP, "-p", "0"}, common...), srvExtra...), &srvErr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := make(chan net.Addr, 1)
-	o.listening = func(a net.Addr) { addr <- a }
+	o.Listening = func(a net.Addr) { addr <- a }
 	done := make(chan int, 1)
-	go func() { done <- perfMain(o, &srvOut, &srvErr) }()
+	go func() { done <- Main(o, &srvOut, &srvErr) }()
 	var port int
 	select {
 	case a := <-addr:
@@ -391,7 +391,7 @@ func runPerfPair(t *testing.T, test string, common, srvExtra, cliExtra []string)
 		t.Fatal("server does not listen")
 	}
 	args := append(append([]string{test, "-d", cliIP, "-p", strconv.Itoa(port)}, common...), cliExtra...)
-	r := perfPairResult{cliCode: perfCmd(append(args, srvIP), &cliOut, &cliErr)}
+	r := pairResult{cliCode: command(append(args, srvIP), &cliOut, &cliErr)}
 	select {
 	case r.srvCode = <-done:
 	case <-time.After(60 * time.Second):
@@ -402,33 +402,33 @@ func runPerfPair(t *testing.T, test string, common, srvExtra, cliExtra []string)
 }
 
 var (
-	perfBWRowRE  = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s*\t\t\s+(\d+\.\d{6})$`)
-	perfLatRowRE = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s*\t\s+(\d+\.\d\d)\s*\t(\d+\.\d\d)\s*\t\t(\d+\.\d\d)\s*\t\t(\d+\.\d\d)\s*$`)
+	bwRowRE  = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s*\t\t\s+(\d+\.\d{6})$`)
+	latRowRE = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s*\t\s+(\d+\.\d\d)\s*\t(\d+\.\d\d)\s*\t\t(\d+\.\d\d)\s*\t\t(\d+\.\d\d)\s*$`)
 	// REPORT_FMT_EXT: Gb/s averages below 0.1 get six decimals.
-	perfBWExtRowRE = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d{6})\s+(\d+\.\d{6})\s+(\d+\.\d{6})$`)
+	bwExtRowRE = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d{6})\s+(\d+\.\d{6})\s+(\d+\.\d{6})$`)
 	// The latency -D row: tps is %-7.2f, so below 1000 (565 µs a round trip,
 	// under the race detector) a space pads it.
-	perfDurRowRE = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s*$`)
+	durRowRE = regexp.MustCompile(`^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s*$`)
 )
 
-// perfOutput is the parsed text of one side.
-type perfOutput struct {
+// output is the parsed text of one side.
+type output struct {
 	local, remote []perftest.Dest
 	rows          [][]string // result rows' fields
 }
 
 // parsePerfOutput checks the shape of a side's output (header block, address
 // lines, table) and returns its addresses and rows.
-func parsePerfOutput(t *testing.T, who, out string, bw, duration bool) perfOutput {
+func parsePerfOutput(t *testing.T, who, out string, bw, duration bool) output {
 	t.Helper()
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	var po perfOutput
+	var po output
 	title := -1
 	for i, l := range lines {
 		if strings.HasSuffix(l, " Test") && strings.HasPrefix(l, "                    ") {
 			title = i
 		}
-		if m := perfAddrRE.FindStringSubmatch(l); m != nil && i+1 < len(lines) {
+		if m := addrRE.FindStringSubmatch(l); m != nil && i+1 < len(lines) {
 			side, d := parsePerfDest(t, l, lines[i+1])
 			if side == "local" {
 				po.local = append(po.local, d)
@@ -436,23 +436,23 @@ func parsePerfOutput(t *testing.T, who, out string, bw, duration bool) perfOutpu
 				po.remote = append(po.remote, d)
 			}
 		}
-		re := perfLatRowRE
+		re := latRowRE
 		switch {
 		case bw:
-			re = perfBWRowRE
+			re = bwRowRE
 		case duration:
-			re = perfDurRowRE
+			re = durRowRE
 		}
 		if m := re.FindStringSubmatch(l); m != nil {
 			po.rows = append(po.rows, m[1:])
-		} else if m := perfBWExtRowRE.FindStringSubmatch(l); bw && m != nil {
+		} else if m := bwExtRowRE.FindStringSubmatch(l); bw && m != nil {
 			po.rows = append(po.rows, m[1:])
 		}
 	}
-	if title < 0 || lines[title-1]+"\n" != perfResultLine {
+	if title < 0 || lines[title-1]+"\n" != resultLine {
 		t.Errorf("%s: no test title after a result line:\n%s", who, out)
 	}
-	if lines[len(lines)-1]+"\n" != perfResultLine {
+	if lines[len(lines)-1]+"\n" != resultLine {
 		t.Errorf("%s: output does not end with a result line:\n%s", who, out)
 	}
 	if len(po.local) == 0 || len(po.local) != len(po.remote) {
@@ -500,13 +500,13 @@ func TestPerfLoopback(t *testing.T) {
 	}
 }
 
-func checkPerfPair(t *testing.T, test string, args []string, r perfPairResult, rows int) {
+func checkPerfPair(t *testing.T, test string, args []string, r pairResult, rows int) {
 	t.Helper()
-	o, err := perfParseArgs(append([]string{test}, args...), io.Discard)
+	o, err := parseArgs(append([]string{test}, args...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := perfDerive(o)
+	p, err := derive(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,7 +544,7 @@ func checkPerfPair(t *testing.T, test string, args []string, r perfPairResult, r
 		t.Errorf("server printed %d result rows, want %d:\n%s", len(srv.rows), serverRows, r.srv)
 	}
 	// A half-duplex server prints the client's report; -b sides print the sum.
-	if (p.bw && p.verb != perfSend && !p.duplex || p.duplex && !p.durationMode()) && len(srv.rows) > 0 && len(cli.rows) > 0 {
+	if (p.bw && p.verb != verbSend && !p.duplex || p.duplex && !p.durationMode()) && len(srv.rows) > 0 && len(cli.rows) > 0 {
 		if fmt.Sprint(srv.rows[len(srv.rows)-1]) != fmt.Sprint(cli.rows[len(cli.rows)-1]) {
 			t.Errorf("server's row %v differs from the client's %v", srv.rows[len(srv.rows)-1], cli.rows[len(cli.rows)-1])
 		}
@@ -591,10 +591,10 @@ func TestPerfJSONAndPcap(t *testing.T) {
 	if r.srvCode != 0 || r.cliCode != 0 {
 		t.Fatalf("exchange failed\n%s", r)
 	}
-	var srv, cli perfResult
+	var srv, cli result
 	for _, x := range []struct {
 		out string
-		res *perfResult
+		res *result
 	}{{r.srv, &srv}, {r.cli, &cli}} {
 		if err := json.Unmarshal([]byte(x.out), x.res); err != nil {
 			t.Fatalf("--json output: %v\n%s", err, x.out)
@@ -649,7 +649,7 @@ func TestPerfCPUProfile(t *testing.T) {
 		t.Fatalf("%s: %d bytes, starting % x: not a gzipped profile", f, len(b), b[:min(len(b), 4)])
 	}
 	var stderr bytes.Buffer
-	if code := perfCmd([]string{"write_bw", "--cpuprofile", "/nonexistent/dir/p", "-n", "5", "127.0.0.1"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--cpuprofile") {
+	if code := command([]string{"write_bw", "--cpuprofile", "/nonexistent/dir/p", "-n", "5", "127.0.0.1"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--cpuprofile") {
 		t.Errorf("unwritable --cpuprofile: exit %d, %q", code, stderr.String())
 	}
 }
@@ -659,12 +659,12 @@ func TestPerfErrors(t *testing.T) {
 	for _, args := range [][]string{{}, {"bogus_bw"}, {"atomic_lat"}, {"write_bw", "--transport", "iwarp"}, {"write_bw", "a", "b"},
 		{"write_lat", "-b"}, {"write_bw", "--nosuchflag"}} {
 		var out, errOut bytes.Buffer
-		if code := perfCmd(args, &out, &errOut); code != 2 {
+		if code := command(args, &out, &errOut); code != 2 {
 			t.Errorf("perf %v: exit %d, want 2 (%s)", args, code, errOut.String())
 		}
 	}
 	var out, errOut bytes.Buffer
-	if code := perfCmd([]string{"write_bw", "--transport", "iwarp"}, &out, &errOut); !strings.Contains(errOut.String(), "needs -R") || code != 2 {
+	if code := command([]string{"write_bw", "--transport", "iwarp"}, &out, &errOut); !strings.Contains(errOut.String(), "needs -R") || code != 2 {
 		t.Errorf("iwarp: exit %d: %s", code, errOut.String())
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -675,11 +675,11 @@ func TestPerfErrors(t *testing.T) {
 	ln.Close()
 	start := time.Now()
 	errOut.Reset()
-	if code := perfCmd([]string{"write_bw", "-p", strconv.Itoa(port), "127.0.0.1"}, &out, &errOut); code != 1 ||
+	if code := command([]string{"write_bw", "-p", strconv.Itoa(port), "127.0.0.1"}, &out, &errOut); code != 1 ||
 		!strings.Contains(errOut.String(), "Couldn't connect") {
 		t.Errorf("no server: exit %d: %s", code, errOut.String())
 	}
-	if d := time.Since(start); d > perfDialWait+5*time.Second {
+	if d := time.Since(start); d > DialWait+5*time.Second {
 		t.Errorf("gave up after %v", d)
 	}
 }
@@ -717,7 +717,7 @@ func TestPerfMTUFlag(t *testing.T) {
 			// under the race detector) is counted once.
 			type qpPSN struct{ qp, psn uint32 }
 			seen := map[qpPSN]bool{}
-			for _, f := range readPPFrames(t, pcap) {
+			for _, f := range readFrames(t, pcap) {
 				var pk ibtransport.Packet
 				if err := pk.Decode(f.IB); err != nil {
 					t.Fatal(err)

@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"context"
@@ -42,18 +42,18 @@ import (
 //
 // The same runs over iWARP (--transport iwarp): see perf_iwarp.go.
 
-// perfCMMsgSize is sizeof(struct pingpong_dest): the receive buffer of the
+// cmMsgSize is sizeof(struct pingpong_dest): the receive buffer of the
 // comm QP, and the largest message.
-const perfCMMsgSize = perftest.DestBinarySize
+const cmMsgSize = perftest.DestBinarySize
 
-// perfCM is one side's rdma_cm: the manager over the device's CM agent.
-type perfCM struct {
+// cmSide is one side's rdma_cm: the manager over the device's CM agent.
+type cmSide struct {
 	cm    *device.CM
 	m     *rdmacm.Manager
 	iwarp bool // the device is iWARP's
 
 	comm    *rdmacm.ID
-	carrier *perfQPCarrier
+	carrier *qpCarrier
 	tests   []*rdmacm.ID
 	// listen is the server's listener, kept after the comm connection so that
 	// it already listens when the client connects the test QPs right after
@@ -62,21 +62,21 @@ type perfCM struct {
 	listen *rdmacm.ID
 }
 
-// perfStartCM starts perf's rdma_cm on d: a CM agent on RoCE's QP1, the
+// startCM starts perf's rdma_cm on d: a CM agent on RoCE's QP1, the
 // manager over TCP on iWARP.
-func perfStartCM(d device.Device) (*perfCM, error) {
+func startCM(d device.Device) (*cmSide, error) {
 	cm, err := d.StartCM(device.CMConfig{})
 	if err != nil {
 		return nil, err
 	}
-	return &perfCM{cm: cm, m: cm.Manager, iwarp: d.Spec().Transport == devspec.IWARP}, nil
+	return &cmSide{cm: cm, m: cm.Manager, iwarp: d.Spec().Transport == devspec.IWARP}, nil
 }
 
 // close disconnects what is still connected (briefly waiting for the peer),
 // destroys the IDs and stops the agent.
-func (c *perfCM) close() {
+func (c *cmSide) close() {
 	if c.comm != nil {
-		perfCMDisconnect([]*rdmacm.ID{c.comm}, time.Second)
+		CMDisconnect([]*rdmacm.ID{c.comm}, time.Second)
 		c.comm.Destroy()
 		c.comm = nil
 	}
@@ -91,9 +91,9 @@ func (c *perfCM) close() {
 	c.cm.Close()
 }
 
-// perfCMWait returns the next event of id of one of the wanted types; any
+// CMWait returns the next event of id of one of the wanted types; any
 // other event, or none within timeout, is an error.
-func perfCMWait(ctx context.Context, id *rdmacm.ID, timeout time.Duration, want ...rdmacm.EventType) (rdmacm.Event, error) {
+func CMWait(ctx context.Context, id *rdmacm.ID, timeout time.Duration, want ...rdmacm.EventType) (rdmacm.Event, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
@@ -111,7 +111,7 @@ func perfCMWait(ctx context.Context, id *rdmacm.ID, timeout time.Duration, want 
 			if ev.Err != nil {
 				msg += ": " + ev.Err.Error()
 			}
-			return ev, &perfCMEventError{Got: ev.Type, Status: ev.Status, msg: msg + fmt.Sprintf(", want %v", want)}
+			return ev, &cmEventError{Got: ev.Type, Status: ev.Status, msg: msg + fmt.Sprintf(", want %v", want)}
 		case <-t.C:
 			return rdmacm.Event{}, fmt.Errorf("no rdma_cm event %v in %v", want, timeout)
 		case <-ctx.Done():
@@ -120,27 +120,27 @@ func perfCMWait(ctx context.Context, id *rdmacm.ID, timeout time.Duration, want 
 	}
 }
 
-// perfCMEventError is an unexpected rdma_cm event.
-type perfCMEventError struct {
+// cmEventError is an unexpected rdma_cm event.
+type cmEventError struct {
 	Got    rdmacm.EventType
 	Status int
 	msg    string
 }
 
-func (e *perfCMEventError) Error() string { return e.msg }
+func (e *cmEventError) Error() string { return e.msg }
 
-// perfCMDisconnect disconnects ids and waits up to timeout for each one's
+// CMDisconnect disconnects ids and waits up to timeout for each one's
 // EventDisconnected.
-func perfCMDisconnect(ids []*rdmacm.ID, timeout time.Duration) error {
+func CMDisconnect(ids []*rdmacm.ID, timeout time.Duration) error {
 	for _, id := range ids {
 		id.Disconnect()
 	}
 	var first error
 	for _, id := range ids {
 		// A passive side's EventEstablished may still be unread.
-		ev, err := perfCMWait(context.Background(), id, timeout, rdmacm.EventDisconnected, rdmacm.EventEstablished)
+		ev, err := CMWait(context.Background(), id, timeout, rdmacm.EventDisconnected, rdmacm.EventEstablished)
 		if err == nil && ev.Type == rdmacm.EventEstablished {
-			_, err = perfCMWait(context.Background(), id, timeout, rdmacm.EventDisconnected)
+			_, err = CMWait(context.Background(), id, timeout, rdmacm.EventDisconnected)
 		}
 		if err != nil && first == nil {
 			first = err
@@ -149,30 +149,30 @@ func perfCMDisconnect(ids []*rdmacm.ID, timeout time.Duration) error {
 	return first
 }
 
-// perfCMStep is how long one rdma_cm step (an address, a route, an answer to
+// CMStep is how long one rdma_cm step (an address, a route, an answer to
 // a REQ) may take: the IB CM's own retries (REQ timeouts of a few seconds)
 // come first.
-const perfCMStep = 30 * time.Second
+const CMStep = 30 * time.Second
 
-// perfCMResolve resolves dst's address and route on id.
-func perfCMResolve(ctx context.Context, id *rdmacm.ID, src netip.Addr, dst netip.AddrPort) error {
+// CMResolve resolves dst's address and route on id.
+func CMResolve(ctx context.Context, id *rdmacm.ID, src netip.Addr, dst netip.AddrPort) error {
 	if err := id.ResolveAddr(src, dst, 2*time.Second); err != nil {
 		return err
 	}
-	if _, err := perfCMWait(ctx, id, perfCMStep, rdmacm.EventAddrResolved); err != nil {
+	if _, err := CMWait(ctx, id, CMStep, rdmacm.EventAddrResolved); err != nil {
 		return err
 	}
 	if err := id.ResolveRoute(2 * time.Second); err != nil {
 		return err
 	}
-	_, err := perfCMWait(ctx, id, perfCMStep, rdmacm.EventRouteResolved)
+	_, err := CMWait(ctx, id, CMStep, rdmacm.EventRouteResolved)
 	return err
 }
 
-// perfQPCarrier is perftest's message carrier over the comm QP: each message
+// qpCarrier is perftest's message carrier over the comm QP: each message
 // one signalled SEND (rdma_write_data), each receive the completion of the
 // one receive kept posted, reposted after it is read (rdma_read_data).
-type perfQPCarrier struct {
+type qpCarrier struct {
 	qp             *ibtransport.QP
 	sendCQ, recvCQ *ibtransport.CQ
 	mr             *ibtransport.MR
@@ -183,10 +183,10 @@ type perfQPCarrier struct {
 
 // newPerfQPCarrier makes the comm QP's resources on id's device and its QP on
 // id, and posts the first receive.
-func newPerfQPCarrier(id *rdmacm.ID) (*perfQPCarrier, error) {
+func newPerfQPCarrier(id *rdmacm.ID) (*qpCarrier, error) {
 	c := id.Context()
 	pd := c.AllocPD()
-	q := &perfQPCarrier{mem: make([]byte, 2*perfCMMsgSize)}
+	q := &qpCarrier{mem: make([]byte, 2*cmMsgSize)}
 	var err error
 	if q.sendCQ, err = c.CreateCQ(4); err != nil {
 		return nil, err
@@ -207,12 +207,12 @@ func newPerfQPCarrier(id *rdmacm.ID) (*perfQPCarrier, error) {
 	return q, nil
 }
 
-func (q *perfQPCarrier) postRecv() error {
-	return q.qp.PostRecv(ibtransport.RecvWR{WRID: 1, SGL: []ibtransport.SGE{q.mr.SGE(0, perfCMMsgSize)}})
+func (q *qpCarrier) postRecv() error {
+	return q.qp.PostRecv(ibtransport.RecvWR{WRID: 1, SGL: []ibtransport.SGE{q.mr.SGE(0, cmMsgSize)}})
 }
 
 // poll waits for cq's next completion.
-func (q *perfQPCarrier) poll(ctx context.Context, cq *ibtransport.CQ, what string) (ibtransport.WC, error) {
+func (q *qpCarrier) poll(ctx context.Context, cq *ibtransport.CQ, what string) (ibtransport.WC, error) {
 	wc := make([]ibtransport.WC, 1)
 	for {
 		if cq.Poll(wc) == 1 {
@@ -221,23 +221,23 @@ func (q *perfQPCarrier) poll(ctx context.Context, cq *ibtransport.CQ, what strin
 			}
 			return wc[0], nil
 		}
-		if err := waitCQ(ctx, cq, time.Time{}); err != nil {
+		if err := WaitCQ(ctx, cq, time.Time{}); err != nil {
 			return ibtransport.WC{}, fmt.Errorf("perftest message %s: %w", what, err)
 		}
 	}
 }
 
 // Send sends msg as one SEND and waits for its completion.
-func (q *perfQPCarrier) Send(ctx context.Context, msg []byte) error {
+func (q *qpCarrier) Send(ctx context.Context, msg []byte) error {
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
-	if len(msg) > perfCMMsgSize {
+	if len(msg) > cmMsgSize {
 		return &oob.Error{Message: "perftest message", Field: "length", Value: strconv.Itoa(len(msg)),
-			Reason: fmt.Sprintf("> %d", perfCMMsgSize), Err: oob.ErrRange}
+			Reason: fmt.Sprintf("> %d", cmMsgSize), Err: oob.ErrRange}
 	}
-	n := copy(q.mem[perfCMMsgSize:], msg)
+	n := copy(q.mem[cmMsgSize:], msg)
 	if err := q.qp.PostSend(ibtransport.SendWR{WRID: 2, Opcode: ibtransport.WRSend, Signaled: true,
-		SGL: []ibtransport.SGE{q.mr.SGE(perfCMMsgSize, n)}}); err != nil {
+		SGL: []ibtransport.SGE{q.mr.SGE(cmMsgSize, n)}}); err != nil {
 		return err
 	}
 	_, err := q.poll(ctx, q.sendCQ, "send")
@@ -246,7 +246,7 @@ func (q *perfQPCarrier) Send(ctx context.Context, msg []byte) error {
 
 // Receive waits for the next SEND, copies it into buf and posts the receive
 // again.
-func (q *perfQPCarrier) Receive(ctx context.Context, buf []byte) (int, error) {
+func (q *qpCarrier) Receive(ctx context.Context, buf []byte) (int, error) {
 	q.recvMu.Lock()
 	defer q.recvMu.Unlock()
 	wc, err := q.poll(ctx, q.recvCQ, "receive")
@@ -265,13 +265,13 @@ func (q *perfQPCarrier) Receive(ctx context.Context, buf []byte) (int, error) {
 	return n, nil
 }
 
-var _ perftest.Carrier = (*perfQPCarrier)(nil)
+var _ perftest.Carrier = (*qpCarrier)(nil)
 
-// perfCMServeComm listens on port for perftest's comm connection and accepts
+// cmServeComm listens on port for perftest's comm connection and accepts
 // one (rdma_server_connect).
 // It returns the port (port 0 binds an ephemeral one, which the test
 // connections then use too).
-func (c *perfCM) serveComm(ctx context.Context, port int, listening func(net.Addr), stdout io.Writer) (int, error) {
+func (c *cmSide) serveComm(ctx context.Context, port int, listening func(net.Addr), stdout io.Writer) (int, error) {
 	l, err := c.m.CreateID(rdmacm.PortSpaceTCP)
 	if err != nil {
 		return 0, err
@@ -287,7 +287,7 @@ func (c *perfCM) serveComm(ctx context.Context, port int, listening func(net.Add
 	if listening != nil {
 		listening(&net.TCPAddr{IP: net.IPv4zero, Port: port})
 	}
-	io.WriteString(stdout, perfWaitingBanner)
+	io.WriteString(stdout, waitingBanner)
 	var ev rdmacm.Event
 	select {
 	case ev = <-l.Events():
@@ -314,14 +314,14 @@ func (c *perfCM) serveComm(ctx context.Context, port int, listening func(net.Add
 
 // dialComm connects the comm QP to the server (rdma_client_connect),
 // retrying a server that is not listening yet for wait.
-func (c *perfCM) dialComm(ctx context.Context, src netip.Addr, dst netip.AddrPort, wait time.Duration) error {
+func (c *cmSide) dialComm(ctx context.Context, src netip.Addr, dst netip.AddrPort, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
 		err := c.dialCommOnce(ctx, src, dst)
 		if err == nil {
 			return nil
 		}
-		var ee *perfCMEventError
+		var ee *cmEventError
 		if !errors.As(err, &ee) || time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("Unable to perform rdma_client function: %w", err)
 		}
@@ -329,7 +329,7 @@ func (c *perfCM) dialComm(ctx context.Context, src netip.Addr, dst netip.AddrPor
 	}
 }
 
-func (c *perfCM) dialCommOnce(ctx context.Context, src netip.Addr, dst netip.AddrPort) error {
+func (c *cmSide) dialCommOnce(ctx context.Context, src netip.Addr, dst netip.AddrPort) error {
 	id, err := c.m.CreateID(rdmacm.PortSpaceTCP)
 	if err != nil {
 		return err
@@ -340,7 +340,7 @@ func (c *perfCM) dialCommOnce(ctx context.Context, src netip.Addr, dst netip.Add
 			id.Destroy()
 		}
 	}()
-	if err := perfCMResolve(ctx, id, src, dst); err != nil {
+	if err := CMResolve(ctx, id, src, dst); err != nil {
 		return err
 	}
 	q, err := newPerfQPCarrier(id)
@@ -350,7 +350,7 @@ func (c *perfCM) dialCommOnce(ctx context.Context, src netip.Addr, dst netip.Add
 	if err := id.Connect(rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		return fmt.Errorf("Function rdma_connect failed: %w", err)
 	}
-	if _, err := perfCMWait(ctx, id, perfCMStep, rdmacm.EventEstablished); err != nil {
+	if _, err := CMWait(ctx, id, CMStep, rdmacm.EventEstablished); err != nil {
 		return err
 	}
 	ok = true
@@ -359,10 +359,10 @@ func (c *perfCM) dialCommOnce(ctx context.Context, src netip.Addr, dst netip.Add
 	return nil
 }
 
-// perfCMConnParam is what perftest offers for a test connection.
-func (s *perfSession) cmConnParam(peer *rdmacm.ConnParam) rdmacm.ConnParam {
+// cmConnParam is what perftest offers for a test connection.
+func (s *session) cmConnParam(peer *rdmacm.ConnParam) rdmacm.ConnParam {
 	cp := rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7}
-	if s.p.verb == perfRead || s.p.verb == perfAtomic {
+	if s.p.verb == verbRead || s.p.verb == verbAtomic {
 		rr, id := uint8(s.outReads), uint8(s.outReads)
 		if peer != nil {
 			rr, id = min(rr, peer.InitiatorDepth), min(id, peer.ResponderResources)
@@ -374,7 +374,7 @@ func (s *perfSession) cmConnParam(peer *rdmacm.ConnParam) rdmacm.ConnParam {
 
 // connectCM is the ConnectCM hook: the CQs and one rdma_cm connection per
 // test QP (create_rdma_cm_connection between its two handshakes).
-func (s *perfSession) connectCM(ctx context.Context) error {
+func (s *session) connectCM(ctx context.Context) error {
 	p := s.p
 	c := s.ctx
 	s.pd = c.AllocPD()
@@ -399,7 +399,7 @@ func (s *perfSession) connectCM(ctx context.Context) error {
 			id.Destroy()
 		}
 		s.cm.tests, s.qps = nil, nil
-		var ee *perfCMEventError
+		var ee *cmEventError
 		if try == 9 || !errors.As(err, &ee) {
 			return fmt.Errorf("Failed to connect RDMA CM client, tried %d times: %w", try+1, err)
 		}
@@ -407,7 +407,7 @@ func (s *perfSession) connectCM(ctx context.Context) error {
 	}
 }
 
-func (s *perfSession) acceptTests(ctx context.Context, attr ibtransport.QPInitAttr) error {
+func (s *session) acceptTests(ctx context.Context, attr ibtransport.QPInitAttr) error {
 	l := s.cm.listen
 	if l == nil {
 		var err error
@@ -423,7 +423,7 @@ func (s *perfSession) acceptTests(ctx context.Context, attr ibtransport.QPInitAt
 		}
 	}
 	for len(s.qps) < s.p.qps {
-		ev, err := perfCMWait(ctx, l, perfNoProgress, rdmacm.EventConnectRequest)
+		ev, err := CMWait(ctx, l, noProgress, rdmacm.EventConnectRequest)
 		if err != nil {
 			return err
 		}
@@ -450,7 +450,7 @@ func (s *perfSession) acceptTests(ctx context.Context, attr ibtransport.QPInitAt
 // server's QP j with QP i's receive credit and the server's credit WRITEs to
 // the wrong word: a Terminate for a SEND without a receive, or a sender
 // waiting for credit forever (issue 19).
-func (s *perfSession) dialTests(ctx context.Context, attr ibtransport.QPInitAttr) error {
+func (s *session) dialTests(ctx context.Context, attr ibtransport.QPInitAttr) error {
 	dst := netip.AddrPortFrom(s.cmPeer, uint16(s.cmPort))
 	for range s.p.qps {
 		id, err := s.cm.m.CreateID(rdmacm.PortSpaceTCP)
@@ -462,7 +462,7 @@ func (s *perfSession) dialTests(ctx context.Context, attr ibtransport.QPInitAttr
 		if s.dev.Spec().Transport == devspec.IWARP {
 			src = netip.Addr{} // the kernel picks a TCP connection's source
 		}
-		if err := perfCMResolve(ctx, id, src, dst); err != nil {
+		if err := CMResolve(ctx, id, src, dst); err != nil {
 			return err
 		}
 		qp, err := id.CreateQP(s.pd, attr)
@@ -473,7 +473,7 @@ func (s *perfSession) dialTests(ctx context.Context, attr ibtransport.QPInitAttr
 		if err := id.Connect(s.cmConnParam(nil)); err != nil {
 			return fmt.Errorf("Failed to connect through RDMA CM: %w", err)
 		}
-		if _, err := perfCMWait(ctx, id, perfCMStep, rdmacm.EventEstablished); err != nil {
+		if _, err := CMWait(ctx, id, CMStep, rdmacm.EventEstablished); err != nil {
 			return err
 		}
 	}
@@ -481,23 +481,23 @@ func (s *perfSession) dialTests(ctx context.Context, attr ibtransport.QPInitAttr
 	return nil
 }
 
-// perfRunCM is perfRun with -R or -z: the exchange over the comm QP, the test
+// runCM is run with -R or -z: the exchange over the comm QP, the test
 // QPs connected by rdma_cm (-R) or by their keys (-z).
-func perfRunCM(o *perfOptions, p *perfParams, res *perfResult, stdout, stderr io.Writer) (err error) {
+func runCM(o *Options, p *params, res *result, stdout, stderr io.Writer) (err error) {
 	ctx := context.Background()
 	var peer netip.Addr
 	if !p.server {
-		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip4", o.host)
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip4", o.Host)
 		if err != nil || len(ips) == 0 {
-			return fmt.Errorf("Problem in resolving basic address and port: %s: %v", o.host, err)
+			return fmt.Errorf("Problem in resolving basic address and port: %s: %v", o.Host, err)
 		}
 		peer = ips[0].Unmap()
 	}
-	dev, err := perfOpenDevice(o, p, peer)
+	dev, err := openDevice(o, p, peer)
 	if err != nil {
 		return err
 	}
-	cm, err := perfStartCM(dev)
+	cm, err := startCM(dev)
 	if err != nil {
 		dev.Close()
 		return err
@@ -508,7 +508,7 @@ func perfRunCM(o *perfOptions, p *perfParams, res *perfResult, stdout, stderr io
 			err = fmt.Errorf("closing the device: %w", cerr)
 		}
 	}()
-	s := &perfSession{p: p, dev: dev, stdout: stdout, stderr: stderr, res: res, cm: cm, cmPort: o.port, cmPeer: peer}
+	s := &session{p: p, dev: dev, stdout: stdout, stderr: stderr, res: res, cm: cm, cmPort: o.Port, cmPeer: peer}
 	if dev.Spec().Transport != devspec.IWARP {
 		if err := s.init(); err != nil {
 			return err
@@ -516,9 +516,9 @@ func perfRunCM(o *perfOptions, p *perfParams, res *perfResult, stdout, stderr io
 		res.Device = s.devName
 	}
 	if p.server {
-		s.cmPort, err = cm.serveComm(ctx, o.port, o.listening, stdout)
+		s.cmPort, err = cm.serveComm(ctx, o.Port, o.Listening, stdout)
 	} else {
-		err = cm.dialComm(ctx, dev.Local(), netip.AddrPortFrom(peer, uint16(o.port)), o.wait)
+		err = cm.dialComm(ctx, dev.Local(), netip.AddrPortFrom(peer, uint16(o.Port)), o.Wait)
 	}
 	if err != nil {
 		return err
@@ -544,7 +544,7 @@ func perfRunCM(o *perfOptions, p *perfParams, res *perfResult, stdout, stderr io
 		Duplex:     p.duplex,
 		Duration:   p.durationMode(),
 		UseRDMACM:  true,
-		WorkRDMACM: o.rdmaCM,
+		WorkRDMACM: o.RDMACM,
 		WithGID:    true,
 	}
 	if p.server {
@@ -564,7 +564,7 @@ func perfRunCM(o *perfOptions, p *perfParams, res *perfResult, stdout, stderr io
 		PostReceives: func(ctx context.Context, size uint64) error { keys(); return s.postReceives(ctx, size) },
 		Run:          func(ctx context.Context, size uint64) (perftest.BWReport, error) { keys(); return s.run(ctx, size) },
 	}
-	if o.rdmaCM {
+	if o.RDMACM {
 		hooks.ConnectCM = s.connectCM
 	} else {
 		hooks.Connect = s.connect
@@ -578,7 +578,7 @@ func perfRunCM(o *perfOptions, p *perfParams, res *perfResult, stdout, stderr io
 	// rdma_cm_disconnect_nodes: both sides disconnect every test connection
 	// and wait for their DISCONNECTED events.
 	if len(cm.tests) > 0 {
-		if err := perfCMDisconnect(cm.tests, perfCMStep); err != nil {
+		if err := CMDisconnect(cm.tests, CMStep); err != nil {
 			fmt.Fprintf(stderr, "softrdma perf: disconnecting: %v\n", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ func TestPerfCompletionErrorReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &perfSession{ctx: ctx}
+	s := &session{ctx: ctx}
 	err = s.completionError(ibtransport.WC{WRID: 7, Status: ibtransport.WCRetryExcErr}, "send", 3, 2)
 	for _, want := range []string{
 		`^Completion with error at send: IBV_WC_RETRY_EXC_ERR \(status 12, wr 7, posted 3, completed 2\)\n`,
@@ -35,7 +35,7 @@ func TestPerfCompletionErrorReport(t *testing.T) {
 			t.Errorf("no %q in\n%v", want, err)
 		}
 	}
-	if (&perfSession{}).completionError(ibtransport.WC{Status: ibtransport.WCRetryExcErr}, "send", 0, 0) == nil {
+	if (&session{}).completionError(ibtransport.WC{Status: ibtransport.WCRetryExcErr}, "send", 0, 0) == nil {
 		t.Error("no error without a context")
 	}
 }

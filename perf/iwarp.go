@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"context"
@@ -30,48 +30,48 @@ import (
 //     receives (host order: little endian on the x86 hosts perftest runs on)
 //     to the sender's credit word, whose address and key travel in the keys
 //     instead of the buffer's (ctx_alloc_credit); the sender posts SEND k
-//     only while k+1-credit < rx_depth (run_iter_bw). perfCredit does both.
+//     only while k+1-credit < rx_depth (run_iter_bw). credit does both.
 //   - The READ sink is registered with remote write too (ctx_init on iWARP).
 //   - No atomics, no immediate data: atomic_bw is refused; the MPA exchange
 //     offers no RFC 7306 extensions (siw echoes reserved flag bits, see
 //     rping_iwarp.go).
 //   - siw (6.1) as the MPA responder may leave an FPDU that arrives right
 //     after its Reply unread (test/interop/README.md): the active side waits
-//     perfIWARPSettle after each ESTABLISHED before it sends.
+//     iwarpSettle after each ESTABLISHED before it sends.
 //   - The device is the interface the comm connection runs on: its name, its
 //     MTU as an IB MTU (ib_mtu_int_to_enum of the netdev's, as siw reports
 //     it), and siw's one GID (index 0): the interface's MAC address in the
 //     first 6 octets.
 
-// perfIWARPSettle is how long the active side waits after ESTABLISHED before
+// iwarpSettle is how long the active side waits after ESTABLISHED before
 // its first SEND (softrdma rping's --settle).
-const perfIWARPSettle = 200 * time.Millisecond
+const iwarpSettle = 200 * time.Millisecond
 
-// perfCreditPoll is how often a sender that waits for credit looks again.
-const perfCreditPoll = 50 * time.Microsecond
+// creditPoll is how often a sender that waits for credit looks again.
+const creditPoll = 50 * time.Microsecond
 
-// perfCheckIWARP checks the options that --transport iwarp allows.
-func perfCheckIWARP(o *perfOptions) error {
-	if !o.rdmaCM {
+// checkIWARP checks the options that --transport iwarp allows.
+func checkIWARP(o *Options) error {
+	if !o.RDMACM {
 		return errors.New("--transport iwarp needs -R: an iWARP connection is made by rdma_cm (TCP and MPA), not by exchanged keys")
 	}
-	if o.set["backend"] {
+	if o.Set["backend"] {
 		return errors.New("--backend is RoCE's: iWARP runs over a TCP socket")
 	}
-	if o.set["tap-peer"] || o.set["tap-name"] {
+	if o.Set["tap-peer"] || o.Set["tap-name"] {
 		return errors.New("--tap-peer and --tap-name are RoCE's")
 	}
-	if _, err := parseCRCPolicy(o.crc); err != nil {
+	if _, err := device.ParseCRCPolicy(o.CRC); err != nil {
 		return err
 	}
-	o.backend = "tcp"
+	o.Backend = "tcp"
 	return nil
 }
 
 // settle is the active side's wait after ESTABLISHED on iWARP.
-func (c *perfCM) settle() {
+func (c *cmSide) settle() {
 	if c.iwarp {
-		time.Sleep(perfIWARPSettle)
+		time.Sleep(iwarpSettle)
 	}
 }
 
@@ -79,7 +79,7 @@ func (c *perfCM) settle() {
 // TCP source; for the server, the source the kernel picks towards the client
 // (an accepted rdma_cm ID on a wildcard listener names a device address, not
 // necessarily the connection's).
-func (c *perfCM) commLocal(server bool) netip.Addr {
+func (c *cmSide) commLocal(server bool) netip.Addr {
 	if !server {
 		return c.comm.LocalAddr().Addr()
 	}
@@ -90,13 +90,13 @@ func (c *perfCM) commLocal(server bool) netip.Addr {
 	return a
 }
 
-// perfCredit is ib_send_bw's receive credit over iWARP (ctx_alloc_credit,
+// credit is ib_send_bw's receive credit over iWARP (ctx_alloc_credit,
 // ctx_set_credit_wqes, and the send_rcredit parts of run_iter_bw and
 // run_iter_bw_server). Its region holds the credit words the peer writes
 // (one per QP, first), then this side's sources of its credit WRITEs: a ring
 // of tx depth words per QP, so that no word is rewritten while its WRITE is
 // in flight.
-type perfCredit struct {
+type credit struct {
 	mr      *ibtransport.MR
 	nqp     int
 	ring    int    // source words per QP: the most credit WRITEs in flight
@@ -112,9 +112,9 @@ type perfCredit struct {
 
 // setupCredit registers ib_send_bw's credit region on iWARP and puts its
 // words' addresses and key in the keys (my_dest's rkey and vaddr).
-func (s *perfSession) setupCredit(dests []perftest.Dest) error {
+func (s *session) setupCredit(dests []perftest.Dest) error {
 	p := s.p
-	if s.dev.Spec().Transport != devspec.IWARP || p.verb != perfSend || !p.bw {
+	if s.dev.Spec().Transport != devspec.IWARP || p.verb != verbSend || !p.bw {
 		return nil
 	}
 	nqp := len(dests)
@@ -123,7 +123,7 @@ func (s *perfSession) setupCredit(dests []perftest.Dest) error {
 	if err != nil {
 		return fmt.Errorf("Couldn't allocate MR: %w", err)
 	}
-	c := &perfCredit{mr: mr, nqp: nqp, ring: ring, every: uint64(max(p.rxDepth/3, 1)), rxDepth: uint64(max(p.rxDepth, 1)),
+	c := &credit{mr: mr, nqp: nqp, ring: ring, every: uint64(max(p.rxDepth/3, 1)), rxDepth: uint64(max(p.rxDepth, 1)),
 		rcnt: make([]uint64, nqp), sent: make([]uint64, nqp), outstanding: make([]int, nqp), wc: make([]ibtransport.WC, 16)}
 	for i := range dests {
 		dests[i].RKey = mr.RKey()
@@ -134,7 +134,7 @@ func (s *perfSession) setupCredit(dests []perftest.Dest) error {
 }
 
 // reset zeroes the credit words (the sender, before each run).
-func (c *perfCredit) reset() {
+func (c *credit) reset() {
 	clear(c.mr.Buf()[:4*c.nqp])
 }
 
@@ -144,7 +144,7 @@ func (c *perfCredit) reset() {
 // last octets of each WRITE segment (the whole 4-octet credit); the word only
 // grows, so a value read just before the WRITE lands merely waits another
 // poll.
-func (c *perfCredit) mayPost(q int, k uint64) bool {
+func (c *credit) mayPost(q int, k uint64) bool {
 	var b [4]byte
 	if _, err := c.mr.ReadAt(b[:], int64(4*q)); err != nil {
 		return false
@@ -154,13 +154,13 @@ func (c *perfCredit) mayPost(q int, k uint64) bool {
 }
 
 // start begins a receiver's run.
-func (c *perfCredit) start() {
+func (c *credit) start() {
 	clear(c.rcnt)
 }
 
 // received counts a receive of QP q and, every rx_depth/3 of them, writes the
 // count to the sender's credit word.
-func (c *perfCredit) received(ctx context.Context, s *perfSession, q int) error {
+func (c *credit) received(ctx context.Context, s *session, q int) error {
 	c.rcnt[q]++
 	if !c.due(c.rcnt[q]) {
 		return nil
@@ -185,13 +185,13 @@ func (c *perfCredit) received(ctx context.Context, s *perfSession, q int) error 
 
 // due says whether the receiver writes its credit after rcnt receives:
 // every rx_depth/3 of them, counting within rx depth (so at rx depth too).
-func (c *perfCredit) due(rcnt uint64) bool { return rcnt%c.rxDepth%c.every == 0 }
+func (c *credit) due(rcnt uint64) bool { return rcnt%c.rxDepth%c.every == 0 }
 
 // reap waits for credit WRITE completions.
-func (c *perfCredit) reap(ctx context.Context, s *perfSession) error {
+func (c *credit) reap(ctx context.Context, s *session) error {
 	n := s.sendCQ.Poll(c.wc)
 	if n == 0 {
-		return waitCQ(ctx, s.sendCQ, time.Time{})
+		return WaitCQ(ctx, s.sendCQ, time.Time{})
 	}
 	for _, w := range c.wc[:n] {
 		q := int(w.WRID)
@@ -207,7 +207,7 @@ func (c *perfCredit) reap(ctx context.Context, s *perfSession) error {
 }
 
 // drain waits for every credit WRITE (clean_scq_credit).
-func (c *perfCredit) drain(ctx context.Context, s *perfSession) error {
+func (c *credit) drain(ctx context.Context, s *session) error {
 	for c.total > 0 {
 		if err := c.reap(ctx, s); err != nil {
 			return err

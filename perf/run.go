@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"context"
@@ -19,25 +19,25 @@ import (
 	"github.com/softrdma/softrdma/oob/perftest"
 )
 
-// perfNoProgress is how long a run waits for a completion before giving up on a
+// noProgress is how long a run waits for a completion before giving up on a
 // vanished peer (perftest's server gives up after 120 s without a message).
-const perfNoProgress = 60 * time.Second
+const noProgress = 60 * time.Second
 
-// perfDialWait is how long the client retries a refused connection by default
+// DialWait is how long the client retries a refused connection by default
 // (--wait): long enough to start both sides at once. (perftest's client gives
 // up at once.)
-const perfDialWait = 5 * time.Second
+const DialWait = 5 * time.Second
 
-// perfRun runs one test: the TCP connection, the device, perftest's exchange with
+// run runs one test: the TCP connection, the device, perftest's exchange with
 // the verbs work in its hooks, and the report.
-func perfRun(o *perfOptions, p *perfParams, stdout, stderr io.Writer) (err error) {
+func run(o *Options, p *params, stdout, stderr io.Writer) (err error) {
 	ctx := context.Background()
-	res := &perfResult{Test: p.test.String(), Title: perfTitle(p), Role: "client", Transport: o.transport, Backend: o.backend,
+	res := &result{Test: p.test.String(), Title: title(p), Role: "client", Transport: o.Transport, Backend: o.Backend,
 		Connection: "RC", QPs: p.qps, Duration: p.duration}
 	if p.server {
 		res.Role = "server"
 	}
-	if o.json {
+	if o.JSON {
 		jsonOut := stdout
 		defer func() {
 			if err != nil {
@@ -48,8 +48,8 @@ func perfRun(o *perfOptions, p *perfParams, stdout, stderr io.Writer) (err error
 		stdout = io.Discard
 	}
 
-	if o.rdmaCM || o.useCM {
-		return perfRunCM(o, p, res, stdout, stderr)
+	if o.RDMACM || o.UseCM {
+		return runCM(o, p, res, stdout, stderr)
 	}
 	var conn net.Conn
 	var dev device.Device
@@ -68,35 +68,35 @@ func perfRun(o *perfOptions, p *perfParams, stdout, stderr io.Writer) (err error
 		// connected, and there as the client's "EOF". Without -d the device
 		// is the first interface's (IPv4, the exchange's family), since no
 		// client is known yet.
-		if dev, err = perfOpenDevice(o, p, netip.Addr{}); err != nil {
+		if dev, err = openDevice(o, p, netip.Addr{}); err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(o.port)))
+		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(o.Port)))
 		if err != nil {
-			return fmt.Errorf("Couldn't listen to port %d: %w", o.port, err)
+			return fmt.Errorf("Couldn't listen to port %d: %w", o.Port, err)
 		}
-		if o.listening != nil {
-			o.listening(ln.Addr())
+		if o.Listening != nil {
+			o.Listening(ln.Addr())
 		}
-		io.WriteString(stdout, perfWaitingBanner)
+		io.WriteString(stdout, waitingBanner)
 		conn, err = ln.Accept()
 		ln.Close() // perftest serves one client
 		if err != nil {
 			return err
 		}
 	} else {
-		if conn, err = perfDial(ctx, o.host, o.port, o.wait); err != nil {
+		if conn, err = dial(ctx, o.Host, o.Port, o.Wait); err != nil {
 			return err
 		}
 	}
 	defer conn.Close()
 	if !p.server {
 		peer := conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-		if dev, err = perfOpenDevice(o, p, peer); err != nil {
+		if dev, err = openDevice(o, p, peer); err != nil {
 			return err
 		}
 	}
-	s := &perfSession{p: p, dev: dev, stdout: stdout, stderr: stderr, res: res}
+	s := &session{p: p, dev: dev, stdout: stdout, stderr: stderr, res: res}
 	if err := s.init(); err != nil {
 		return err
 	}
@@ -136,9 +136,9 @@ func perfRun(o *perfOptions, p *perfParams, stdout, stderr io.Writer) (err error
 	return nil
 }
 
-// perfDial connects to the server's perftest port, retrying refused
+// dial connects to the server's perftest port, retrying refused
 // connections for wait.
-func perfDial(ctx context.Context, host string, port int, wait time.Duration) (net.Conn, error) {
+func dial(ctx context.Context, host string, port int, wait time.Duration) (net.Conn, error) {
 	deadline := time.Now().Add(wait)
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	for {
@@ -154,13 +154,13 @@ func perfDial(ctx context.Context, host string, port int, wait time.Duration) (n
 	}
 }
 
-// perfSession is one side's test resources: perftest's pingpong_context.
-type perfSession struct {
-	p      *perfParams
+// session is one side's test resources: perftest's pingpong_context.
+type session struct {
+	p      *params
 	dev    device.Device
 	stdout io.Writer
 	stderr io.Writer
-	res    *perfResult
+	res    *result
 
 	devName  string
 	gidIndex int
@@ -185,21 +185,21 @@ type perfSession struct {
 
 	// -R (rdma_cm): the manager, the port and the server's address of the
 	// test connections; the exchange's result (the keys, printed once known).
-	cm          *perfCM
+	cm          *cmSide
 	cmPort      int
 	cmPeer      netip.Addr
 	cmResult    *perftest.Result
 	keysPrinted bool
 
 	// credit is ib_send_bw's receive credit over iWARP (perf_iwarp.go).
-	credit *perfCredit
-	// noProgress, if not zero, replaces perfNoProgress for a sender waiting
+	credit *credit
+	// noProgress, if not zero, replaces noProgress for a sender waiting
 	// for credit (tests).
 	noProgress time.Duration
 }
 
 // init finds the GID index and the port MTU.
-func (s *perfSession) init() error {
+func (s *session) init() error {
 	p := s.p
 	s.devName = s.dev.Name()
 	s.ctx = s.dev.Context()
@@ -223,7 +223,7 @@ func (s *perfSession) init() error {
 	if p.mtu != 0 {
 		mtu = p.mtu
 		if mtu > active {
-			fmt.Fprintf(s.stderr, " Requested mtu is higher than active mtu \n Changing to active mtu - %d\n", perfMTUEnum(active))
+			fmt.Fprintf(s.stderr, " Requested mtu is higher than active mtu \n Changing to active mtu - %d\n", mtuEnum(active))
 			mtu = active
 		}
 	}
@@ -233,7 +233,7 @@ func (s *perfSession) init() error {
 	}
 	s.portMTU = m
 	s.outReads = 1
-	if p.verb == perfRead || p.verb == perfAtomic {
+	if p.verb == verbRead || p.verb == verbAtomic {
 		s.outReads = s.ctx.Config().MaxRdAtomic
 		if p.outReads > 0 && p.outReads < s.outReads {
 			s.outReads = p.outReads
@@ -245,14 +245,14 @@ func (s *perfSession) init() error {
 	return nil
 }
 
-// perfMTUEnum returns the ibv_mtu number of an MTU in bytes.
-func perfMTUEnum(n int) int {
+// mtuEnum returns the ibv_mtu number of an MTU in bytes.
+func mtuEnum(n int) int {
 	m, _ := perftest.MTUFromBytes(n)
 	return int(m)
 }
 
-// perfInc is perftest's INC: size rounded up to a cache line.
-func perfInc(size, cacheLine uint64) uint64 {
+// inc is perftest's INC: size rounded up to a cache line.
+func inc(size, cacheLine uint64) uint64 {
 	if size <= cacheLine {
 		return cacheLine
 	}
@@ -262,14 +262,14 @@ func perfInc(size, cacheLine uint64) uint64 {
 // setup creates the PD, CQs, QPs and the buffer (ctx_init), and returns the
 // keys (set_up_connection): each QP's buffer is the second half of the region,
 // where the peer writes and reads.
-func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.Dest, error) {
+func (s *session) setup(_ context.Context, r *perftest.Result) ([]perftest.Dest, error) {
 	p := s.p
 	s.mtu = r.MTU.Bytes()
 	s.res.MTU = s.mtu
 	s.cycle = uint64(max(r.SysData.CycleBuffer, 1))
 	s.cacheLine = uint64(max(r.SysData.CacheLineSize, 1))
 	s.buffSize = max(p.size, s.cycle)
-	total := perfInc(s.buffSize, s.cacheLine) * 2 * uint64(p.qps)
+	total := inc(s.buffSize, s.cacheLine) * 2 * uint64(p.qps)
 	if total > 1<<34 {
 		return nil, fmt.Errorf("a buffer of %d bytes is too large", total)
 	}
@@ -289,10 +289,10 @@ func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.D
 	access := ibtransport.AccessLocalWrite
 	qpAccess := ibtransport.Access(0)
 	switch p.verb {
-	case perfWrite:
+	case verbWrite:
 		access |= ibtransport.AccessRemoteWrite
 		qpAccess = ibtransport.AccessRemoteWrite
-	case perfRead:
+	case verbRead:
 		access |= ibtransport.AccessRemoteRead
 		qpAccess = ibtransport.AccessRemoteRead
 		if s.dev.Spec().Transport == devspec.IWARP {
@@ -300,14 +300,14 @@ func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.D
 			// writes (a Read Response is a tagged placement).
 			access |= ibtransport.AccessRemoteWrite
 		}
-	case perfAtomic:
+	case verbAtomic:
 		access |= ibtransport.AccessRemoteAtomic
 		qpAccess = ibtransport.AccessRemoteAtomic
-	case perfSend:
+	case verbSend:
 		qpAccess = ibtransport.AccessRemoteWrite
 	}
 	s.mem = make([]byte, total)
-	if p.verb != perfWrite || p.bw {
+	if p.verb != verbWrite || p.bw {
 		// perftest fills its buffer with random bytes, except ib_write_lat's,
 		// whose last byte of each message counts the iterations.
 		for i := range s.mem {
@@ -349,19 +349,19 @@ func (s *perfSession) setup(_ context.Context, r *perftest.Result) ([]perftest.D
 	if p.bw {
 		s.res.CQModeration = p.cqMod
 	}
-	if p.verb == perfSend {
+	if p.verb == verbSend {
 		s.res.RxDepth = p.rxDepth
 	}
-	if p.verb == perfRead || p.verb == perfAtomic {
+	if p.verb == verbRead || p.verb == verbAtomic {
 		s.res.OutReads = s.outReads
 	}
-	ti := perfTestInfo{p: p, device: s.devName, mtu: s.mtu, gidIndex: s.gidIndex, outReads: s.outReads, iwarp: s.dev.Spec().Transport == devspec.IWARP}
+	ti := testInfo{p: p, device: s.devName, mtu: s.mtu, gidIndex: s.gidIndex, outReads: s.outReads, iwarp: s.dev.Spec().Transport == devspec.IWARP}
 	ti.write(s.stdout)
 	return dests, nil
 }
 
 // dest returns QP i's keys.
-func (s *perfSession) dest(i int, qp *ibtransport.QP, base uint64, rkey uint32) perftest.Dest {
+func (s *session) dest(i int, qp *ibtransport.QP, base uint64, rkey uint32) perftest.Dest {
 	return perftest.Dest{
 		OutReads: uint32(s.outReads),
 		QPN:      qp.QPN(),
@@ -376,42 +376,42 @@ func (s *perfSession) dest(i int, qp *ibtransport.QP, base uint64, rkey uint32) 
 // sendOffset and targetOffset are where QP i's messages come from and where the
 // peer's go (buf[i] and my_dest[i].vaddr in perftest); recvOffset is where its
 // receives land (ctx_set_recv_wqes).
-func (s *perfSession) sendOffset(i int) uint64 { return uint64(i) * s.buffSize }
-func (s *perfSession) targetOffset(i int) uint64 {
+func (s *session) sendOffset(i int) uint64 { return uint64(i) * s.buffSize }
+func (s *session) targetOffset(i int) uint64 {
 	return uint64(s.p.qps+i) * s.buffSize
 }
-func (s *perfSession) recvOffset(i int) uint64 {
-	return uint64(s.p.qps+i) * perfInc(s.buffSize, s.cacheLine)
+func (s *session) recvOffset(i int) uint64 {
+	return uint64(s.p.qps+i) * inc(s.buffSize, s.cacheLine)
 }
 
 // slot returns the offset of message k within a QP's cycle buffer: successive
 // messages move on by a cache-line-rounded size and wrap at the cycle buffer
 // (increase_loc_addr, increase_rem_addr), if two fit in it.
-func (s *perfSession) slot(size uint64, k uint64) uint64 {
+func (s *session) slot(size uint64, k uint64) uint64 {
 	if size > s.cycle/2 {
 		return 0
 	}
-	inc := perfInc(size, s.cacheLine)
+	inc := inc(size, s.cacheLine)
 	return k % (s.cycle / inc) * inc
 }
 
 // connect moves the QPs to RTR, and to RTS if they send (ctx_connect), then
 // prints both sides' keys and the table's header.
-func (s *perfSession) connect(_ context.Context, local, remote []perftest.Dest) error {
+func (s *session) connect(_ context.Context, local, remote []perftest.Dest) error {
 	p := s.p
 	s.remote = remote
 	for i, qp := range s.qps {
 		rd := remote[i]
-		ah := ibtransport.AddressHandle{DGID: rd.GID, SGIDIndex: uint8(s.gidIndex), HopLimit: perfHopLimit}
+		ah := ibtransport.AddressHandle{DGID: rd.GID, SGIDIndex: uint8(s.gidIndex), HopLimit: hopLimit}
 		if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: s.mtu,
-			DestQPN: rd.QPN, RQPSN: rd.PSN, MaxDestRdAtomic: int(local[i].OutReads), MinRNRTimer: perfMinRNRTimer},
+			DestQPN: rd.QPN, RQPSN: rd.PSN, MaxDestRdAtomic: int(local[i].OutReads), MinRNRTimer: MinRNRTimer},
 			ibtransport.QPAttrState|ibtransport.QPAttrAH|ibtransport.QPAttrPathMTU|ibtransport.QPAttrDestQPN|
 				ibtransport.QPAttrRQPSN|ibtransport.QPAttrMaxDestRdAtomic|ibtransport.QPAttrMinRNRTimer); err != nil {
 			return fmt.Errorf("Failed to modify QP %d to RTR: %w", qp.QPN(), err)
 		}
 		if !p.bw || !p.server || p.duplex {
 			rd := min(max(int(rd.OutReads), 1), s.ctx.Config().MaxRdAtomic)
-			if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: local[i].PSN, Timeout: perfDefQPTimeout,
+			if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: local[i].PSN, Timeout: DefQPTimeout,
 				RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: rd},
 				ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|ibtransport.QPAttrRetryCnt|
 					ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxRdAtomic); err != nil {
@@ -425,7 +425,7 @@ func (s *perfSession) connect(_ context.Context, local, remote []perftest.Dest) 
 
 // printKeys prints both sides' keys and the table's header (after ctx_connect,
 // or with -R once the keys are known).
-func (s *perfSession) printKeys(local, remote []perftest.Dest) {
+func (s *session) printKeys(local, remote []perftest.Dest) {
 	p := s.p
 	s.keysPrinted = true
 	// ctx_print_pingpong_data decides what to print by the verb of the
@@ -434,28 +434,28 @@ func (s *perfSession) printKeys(local, remote []perftest.Dest) {
 	// test (seen from ib_write_bw -R 4.5-0.17 against rxe).
 	verb := p.verb
 	if p.useCM {
-		verb = perfSend
+		verb = verbSend
 	}
 	for _, d := range local {
-		io.WriteString(s.stdout, perfDestLines("local", d, verb))
+		io.WriteString(s.stdout, destLines("local", d, verb))
 	}
 	for _, d := range remote {
-		io.WriteString(s.stdout, perfDestLines("remote", d, verb))
+		io.WriteString(s.stdout, destLines("remote", d, verb))
 	}
-	s.res.Local, s.res.Remote = perfJSONDests(local), perfJSONDests(remote)
+	s.res.Local, s.res.Remote = jsonDests(local), jsonDests(remote)
 	// ib_read_lat's server prints no table: only the client posts READs.
 	if !(p.test == perftest.ReadLat && p.server) {
 		s.printTableHeader()
 	}
 }
 
-func (s *perfSession) printTableHeader() {
-	io.WriteString(s.stdout, perfTableHeader(s.p))
+func (s *session) printTableHeader() {
+	io.WriteString(s.stdout, tableHeader(s.p))
 }
 
 // finish prints what perftest prints after the exchange: the half-duplex
 // server's copy of the client's report, -b's sums, and the closing line.
-func (s *perfSession) finish(r *perftest.Result) {
+func (s *session) finish(r *perftest.Result) {
 	p := s.p
 	if p.bw {
 		s.res.BWUnits = "MB/sec"
@@ -466,23 +466,23 @@ func (s *perfSession) finish(r *perftest.Result) {
 		s.res.BWUnits = ""
 	}
 	switch {
-	case p.bw && p.verb != perfSend && p.server && !p.duplex:
+	case p.bw && p.verb != verbSend && p.server && !p.duplex:
 		for _, x := range r.Reports {
-			io.WriteString(s.stdout, perfBWLine(x.Remote, p.gbits))
+			io.WriteString(s.stdout, bwLine(x.Remote, p.gbits))
 			s.res.addBW(x.Remote)
 		}
 	case p.bw && p.duplex:
 		for _, x := range r.Reports {
-			sum := perfSum(x.Local, x.Remote)
-			io.WriteString(s.stdout, perfBWLine(sum, p.gbits))
+			sum := sum(x.Local, x.Remote)
+			io.WriteString(s.stdout, bwLine(sum, p.gbits))
 			s.res.addBW(sum)
 		}
 	}
-	io.WriteString(s.stdout, perfResultLine)
+	io.WriteString(s.stdout, resultLine)
 }
 
 // postReceives posts a send test's receives: rx depth per QP (ctx_set_recv_wqes).
-func (s *perfSession) postReceives(_ context.Context, size uint64) error {
+func (s *session) postReceives(_ context.Context, size uint64) error {
 	for i, qp := range s.qps {
 		for j := 0; j < s.p.rxDepth; j++ {
 			if err := s.postRecv(qp, i, size, uint64(j)); err != nil {
@@ -493,7 +493,7 @@ func (s *perfSession) postReceives(_ context.Context, size uint64) error {
 	return nil
 }
 
-func (s *perfSession) postRecv(qp *ibtransport.QP, i int, size, k uint64) error {
+func (s *session) postRecv(qp *ibtransport.QP, i int, size, k uint64) error {
 	off := s.recvOffset(i)
 	if s.p.bw {
 		off += s.slot(size, k)
@@ -502,7 +502,7 @@ func (s *perfSession) postRecv(qp *ibtransport.QP, i int, size, k uint64) error 
 }
 
 // run measures one message size.
-func (s *perfSession) run(ctx context.Context, size uint64) (perftest.BWReport, error) {
+func (s *session) run(ctx context.Context, size uint64) (perftest.BWReport, error) {
 	p := s.p
 	switch {
 	case p.bw:
@@ -510,8 +510,8 @@ func (s *perfSession) run(ctx context.Context, size uint64) (perftest.BWReport, 
 		if err != nil {
 			return rep, err
 		}
-		if !p.duplex || (p.verb == perfSend && p.durationMode()) {
-			io.WriteString(s.stdout, perfBWLine(rep, p.gbits))
+		if !p.duplex || (p.verb == verbSend && p.durationMode()) {
+			io.WriteString(s.stdout, bwLine(rep, p.gbits))
 			s.res.addBW(rep)
 		}
 		return rep, nil
@@ -524,51 +524,51 @@ func (s *perfSession) run(ctx context.Context, size uint64) (perftest.BWReport, 
 	}
 }
 
-// perfClock reads the monotonic clock in nanoseconds since the run started.
-type perfClock struct{ base time.Time }
+// clock reads the monotonic clock in nanoseconds since the run started.
+type clock struct{ base time.Time }
 
-func newPerfClock() perfClock             { return perfClock{base: time.Now()} }
-func (c perfClock) now() int64            { return int64(time.Since(c.base)) }
-func (c perfClock) at(ns int64) time.Time { return c.base.Add(time.Duration(ns)) }
+func newPerfClock() clock             { return clock{base: time.Now()} }
+func (c clock) now() int64            { return int64(time.Since(c.base)) }
+func (c clock) at(ns int64) time.Time { return c.base.Add(time.Duration(ns)) }
 
-// perfPhase is a -D run's state (catch_alarm's states): warming up for the
+// phase is a -D run's state (catch_alarm's states): warming up for the
 // margin, sampling, cooling down for the margin, over.
-type perfPhase uint8
+type phase uint8
 
 const (
-	perfWarmUp perfPhase = iota
-	perfSampling
-	perfCoolDown
-	perfOver
+	warmUp phase = iota
+	sampling
+	coolDown
+	over
 )
 
-// perfTimer divides a -D run into its phases, from when it starts.
-type perfTimer struct {
-	start, sampleStart, sampleEnd, end int64 // perfClock nanoseconds
+// timer divides a -D run into its phases, from when it starts.
+type timer struct {
+	start, sampleStart, sampleEnd, end int64 // clock nanoseconds
 }
 
-func newPerfTimer(p *perfParams, start int64) perfTimer {
+func newPerfTimer(p *params, start int64) timer {
 	sec := int64(time.Second)
-	return perfTimer{start: start, sampleStart: start + int64(p.margin)*sec,
+	return timer{start: start, sampleStart: start + int64(p.margin)*sec,
 		sampleEnd: start + int64(p.duration-p.margin)*sec, end: start + int64(p.duration)*sec}
 }
 
-func (t *perfTimer) phase(now int64) perfPhase {
+func (t *timer) phase(now int64) phase {
 	switch {
 	case now < t.sampleStart:
-		return perfWarmUp
+		return warmUp
 	case now < t.sampleEnd:
-		return perfSampling
+		return sampling
 	case now < t.end:
-		return perfCoolDown
+		return coolDown
 	}
-	return perfOver
+	return over
 }
 
-// waitCQ blocks until cq has a completion, until deadline (if not zero), or
-// until nothing has happened for perfNoProgress.
-func waitCQ(ctx context.Context, cq *ibtransport.CQ, deadline time.Time) error {
-	limit := time.Now().Add(perfNoProgress)
+// WaitCQ blocks until cq has a completion, until deadline (if not zero), or
+// until nothing has happened for noProgress.
+func WaitCQ(ctx context.Context, cq *ibtransport.CQ, deadline time.Time) error {
+	limit := time.Now().Add(noProgress)
 	expired := false
 	if !deadline.IsZero() && deadline.Before(limit) {
 		limit, expired = deadline, true
@@ -584,7 +584,7 @@ func waitCQ(ctx context.Context, cq *ibtransport.CQ, deadline time.Time) error {
 	case errors.Is(err, context.DeadlineExceeded) && expired:
 		return nil // the caller's deadline: it looks at the clock
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("no completion for %v: is the peer still there?", perfNoProgress)
+		return fmt.Errorf("no completion for %v: is the peer still there?", noProgress)
 	}
 	return err
 }
@@ -593,7 +593,7 @@ func waitCQ(ctx context.Context, cq *ibtransport.CQ, deadline time.Time) error {
 // does, followed by the engine's state of every QP (ibtransport StateReport:
 // timeouts, retransmissions, NAKs and drops), which tells what a transport
 // error such as retry exceeded ran into.
-func (s *perfSession) completionError(wc ibtransport.WC, what string, posted, done uint64) error {
+func (s *session) completionError(wc ibtransport.WC, what string, posted, done uint64) error {
 	err := fmt.Errorf("Completion with error at %s: %s (status %d, wr %d, posted %d, completed %d)",
 		what, wc.Status, int(wc.Status), wc.WRID, posted, done)
 	if s.ctx == nil {
@@ -605,7 +605,7 @@ func (s *perfSession) completionError(wc ibtransport.WC, what string, posted, do
 // sendWR returns QP i's work request for message k of the given size: the
 // test's opcode from the QP's send buffer to the peer's buffer, both walking
 // their cycle buffers.
-func (s *perfSession) sendWR(i int, size, k uint64, signaled bool) ibtransport.SendWR {
+func (s *session) sendWR(i int, size, k uint64, signaled bool) ibtransport.SendWR {
 	p := s.p
 	off := s.sendOffset(i)
 	raddr := s.remote[i].VAddr
@@ -616,13 +616,13 @@ func (s *perfSession) sendWR(i int, size, k uint64, signaled bool) ibtransport.S
 	wr := ibtransport.SendWR{WRID: uint64(i), Signaled: signaled, SGL: []ibtransport.SGE{s.mr.SGE(int(off), int(size))},
 		RemoteAddr: raddr, RKey: s.remote[i].RKey}
 	switch p.verb {
-	case perfSend:
+	case verbSend:
 		wr.Opcode, wr.RemoteAddr, wr.RKey = ibtransport.WRSend, 0, 0
-	case perfWrite:
+	case verbWrite:
 		wr.Opcode = ibtransport.WRRDMAWrite
-	case perfRead:
+	case verbRead:
 		wr.Opcode = ibtransport.WRRDMARead
-	case perfAtomic:
+	case verbAtomic:
 		if p.atomic == 0 {
 			wr.Opcode, wr.Swap = ibtransport.WRAtomicCmpAndSwp, 0 // ATOMIC_SWAP_VALUE
 		} else {
@@ -634,12 +634,12 @@ func (s *perfSession) sendWR(i int, size, k uint64, signaled bool) ibtransport.S
 
 // runBW is a bandwidth run for one size: the sender's loop (run_iter_bw), the
 // receiver's (run_iter_bw_server), or both at once (run_iter_bi, -b).
-func (s *perfSession) runBW(ctx context.Context, size uint64) (perftest.BWReport, error) {
+func (s *session) runBW(ctx context.Context, size uint64) (perftest.BWReport, error) {
 	p := s.p
-	if p.verb == perfSend && p.server && !p.duplex {
+	if p.verb == verbSend && p.server && !p.duplex {
 		return s.runBWReceiver(ctx, size)
 	}
-	if p.verb == perfSend && p.duplex {
+	if p.verb == verbSend && p.duplex {
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		rerr := make(chan error, 1)
@@ -666,13 +666,13 @@ func (s *perfSession) runBW(ctx context.Context, size uint64) (perftest.BWReport
 
 // runBWSender keeps tx depth WRs in flight on every QP, signalling one in cq
 // moderation, and times posts and completions.
-func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BWReport, error) {
+func (s *session) runBWSender(ctx context.Context, size uint64) (perftest.BWReport, error) {
 	p := s.p
 	nqp := len(s.qps)
 	iters := uint64(p.iters)
 	tot := iters * uint64(nqp)
 	cqMod := uint64(p.cqMod)
-	samples := perfBWSamples{size: size, cqMod: cqMod, noPeak: p.noPeak}
+	samples := bwSamples{size: size, cqMod: cqMod, noPeak: p.noPeak}
 	if p.noPeak {
 		samples.tposted, samples.tcompleted = make([]int64, 1), make([]int64, 1)
 	} else {
@@ -693,11 +693,11 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 		samples.tposted[0] = clock.now()
 	}
 	// progress is when the sender last posted or reaped (clock time): a
-	// sender waiting for credit gives up perfNoProgress after it.
+	// sender waiting for credit gives up noProgress after it.
 	var progress int64
 	for {
 		now := clock.now()
-		over := dur && timer.phase(now) == perfOver
+		over := dur && timer.phase(now) == over
 		if !dur && totscnt >= tot && totccnt >= tot || over {
 			break
 		}
@@ -739,9 +739,9 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 				}
 				// The receiver's credit arrives as an RDMA WRITE, with no
 				// completion here: look at the credit word again soon.
-				deadline = time.Now().Add(perfCreditPoll)
+				deadline = time.Now().Add(creditPoll)
 			}
-			if err := waitCQ(ctx, s.sendCQ, deadline); err != nil {
+			if err := WaitCQ(ctx, s.sendCQ, deadline); err != nil {
 				return perftest.BWReport{}, err
 			}
 			continue
@@ -758,7 +758,7 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 			if !p.noPeak {
 				samples.tcompleted[min(totccnt, tot)-1] = now
 			}
-			if dur && timer.phase(now) == perfSampling {
+			if dur && timer.phase(now) == sampling {
 				measured += cqMod
 			}
 		}
@@ -778,8 +778,8 @@ func (s *perfSession) runBWSender(ctx context.Context, size uint64) (perftest.BW
 // ended the connection: no credit WRITE will come, and with nothing in
 // flight no completion either), or nothing posted or completed for the
 // session's no-progress limit. Each of the sender's waits for credit is short
-// (perfCreditPoll), so waitCQ's own limit never runs out.
-func (s *perfSession) creditStalled(idle time.Duration, posted, done uint64) error {
+// (creditPoll), so WaitCQ's own limit never runs out.
+func (s *session) creditStalled(idle time.Duration, posted, done uint64) error {
 	for q, qp := range s.qps {
 		if st := qp.State(); st == ibtransport.QPStateErr {
 			return fmt.Errorf("waiting for the receiver's credit: QP %d is in state %v (posted %d, completed %d)", q, st, posted, done)
@@ -792,24 +792,24 @@ func (s *perfSession) creditStalled(idle time.Duration, posted, done uint64) err
 }
 
 // noProgressLimit is how long the session waits without progress:
-// perfNoProgress unless a test sets noProgress.
-func (s *perfSession) noProgressLimit() time.Duration {
+// noProgress unless a test sets noProgress.
+func (s *session) noProgressLimit() time.Duration {
 	if s.noProgress > 0 {
 		return s.noProgress
 	}
-	return perfNoProgress
+	return noProgress
 }
 
 // runBWReceiver is ib_send_bw's server: it keeps the receives posted and times
 // from the first message to the last.
-func (s *perfSession) runBWReceiver(ctx context.Context, size uint64) (perftest.BWReport, error) {
+func (s *session) runBWReceiver(ctx context.Context, size uint64) (perftest.BWReport, error) {
 	return s.receiveLoop(ctx, size, true)
 }
 
 // receiveLoop consumes receive completions and reposts receives. With report
 // it returns run_iter_bw_server's report: messages over the time from the first
 // to the last (or, with -D, those of the sample period).
-func (s *perfSession) receiveLoop(ctx context.Context, size uint64, report bool) (perftest.BWReport, error) {
+func (s *session) receiveLoop(ctx context.Context, size uint64, report bool) (perftest.BWReport, error) {
 	p := s.p
 	nqp := len(s.qps)
 	iters := uint64(p.iters)
@@ -821,7 +821,7 @@ func (s *perfSession) receiveLoop(ctx context.Context, size uint64, report bool)
 	wc := make([]ibtransport.WC, 16)
 	clock := newPerfClock()
 	dur := p.durationMode()
-	var timer perfTimer
+	var timer timer
 	var rcnt, measured uint64
 	if s.credit != nil {
 		s.credit.start()
@@ -830,7 +830,7 @@ func (s *perfSession) receiveLoop(ctx context.Context, size uint64, report bool)
 	var tstart, tend int64
 	for dur || rcnt < tot {
 		now := clock.now()
-		if dur && !first && timer.phase(now) == perfOver {
+		if dur && !first && timer.phase(now) == over {
 			break
 		}
 		n := s.recvCQ.Poll(wc)
@@ -839,7 +839,7 @@ func (s *perfSession) receiveLoop(ctx context.Context, size uint64, report bool)
 			if dur && !first {
 				deadline = clock.at(timer.end)
 			}
-			if err := waitCQ(ctx, s.recvCQ, deadline); err != nil {
+			if err := WaitCQ(ctx, s.recvCQ, deadline); err != nil {
 				return perftest.BWReport{}, err
 			}
 			continue
@@ -856,7 +856,7 @@ func (s *perfSession) receiveLoop(ctx context.Context, size uint64, report bool)
 			}
 			q := int(w.WRID)
 			rcnt++
-			if dur && timer.phase(now) == perfSampling {
+			if dur && timer.phase(now) == sampling {
 				measured++
 			}
 			if dur || posted[q]+1 <= iters {
@@ -881,7 +881,7 @@ func (s *perfSession) receiveLoop(ctx context.Context, size uint64, report bool)
 	if !report {
 		return perftest.BWReport{}, nil
 	}
-	samples := perfBWSamples{size: size, iters: tot, cqMod: 1, noPeak: true,
+	samples := bwSamples{size: size, iters: tot, cqMod: 1, noPeak: true,
 		tposted: []int64{tstart}, tcompleted: []int64{tend}}
 	if dur {
 		samples.iters = measured
@@ -890,19 +890,19 @@ func (s *perfSession) receiveLoop(ctx context.Context, size uint64, report bool)
 	return samples.report(p.gbits), nil
 }
 
-// perfLatRun collects a latency run's post times and prints its row.
-type perfLatRun struct {
-	s       *perfSession
+// latRun collects a latency run's post times and prints its row.
+type latRun struct {
+	s       *session
 	size    uint64
-	clock   perfClock
+	clock   clock
 	tposted []int64
 	dur     bool
-	timer   perfTimer
+	timer   timer
 	count   uint64 // -D: completions during the sample period
 }
 
-func (s *perfSession) newLatRun(size uint64) *perfLatRun {
-	r := &perfLatRun{s: s, size: size, clock: newPerfClock(), dur: s.p.durationMode()}
+func (s *session) newLatRun(size uint64) *latRun {
+	r := &latRun{s: s, size: size, clock: newPerfClock(), dur: s.p.durationMode()}
 	if r.dur {
 		r.timer = newPerfTimer(s.p, 0)
 	} else {
@@ -911,48 +911,48 @@ func (s *perfSession) newLatRun(size uint64) *perfLatRun {
 	return r
 }
 
-func (r *perfLatRun) more(n int) bool {
+func (r *latRun) more(n int) bool {
 	if r.dur {
-		return r.timer.phase(r.clock.now()) != perfOver
+		return r.timer.phase(r.clock.now()) != over
 	}
 	return n < r.s.p.iters
 }
 
-func (r *perfLatRun) posted() {
+func (r *latRun) posted() {
 	if !r.dur {
 		r.tposted = append(r.tposted, r.clock.now())
 	}
 }
 
-func (r *perfLatRun) completed() {
-	if r.dur && r.timer.phase(r.clock.now()) == perfSampling {
+func (r *latRun) completed() {
+	if r.dur && r.timer.phase(r.clock.now()) == sampling {
 		r.count++
 	}
 }
 
-func (r *perfLatRun) deadline() time.Time {
+func (r *latRun) deadline() time.Time {
 	if r.dur {
 		return r.clock.at(r.timer.end)
 	}
 	return time.Time{}
 }
 
-func (r *perfLatRun) over() bool { return r.dur && r.timer.phase(r.clock.now()) == perfOver }
+func (r *latRun) over() bool { return r.dur && r.timer.phase(r.clock.now()) == over }
 
 // report prints the row: round-trip tests halve the intervals.
-func (r *perfLatRun) report(rttFactor int) {
-	var st perfLatStats
+func (r *latRun) report(rttFactor int) {
+	var st latStats
 	if r.dur {
-		st = perfLatDuration(r.size, r.count, r.timer.sampleEnd-r.timer.sampleStart, rttFactor)
+		st = latDuration(r.size, r.count, r.timer.sampleEnd-r.timer.sampleStart, rttFactor)
 	} else {
-		st = perfLatency(r.size, r.tposted, rttFactor)
+		st = latency(r.size, r.tposted, rttFactor)
 	}
-	io.WriteString(r.s.stdout, perfLatLine(st, r.dur))
+	io.WriteString(r.s.stdout, latLine(st, r.dur))
 	r.s.res.Latency = append(r.s.res.Latency, st)
 }
 
 // waitSend waits for one send completion.
-func (r *perfLatRun) waitSend(ctx context.Context) (bool, error) {
+func (r *latRun) waitSend(ctx context.Context) (bool, error) {
 	s := r.s
 	for {
 		if s.sendCQ.Poll(s.wc[:1]) == 1 {
@@ -964,7 +964,7 @@ func (r *perfLatRun) waitSend(ctx context.Context) (bool, error) {
 		if r.over() {
 			return false, nil
 		}
-		if err := waitCQ(ctx, s.sendCQ, r.deadline()); err != nil {
+		if err := WaitCQ(ctx, s.sendCQ, r.deadline()); err != nil {
 			return false, err
 		}
 	}
@@ -973,7 +973,7 @@ func (r *perfLatRun) waitSend(ctx context.Context) (bool, error) {
 // runLatWrite is ib_write_lat (run_iter_lat_write): each side WRITEs a message
 // whose last byte counts the iterations and spins on the last byte of its own
 // buffer for the peer's. The server writes first.
-func (s *perfSession) runLatWrite(ctx context.Context, size uint64) error {
+func (s *session) runLatWrite(ctx context.Context, size uint64) error {
 	p := s.p
 	r := s.newLatRun(size)
 	qp := s.qps[0]
@@ -1020,8 +1020,8 @@ func (s *perfSession) runLatWrite(ctx context.Context, size uint64) error {
 // writes; each read is MR.ReadAt's, under the engine's lock, under which the
 // transport writes the message's last byte (RoCE: the whole WRITE; iWARP:
 // the last octets of each segment).
-func (s *perfSession) spinFor(ctx context.Context, r *perfLatRun, off uint64, want byte) error {
-	limit := time.Now().Add(perfNoProgress)
+func (s *session) spinFor(ctx context.Context, r *latRun, off uint64, want byte) error {
+	limit := time.Now().Add(noProgress)
 	var b [1]byte
 	for spins := 0; ; spins++ {
 		if _, err := s.mr.ReadAt(b[:], int64(off)); err != nil {
@@ -1038,7 +1038,7 @@ func (s *perfSession) spinFor(ctx context.Context, r *perfLatRun, off uint64, wa
 				return err
 			}
 			if time.Now().After(limit) {
-				return fmt.Errorf("no WRITE from the peer for %v: is it still there?", perfNoProgress)
+				return fmt.Errorf("no WRITE from the peer for %v: is it still there?", noProgress)
 			}
 			time.Sleep(20 * time.Microsecond)
 		} else {
@@ -1049,7 +1049,7 @@ func (s *perfSession) spinFor(ctx context.Context, r *perfLatRun, off uint64, wa
 
 // runLatSend is ib_send_lat (run_iter_lat_send): a SEND ping-pong; the client
 // sends first.
-func (s *perfSession) runLatSend(ctx context.Context, size uint64) error {
+func (s *session) runLatSend(ctx context.Context, size uint64) error {
 	p := s.p
 	r := s.newLatRun(size)
 	qp := s.qps[0]
@@ -1077,7 +1077,7 @@ func (s *perfSession) runLatSend(ctx context.Context, size uint64) error {
 				if r.over() {
 					break
 				}
-				if err := waitCQ(ctx, s.recvCQ, r.deadline()); err != nil {
+				if err := WaitCQ(ctx, s.recvCQ, r.deadline()); err != nil {
 					return err
 				}
 			}
@@ -1105,7 +1105,7 @@ func (s *perfSession) runLatSend(ctx context.Context, size uint64) error {
 
 // runLatRead is ib_read_lat's client (run_iter_lat): one READ at a time; the
 // interval between posts is the latency (no halving).
-func (s *perfSession) runLatRead(ctx context.Context, size uint64) error {
+func (s *session) runLatRead(ctx context.Context, size uint64) error {
 	r := s.newLatRun(size)
 	qp := s.qps[0]
 	for scnt := 0; r.more(scnt); scnt++ {

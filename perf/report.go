@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"encoding/json"
@@ -17,45 +17,45 @@ import (
 // RESULT_* and REPORT_* formats, ctx_print_test_info, ctx_print_pingpong_data),
 // checked against testdata/captures/logs/rxe-*.log.
 
-// perfResultLine is RESULT_LINE.
-const perfResultLine = "---------------------------------------------------------------------------------------\n"
+// resultLine is RESULT_LINE.
+const resultLine = "---------------------------------------------------------------------------------------\n"
 
 // Table headers (RESULT_FMT, RESULT_FMT_G, RESULT_FMT_LAT, RESULT_FMT_LAT_DUR),
 // each followed by RESULT_EXT ("\n").
 const (
-	perfBWHeader      = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
-	perfBWHeaderG     = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
-	perfLatHeader     = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
-	perfLatDurHeader  = " #bytes        #iterations       t_avg[usec]    tps average"
-	perfWaitingBanner = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
+	bwHeader      = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+	bwHeaderG     = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+	latHeader     = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+	latDurHeader  = " #bytes        #iterations       t_avg[usec]    tps average"
+	waitingBanner = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
 )
 
-// perfTableHeader is the line and the column titles above the results.
-func perfTableHeader(p *perfParams) string {
-	h := perfLatHeader
+// tableHeader is the line and the column titles above the results.
+func tableHeader(p *params) string {
+	h := latHeader
 	switch {
 	case p.bw && p.gbits:
-		h = perfBWHeaderG
+		h = bwHeaderG
 	case p.bw:
-		h = perfBWHeader
+		h = bwHeader
 	case p.durationMode():
-		h = perfLatDurHeader
+		h = latDurHeader
 	}
-	return perfResultLine + h + "\n"
+	return resultLine + h + "\n"
 }
 
-// perfFormatFactor is print_report_bw's format_factor: bytes per MB (2^20) or
+// formatFactor is print_report_bw's format_factor: bytes per MB (2^20) or
 // per Gb (1.25e8).
-func perfFormatFactor(gbits bool) float64 {
+func formatFactor(gbits bool) float64 {
 	if gbits {
 		return 125000000
 	}
 	return 0x100000
 }
 
-// perfTestInfo is what ctx_print_test_info prints.
-type perfTestInfo struct {
-	p        *perfParams
+// testInfo is what ctx_print_test_info prints.
+type testInfo struct {
+	p        *params
 	device   string
 	mtu      int // the MTU both sides use, in bytes
 	gidIndex int
@@ -63,13 +63,13 @@ type perfTestInfo struct {
 	iwarp    bool // Transport type IW
 }
 
-// perfTitle is the test's title line: e.g. "RDMA_Write BW Test",
+// title is the test's title line: e.g. "RDMA_Write BW Test",
 // "Atomic FETCH_AND_ADD BW Test", "Send Latency Test".
-func perfTitle(p *perfParams) string {
+func title(p *params) string {
 	var b strings.Builder
-	b.WriteString(perfVerbNames[p.verb] + " ")
-	if p.verb == perfAtomic {
-		b.WriteString(perfAtomicTypes[p.atomic] + " ")
+	b.WriteString(verbNames[p.verb] + " ")
+	if p.verb == verbAtomic {
+		b.WriteString(atomicTypes[p.atomic] + " ")
 	}
 	if p.bw {
 		if p.duplex {
@@ -83,7 +83,7 @@ func perfTitle(p *perfParams) string {
 	return b.String()
 }
 
-func (ti *perfTestInfo) write(w io.Writer) {
+func (ti *testInfo) write(w io.Writer) {
 	p := ti.p
 	onOff := func(b bool) string {
 		if b {
@@ -92,8 +92,8 @@ func (ti *perfTestInfo) write(w io.Writer) {
 		return "OFF"
 	}
 	var b strings.Builder
-	b.WriteString(perfResultLine)
-	b.WriteString("                    " + perfTitle(p) + "\n")
+	b.WriteString(resultLine)
+	b.WriteString("                    " + title(p) + "\n")
 	fmt.Fprintf(&b, " Dual-port       : %s\t\tDevice         : %s\n", "OFF", ti.device)
 	transport := "IB"
 	if ti.iwarp {
@@ -107,7 +107,7 @@ func (ti *perfTestInfo) write(w io.Writer) {
 	if !p.server || p.duplex {
 		fmt.Fprintf(&b, " TX depth        : %d\n", p.txDepth)
 	}
-	if p.verb == perfSend && (p.server || p.duplex) {
+	if p.verb == verbSend && (p.server || p.duplex) {
 		fmt.Fprintf(&b, " RX depth        : %d\n", p.rxDepth)
 	}
 	if p.bw {
@@ -116,7 +116,7 @@ func (ti *perfTestInfo) write(w io.Writer) {
 	fmt.Fprintf(&b, " Mtu             : %d[B]\n", ti.mtu)
 	b.WriteString(" Link type       : Ethernet\n")
 	fmt.Fprintf(&b, " GID index       : %d\n", ti.gidIndex)
-	if p.verb != perfRead && p.verb != perfAtomic {
+	if p.verb != verbRead && p.verb != verbAtomic {
 		b.WriteString(" Max inline data : 0[B]\n")
 	} else {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", ti.outReads)
@@ -131,13 +131,13 @@ func (ti *perfTestInfo) write(w io.Writer) {
 	} else {
 		b.WriteString(" Data ex. method : Ethernet\n")
 	}
-	b.WriteString(perfResultLine)
+	b.WriteString(resultLine)
 	io.WriteString(w, b.String())
 }
 
-// perfCHex formats v as C's printf("%#0<width>x") does: no 0x prefix for zero,
+// cHex formats v as C's printf("%#0<width>x") does: no 0x prefix for zero,
 // and the prefix counted in the width.
-func perfCHex(v uint64, width int) string {
+func cHex(v uint64, width int) string {
 	if v == 0 {
 		return fmt.Sprintf("%0*x", width, 0)
 	}
@@ -148,17 +148,17 @@ func perfCHex(v uint64, width int) string {
 	return "0x" + digits
 }
 
-// perfDestLines are ctx_print_pingpong_data's lines for one QP: BASIC_ADDR_FMT,
+// destLines are ctx_print_pingpong_data's lines for one QP: BASIC_ADDR_FMT,
 // READ_FMT for read tests, RDMA_FMT for read and write tests, then the GID in
 // decimal (PERF_GID_FMT).
-func perfDestLines(side string, d perftest.Dest, verb perfVerb) string {
+func destLines(side string, d perftest.Dest, verb verb) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, " %s address: LID %s QPN %s PSN %s", side, perfCHex(uint64(d.LID), 4), perfCHex(uint64(d.QPN), 6), perfCHex(uint64(d.PSN), 6))
-	if verb == perfRead {
-		fmt.Fprintf(&b, " OUT %s", perfCHex(uint64(d.OutReads), 4))
+	fmt.Fprintf(&b, " %s address: LID %s QPN %s PSN %s", side, cHex(uint64(d.LID), 4), cHex(uint64(d.QPN), 6), cHex(uint64(d.PSN), 6))
+	if verb == verbRead {
+		fmt.Fprintf(&b, " OUT %s", cHex(uint64(d.OutReads), 4))
 	}
-	if verb == perfRead || verb == perfWrite {
-		fmt.Fprintf(&b, " RKey %s VAddr %s", perfCHex(uint64(d.RKey), 8), perfCHex(d.VAddr, 16))
+	if verb == verbRead || verb == verbWrite {
+		fmt.Fprintf(&b, " RKey %s VAddr %s", cHex(uint64(d.RKey), 8), cHex(d.VAddr, 16))
 	}
 	b.WriteString("\n GID: ")
 	for i, g := range d.GID {
@@ -171,17 +171,17 @@ func perfDestLines(side string, d perftest.Dest, verb perfVerb) string {
 	return b.String()
 }
 
-// perfBWLine is one row of a bandwidth table (REPORT_FMT, or REPORT_FMT_EXT when
+// bwLine is one row of a bandwidth table (REPORT_FMT, or REPORT_FMT_EXT when
 // a Gb/s average is below 0.1) with its newline.
-func perfBWLine(r perftest.BWReport, gbits bool) string {
+func bwLine(r perftest.BWReport, gbits bool) string {
 	if r.BWAvg < 0.1 && gbits {
 		return fmt.Sprintf(" %-7d    %d           %-7.6f            %-7.6f            %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRateAvg)
 	}
 	return fmt.Sprintf(" %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRateAvg)
 }
 
-// perfSum adds the peer's report to ours, as print_full_bw_report does for -b.
-func perfSum(local, remote perftest.BWReport) perftest.BWReport {
+// sum adds the peer's report to ours, as print_full_bw_report does for -b.
+func sum(local, remote perftest.BWReport) perftest.BWReport {
 	s := local
 	s.BWPeak += remote.BWPeak
 	s.BWAvg += remote.BWAvg
@@ -189,9 +189,9 @@ func perfSum(local, remote perftest.BWReport) perftest.BWReport {
 	return s
 }
 
-// perfBWSamples are a bandwidth run's timestamps, in nanoseconds of the
+// bwSamples are a bandwidth run's timestamps, in nanoseconds of the
 // monotonic clock (perftest's cycles, with 1e9 cycles per second).
-type perfBWSamples struct {
+type bwSamples struct {
 	size       uint64
 	iters      uint64  // messages measured: iterations × QPs, or those completed during a -D sample
 	cqMod      uint64  // completions are counted cqMod at a time
@@ -203,8 +203,8 @@ type perfBWSamples struct {
 // report computes the report as print_report_bw does: the average over the
 // whole run, and the peak as the best rate over any window from a post to a
 // later counted completion.
-func (s *perfBWSamples) report(gbits bool) perftest.BWReport {
-	ff := perfFormatFactor(gbits)
+func (s *bwSamples) report(gbits bool) perftest.BWReport {
+	ff := formatFactor(gbits)
 	const cyclesPerSec = 1e9
 	n := s.iters
 	r := perftest.BWReport{Size: s.size, Iters: n}
@@ -255,8 +255,8 @@ func (s *perfBWSamples) report(gbits bool) perftest.BWReport {
 	return r
 }
 
-// perfLatStats is one row of a latency table, in microseconds.
-type perfLatStats struct {
+// latStats is one row of a latency table, in microseconds.
+type latStats struct {
 	Size     uint64  `json:"bytes"`
 	Iters    uint64  `json:"iterations"`
 	TMin     float64 `json:"t_min_usec"`
@@ -270,14 +270,14 @@ type perfLatStats struct {
 	TPS float64 `json:"tps,omitempty"`
 }
 
-// perfLatency computes print_report_lat's statistics from the post times of
+// latency computes print_report_lat's statistics from the post times of
 // iters iterations: the iters-1 intervals between posts, sorted, the two
 // largest dropped; halved for round trips (WRITE and SEND ping-pongs) and not
 // for READs. The standard deviation keeps perftest's truncation of each
 // deviation to an int.
-func perfLatency(size uint64, tposted []int64, rttFactor int) perfLatStats {
-	st := perfLatStats{Size: size, Iters: uint64(len(tposted))}
-	if len(tposted) < perfMinIters {
+func latency(size uint64, tposted []int64, rttFactor int) latStats {
+	st := latStats{Size: size, Iters: uint64(len(tposted))}
+	if len(tposted) < minIters {
 		return st
 	}
 	delta := make([]int64, len(tposted)-1)
@@ -315,9 +315,9 @@ func perfLatency(size uint64, tposted []int64, rttFactor int) perfLatStats {
 	return st
 }
 
-// perfLatDuration computes print_report_lat_duration's average and rate.
-func perfLatDuration(size, iters uint64, sampleNS int64, rttFactor int) perfLatStats {
-	st := perfLatStats{Size: size, Iters: iters}
+// latDuration computes print_report_lat_duration's average and rate.
+func latDuration(size, iters uint64, sampleNS int64, rttFactor int) latStats {
+	st := latStats{Size: size, Iters: iters}
 	if iters == 0 || sampleNS <= 0 {
 		return st
 	}
@@ -326,9 +326,9 @@ func perfLatDuration(size, iters uint64, sampleNS int64, rttFactor int) perfLatS
 	return st
 }
 
-// perfLatLine is one row of a latency table (REPORT_FMT_LAT, REPORT_FMT_LAT_DUR)
+// latLine is one row of a latency table (REPORT_FMT_LAT, REPORT_FMT_LAT_DUR)
 // with its newline.
-func perfLatLine(s perfLatStats, duration bool) string {
+func latLine(s latStats, duration bool) string {
 	if duration {
 		return fmt.Sprintf(" %-7d       %d            %-7.2f        %-7.2f\n", s.Size, s.Iters, s.TAvg, s.TPS)
 	}
@@ -336,8 +336,8 @@ func perfLatLine(s perfLatStats, duration bool) string {
 		s.Size, s.Iters, s.TMin, s.TMax, s.TTypical, s.TAvg, s.TStdev, s.P99, s.P999)
 }
 
-// perfJSONDest is a QP's keys in --json output.
-type perfJSONDest struct {
+// jsonDest is a QP's keys in --json output.
+type jsonDest struct {
 	LID      uint32 `json:"lid"`
 	QPN      uint32 `json:"qpn"`
 	PSN      uint32 `json:"psn"`
@@ -347,17 +347,17 @@ type perfJSONDest struct {
 	GID      string `json:"gid"`
 }
 
-func perfJSONDests(ds []perftest.Dest) []perfJSONDest {
-	out := make([]perfJSONDest, len(ds))
+func jsonDests(ds []perftest.Dest) []jsonDest {
+	out := make([]jsonDest, len(ds))
 	for i, d := range ds {
-		out[i] = perfJSONDest{LID: d.LID, QPN: d.QPN, PSN: d.PSN, OutReads: d.OutReads, RKey: d.RKey, VAddr: d.VAddr,
+		out[i] = jsonDest{LID: d.LID, QPN: d.QPN, PSN: d.PSN, OutReads: d.OutReads, RKey: d.RKey, VAddr: d.VAddr,
 			GID: netip.AddrFrom16(d.GID).String()}
 	}
 	return out
 }
 
-// perfJSONBW is one bandwidth result in --json output.
-type perfJSONBW struct {
+// jsonBW is one bandwidth result in --json output.
+type jsonBW struct {
 	Size       uint64  `json:"bytes"`
 	Iters      uint64  `json:"iterations"`
 	BWPeak     float64 `json:"bw_peak"`
@@ -365,36 +365,36 @@ type perfJSONBW struct {
 	MsgRateAvg float64 `json:"msg_rate_mpps"`
 }
 
-// perfResult is the --json output: the test's parameters and its results.
-type perfResult struct {
-	Test         string         `json:"test"`
-	Title        string         `json:"title"`
-	Role         string         `json:"role"`
-	Device       string         `json:"device"`
-	Transport    string         `json:"transport"`
-	Backend      string         `json:"backend"`
-	Connection   string         `json:"connection"`
-	QPs          int            `json:"qps"`
-	MTU          int            `json:"mtu"`
-	GIDIndex     int            `json:"gid_index"`
-	TxDepth      int            `json:"tx_depth,omitempty"`
-	RxDepth      int            `json:"rx_depth,omitempty"`
-	CQModeration int            `json:"cq_moderation,omitempty"`
-	OutReads     int            `json:"outstanding_reads,omitempty"`
-	Duration     int            `json:"duration_s,omitempty"`
-	Local        []perfJSONDest `json:"local"`
-	Remote       []perfJSONDest `json:"remote"`
-	BWUnits      string         `json:"bw_units,omitempty"`
-	Bandwidth    []perfJSONBW   `json:"bandwidth,omitempty"`
-	Latency      []perfLatStats `json:"latency,omitempty"`
-	Error        string         `json:"error,omitempty"`
+// result is the --json output: the test's parameters and its results.
+type result struct {
+	Test         string     `json:"test"`
+	Title        string     `json:"title"`
+	Role         string     `json:"role"`
+	Device       string     `json:"device"`
+	Transport    string     `json:"transport"`
+	Backend      string     `json:"backend"`
+	Connection   string     `json:"connection"`
+	QPs          int        `json:"qps"`
+	MTU          int        `json:"mtu"`
+	GIDIndex     int        `json:"gid_index"`
+	TxDepth      int        `json:"tx_depth,omitempty"`
+	RxDepth      int        `json:"rx_depth,omitempty"`
+	CQModeration int        `json:"cq_moderation,omitempty"`
+	OutReads     int        `json:"outstanding_reads,omitempty"`
+	Duration     int        `json:"duration_s,omitempty"`
+	Local        []jsonDest `json:"local"`
+	Remote       []jsonDest `json:"remote"`
+	BWUnits      string     `json:"bw_units,omitempty"`
+	Bandwidth    []jsonBW   `json:"bandwidth,omitempty"`
+	Latency      []latStats `json:"latency,omitempty"`
+	Error        string     `json:"error,omitempty"`
 }
 
-func (r *perfResult) addBW(rep perftest.BWReport) {
-	r.Bandwidth = append(r.Bandwidth, perfJSONBW{Size: rep.Size, Iters: rep.Iters, BWPeak: rep.BWPeak, BWAvg: rep.BWAvg, MsgRateAvg: rep.MsgRateAvg})
+func (r *result) addBW(rep perftest.BWReport) {
+	r.Bandwidth = append(r.Bandwidth, jsonBW{Size: rep.Size, Iters: rep.Iters, BWPeak: rep.BWPeak, BWAvg: rep.BWAvg, MsgRateAvg: rep.MsgRateAvg})
 }
 
-func (r *perfResult) write(w io.Writer) error {
+func (r *result) write(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)

@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 	"github.com/softrdma/softrdma/iwarp"
 )
 
-// perfOpenDevice opens the device --transport and --backend name for traffic
+// openDevice opens the device --transport and --backend name for traffic
 // with peer (device.Choice: the interface -d names, or the one towards the
 // peer; its addresses as rxe's GID table). afpacket runs on the interface -d
 // names; tap creates a TAP device (or attaches to the persistent one
@@ -19,35 +19,35 @@ import (
 // gives (ADDR or ADDR/PREFIX; the kernel's side of the TAP gets --tap-peer, if
 // given). iWARP's device is bound to -d's address, or learns it from the comm
 // connection (Attach).
-func perfOpenDevice(o *perfOptions, p *perfParams, peer netip.Addr) (device.Device, error) {
-	if o.transport == "iwarp" {
-		return perfOpenIWARP(o, peer)
+func openDevice(o *Options, p *params, peer netip.Addr) (device.Device, error) {
+	if o.Transport == "iwarp" {
+		return openIWARP(o, peer)
 	}
-	c := device.Choice{Backend: devspec.Backend(o.backend), Name: o.device, GIDIndex: p.gidIndex, GIDFlag: "-x", Peer: peer}
-	cfg := device.Config{Pcap: o.pcap}
-	switch o.backend {
+	c := device.Choice{Backend: devspec.Backend(o.Backend), Name: o.Device, GIDIndex: p.gidIndex, GIDFlag: "-x", Peer: peer}
+	cfg := device.Config{Pcap: o.Pcap}
+	switch o.Backend {
 	case "udp":
-		if p.gidIndex > 0 && o.device != "" {
+		if p.gidIndex > 0 && o.Device != "" {
 			// perftest's exchange is IPv4 only, while -x may pick an IPv6 GID:
 			// the device and the GID index say it all; the peer's GID must be
 			// of the same family, which the exchange checks.
 			c.Peer = netip.Addr{}
 		}
 	case "afpacket":
-		if o.device == "" {
+		if o.Device == "" {
 			return nil, errors.New("--backend afpacket needs -d INTERFACE")
 		}
 	case "tap":
-		pfx, err := perfParsePrefix(o.device)
+		pfx, err := parsePrefix(o.Device)
 		if err != nil {
 			return nil, fmt.Errorf("--backend tap needs -d ADDR[/PREFIX], the device's own address: %w", err)
 		}
-		c.Name, c.TAPAddrs = o.tapName, []netip.Addr{pfx.Addr()}
+		c.Name, c.TAPAddrs = o.TAPName, []netip.Addr{pfx.Addr()}
 		cfg.TAPAddrs = c.TAPAddrs
-		if o.tapPeer != "" {
-			kp, err := netip.ParsePrefix(o.tapPeer)
+		if o.TAPPeer != "" {
+			kp, err := netip.ParsePrefix(o.TAPPeer)
 			if err != nil {
-				return nil, fmt.Errorf("--tap-peer %q: %w", o.tapPeer, err)
+				return nil, fmt.Errorf("--tap-peer %q: %w", o.TAPPeer, err)
 			}
 			cfg.TAPKernelAddrs = []netip.Prefix{kp}
 		}
@@ -59,23 +59,23 @@ func perfOpenDevice(o *perfOptions, p *perfParams, peer netip.Addr) (device.Devi
 	return device.Open(spec, cfg)
 }
 
-// perfOpenIWARP opens an iWARP device. -d is an IP address (the client's
+// openIWARP opens an iWARP device. -d is an IP address (the client's
 // source) or an interface name; without an address it takes the source the
 // kernel picks towards the peer, and the rest is learnt from the comm
 // connection (Device.Attach).
-func perfOpenIWARP(o *perfOptions, peer netip.Addr) (device.Device, error) {
-	crc, err := parseCRCPolicy(o.crc)
+func openIWARP(o *Options, peer netip.Addr) (device.Device, error) {
+	crc, err := device.ParseCRCPolicy(o.CRC)
 	if err != nil {
 		return nil, err
 	}
 	spec := devspec.Spec{Transport: devspec.IWARP}
-	if o.device != "" {
-		if a, err := netip.ParseAddr(o.device); err == nil {
+	if o.Device != "" {
+		if a, err := netip.ParseAddr(o.Device); err == nil {
 			spec.Addr = a.Unmap()
-		} else if _, err := net.InterfaceByName(o.device); err == nil {
-			spec.Iface = o.device
+		} else if _, err := net.InterfaceByName(o.Device); err == nil {
+			spec.Iface = o.Device
 		} else {
-			return nil, fmt.Errorf("-d %q: neither an IP address nor an interface", o.device)
+			return nil, fmt.Errorf("-d %q: neither an IP address nor an interface", o.Device)
 		}
 	}
 	if !spec.Addr.IsValid() && peer.IsValid() {
@@ -86,11 +86,11 @@ func perfOpenIWARP(o *perfOptions, peer netip.Addr) (device.Device, error) {
 	// Toward another softrdma the connections take the extensions, FPDUs of
 	// up to 64 KiB among them (MPAFlagSoftRDMALargeFPDU); siw echoes the
 	// offer without the acknowledgement, so toward it nothing changes.
-	return device.Open(spec, device.Config{Pcap: o.pcap, IWARP: iwarp.ConnParams{CRC: crc}})
+	return device.Open(spec, device.Config{Pcap: o.Pcap, IWARP: iwarp.ConnParams{CRC: crc}})
 }
 
-// perfParsePrefix reads ADDR or ADDR/PREFIX.
-func perfParsePrefix(s string) (netip.Prefix, error) {
+// parsePrefix reads ADDR or ADDR/PREFIX.
+func parsePrefix(s string) (netip.Prefix, error) {
 	if p, err := netip.ParsePrefix(s); err == nil {
 		return p, nil
 	}

@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func TestPerfRDMACMLoopback(t *testing.T) {
 // TestPerfQPCarrier: the comm QP carrier refuses a message longer than the
 // receive expects, as perftest's fixed-size copies would misread it.
 func TestPerfQPCarrierLimits(t *testing.T) {
-	q := &perfQPCarrier{}
+	q := &qpCarrier{}
 	if err := q.Send(context.Background(), make([]byte, perftest.DestBinarySize+1)); err == nil {
 		t.Error("a 57-byte message was sent")
 	}
@@ -97,19 +97,19 @@ func TestPerfCMTestQPOrder(t *testing.T) {
 		Cap: ibtransport.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}
 
 	// The client: perf's session on a device of its own.
-	o := &perfOptions{transport: "iwarp", crc: "accept"}
-	dev, err := perfOpenIWARP(o, lo)
+	o := &Options{Transport: "iwarp", CRC: "accept"}
+	dev, err := openIWARP(o, lo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	cm, err := perfStartCM(dev)
+	cm, err := startCM(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cm.close()
-	p := &perfParams{verb: perfSend, bw: true, qps: nqp, txDepth: 4, rxDepth: 4}
-	s := &perfSession{p: p, dev: dev, cm: cm, cmPeer: lo, cmPort: int(l.LocalAddr().Port())}
+	p := &params{verb: verbSend, bw: true, qps: nqp, txDepth: 4, rxDepth: 4}
+	s := &session{p: p, dev: dev, cm: cm, cmPeer: lo, cmPort: int(l.LocalAddr().Port())}
 	s.pd = dev.Context().AllocPD()
 	ccq, err := dev.Context().CreateCQ(16)
 	if err != nil {
@@ -117,7 +117,7 @@ func TestPerfCMTestQPOrder(t *testing.T) {
 	}
 	cattr := ibtransport.QPInitAttr{SendCQ: ccq, RecvCQ: ccq,
 		Cap: ibtransport.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
-	ctx, cancel := context.WithTimeout(context.Background(), perfCMStep)
+	ctx, cancel := context.WithTimeout(context.Background(), CMStep)
 	defer cancel()
 	dialed := make(chan error, 1)
 	go func() { dialed <- s.dialTests(ctx, cattr) }()
@@ -129,9 +129,9 @@ func TestPerfCMTestQPOrder(t *testing.T) {
 		}
 	}()
 	next := func(timeout time.Duration) (rdmacm.Event, error) {
-		return perfCMWait(ctx, l, timeout, rdmacm.EventConnectRequest)
+		return CMWait(ctx, l, timeout, rdmacm.EventConnectRequest)
 	}
-	ev, err := next(perfCMStep)
+	ev, err := next(CMStep)
 	for i := 0; i < nqp; i++ {
 		if err != nil {
 			t.Fatalf("connection request %d: %v", i, err)
@@ -151,7 +151,7 @@ func TestPerfCMTestQPOrder(t *testing.T) {
 		}
 		accepted = append(accepted, ev.ID)
 		if i < nqp-1 {
-			ev, err = next(perfCMStep)
+			ev, err = next(CMStep)
 		}
 	}
 	if err := <-dialed; err != nil {
