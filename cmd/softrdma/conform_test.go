@@ -442,3 +442,29 @@ func TestConformServePcap(t *testing.T) {
 		})
 	}
 }
+
+// TestConformWaiversFlag runs conform --waivers: a waiver for a case that passes
+// is reported stale and the run still passes; a file with a line without a reason
+// is a usage error naming the line; a waiver that matches no case is warned about.
+func TestConformWaiversFlag(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.waivers")
+	os.WriteFile(good, []byte("# softrdma\nrc.psn.gap  stands in for a known bug\nno.such.*  misspelt\n"), 0o644)
+	var out, errOut bytes.Buffer
+	if code := conformCmd([]string{"--self", "--case", "rc.psn.gap", "--waivers", good}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "waived but passed (the waiver can go): rc.psn.gap") {
+		t.Errorf("the stale waiver is not reported:\n%s", out.String())
+	}
+	if !strings.Contains(errOut.String(), `line 3: "no.such.*" matches no case`) {
+		t.Errorf("the unused waiver is not warned about: %q", errOut.String())
+	}
+	bad := filepath.Join(dir, "bad.waivers")
+	os.WriteFile(bad, []byte("rc.psn.gap\n"), 0o644)
+	out.Reset()
+	errOut.Reset()
+	if code := conformCmd([]string{"--self", "--waivers", bad}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "line 1") {
+		t.Errorf("a waiver without a reason: exit %d, %q; want 2 naming line 1", code, errOut.String())
+	}
+}
