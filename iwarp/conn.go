@@ -496,6 +496,9 @@ func Dial(ctx context.Context, qp *ib.QP, addr string, p ConnParams) (*Conn, err
 		return nil, err
 	}
 	var d net.Dialer
+	if p.LocalAddr.IsValid() {
+		d.LocalAddr = &net.TCPAddr{IP: p.LocalAddr.AsSlice(), Zone: p.LocalAddr.Zone()}
+	}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		w.Detach(c)

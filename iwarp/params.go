@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -184,6 +185,11 @@ type ConnParams struct {
 	// Observe, if set, is called once per TCP connection for an observer of its
 	// octets.
 	Observe func(local, remote net.Addr) StreamObserver
+	// LocalAddr, if valid, is the address Dial's TCP connection leaves from
+	// (port chosen by the kernel): the device's, as siw_connect binds the
+	// cm_id's source address; without it the kernel picks the route's source
+	// (127.0.0.1 for any 127/8 destination).
+	LocalAddr netip.Addr
 }
 
 func (p *ConnParams) revision() uint8 {

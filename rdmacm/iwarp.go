@@ -132,6 +132,7 @@ func (t *iwarpTransport) connect(id *ID, p *ConnParam) error {
 	id.iwarp.cancel = cancel
 	qp, cp, addr := id.qp, t.params(p), id.remote.String()
 	initiatorRTR(&cp)
+	cp.LocalAddr = id.local.Addr() // the resolved source, the device's address
 	go func() {
 		conn, err := iwarp.Dial(ctx, qp, addr, cp)
 		cancel()

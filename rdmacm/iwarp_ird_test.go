@@ -1,9 +1,12 @@
 package rdmacm_test
 
 import (
+	"net/netip"
 	"testing"
+	"time"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/rdmacm"
 )
 
@@ -41,5 +44,45 @@ func TestIWARPAcceptNoResponderResources(t *testing.T) {
 		for _, x := range []*rdmacm.ID{id, req.ID, l} {
 			x.Destroy()
 		}
+	}
+}
+
+// TestIWARPClientSourceAddress: the client's TCP connection leaves from its
+// device's address, the one address resolution chose, as siw_connect binds
+// it: the server sees the connection from 127.0.0.2, not from 127.0.0.1, the
+// source the kernel picks for any 127/8 destination.
+func TestIWARPClientSourceAddress(t *testing.T) {
+	b := newIWHost(t)
+	src := netip.MustParseAddr("127.0.0.2")
+	dev, err := iwarp.Open(iwarp.DeviceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &iwHost{m: rdmacm.NewManager(rdmacm.Config{}), dev: dev, pd: dev.Context().AllocPD()}
+	must(t, a.m.AddIWARP(dev, rdmacm.IWARPConfig{Addrs: []netip.Addr{src}, ConnectTimeout: 5 * time.Second}))
+	if a.cq, err = dev.Context().CreateCQ(64); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	l := iwListen(t, b, port)
+	id := iwResolve(t, a, port)
+	if id.LocalAddr().Addr() != src {
+		t.Fatalf("resolved source %v, want %v", id.LocalAddr(), src)
+	}
+	a.createQP(t, id)
+	must(t, id.Connect(rdmacm.DefaultConnParam()))
+	req := wait(t, l, rdmacm.EventConnectRequest)
+	if got := req.ID.RemoteAddr().Addr(); got != src {
+		t.Errorf("the server sees the connection from %v, want %v", got, src)
+	}
+	b.createQP(t, req.ID)
+	must(t, req.ID.Accept(rdmacm.DefaultConnParam()))
+	wait(t, id, rdmacm.EventEstablished)
+	wait(t, req.ID, rdmacm.EventEstablished)
+	if got := id.LocalAddr().Addr(); got != src {
+		t.Errorf("client local address %v after connect, want %v", got, src)
+	}
+	for _, x := range []*rdmacm.ID{id, req.ID, l} {
+		x.Destroy()
 	}
 }
