@@ -2,7 +2,6 @@ package ibcm
 
 import (
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,52 +9,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/gopacket/pcapgo"
-
+	"github.com/softrdma/softrdma/internal/pcaptest"
 	"github.com/softrdma/softrdma/roce"
 )
 
-// The captures of real rxe traffic the CM tests read (as roce's tests do).
-const captureDir = "../testdata/captures"
-
-// readCapture returns every frame of a classic pcap in testdata/captures.
-func readCapture(tb testing.TB, name string) [][]byte {
-	tb.Helper()
-	fh, err := os.Open(filepath.Join(captureDir, name))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer fh.Close()
-	r, err := pcapgo.NewReader(fh)
-	if err != nil {
-		tb.Fatalf("%s: %v", name, err)
-	}
-	var frames [][]byte
-	for {
-		data, _, err := r.ReadPacketData()
-		if err == io.EOF {
-			return frames
-		}
-		if err != nil {
-			tb.Fatalf("%s: %v", name, err)
-		}
-		frames = append(frames, data)
-	}
-}
-
-// captureNames returns the names of the captures whose names start with prefix.
-func captureNames(tb testing.TB, prefix string) []string {
-	tb.Helper()
-	paths, err := filepath.Glob(filepath.Join(captureDir, prefix+"*.pcap"))
-	if err != nil || len(paths) == 0 {
-		tb.Fatalf("no captures %q in %s (%v)", prefix, captureDir, err)
-	}
-	names := make([]string, len(paths))
-	for i, p := range paths {
-		names[i] = filepath.Base(p)
-	}
-	return names
-}
+// readCapture and captureNames read the reference captures (testdata/captures).
+var (
+	readCapture  = pcaptest.Frames
+	captureNames = pcaptest.Names
+)
 
 // roceFrames returns the decoded RoCE frames of a capture.
 func roceFrames(tb testing.TB, name string) []roce.Frame {
@@ -80,7 +42,7 @@ var logQPNRe = regexp.MustCompile(`local address:.*QPN (0x[0-9a-fA-F]+)`)
 // logQPNs returns the client's and the server's QPN from logs/NAME.log (0, 0 if
 // the log has none, as rping's).
 func logQPNs(t *testing.T, capture string) (client, server uint32) {
-	data, err := os.ReadFile(filepath.Join(captureDir, "logs", strings.TrimSuffix(capture, ".pcap")+".log"))
+	data, err := os.ReadFile(filepath.Join(pcaptest.Dir(), "logs", strings.TrimSuffix(capture, ".pcap")+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}

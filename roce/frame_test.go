@@ -4,62 +4,20 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"io"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/google/gopacket/pcapgo"
-
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/internal/pcaptest"
 )
 
-const captureDir = "../testdata/captures"
-
-// readCapture returns every frame of a classic pcap in testdata/captures.
-func readCapture(tb testing.TB, name string) [][]byte {
-	tb.Helper()
-	fh, err := os.Open(filepath.Join(captureDir, name))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer fh.Close()
-	r, err := pcapgo.NewReader(fh)
-	if err != nil {
-		tb.Fatalf("%s: %v", name, err)
-	}
-	var frames [][]byte
-	for {
-		data, ci, err := r.ReadPacketData()
-		if err == io.EOF {
-			return frames
-		}
-		if err != nil {
-			tb.Fatalf("%s: %v", name, err)
-		}
-		if ci.CaptureLength != ci.Length {
-			tb.Fatalf("%s: frame %d cut to %d of %d bytes", name, len(frames)+1, ci.CaptureLength, ci.Length)
-		}
-		frames = append(frames, data)
-	}
-}
-
-// captureNames returns the names of all captures, or only those starting with prefix.
-func captureNames(tb testing.TB, prefix string) []string {
-	tb.Helper()
-	paths, err := filepath.Glob(filepath.Join(captureDir, prefix+"*.pcap"))
-	if err != nil || len(paths) == 0 {
-		tb.Fatalf("no captures %q in %s (%v)", prefix, captureDir, err)
-	}
-	names := make([]string, len(paths))
-	for i, p := range paths {
-		names[i] = filepath.Base(p)
-	}
-	return names
-}
+// readCapture and captureNames read the reference captures (testdata/captures).
+var (
+	readCapture  = pcaptest.Frames
+	captureNames = pcaptest.Names
+)
 
 // roceFrames returns the decoded RoCE frames of a capture.
 func roceFrames(tb testing.TB, name string) []Frame {
