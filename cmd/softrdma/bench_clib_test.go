@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/softrdma/softrdma/bench"
 )
 
 // TestBenchCLib runs the clib rows (ib_write_bw and ib_send_lat on the
@@ -38,58 +40,23 @@ func TestBenchCLib(t *testing.T) {
 	if code := benchCmd(args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
-	var rep benchReport
+	var rep bench.Report
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, stdout.String())
 	}
-	if len(rep.Rows) != len(benchCLibRows) {
-		t.Fatalf("%d rows, want %d: %+v", len(rep.Rows), len(benchCLibRows), rep.Rows)
+	if len(rep.Rows) != len(bench.CLibRows) {
+		t.Fatalf("%d rows, want %d: %+v", len(rep.Rows), len(bench.CLibRows), rep.Rows)
 	}
 	for i, r := range rep.Rows {
-		c := benchCLibRows[i]
-		if !strings.HasPrefix(r.Test, c.prog+" / perf "+c.perf) || r.Size != c.size {
-			t.Errorf("row %d: %s %d, want %s at %d", i, r.Test, r.Size, c.prog, c.size)
+		c := bench.CLibRows[i]
+		if !strings.HasPrefix(r.Test, c.Prog+" / perf "+c.Perf) || r.Size != c.Size {
+			t.Errorf("row %d: %s %d, want %s at %d", i, r.Test, r.Size, c.Prog, c.Size)
 		}
 		if r.Note != "" || r.Value <= 0 || r.Base <= 0 || r.Ratio <= 0 {
 			t.Errorf("%s: no numbers: %+v", r.Test, r)
 		}
 		if err := benchMeasured(r); err != nil {
 			t.Error(err)
-		}
-	}
-}
-
-// TestBenchParsePerftest reads the result rows perftest (and softrdma perf)
-// print: the BW average of a bandwidth test, t_typical of a latency test, and
-// the MTU; output without a row is an error.
-func TestBenchParsePerftest(t *testing.T) {
-	const bw = ` Mtu             : 1024[B]
----------------------------------------------------------------------------------------
- #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
- 65536      5000             0.00               671.41 		   0.010743
----------------------------------------------------------------------------------------
-`
-	const lat = ` Mtu             : 4096[B]
----------------------------------------------------------------------------------------
- #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
- 64      5000          10.12          3239.66      25.37    	       36.45       	66.23  		239.94  		1075.23 
----------------------------------------------------------------------------------------
-`
-	for _, tc := range []struct {
-		out  string
-		lat  bool
-		want float64
-		mtu  int
-		ok   bool
-	}{
-		{bw, false, 671.41, 1024, true},
-		{lat, true, 25.37, 4096, true},
-		{"Couldn't connect to 127.0.0.1:18515\n", false, 0, 0, false},
-		{" #bytes #iterations t_min\n 64 5\n", true, 0, 0, false},
-	} {
-		res, err := benchParsePerftest(tc.out, tc.lat)
-		if (err == nil) != tc.ok || (tc.ok && (res.value != tc.want || res.mtu != tc.mtu)) {
-			t.Errorf("%q: %+v, %v; want %v MTU %d ok %v", tc.out, res, err, tc.want, tc.mtu, tc.ok)
 		}
 	}
 }

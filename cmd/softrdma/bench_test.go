@@ -2,22 +2,19 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"testing/synctest"
-	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/softrdma/softrdma/bench"
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/netio/netns"
@@ -43,7 +40,7 @@ func TestBenchRuns(t *testing.T) {
 	if code := benchCmd(append(args, "--json"), &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
-	var rep benchReport
+	var rep bench.Report
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, stdout.String())
 	}
@@ -120,7 +117,7 @@ func TestBenchRuns(t *testing.T) {
 // gives: a unit, what its baseline is, and numbers that are not negative,
 // NaN or infinite. A measured 0 passes: a test checks that the bench ran and
 // printed its columns, not what a noisy machine let it measure.
-func benchMeasured(r benchRow) error {
+func benchMeasured(r bench.Row) error {
 	if r.Unit == "" || r.Baseline == "" || r.Samples < 0 || r.BaseCount < 0 {
 		return fmt.Errorf("row without measurement: %+v", r)
 	}
@@ -139,21 +136,21 @@ func benchMeasured(r benchRow) error {
 // window) passes; one without unit or baseline path, or with a NaN (0/0) or
 // negative figure, does not.
 func TestBenchMeasured(t *testing.T) {
-	ok := benchRow{Transport: "roce", Test: "WRITE bw", Size: 4096, Unit: "MiB/s", Baseline: "UDP blaster",
+	ok := bench.Row{Transport: "roce", Test: "WRITE bw", Size: 4096, Unit: "MiB/s", Baseline: "UDP blaster",
 		Value: 812.5, Base: 1024, Ratio: 0.79, Allocs: 0.01, Samples: 1000, BaseCount: 4000}
 	for _, c := range []struct {
 		name string
-		edit func(*benchRow)
+		edit func(*bench.Row)
 		ok   bool
 	}{
-		{"measured", func(*benchRow) {}, true},
-		{"baseline counted nothing", func(r *benchRow) { r.Base, r.BaseCount, r.Ratio = 0, 0, 0 }, true},
-		{"softrdma counted nothing", func(r *benchRow) { r.Value, r.Samples, r.Ratio, r.Allocs = 0, 0, 0, 0 }, true},
-		{"no unit", func(r *benchRow) { r.Unit = "" }, false},
-		{"no baseline path", func(r *benchRow) { r.Baseline = "" }, false},
-		{"NaN", func(r *benchRow) { r.Value = math.NaN() }, false},
-		{"infinite ratio", func(r *benchRow) { r.Ratio = math.Inf(1) }, false},
-		{"negative", func(r *benchRow) { r.Base = -1 }, false},
+		{"measured", func(*bench.Row) {}, true},
+		{"baseline counted nothing", func(r *bench.Row) { r.Base, r.BaseCount, r.Ratio = 0, 0, 0 }, true},
+		{"softrdma counted nothing", func(r *bench.Row) { r.Value, r.Samples, r.Ratio, r.Allocs = 0, 0, 0, 0 }, true},
+		{"no unit", func(r *bench.Row) { r.Unit = "" }, false},
+		{"no baseline path", func(r *bench.Row) { r.Baseline = "" }, false},
+		{"NaN", func(r *bench.Row) { r.Value = math.NaN() }, false},
+		{"infinite ratio", func(r *bench.Row) { r.Ratio = math.Inf(1) }, false},
+		{"negative", func(r *bench.Row) { r.Base = -1 }, false},
 	} {
 		r := ok
 		c.edit(&r)
@@ -197,7 +194,7 @@ func TestBenchAddrs(t *testing.T) {
 	if code := benchCmd(append(args, "--json"), &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
-	var rep benchReport
+	var rep bench.Report
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, stdout.String())
 	}
@@ -222,40 +219,6 @@ func TestBenchAddrs(t *testing.T) {
 	}
 }
 
-// TestBenchWatch: a measurement's context lives as long as completions keep
-// coming, well past one stall period (a slow machine draining its WRs), and
-// ends with errBenchStall one or two periods after they stop. The watchdog's
-// ticker and the test's sleeps run on synctest's clock: on the real one a
-// loaded machine (the race detector, 2 CPUs) slept 40 ms past a 10 ms sleep.
-func TestBenchWatch(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		defer func(d time.Duration) { benchStallTimeout = d }(benchStallTimeout)
-		benchStallTimeout = 40 * time.Millisecond
-		q := &benchQPs{}
-		ctx, cancel := q.watch(0, 0)
-		defer cancel()
-		for i := 0; i < 20; i++ { // 200 ms: five periods
-			time.Sleep(10 * time.Millisecond)
-			if i%2 == 0 {
-				q.completions.Add(1)
-			} else {
-				q.recvDone.Add(1)
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("ended after %d progress steps: %v", i, context.Cause(ctx))
-			}
-		}
-		select {
-		case <-ctx.Done():
-			if !errors.Is(context.Cause(ctx), errBenchStall) {
-				t.Fatalf("cause %v, want errBenchStall", context.Cause(ctx))
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("no end after progress stopped")
-		}
-	})
-}
-
 // TestBenchPcap runs softrdma bench --pcap over RoCE (udp) and iWARP, WRITE
 // bandwidth only, with the default snap length (128) and with whole frames (0):
 // the file holds as many frames as the report says, each cut to the snap
@@ -274,7 +237,7 @@ func TestBenchPcap(t *testing.T) {
 		snaplen []string
 		want    int
 	}{
-		{"snaplen-default", nil, benchDefaultSnaplen},
+		{"snaplen-default", nil, bench.DefaultSnaplen},
 		{"whole-frames", []string{"--pcap-snaplen", "0"}, netio.CaptureSnapLen},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -285,7 +248,7 @@ func TestBenchPcap(t *testing.T) {
 			if code := benchCmd(args, &stdout, &stderr); code != 0 {
 				t.Fatalf("exit %d\n%s", code, stderr.String())
 			}
-			var rep benchReport
+			var rep bench.Report
 			if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 				t.Fatalf("--json output: %v\n%s", err, stdout.String())
 			}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 	"github.com/softrdma/softrdma/roce"
 )
 
-// benchRaw is the raw path a transport's numbers are compared with: the same
+// raw is the raw path a transport's numbers are compared with: the same
 // link, the same kind of socket, no RDMA. B sends to A.
-type benchRaw interface {
+type raw interface {
 	// blast sends units of n bytes from B to A (fromA: from A to B) as fast
 	// as the sender can, in batches where the path has them, for
 	// warm+measure, and returns how many units arrived during the measured
@@ -35,19 +35,19 @@ type benchRaw interface {
 	rttDesc(req, resp int) string
 }
 
-// benchWindow is a measurement's time line: warm-up, then the measured part.
-type benchWindow struct{ start, from, to time.Time }
+// window is a measurement's time line: warm-up, then the measured part.
+type window struct{ start, from, to time.Time }
 
-func newBenchWindow(warm, measure time.Duration) benchWindow {
+func newWindow(warm, measure time.Duration) window {
 	s := time.Now()
-	return benchWindow{start: s, from: s.Add(warm), to: s.Add(warm + measure)}
+	return window{start: s, from: s.Add(warm), to: s.Add(warm + measure)}
 }
 
-func (w benchWindow) in(t time.Time) bool { return !t.Before(w.from) && t.Before(w.to) }
+func (w window) in(t time.Time) bool { return !t.Before(w.from) && t.Before(w.to) }
 
-// benchCountFrames reads frames from ep until it closes, counting those read
+// countFrames reads frames from ep until it closes, counting those read
 // within w.
-func benchCountFrames(ep netio.Endpoint, w benchWindow, count *int, done chan<- error) {
+func countFrames(ep netio.Endpoint, w window, count *int, done chan<- error) {
 	bufs := make([][]byte, ep.BatchSize())
 	for i := range bufs {
 		bufs[i] = make([]byte, netio.MaxFrameLen(ep.MTU())+64)
@@ -68,12 +68,12 @@ func benchCountFrames(ep netio.Endpoint, w benchWindow, count *int, done chan<- 
 	}
 }
 
-// benchBlastFrames writes frames to tx, a batch at a time, until w ends; then
+// blastFrames writes frames to tx, a batch at a time, until w ends; then
 // it closes rx, which ends the counting reader.
-func benchBlastFrames(tx, rx netio.Endpoint, frames [][]byte, w benchWindow) (int, error) {
+func blastFrames(tx, rx netio.Endpoint, frames [][]byte, w window) (int, error) {
 	var count int
 	done := make(chan error, 1)
-	go benchCountFrames(rx, w, &count, done)
+	go countFrames(rx, w, &count, done)
 	var werr error
 	for time.Now().Before(w.to) {
 		if _, err := tx.Write(frames, 0); err != nil {
@@ -89,9 +89,9 @@ func benchBlastFrames(tx, rx netio.Endpoint, frames [][]byte, w benchWindow) (in
 	return count, werr
 }
 
-// benchPingPong runs exchanges of one frame each way between b (the client)
+// pingPong runs exchanges of one frame each way between b (the client)
 // and a (the echo), one at a time, and returns the round trips within w.
-func benchPingPong(a, b netio.Endpoint, req, resp []byte, w benchWindow) ([]time.Duration, error) {
+func pingPong(a, b netio.Endpoint, req, resp []byte, w window) ([]time.Duration, error) {
 	echo := make(chan error, 1)
 	go func() {
 		bufs := [][]byte{make([]byte, netio.MaxFrameLen(a.MTU())+64)}
@@ -126,7 +126,7 @@ func benchPingPong(a, b netio.Endpoint, req, resp []byte, w benchWindow) ([]time
 		if _, err = b.Write(in, 0); err != nil {
 			break
 		}
-		if _, err = benchReadTimeout(b, bufs, sizes); err != nil {
+		if _, err = readTimeout(b, bufs, sizes); err != nil {
 			break
 		}
 		if d := time.Now(); w.in(t) {
@@ -141,9 +141,9 @@ func benchPingPong(a, b netio.Endpoint, req, resp []byte, w benchWindow) ([]time
 	return rtts, err
 }
 
-// benchReadTimeout is a blocking Read that gives up (with an error) when a
+// readTimeout is a blocking Read that gives up (with an error) when a
 // datagram was lost: UDP and raw frames have no retransmission.
-func benchReadTimeout(ep netio.Endpoint, bufs [][]byte, sizes []int) (int, error) {
+func readTimeout(ep netio.Endpoint, bufs [][]byte, sizes []int) (int, error) {
 	// A lost datagram would block Read for good; the reads are quick, so a
 	// timer costs less than a goroutine per read: the caller closes ep at the
 	// end, which ends a Read blocked after a loss.
@@ -155,52 +155,52 @@ func benchReadTimeout(ep netio.Endpoint, bufs [][]byte, sizes []int) (int, error
 	return n, err
 }
 
-// benchBlastBetween blasts n-byte datagrams between a (on side sa) and b (on
+// blastBetween blasts n-byte datagrams between a (on side sa) and b (on
 // sb), from b to a or, fromA, from a to b. It closes the receiver.
-func benchBlastBetween(a, b netio.Endpoint, sa, sb *netns.Side, n int, fromA bool, w benchWindow) (int, error) {
+func blastBetween(a, b netio.Endpoint, sa, sb *netns.Side, n int, fromA bool, w window) (int, error) {
 	tx, rx, from, to := b, a, sb, sa
 	if fromA {
 		tx, rx, from, to = a, b, sa, sb
 	}
-	frames, err := benchFrames(from, to, n, tx.BatchSize())
+	frames, err := frames(from, to, n, tx.BatchSize())
 	if err != nil {
 		return 0, err
 	}
-	return benchBlastFrames(tx, rx, frames, w)
+	return blastFrames(tx, rx, frames, w)
 }
 
-// benchPingPongBetween runs benchPingPong with b (on side sb) asking in
+// pingPongBetween runs pingPong with b (on side sb) asking in
 // req-byte datagrams and a (on sa) answering in resp-byte ones.
-func benchPingPongBetween(a, b netio.Endpoint, sa, sb *netns.Side, req, resp int, w benchWindow) ([]time.Duration, error) {
-	qf, err := benchFrame(sb, sa, req)
+func pingPongBetween(a, b netio.Endpoint, sa, sb *netns.Side, req, resp int, w window) ([]time.Duration, error) {
+	qf, err := frame(sb, sa, req)
 	if err != nil {
 		return nil, err
 	}
-	rf, err := benchFrame(sa, sb, resp)
+	rf, err := frame(sa, sb, resp)
 	if err != nil {
 		return nil, err
 	}
-	return benchPingPong(a, b, qf, rf, w)
+	return pingPong(a, b, qf, rf, w)
 }
 
-// benchUDPRaw is the baseline of the udp backend: netio.UDPEndpoint on each
+// udpRaw is the baseline of the udp backend: netio.UDPEndpoint on each
 // side, as the devices use, on the baseline port.
-type benchUDPRaw struct{ pair *netns.Pair }
+type udpRaw struct{ pair *netns.Pair }
 
-// benchNoPatch is the IPv4GSO hook of the UDP baselines: their datagrams
+// noPatch is the IPv4GSO hook of the UDP baselines: their datagrams
 // carry no ICRC to fix, but they are batched into GSO sends exactly as the
 // device's are.
-func benchNoPatch([]byte, int, uint16) {}
+func noPatch([]byte, int, uint16) {}
 
-func (r *benchUDPRaw) open() (a, b *netio.UDPEndpoint, err error) {
+func (r *udpRaw) open() (a, b *netio.UDPEndpoint, err error) {
 	if err := r.pair.A.NS.Do(func() (err error) {
-		a, err = netio.NewUDP(netio.UDPConfig{LocalAddr: benchAddrPort(&r.pair.A), MTU: r.pair.A.MTU, IPv4GSO: benchNoPatch})
+		a, err = netio.NewUDP(netio.UDPConfig{LocalAddr: addrPort(&r.pair.A), MTU: r.pair.A.MTU, IPv4GSO: noPatch})
 		return err
 	}); err != nil {
 		return nil, nil, err
 	}
 	if err := r.pair.B.NS.Do(func() (err error) {
-		b, err = netio.NewUDP(netio.UDPConfig{LocalAddr: benchAddrPort(&r.pair.B), MTU: r.pair.B.MTU, IPv4GSO: benchNoPatch})
+		b, err = netio.NewUDP(netio.UDPConfig{LocalAddr: addrPort(&r.pair.B), MTU: r.pair.B.MTU, IPv4GSO: noPatch})
 		return err
 	}); err != nil {
 		a.Close()
@@ -209,16 +209,16 @@ func (r *benchUDPRaw) open() (a, b *netio.UDPEndpoint, err error) {
 	return a, b, nil
 }
 
-// benchFrame returns an Ethernet frame from one side to the other whose UDP
+// frame returns an Ethernet frame from one side to the other whose UDP
 // payload is n bytes: what a RoCE packet of that length looks like (the
 // payload is a BTH of an RDMA WRITE Middle, then zeros, and an ICRC).
-func benchFrame(from, to *netns.Side, n int) ([]byte, error) {
+func frame(from, to *netns.Side, n int) ([]byte, error) {
 	if n < 16 {
 		n = 16 // BTH and ICRC
 	}
 	h := roce.FrameHeaders{SrcMAC: [6]byte(from.MAC), DstMAC: [6]byte(to.MAC),
 		Src: from.IPv4.Addr(), Dst: to.IPv4.Addr(), HopLimit: 64,
-		SrcPort: benchBaselinePort, DstPort: benchBaselinePort}
+		SrcPort: baselinePort, DstPort: baselinePort}
 	ibLen := n - roce.ICRCLen
 	f := make([]byte, h.Len()+n)
 	f[h.Len()] = 0x07
@@ -226,8 +226,8 @@ func benchFrame(from, to *netns.Side, n int) ([]byte, error) {
 	return f[:m], err
 }
 
-func benchFrames(from, to *netns.Side, n, batch int) ([][]byte, error) {
-	f, err := benchFrame(from, to, n)
+func frames(from, to *netns.Side, n, batch int) ([][]byte, error) {
+	f, err := frame(from, to, n)
 	if err != nil {
 		return nil, err
 	}
@@ -238,41 +238,41 @@ func benchFrames(from, to *netns.Side, n, batch int) ([][]byte, error) {
 	return frames, nil
 }
 
-func (r *benchUDPRaw) blast(n int, fromA bool, warm, measure time.Duration) (int, error) {
+func (r *udpRaw) blast(n int, fromA bool, warm, measure time.Duration) (int, error) {
 	a, b, err := r.open()
 	if err != nil {
 		return 0, err
 	}
 	defer a.Close()
 	defer b.Close()
-	return benchBlastBetween(a, b, &r.pair.A, &r.pair.B, n, fromA, newBenchWindow(warm, measure))
+	return blastBetween(a, b, &r.pair.A, &r.pair.B, n, fromA, newWindow(warm, measure))
 }
 
-func (r *benchUDPRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
+func (r *udpRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
 	a, b, err := r.open()
 	if err != nil {
 		return nil, err
 	}
 	defer a.Close()
 	defer b.Close()
-	return benchPingPongBetween(a, b, &r.pair.A, &r.pair.B, req, resp, newBenchWindow(warm, measure))
+	return pingPongBetween(a, b, &r.pair.A, &r.pair.B, req, resp, newWindow(warm, measure))
 }
 
-func (r *benchUDPRaw) blastDesc(n int, _ bool) string {
+func (r *udpRaw) blastDesc(n int, _ bool) string {
 	return fmt.Sprintf("UDP blaster, %d-B datagrams, batches of %d (GSO)", n, netio.DefaultUDPBatchSize)
 }
 
-func (r *benchUDPRaw) rttDesc(req, resp int) string {
+func (r *udpRaw) rttDesc(req, resp int) string {
 	return fmt.Sprintf("UDP ping-pong, %d B / %d B", req, resp)
 }
 
-// benchPacketRaw is the baseline of the afpacket backend: netio.PacketEndpoint
+// packetRaw is the baseline of the afpacket backend: netio.PacketEndpoint
 // on each veth end, as the devices use, sending frames to the baseline port,
 // which a socket that drops everything holds on each side (as roce.Open holds
 // 4791 for an afpacket device) so that the kernel sends no ICMP errors.
-type benchPacketRaw struct{ pair *netns.Pair }
+type packetRaw struct{ pair *netns.Pair }
 
-func (r *benchPacketRaw) open() (a, b *netio.PacketEndpoint, closeAll func(), err error) {
+func (r *packetRaw) open() (a, b *netio.PacketEndpoint, closeAll func(), err error) {
 	var closers []io.Closer
 	closeAll = func() {
 		for _, c := range closers {
@@ -283,10 +283,10 @@ func (r *benchPacketRaw) open() (a, b *netio.PacketEndpoint, closeAll func(), er
 		var ep *netio.PacketEndpoint
 		var hold net.PacketConn
 		err := s.NS.Do(func() (err error) {
-			if hold, err = benchHoldUDPPort(benchAddrPort(s)); err != nil {
+			if hold, err = holdUDPPort(addrPort(s)); err != nil {
 				return err
 			}
-			ep, err = netio.NewPacket(netio.PacketConfig{Interface: s.Link, UDPPort: benchBaselinePort})
+			ep, err = netio.NewPacket(netio.PacketConfig{Interface: s.Link, UDPPort: baselinePort})
 			if err != nil {
 				hold.Close()
 			}
@@ -306,8 +306,8 @@ func (r *benchPacketRaw) open() (a, b *netio.PacketEndpoint, closeAll func(), er
 	return a, b, closeAll, nil
 }
 
-// benchHoldUDPPort binds a UDP socket to ap that drops whatever it receives.
-func benchHoldUDPPort(ap netip.AddrPort) (net.PacketConn, error) {
+// holdUDPPort binds a UDP socket to ap that drops whatever it receives.
+func holdUDPPort(ap netip.AddrPort) (net.PacketConn, error) {
 	drop := []unix.SockFilter{{Code: 0x06, K: 0}} // ret #0
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
@@ -323,41 +323,41 @@ func benchHoldUDPPort(ap netip.AddrPort) (net.PacketConn, error) {
 	return lc.ListenPacket(context.Background(), "udp4", ap.String())
 }
 
-func (r *benchPacketRaw) blast(n int, fromA bool, warm, measure time.Duration) (int, error) {
+func (r *packetRaw) blast(n int, fromA bool, warm, measure time.Duration) (int, error) {
 	a, b, closeAll, err := r.open()
 	if err != nil {
 		return 0, err
 	}
 	defer closeAll()
-	return benchBlastBetween(a, b, &r.pair.A, &r.pair.B, n, fromA, newBenchWindow(warm, measure))
+	return blastBetween(a, b, &r.pair.A, &r.pair.B, n, fromA, newWindow(warm, measure))
 }
 
-func (r *benchPacketRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
+func (r *packetRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
 	a, b, closeAll, err := r.open()
 	if err != nil {
 		return nil, err
 	}
 	defer closeAll()
-	return benchPingPongBetween(a, b, &r.pair.A, &r.pair.B, req, resp, newBenchWindow(warm, measure))
+	return pingPongBetween(a, b, &r.pair.A, &r.pair.B, req, resp, newWindow(warm, measure))
 }
 
-func (r *benchPacketRaw) blastDesc(n int, _ bool) string {
+func (r *packetRaw) blastDesc(n int, _ bool) string {
 	return fmt.Sprintf("AF_PACKET blaster, %d-B frames (%d-B datagrams), batches of %d",
 		n+roce.EthernetLen+roce.IPv4Len+roce.UDPLen, n, netio.DefaultPacketBatchSize)
 }
 
-func (r *benchPacketRaw) rttDesc(req, resp int) string {
+func (r *packetRaw) rttDesc(req, resp int) string {
 	return fmt.Sprintf("AF_PACKET ping-pong, %d B / %d B datagrams", req, resp)
 }
 
-// benchTCPRaw is the baseline of iWARP: a TCP connection between the sides.
-type benchTCPRaw struct{ pair *netns.Pair }
+// tcpRaw is the baseline of iWARP: a TCP connection between the sides.
+type tcpRaw struct{ pair *netns.Pair }
 
 // dial returns both ends of a fresh TCP connection, A's first.
-func (r *benchTCPRaw) dial() (a, b net.Conn, err error) {
+func (r *tcpRaw) dial() (a, b net.Conn, err error) {
 	var ln net.Listener
 	if err := r.pair.A.NS.Do(func() (err error) {
-		ln, err = net.Listen("tcp4", benchAddrPort(&r.pair.A).String())
+		ln, err = net.Listen("tcp4", addrPort(&r.pair.A).String())
 		return err
 	}); err != nil {
 		return nil, nil, err
@@ -369,7 +369,7 @@ func (r *benchTCPRaw) dial() (a, b net.Conn, err error) {
 		acc <- c
 	}()
 	if err := r.pair.B.NS.Do(func() (err error) {
-		b, err = net.DialTimeout("tcp4", benchAddrPort(&r.pair.A).String(), 5*time.Second)
+		b, err = net.DialTimeout("tcp4", addrPort(&r.pair.A).String(), 5*time.Second)
 		return err
 	}); err != nil {
 		ln.Close()
@@ -384,7 +384,7 @@ func (r *benchTCPRaw) dial() (a, b net.Conn, err error) {
 	return a, b, nil
 }
 
-func (r *benchTCPRaw) blast(n int, fromA bool, warm, measure time.Duration) (int, error) {
+func (r *tcpRaw) blast(n int, fromA bool, warm, measure time.Duration) (int, error) {
 	a, b, err := r.dial()
 	if err != nil {
 		return 0, err
@@ -393,7 +393,7 @@ func (r *benchTCPRaw) blast(n int, fromA bool, warm, measure time.Duration) (int
 		a, b = b, a // a reads, b writes
 	}
 	defer a.Close()
-	w := newBenchWindow(warm, measure)
+	w := newWindow(warm, measure)
 	var got int64
 	var mu sync.Mutex
 	done := make(chan error, 1)
@@ -433,7 +433,7 @@ func (r *benchTCPRaw) blast(n int, fromA bool, warm, measure time.Duration) (int
 	return int(got / int64(n)), werr
 }
 
-func (r *benchTCPRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
+func (r *tcpRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
 	a, b, err := r.dial()
 	if err != nil {
 		return nil, err
@@ -457,7 +457,7 @@ func (r *benchTCPRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Du
 			}
 		}
 	}()
-	w := newBenchWindow(warm, measure)
+	w := newWindow(warm, measure)
 	out, in := make([]byte, req), make([]byte, resp)
 	var rtts []time.Duration
 	for {
@@ -482,7 +482,7 @@ func (r *benchTCPRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Du
 	return rtts, err
 }
 
-func (r *benchTCPRaw) blastDesc(n int, _ bool) string {
+func (r *tcpRaw) blastDesc(n int, _ bool) string {
 	k := max(1, min(64, (1<<20)/n))
 	if k == 1 {
 		return fmt.Sprintf("TCP stream, %d-B writes", n)
@@ -490,37 +490,37 @@ func (r *benchTCPRaw) blastDesc(n int, _ bool) string {
 	return fmt.Sprintf("TCP stream, %d-B units in %d-B writes", n, n*k)
 }
 
-func (r *benchTCPRaw) rttDesc(req, resp int) string {
+func (r *tcpRaw) rttDesc(req, resp int) string {
 	return fmt.Sprintf("TCP ping-pong, %d B / %d B", req, resp)
 }
 
-// benchTAPRaw is the baseline of the tap backend: a TAP device of its own in
+// tapRaw is the baseline of the tap backend: a TAP device of its own in
 // namespace A, frames read and written on its file descriptor by host .2
 // (netio.TAPEndpoint, as the device uses), and a netio.UDPEndpoint on the
 // kernel's side, .1 (as the UDP device uses). B, the UDP side, sends to A.
-type benchTAPRaw struct {
+type tapRaw struct {
 	ns  *netns.NS
 	mtu int
 }
 
 // open creates the TAP device, gives the kernel's side its address and a
 // permanent neighbour entry for the host (which answers no ARP), and binds
-// the UDP endpoint. host and kernel describe the two ends for benchFrame.
-func (r *benchTAPRaw) open() (a *netio.TAPEndpoint, b *netio.UDPEndpoint, host, kernel netns.Side, err error) {
+// the UDP endpoint. host and kernel describe the two ends for frame.
+func (r *tapRaw) open() (a *netio.TAPEndpoint, b *netio.UDPEndpoint, host, kernel netns.Side, err error) {
 	if err = r.ns.Do(func() (err error) {
-		a, err = netio.NewTAP(benchTAPRawName, r.mtu)
+		a, err = netio.NewTAP(tapRawName, r.mtu)
 		return err
 	}); err != nil {
 		return nil, nil, host, kernel, err
 	}
-	host = netns.Side{NS: r.ns, Link: a.Name(), MAC: benchTAPRawHostMAC, IPv4: benchTAPRawHost, MTU: a.MTU()}
-	kernel = netns.Side{NS: r.ns, Link: a.Name(), MAC: a.HardwareAddr(), IPv4: benchTAPRawKernel, MTU: a.MTU()}
-	if err = r.ns.AddAddress(a.Name(), benchTAPRawKernel); err == nil {
-		err = r.ns.AddNeighbor(a.Name(), benchTAPRawHost.Addr(), benchTAPRawHostMAC)
+	host = netns.Side{NS: r.ns, Link: a.Name(), MAC: tapRawHostMAC, IPv4: tapRawHost, MTU: a.MTU()}
+	kernel = netns.Side{NS: r.ns, Link: a.Name(), MAC: a.HardwareAddr(), IPv4: tapRawKernel, MTU: a.MTU()}
+	if err = r.ns.AddAddress(a.Name(), tapRawKernel); err == nil {
+		err = r.ns.AddNeighbor(a.Name(), tapRawHost.Addr(), tapRawHostMAC)
 	}
 	if err == nil {
 		err = r.ns.Do(func() (err error) {
-			b, err = netio.NewUDP(netio.UDPConfig{LocalAddr: benchAddrPort(&kernel), MTU: a.MTU(), IPv4GSO: benchNoPatch})
+			b, err = netio.NewUDP(netio.UDPConfig{LocalAddr: addrPort(&kernel), MTU: a.MTU(), IPv4GSO: noPatch})
 			return err
 		})
 	}
@@ -531,33 +531,33 @@ func (r *benchTAPRaw) open() (a *netio.TAPEndpoint, b *netio.UDPEndpoint, host, 
 	return a, b, host, kernel, nil
 }
 
-func (r *benchTAPRaw) blast(n int, fromA bool, warm, measure time.Duration) (int, error) {
+func (r *tapRaw) blast(n int, fromA bool, warm, measure time.Duration) (int, error) {
 	a, b, host, kernel, err := r.open()
 	if err != nil {
 		return 0, err
 	}
 	defer a.Close()
 	defer b.Close()
-	return benchBlastBetween(a, b, &host, &kernel, n, fromA, newBenchWindow(warm, measure))
+	return blastBetween(a, b, &host, &kernel, n, fromA, newWindow(warm, measure))
 }
 
-func (r *benchTAPRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
+func (r *tapRaw) rtt(req, resp int, warm, measure time.Duration) ([]time.Duration, error) {
 	a, b, host, kernel, err := r.open()
 	if err != nil {
 		return nil, err
 	}
 	defer a.Close()
 	defer b.Close()
-	return benchPingPongBetween(a, b, &host, &kernel, req, resp, newBenchWindow(warm, measure))
+	return pingPongBetween(a, b, &host, &kernel, req, resp, newWindow(warm, measure))
 }
 
-func (r *benchTAPRaw) blastDesc(n int, fromA bool) string {
+func (r *tapRaw) blastDesc(n int, fromA bool) string {
 	if fromA {
 		return fmt.Sprintf("TAP host blaster into a UDP socket, %d-B datagrams, one write each", n)
 	}
 	return fmt.Sprintf("UDP blaster into a TAP read by a host, %d-B datagrams, batches of %d (GSO)", n, netio.DefaultUDPBatchSize)
 }
 
-func (r *benchTAPRaw) rttDesc(req, resp int) string {
+func (r *tapRaw) rttDesc(req, resp int) string {
 	return fmt.Sprintf("UDP socket to TAP host ping-pong, %d B / %d B", req, resp)
 }

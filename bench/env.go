@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -21,80 +21,80 @@ import (
 	"github.com/softrdma/softrdma/roce"
 )
 
-// benchEnv is one transport on one backend between the two namespaces: a
+// env is one transport on one backend between the two namespaces: a
 // verbs engine on each side, a way to connect RC QPs between them, and the
 // raw path to compare with. Side A is the passive one (the target of WRITEs,
 // the source of READs, the receiver of SENDs); B issues the requests.
-type benchEnv struct {
+type env struct {
 	transport, backend string
 	a, b               *ibtransport.Context
 	pathMTU            int // RoCE: the IB path MTU; iWARP: 0
 	// connect connects qa (on a) and qb (on b), both fresh RC QPs in RESET,
 	// and returns what undoes it (before the QPs are destroyed).
 	connect func(qa, qb *ibtransport.QP) (func(), error)
-	raw     benchRaw
+	raw     raw
 	closers []func()
 	// stats describes the endpoints' counters (SOFTRDMA_BENCH_DEBUG=1).
 	stats func() string
 }
 
-func (e *benchEnv) close() {
+func (e *env) close() {
 	for i := len(e.closers) - 1; i >= 0; i-- {
 		e.closers[i]()
 	}
 }
 
-// benchBaselinePort is the UDP port (and TCP port) of the raw baselines:
+// baselinePort is the UDP port (and TCP port) of the raw baselines:
 // not 4791, so that the RoCE devices, which stay open meanwhile, never see
 // the baselines' packets.
-const benchBaselinePort = 4792
+const baselinePort = 4792
 
-// benchIWARPPort is the TCP port the iWARP listener of side A uses.
-const benchIWARPPort = 4793
+// iwarpPort is the TCP port the iWARP listener of side A uses.
+const iwarpPort = 4793
 
-func benchOpenEnv(pair *netns.Pair, transport, backend string, o *benchOptions) (*benchEnv, error) {
+func openEnv(pair *netns.Pair, transport, backend string, o *Options) (*env, error) {
 	if transport == "iwarp" {
-		return benchOpenIWARP(pair, o.tap)
+		return openIWARP(pair, o.tap)
 	}
 	if backend == "tap" {
-		return benchOpenTAP(pair, o.tap)
+		return openTAP(pair, o.tap)
 	}
-	return benchOpenRoCE(pair, backend, o.tap)
+	return openRoCE(pair, backend, o.tap)
 }
 
-// benchCapture makes cfg's device record into the --pcap file (tap, if not
+// capture makes cfg's device record into the --pcap file (tap, if not
 // nil): its capture (roce.OpenConfig.Capture) is merged into the file, with the
 // IPv4 IDs a UDP socket hides recovered. It adds to e what ends the merge,
 // before what closes the device (e's closers run last first), so that it runs
 // once the device's last frame is flushed.
-func (e *benchEnv) benchCapture(tap *pcaptap.Tap, cfg *roce.OpenConfig) {
+func (e *env) capture(tap *pcaptap.Tap, cfg *roce.OpenConfig) {
 	if tap == nil {
 		return
 	}
 	src := tap.Source(cfg.Backend == roce.BackendUDP)
 	cfg.Capture, cfg.CaptureFormat = src, netio.FormatPcap
-	e.closers = append(e.closers, func() { src.Close() }) // an error is the tap's, reported by benchMain
+	e.closers = append(e.closers, func() { src.Close() }) // an error is the tap's, reported by Main
 }
 
-// benchOpenRoCE opens a RoCE device on the backend in each namespace with
+// openRoCE opens a RoCE device on the backend in each namespace with
 // roce.Open, as softrdma perf does, and runs it.
-func benchOpenRoCE(pair *netns.Pair, backend string, tap *pcaptap.Tap) (*benchEnv, error) {
-	e := &benchEnv{transport: "roce", backend: backend}
+func openRoCE(pair *netns.Pair, backend string, tap *pcaptap.Tap) (*env, error) {
+	e := &env{transport: "roce", backend: backend}
 	devs := make([]*roce.Device, 2)
 	for i, s := range []*netns.Side{&pair.A, &pair.B} {
-		cfg := roce.OpenConfig{Backend: roce.Backend(backend), Interface: s.Link, Engine: benchEngineConfig()}
+		cfg := roce.OpenConfig{Backend: roce.Backend(backend), Interface: s.Link, Engine: engineConfig()}
 		if s.Link == "" { // --addrs: an address of this host, the path MTU given
 			cfg.Addrs = []netip.Addr{s.IPv4.Addr()}
 			cfg.Engine.PortMTU = roce.PathMTUFor(s.MTU)
 		}
-		e.benchCapture(tap, &cfg)
+		e.capture(tap, &cfg)
 		var d *roce.Device
 		err := s.NS.Do(func() (err error) {
 			d, err = roce.Open(cfg)
 			return err
 		})
 		if err != nil {
-			benchCloseDevices(devs)
+			closeDevices(devs)
 			e.close()
 			return nil, fmt.Errorf("roce.Open %s on %s: %w", backend, s.Link, err)
 		}
@@ -105,9 +105,9 @@ func benchOpenRoCE(pair *netns.Pair, backend string, tap *pcaptap.Tap) (*benchEn
 	}
 	switch backend {
 	case "udp":
-		e.raw = &benchUDPRaw{pair: pair}
+		e.raw = &udpRaw{pair: pair}
 	case "afpacket":
-		e.raw = &benchPacketRaw{pair: pair}
+		e.raw = &packetRaw{pair: pair}
 	}
 	return e, nil
 }
@@ -116,50 +116,50 @@ func benchOpenRoCE(pair *netns.Pair, backend string, tap *pcaptap.Tap) (*benchEn
 // TAP device whose kernel side, .1, the UDP device binds; the baseline uses
 // a TAP of its own on another subnet.
 var (
-	benchTAPKernel     = netip.MustParsePrefix("10.98.0.1/24")
-	benchTAPHost       = netip.MustParsePrefix("10.98.0.2/24")
-	benchTAPRawKernel  = netip.MustParsePrefix("10.97.0.1/24")
-	benchTAPRawHost    = netip.MustParsePrefix("10.97.0.2/24")
-	benchTAPName       = "srbtap0"
-	benchTAPRawName    = "srbtap1"
-	benchTAPRawHostMAC = net.HardwareAddr{0x02, 0x5f, 0x72, 0x62, 0x00, 0x02}
+	tapKernel     = netip.MustParsePrefix("10.98.0.1/24")
+	tapHost       = netip.MustParsePrefix("10.98.0.2/24")
+	tapRawKernel  = netip.MustParsePrefix("10.97.0.1/24")
+	tapRawHost    = netip.MustParsePrefix("10.97.0.2/24")
+	tapName       = "srbtap0"
+	tapRawName    = "srbtap1"
+	tapRawHostMAC = net.HardwareAddr{0x02, 0x5f, 0x72, 0x62, 0x00, 0x02}
 )
 
-// benchOpenTAP opens the tap backend's row: in namespace A, side A is a
+// openTAP opens the tap backend's row: in namespace A, side A is a
 // device behind a TAP device (roce.Open with BackendTAP, as softrdma perf
 // --backend tap) and side B a UDP device on the kernel's side of it, so
 // every packet crosses the TAP once. (The TAP is the NIC of a host, not a
 // link between namespaces: this is the path TestPerfTAP runs.)
-func benchOpenTAP(pair *netns.Pair, tap *pcaptap.Tap) (*benchEnv, error) {
-	e := &benchEnv{transport: "roce", backend: "tap"}
+func openTAP(pair *netns.Pair, tap *pcaptap.Tap) (*env, error) {
+	e := &env{transport: "roce", backend: "tap"}
 	devs := make([]*roce.Device, 2)
 	for i, cfg := range []roce.OpenConfig{
-		{Backend: roce.BackendTAP, Interface: benchTAPName, Addrs: []netip.Addr{benchTAPHost.Addr()},
-			TAPKernelAddrs: []netip.Prefix{benchTAPKernel}, MTU: pair.A.MTU},
-		{Backend: roce.BackendUDP, Interface: benchTAPName, Addrs: []netip.Addr{benchTAPKernel.Addr()}},
+		{Backend: roce.BackendTAP, Interface: tapName, Addrs: []netip.Addr{tapHost.Addr()},
+			TAPKernelAddrs: []netip.Prefix{tapKernel}, MTU: pair.A.MTU},
+		{Backend: roce.BackendUDP, Interface: tapName, Addrs: []netip.Addr{tapKernel.Addr()}},
 	} {
-		cfg.Engine = benchEngineConfig()
-		e.benchCapture(tap, &cfg)
+		cfg.Engine = engineConfig()
+		e.capture(tap, &cfg)
 		var d *roce.Device
 		if err := pair.A.NS.Do(func() (err error) {
 			d, err = roce.Open(cfg)
 			return err
 		}); err != nil {
-			benchCloseDevices(devs)
+			closeDevices(devs)
 			e.close()
-			return nil, fmt.Errorf("roce.Open %s on %s: %w", cfg.Backend, benchTAPName, err)
+			return nil, fmt.Errorf("roce.Open %s on %s: %w", cfg.Backend, tapName, err)
 		}
 		devs[i] = d
 	}
-	if err := e.runRoCE(devs, benchTAPHost.Addr(), benchTAPKernel.Addr()); err != nil {
+	if err := e.runRoCE(devs, tapHost.Addr(), tapKernel.Addr()); err != nil {
 		return nil, err
 	}
-	e.raw = &benchTAPRaw{ns: pair.A.NS, mtu: pair.A.MTU}
+	e.raw = &tapRaw{ns: pair.A.NS, mtu: pair.A.MTU}
 	return e, nil
 }
 
-// benchCloseDevices closes the devices opened so far.
-func benchCloseDevices(devs []*roce.Device) {
+// closeDevices closes the devices opened so far.
+func closeDevices(devs []*roce.Device) {
 	for _, d := range devs {
 		if d != nil {
 			d.Close()
@@ -169,7 +169,7 @@ func benchCloseDevices(devs []*roce.Device) {
 
 // runRoCE runs devs (A's, then B's) until e closes, and makes e.connect
 // join QPs between them, A at addrA and B at addrB.
-func (e *benchEnv) runRoCE(devs []*roce.Device, addrA, addrB netip.Addr) error {
+func (e *env) runRoCE(devs []*roce.Device, addrA, addrB netip.Addr) error {
 	for _, d := range devs {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -211,10 +211,10 @@ func (e *benchEnv) runRoCE(devs []*roce.Device, addrA, addrB netip.Addr) error {
 	}
 	e.connect = func(qa, qb *ibtransport.QP) (func(), error) {
 		psnA, psnB := rand.Uint32()&ibtransport.PSNMask, rand.Uint32()&ibtransport.PSNMask
-		if err := benchModifyRC(qa, ahA, e.pathMTU, qb.QPN(), psnA, psnB); err != nil {
+		if err := modifyRC(qa, ahA, e.pathMTU, qb.QPN(), psnA, psnB); err != nil {
 			return nil, err
 		}
-		if err := benchModifyRC(qb, ahB, e.pathMTU, qa.QPN(), psnB, psnA); err != nil {
+		if err := modifyRC(qb, ahB, e.pathMTU, qa.QPN(), psnB, psnA); err != nil {
 			return nil, err
 		}
 		return func() {}, nil
@@ -222,19 +222,19 @@ func (e *benchEnv) runRoCE(devs []*roce.Device, addrA, addrB netip.Addr) error {
 	return nil
 }
 
-// benchMaxRdAtomic is the READs outstanding per QP, both ways: perftest's
+// maxRdAtomic is the READs outstanding per QP, both ways: perftest's
 // default for ib_read_bw, the device's maximum (rxe's and ours, 128).
-const benchMaxRdAtomic = 128
+const maxRdAtomic = 128
 
-// benchMaxQP is the devices' MaxQP: the scale rows' 4096 QPs and the
+// maxQP is the devices' MaxQP: the scale rows' 4096 QPs and the
 // device's own (QP1 of a RoCE device).
-const benchMaxQP = 4096 + 64
+const maxQP = 4096 + 64
 
-// benchEngineConfig is the engine configuration of the bench's devices
+// engineConfig is the engine configuration of the bench's devices
 // (SOFTRDMA_BENCH_WINDOW and SOFTRDMA_BENCH_ACKREQ override the window and
 // the AckReq interval, for experiments).
-func benchEngineConfig() ibtransport.ContextConfig {
-	c := ibtransport.ContextConfig{Seed: rand.Uint64(), MaxQP: benchMaxQP}
+func engineConfig() ibtransport.ContextConfig {
+	c := ibtransport.ContextConfig{Seed: rand.Uint64(), MaxQP: maxQP}
 	if v, err := strconv.Atoi(os.Getenv("SOFTRDMA_BENCH_WINDOW")); err == nil {
 		c.MaxUnackedPSNs = v
 	}
@@ -244,15 +244,15 @@ func benchEngineConfig() ibtransport.ContextConfig {
 	return c
 }
 
-// benchModifyRC moves an RC QP from RESET to RTS towards the peer QP dqpn:
+// modifyRC moves an RC QP from RESET to RTS towards the peer QP dqpn:
 // the attributes softrdma perf uses (perftest's).
-func benchModifyRC(qp *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, dqpn, sqpsn, rqpsn uint32) error {
+func modifyRC(qp *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, dqpn, sqpsn, rqpsn uint32) error {
 	const all = ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead | ibtransport.AccessRemoteAtomic
 	if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, AccessFlags: all},
 		ibtransport.QPAttrState|ibtransport.QPAttrPKeyIndex|ibtransport.QPAttrPort|ibtransport.QPAttrAccessFlags); err != nil {
 		return err
 	}
-	maxRd := benchMaxRdAtomic
+	maxRd := maxRdAtomic
 	if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: mtu, DestQPN: dqpn,
 		RQPSN: rqpsn, MaxDestRdAtomic: maxRd, MinRNRTimer: perf.MinRNRTimer},
 		ibtransport.QPAttrState|ibtransport.QPAttrAH|ibtransport.QPAttrPathMTU|ibtransport.QPAttrDestQPN|
@@ -265,27 +265,27 @@ func benchModifyRC(qp *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, dq
 			ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxRdAtomic)
 }
 
-// benchOpenIWARP opens an iWARP device on each side, a listener in A, and
+// openIWARP opens an iWARP device on each side, a listener in A, and
 // connects each QP pair with Dial from B and Accept in A. With --pcap (tap not
 // nil) the dialing side's connections are observed (iwarp.ConnParams.Observe)
 // and written as synthesised TCP segments (pcaptap.TCP): one side sees all the
 // octets of a connection, both ways; observing the other too would record each
 // connection twice under one 4-tuple with other sequence numbers.
-func benchOpenIWARP(pair *netns.Pair, tap *pcaptap.Tap) (*benchEnv, error) {
-	e := &benchEnv{transport: "iwarp", backend: "tcp"}
-	da, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64(), MaxQP: benchMaxQP}})
+func openIWARP(pair *netns.Pair, tap *pcaptap.Tap) (*env, error) {
+	e := &env{transport: "iwarp", backend: "tcp"}
+	da, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64(), MaxQP: maxQP}})
 	if err != nil {
 		return nil, err
 	}
-	db, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64(), MaxQP: benchMaxQP}})
+	db, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64(), MaxQP: maxQP}})
 	if err != nil {
 		return nil, err
 	}
 	e.a, e.b = da.Context(), db.Context()
-	addr := net.JoinHostPort(pair.A.IPv4.Addr().String(), strconv.Itoa(benchIWARPPort))
+	addr := net.JoinHostPort(pair.A.IPv4.Addr().String(), strconv.Itoa(iwarpPort))
 	var ln *iwarp.Listener
 	if err := pair.A.NS.Do(func() (err error) {
-		ln, err = iwarp.Listen(addr, iwarp.ConnParams{IRD: benchMaxRdAtomic, ORD: benchMaxRdAtomic})
+		ln, err = iwarp.Listen(addr, iwarp.ConnParams{IRD: maxRdAtomic, ORD: maxRdAtomic})
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("iwarp.Listen %s: %w", addr, err)
@@ -294,7 +294,7 @@ func benchOpenIWARP(pair *netns.Pair, tap *pcaptap.Tap) (*benchEnv, error) {
 	// READs outstanding as on RoCE (and as siw allows, 128): with
 	// iwarp's default of 16 the READ rows measured the round trip, not the
 	// transport (64 B READ rate 0.03 of the path, issue 22).
-	dialParams := iwarp.ConnParams{IRD: benchMaxRdAtomic, ORD: benchMaxRdAtomic}
+	dialParams := iwarp.ConnParams{IRD: maxRdAtomic, ORD: maxRdAtomic}
 	if tap != nil {
 		src := tap.Source(false)
 		tcp, err := pcaptap.NewTCP(src)
@@ -346,22 +346,22 @@ func benchOpenIWARP(pair *netns.Pair, tap *pcaptap.Tap) (*benchEnv, error) {
 			a.c.Close()
 		}, nil
 	}
-	e.raw = &benchTCPRaw{pair: pair}
+	e.raw = &tcpRaw{pair: pair}
 	return e, nil
 }
 
-// errBenchStall is returned when a measurement sees no completion for long.
-var errBenchStall = errors.New("no progress for 3s")
+// errStall is returned when a measurement sees no completion for long.
+var errStall = errors.New("no progress for 3s")
 
-// benchStallTimeout is how long a measurement may go without a completion
+// stallTimeout is how long a measurement may go without a completion
 // (a variable for tests).
-var benchStallTimeout = 3 * time.Second
+var stallTimeout = 3 * time.Second
 
-// benchDrainLimit bounds the time a measurement takes after its window, to
+// drainLimit bounds the time a measurement takes after its window, to
 // complete what is in flight.
-const benchDrainLimit = time.Minute
+const drainLimit = time.Minute
 
-// benchAddrPort is the baseline's address on a side.
-func benchAddrPort(s *netns.Side) netip.AddrPort {
-	return netip.AddrPortFrom(s.IPv4.Addr(), benchBaselinePort)
+// addrPort is the baseline's address on a side.
+func addrPort(s *netns.Side) netip.AddrPort {
+	return netip.AddrPortFrom(s.IPv4.Addr(), baselinePort)
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -24,16 +24,16 @@ import (
 // One goroutine drives every QP through one send CQ on B: the bench adds no
 // goroutine per QP, so what grows with n is the transport's.
 
-// benchScaleSize is the WRITE size of the scale rows.
-const benchScaleSize = 4096
+// scaleSize is the WRITE size of the scale rows.
+const scaleSize = 4096
 
-// benchScaleInFlight is the WRITEs in flight in all, spread over the QPs (at
+// scaleInFlight is the WRITEs in flight in all, spread over the QPs (at
 // least one each): the 4 KiB WRITE bw row's depth at n = 1.
-const benchScaleInFlight = benchTxDepth
+const scaleInFlight = txDepth
 
-// benchScale is the n QP pairs of one scale measurement.
-type benchScale struct {
-	e          *benchEnv
+// scale is the n QP pairs of one scale measurement.
+type scale struct {
+	e          *env
 	pdA, pdB   *ibtransport.PD
 	cqA, cqB   *ibtransport.CQ // shared by every QP of the side
 	mrA, mrB   *ibtransport.MR
@@ -43,8 +43,8 @@ type benchScale struct {
 }
 
 // newScale sets up n QP pairs, stopping at the first error.
-func (e *benchEnv) newScale(n int) (*benchScale, error) {
-	s := &benchScale{e: e, pdA: e.a.AllocPD(), pdB: e.b.AllocPD(), depth: max(1, benchScaleInFlight/n)}
+func (e *env) newScale(n int) (*scale, error) {
+	s := &scale{e: e, pdA: e.a.AllocPD(), pdB: e.b.AllocPD(), depth: max(1, scaleInFlight/n)}
 	var err error
 	if s.cqA, err = e.a.CreateCQ(64); err != nil {
 		s.destroy()
@@ -55,11 +55,11 @@ func (e *benchEnv) newScale(n int) (*benchScale, error) {
 		return nil, err
 	}
 	const access = ibtransport.AccessLocalWrite | ibtransport.AccessRemoteWrite
-	if s.mrA, err = s.pdA.RegMR(make([]byte, n*benchScaleSize), access); err != nil {
+	if s.mrA, err = s.pdA.RegMR(make([]byte, n*scaleSize), access); err != nil {
 		s.destroy()
 		return nil, err
 	}
-	if s.mrB, err = s.pdB.RegMR(make([]byte, benchScaleSize), access); err != nil {
+	if s.mrB, err = s.pdB.RegMR(make([]byte, scaleSize), access); err != nil {
 		s.destroy()
 		return nil, err
 	}
@@ -87,7 +87,7 @@ func (e *benchEnv) newScale(n int) (*benchScale, error) {
 	return s, nil
 }
 
-func (s *benchScale) destroy() {
+func (s *scale) destroy() {
 	for _, d := range s.disconnect {
 		d()
 	}
@@ -108,14 +108,14 @@ func (s *benchScale) destroy() {
 
 // stream keeps s.depth WRITEs in flight on every QP for warm+measure, then
 // drains, and returns the WRITEs that completed in the measured part.
-func (s *benchScale) stream(warm, measure time.Duration) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), warm+measure+benchDrainLimit)
+func (s *scale) stream(warm, measure time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), warm+measure+drainLimit)
 	defer cancel()
-	sge := []ibtransport.SGE{s.mrB.SGE(0, benchScaleSize)}
+	sge := []ibtransport.SGE{s.mrB.SGE(0, scaleSize)}
 	wr := ibtransport.SendWR{Opcode: ibtransport.WRRDMAWrite, SGL: sge, Signaled: true, RKey: s.mrA.RKey()}
 	post := func(i int) error {
 		wr.WRID = uint64(i)
-		wr.RemoteAddr = s.mrA.Addr() + uint64(i*benchScaleSize)
+		wr.RemoteAddr = s.mrA.Addr() + uint64(i*scaleSize)
 		return s.qb[i].PostSend(wr)
 	}
 	outstanding := 0
@@ -127,7 +127,7 @@ func (s *benchScale) stream(warm, measure time.Duration) (int, error) {
 			outstanding++
 		}
 	}
-	w := newBenchWindow(warm, measure)
+	w := newWindow(warm, measure)
 	wc := make([]ibtransport.WC, 64)
 	msgs := 0
 	for outstanding > 0 {
@@ -158,8 +158,8 @@ func (s *benchScale) stream(warm, measure time.Duration) (int, error) {
 	return msgs, nil
 }
 
-// benchHeap returns the live heap after a collection.
-func benchHeap() uint64 {
+// heap returns the live heap after a collection.
+func heap() uint64 {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -167,20 +167,20 @@ func benchHeap() uint64 {
 }
 
 // scaleRows measures the three scale rows of n QP pairs.
-func (e *benchEnv) scaleRows(n int, o *benchOptions) []benchRow {
-	bw := e.row(fmt.Sprintf("WRITE bw %d QPs", n), benchScaleSize, "MiB/s")
+func (e *env) scaleRows(n int, o *Options) []Row {
+	bw := e.row(fmt.Sprintf("WRITE bw %d QPs", n), scaleSize, "MiB/s")
 	setup := e.row(fmt.Sprintf("setup %d QPs", n), 0, "QPs/s")
 	mem := e.row(fmt.Sprintf("memory %d QPs", n), 0, "KiB/QP")
 	setup.Baseline = "none: QP pairs created and connected per second"
 	mem.Baseline = "none: heap per QP pair, both ends, its 4 KiB region included"
-	rows := []benchRow{bw, setup, mem}
-	fail := func(what string, err error) []benchRow {
+	rows := []Row{bw, setup, mem}
+	fail := func(what string, err error) []Row {
 		for i := range rows {
 			rows[i] = failed(rows[i], what, err)
 		}
 		return rows
 	}
-	heap0 := benchHeap()
+	heap0 := heap()
 	t0 := time.Now()
 	s, err := e.newScale(n)
 	if err != nil {
@@ -188,26 +188,26 @@ func (e *benchEnv) scaleRows(n int, o *benchOptions) []benchRow {
 	}
 	defer s.destroy()
 	secs := time.Since(t0).Seconds()
-	heap1 := benchHeap()
+	heap1 := heap()
 	rows[1].Value, rows[1].Samples = float64(n)/secs, n
 	if heap1 > heap0 {
 		rows[2].Value = float64(heap1-heap0) / float64(n) / 1024
 	}
 	rows[2].Samples = n
 
-	payload := min(benchScaleSize, e.pathMTU)
-	unit := benchScaleSize
+	payload := min(scaleSize, e.pathMTU)
+	unit := scaleSize
 	if e.transport == "roce" {
-		unit = e.dataPacketLen("write", payload, benchScaleSize > e.pathMTU)
+		unit = e.dataPacketLen("write", payload, scaleSize > e.pathMTU)
 	} else {
-		payload = benchScaleSize
+		payload = scaleSize
 	}
 	r := &rows[0]
 	r.Baseline = e.raw.blastDesc(unit, false)
 	var baseSecs, measured float64
-	for i := 0; i < benchRounds; i++ {
+	for i := 0; i < rounds; i++ {
 		warm, measure := o.round(i)
-		if !o.noBaseline {
+		if !o.NoBaseline {
 			k, err := e.raw.blast(unit, false, warm, measure)
 			if err != nil {
 				return fail("baseline", err)
@@ -223,10 +223,10 @@ func (e *benchEnv) scaleRows(n int, o *benchOptions) []benchRow {
 		r.Samples += k
 		measured += measure.Seconds()
 	}
-	r.Value = float64(r.Samples) * benchScaleSize / (1 << 20) / measured
+	r.Value = float64(r.Samples) * scaleSize / (1 << 20) / measured
 	if baseSecs > 0 {
 		r.Base = float64(r.BaseCount) * float64(payload) / (1 << 20) / baseSecs
 	}
-	r.Ratio = benchRatio(r.Value, r.Base)
+	r.Ratio = ratio(r.Value, r.Base)
 	return rows
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,10 +13,10 @@ import (
 	"github.com/softrdma/softrdma/perf"
 )
 
-// benchQPs is one connected RC QP pair with its CQs and memory: A's region
+// qpPair is one connected RC QP pair with its CQs and memory: A's region
 // is the target (WRITE), the source (READ) and the receive buffer (SEND); B's
 // is where B's requests take their data from or put it.
-type benchQPs struct {
+type qpPair struct {
 	qa, qb           *ibtransport.QP
 	scqA, rcqA       *ibtransport.CQ
 	scqB, rcqB       *ibtransport.CQ
@@ -38,17 +38,17 @@ type benchQPs struct {
 	reposterErr atomic.Pointer[error] // why the reposter stopped early
 }
 
-// benchTxDepth and benchRxDepth are perftest's _bw defaults: WRs in flight
+// txDepth and rxDepth are perftest's _bw defaults: WRs in flight
 // on the sender, receives posted on a SEND receiver.
 const (
-	benchTxDepth = 128
-	benchRxDepth = 512
+	txDepth = 128
+	rxDepth = 512
 )
 
 // newQPs creates and connects a QP pair whose regions hold n bytes (and, on
 // A, slots receive buffers of n bytes each for SENDs).
-func (e *benchEnv) newQPs(n, slots int) (*benchQPs, error) {
-	q := &benchQPs{pdA: e.a.AllocPD(), pdB: e.b.AllocPD(), recvSlots: slots, slotN: n}
+func (e *env) newQPs(n, slots int) (*qpPair, error) {
+	q := &qpPair{pdA: e.a.AllocPD(), pdB: e.b.AllocPD(), recvSlots: slots, slotN: n}
 	var err error
 	mk := func(c *ibtransport.Context, depth int) *ibtransport.CQ {
 		if err != nil {
@@ -58,8 +58,8 @@ func (e *benchEnv) newQPs(n, slots int) (*benchQPs, error) {
 		cq, err = c.CreateCQ(depth)
 		return cq
 	}
-	q.scqA, q.rcqA = mk(e.a, benchTxDepth+16), mk(e.a, benchRxDepth+16)
-	q.scqB, q.rcqB = mk(e.b, benchTxDepth+16), mk(e.b, benchRxDepth+16)
+	q.scqA, q.rcqA = mk(e.a, txDepth+16), mk(e.a, rxDepth+16)
+	q.scqB, q.rcqB = mk(e.b, txDepth+16), mk(e.b, rxDepth+16)
 	if err != nil {
 		q.destroy()
 		return nil, err
@@ -78,7 +78,7 @@ func (e *benchEnv) newQPs(n, slots int) (*benchQPs, error) {
 		q.destroy()
 		return nil, err
 	}
-	qcap := ibtransport.QPCap{MaxSendWR: benchTxDepth + 1, MaxRecvWR: benchRxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}
+	qcap := ibtransport.QPCap{MaxSendWR: txDepth + 1, MaxRecvWR: rxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}
 	if q.qa, err = e.a.CreateQP(q.pdA, ibtransport.QPInitAttr{Type: ibtransport.QPTypeRC, SendCQ: q.scqA, RecvCQ: q.rcqA, Cap: qcap}); err != nil {
 		q.destroy()
 		return nil, err
@@ -94,7 +94,7 @@ func (e *benchEnv) newQPs(n, slots int) (*benchQPs, error) {
 	return q, nil
 }
 
-func (q *benchQPs) destroy() {
+func (q *qpPair) destroy() {
 	if q.disconnect != nil {
 		q.disconnect()
 	}
@@ -115,33 +115,33 @@ func (q *benchQPs) destroy() {
 	}
 }
 
-// benchWait waits for a completion on cq. ctx is a measurement's context
+// wait waits for a completion on cq. ctx is a measurement's context
 // (watch), which ends when the QPs stop making progress: a peer that stopped
 // answering fails the measurement instead of hanging it (a context per wait
 // would allocate in the loop being measured).
-func benchWait(ctx context.Context, cq *ibtransport.CQ) error {
+func wait(ctx context.Context, cq *ibtransport.CQ) error {
 	if err := cq.Wait(ctx); err != nil {
 		if c := context.Cause(ctx); c != nil && c != err {
 			return c
 		}
-		return fmt.Errorf("%w: %v", errBenchStall, err)
+		return fmt.Errorf("%w: %v", errStall, err)
 	}
 	return nil
 }
 
 // watch returns the context of a measurement of warm+measure. It ends when
-// benchStallTimeout passes without a completion (the watchdog looks once per
-// benchStallTimeout), or benchDrainLimit after the measurement should have
+// stallTimeout passes without a completion (the watchdog looks once per
+// stallTimeout), or drainLimit after the measurement should have
 // ended: a slow machine (an emulated guest moved 16 MiB/s) takes seconds to
-// drain benchTxDepth 1 MiB WRITEs after the window, which a fixed deadline of
+// drain txDepth 1 MiB WRITEs after the window, which a fixed deadline of
 // warm+measure+3s turned into a false "no progress".
-func (q *benchQPs) watch(warm, measure time.Duration) (context.Context, context.CancelFunc) {
+func (q *qpPair) watch(warm, measure time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	hard := time.Now().Add(warm + measure + benchDrainLimit)
+	hard := time.Now().Add(warm + measure + drainLimit)
 	progress := func() uint64 { return q.completions.Load() + q.recvDone.Load() }
 	// Read here, not in the goroutine: a watchdog that starts late (after its
 	// run was cancelled) must not read the variable a later test sets.
-	stall := benchStallTimeout
+	stall := stallTimeout
 	go func() {
 		t := time.NewTicker(stall)
 		defer t.Stop()
@@ -154,10 +154,10 @@ func (q *benchQPs) watch(warm, measure time.Duration) (context.Context, context.
 				n := progress()
 				switch {
 				case n == last:
-					cancel(errBenchStall)
+					cancel(errStall)
 					return
 				case now.After(hard):
-					cancel(fmt.Errorf("still not drained %v after the measurement", benchDrainLimit))
+					cancel(fmt.Errorf("still not drained %v after the measurement", drainLimit))
 					return
 				}
 				last = n
@@ -167,9 +167,9 @@ func (q *benchQPs) watch(warm, measure time.Duration) (context.Context, context.
 	return ctx, func() { cancel(context.Canceled) }
 }
 
-// benchReposter keeps A's receive queue full while a SEND test runs: each
+// reposter keeps A's receive queue full while a SEND test runs: each
 // receive completion is answered by a new receive on the same slot.
-func (q *benchQPs) startReposter(ctx context.Context) (stop func() error, err error) {
+func (q *qpPair) startReposter(ctx context.Context) (stop func() error, err error) {
 	// Top the queue up: receives that completed after the last round's
 	// reposter stopped were not posted again. Slots are reused in turn.
 	for q.recvOut < q.recvSlots {
@@ -226,8 +226,8 @@ func (q *benchQPs) startReposter(ctx context.Context) (stop func() error, err er
 	return func() error { cancel(); return <-done }, nil
 }
 
-// benchStream is the result of a streaming measurement.
-type benchStream struct {
+// stream is the result of a streaming measurement.
+type stream struct {
 	msgs   int           // messages completed in the measured window
 	secs   float64       // its length
 	allocs float64       // heap allocations per message during it
@@ -243,11 +243,11 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// streamOps keeps benchTxDepth work requests of op and size in flight on B
+// streamOps keeps txDepth work requests of op and size in flight on B
 // for warm+measure, then drains, and counts the messages that completed in
 // the measured part. Small messages are signalled one in sigEvery (perftest's
 // CQ moderation); each completion's WRID says how many WRs it stands for.
-func (q *benchQPs) streamOps(op ibtransport.WROpcode, size int, warm, measure time.Duration) (benchStream, error) {
+func (q *qpPair) streamOps(op ibtransport.WROpcode, size int, warm, measure time.Duration) (stream, error) {
 	ctx, cancel := q.watch(warm, measure)
 	defer cancel()
 	sigEvery := 1
@@ -260,13 +260,13 @@ func (q *benchQPs) streamOps(op ibtransport.WROpcode, size int, warm, measure ti
 		wr.RemoteAddr, wr.RKey = 0, 0
 		stop, err := q.startReposter(ctx)
 		if err != nil {
-			return benchStream{}, err
+			return stream{}, err
 		}
 		defer stop()
 	}
 	wc := make([]ibtransport.WC, 32)
-	w := newBenchWindow(warm, measure)
-	var res benchStream
+	w := newWindow(warm, measure)
+	var res stream
 	// SENDs keep within half the receives posted (credits, see recvDone).
 	// Counted over the QPs' life, not per round: SENDs of the last round may
 	// complete at A during this one (seen: a per-round count went below zero,
@@ -304,7 +304,7 @@ func (q *benchQPs) streamOps(op ibtransport.WROpcode, size int, warm, measure ti
 			}
 		}
 		starved := false
-		for outstanding < benchTxDepth && (!stopping || since > 0) {
+		for outstanding < txDepth && (!stopping || since > 0) {
 			if !credit() {
 				starved = true // the receiver has not caught up
 				break
@@ -340,7 +340,7 @@ func (q *benchQPs) streamOps(op ibtransport.WROpcode, size int, warm, measure ti
 			continue
 		}
 		if n == 0 {
-			if err := benchWait(ctx, q.scqB); err != nil {
+			if err := wait(ctx, q.scqB); err != nil {
 				return res, fmt.Errorf("%w (%d WRs outstanding, %d receives done, %d posted)", err, outstanding, q.recvDone.Load(), q.recvOut)
 			}
 			continue
@@ -362,8 +362,8 @@ func (q *benchQPs) streamOps(op ibtransport.WROpcode, size int, warm, measure ti
 	return res, nil
 }
 
-// benchLatency is a latency measurement: one sample per exchange.
-type benchLatency struct {
+// latency is a latency measurement: one sample per exchange.
+type latency struct {
 	samples []time.Duration
 	allocs  float64
 }
@@ -372,7 +372,7 @@ type benchLatency struct {
 // B sends, A answers when its receive completes, B's receive completion ends
 // the round trip. The samples are one-way times (half the round trip), as
 // ib_send_lat and ib_write_lat report them.
-func (q *benchQPs) pingPong(op ibtransport.WROpcode, size int, warm, measure time.Duration) (benchLatency, error) {
+func (q *qpPair) pingPong(op ibtransport.WROpcode, size int, warm, measure time.Duration) (latency, error) {
 	ctx, cancelAll := q.watch(warm, measure)
 	defer cancelAll()
 	post := func(qp *ibtransport.QP, mr *ibtransport.MR) error {
@@ -380,10 +380,10 @@ func (q *benchQPs) pingPong(op ibtransport.WROpcode, size int, warm, measure tim
 	}
 	for i := 0; i < 4; i++ {
 		if err := post(q.qa, q.mrA); err != nil {
-			return benchLatency{}, err
+			return latency{}, err
 		}
 		if err := post(q.qb, q.mrB); err != nil {
-			return benchLatency{}, err
+			return latency{}, err
 		}
 	}
 	wrFor := func(local, remote *ibtransport.MR) ibtransport.SendWR {
@@ -449,7 +449,7 @@ func (q *benchQPs) pingPong(op ibtransport.WROpcode, size int, warm, measure tim
 
 // readLatency measures READs of size bytes, one at a time: post to
 // completion (ib_read_lat reports the whole round trip).
-func (q *benchQPs) readLatency(size int, warm, measure time.Duration) (benchLatency, error) {
+func (q *qpPair) readLatency(size int, warm, measure time.Duration) (latency, error) {
 	ctx, cancel := q.watch(warm, measure)
 	defer cancel()
 	wr := ibtransport.SendWR{Opcode: ibtransport.WRRDMARead, SGL: []ibtransport.SGE{q.mrB.SGE(0, size)},
@@ -463,7 +463,7 @@ func (q *benchQPs) readLatency(size int, warm, measure time.Duration) (benchLate
 }
 
 // waitOne waits for one successful completion on cq.
-func (q *benchQPs) waitOne(ctx context.Context, cq *ibtransport.CQ, wc []ibtransport.WC) error {
+func (q *qpPair) waitOne(ctx context.Context, cq *ibtransport.CQ, wc []ibtransport.WC) error {
 	for {
 		if cq.Poll(wc[:1]) == 1 {
 			q.completions.Add(1)
@@ -472,7 +472,7 @@ func (q *benchQPs) waitOne(ctx context.Context, cq *ibtransport.CQ, wc []ibtrans
 			}
 			return nil
 		}
-		if err := benchWait(ctx, cq); err != nil {
+		if err := wait(ctx, cq); err != nil {
 			return err
 		}
 	}
@@ -480,10 +480,10 @@ func (q *benchQPs) waitOne(ctx context.Context, cq *ibtransport.CQ, wc []ibtrans
 
 // clientLoop runs one exchange after another for warm+measure and keeps the
 // durations of those that started in the measured part.
-func (q *benchQPs) clientLoop(ctx context.Context, warm, measure time.Duration, exchange func([]ibtransport.WC) error) (benchLatency, error) {
-	w := newBenchWindow(warm, measure)
+func (q *qpPair) clientLoop(ctx context.Context, warm, measure time.Duration, exchange func([]ibtransport.WC) error) (latency, error) {
+	w := newWindow(warm, measure)
 	wc := make([]ibtransport.WC, 16)
-	res := benchLatency{samples: make([]time.Duration, 0, 1<<16)}
+	res := latency{samples: make([]time.Duration, 0, 1<<16)}
 	var ms runtime.MemStats
 	var mallocs uint64
 	started := false
@@ -511,9 +511,9 @@ func (q *benchQPs) clientLoop(ctx context.Context, warm, measure time.Duration, 
 	return res, nil
 }
 
-// benchPercentiles returns the minimum, median and 99th percentile, in
+// percentiles returns the minimum, median and 99th percentile, in
 // microseconds.
-func benchPercentiles(d []time.Duration) (minUS, medUS, p99US float64) {
+func percentiles(d []time.Duration) (minUS, medUS, p99US float64) {
 	if len(d) == 0 {
 		return 0, 0, 0
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -9,13 +9,13 @@ import (
 	"github.com/softrdma/softrdma/ibtransport"
 )
 
-// benchVerb is one of the three data operations a row measures.
-type benchVerb struct {
+// verb is one of the three data operations a row measures.
+type verb struct {
 	name string // WRITE, READ, SEND
 	op   ibtransport.WROpcode
 }
 
-var benchVerbs = map[string]benchVerb{
+var verbs = map[string]verb{
 	"write": {"WRITE", ibtransport.WRRDMAWrite},
 	"read":  {"READ", ibtransport.WRRDMARead},
 	"send":  {"SEND", ibtransport.WRSend},
@@ -23,15 +23,15 @@ var benchVerbs = map[string]benchVerb{
 
 // Header lengths of the packets whose sizes the baselines copy.
 const (
-	benchBTH    = 12
-	benchRETH   = 16
-	benchAETH   = 4
-	benchImmDt  = 4
-	benchICRC   = 4
-	benchMPALen = 2  // MPA's ULPDU length
-	benchTagged = 14 // DDP tagged header with RDMAP's control byte
-	benchUntag  = 18 // DDP untagged header with RDMAP's control byte
-	benchReadRq = 28 // RDMAP Read Request header
+	bth    = 12
+	reth   = 16
+	aeth   = 4
+	immDt  = 4
+	icrc   = 4
+	mpaLen = 2  // MPA's ULPDU length
+	tagged = 14 // DDP tagged header with RDMAP's control byte
+	untag  = 18 // DDP untagged header with RDMAP's control byte
+	readRq = 28 // RDMAP Read Request header
 )
 
 func pad4(n int) int { return (n + 3) &^ 3 }
@@ -39,31 +39,31 @@ func pad4(n int) int { return (n + 3) &^ 3 }
 // dataPacketLen is the UDP payload (RoCE) or FPDU (iWARP) length of a packet
 // carrying n payload bytes of verb v alone in its message (an Only packet,
 // or, for n = the path MTU, a Middle one, which has no RETH).
-func (e *benchEnv) dataPacketLen(v string, n int, middle bool) int {
+func (e *env) dataPacketLen(v string, n int, middle bool) int {
 	if e.transport == "iwarp" {
-		hdr := benchTagged
+		hdr := tagged
 		if v == "send" {
-			hdr = benchUntag
+			hdr = untag
 		}
-		return pad4(benchMPALen + hdr + n)
+		return pad4(mpaLen + hdr + n)
 	}
 	switch {
 	case middle:
-		return benchBTH + pad4(n) + benchICRC
+		return bth + pad4(n) + icrc
 	case v == "write":
-		return benchBTH + benchRETH + pad4(n) + benchICRC
+		return bth + reth + pad4(n) + icrc
 	case v == "read":
-		return benchBTH + benchAETH + pad4(n) + benchICRC
+		return bth + aeth + pad4(n) + icrc
 	}
-	return benchBTH + pad4(n) + benchICRC
+	return bth + pad4(n) + icrc
 }
 
-// benchRunEnv measures every row of one transport and backend.
-func benchRunEnv(e *benchEnv, o *benchOptions, emit func(benchRow)) {
-	for _, t := range o.tests {
+// runEnv measures every row of one transport and backend.
+func runEnv(e *env, o *Options, emit func(Row)) {
+	for _, t := range o.Tests {
 		switch t {
 		case "write", "read", "send":
-			for _, size := range o.sizes {
+			for _, size := range o.Sizes {
 				emit(e.bandwidthRow(t, size, o))
 				if e.stats != nil && os.Getenv("SOFTRDMA_BENCH_DEBUG") == "1" {
 					fmt.Fprint(os.Stderr, e.stats())
@@ -71,20 +71,20 @@ func benchRunEnv(e *benchEnv, o *benchOptions, emit func(benchRow)) {
 			}
 		case "rate":
 			for _, v := range []string{"write", "read", "send"} {
-				emit(e.rateRow(v, o.rateSize, o))
+				emit(e.rateRow(v, o.RateSize, o))
 				if e.stats != nil && os.Getenv("SOFTRDMA_BENCH_DEBUG") == "1" {
 					fmt.Fprint(os.Stderr, e.stats())
 				}
 			}
 		case "qps":
-			for _, n := range o.qps {
+			for _, n := range o.QPs {
 				for _, r := range e.scaleRows(n, o) {
 					emit(r)
 				}
 			}
 		case "lat":
 			for _, v := range []string{"write", "read", "send"} {
-				for _, r := range e.latencyRows(v, o.latSize, o) {
+				for _, r := range e.latencyRows(v, o.LatSize, o) {
 					emit(r)
 				}
 			}
@@ -92,25 +92,25 @@ func benchRunEnv(e *benchEnv, o *benchOptions, emit func(benchRow)) {
 	}
 }
 
-// benchRounds is how many times each row alternates baseline and softrdma,
+// rounds is how many times each row alternates baseline and softrdma,
 // each for a share of the measured time: a machine whose load changes (other
 // work on its CPUs) then weighs on both alike.
-const benchRounds = 3
+const rounds = 3
 
 // round returns the warm-up and measured time of round i.
-func (o *benchOptions) round(i int) (warm, measure time.Duration) {
-	warm = o.warm
+func (o *Options) round(i int) (warm, measure time.Duration) {
+	warm = o.Warm
 	if i > 0 {
-		warm = o.warm / 4 // the path is warm already
+		warm = o.Warm / 4 // the path is warm already
 	}
-	return warm, o.measure / benchRounds
+	return warm, o.Measure / rounds
 }
 
-func (e *benchEnv) row(test string, size int, unit string) benchRow {
-	return benchRow{Transport: e.transport, Backend: e.backend, Test: test, Size: size, Unit: unit}
+func (e *env) row(test string, size int, unit string) Row {
+	return Row{Transport: e.transport, Backend: e.backend, Test: test, Size: size, Unit: unit}
 }
 
-func failed(r benchRow, what string, err error) benchRow {
+func failed(r Row, what string, err error) Row {
 	r.Note = what + ": " + strings.ReplaceAll(err.Error(), "\n", " ")
 	return r
 }
@@ -118,8 +118,8 @@ func failed(r benchRow, what string, err error) benchRow {
 // bandwidthRow measures verb v's bandwidth at size, in MiB/s of payload,
 // beside the raw path carrying the same payload in packets of the size of
 // the transport's full data packets.
-func (e *benchEnv) bandwidthRow(v string, size int, o *benchOptions) benchRow {
-	verb := benchVerbs[v]
+func (e *env) bandwidthRow(v string, size int, o *Options) Row {
+	verb := verbs[v]
 	r := e.row(verb.name+" bw", size, "MiB/s")
 	// The baseline: RoCE, datagrams of a full Middle packet (or the Only
 	// packet of a smaller message); iWARP, a TCP stream in writes of the
@@ -133,7 +133,7 @@ func (e *benchEnv) bandwidthRow(v string, size int, o *benchOptions) benchRow {
 	if r.Note == "" {
 		r.Value *= float64(size) / (1 << 20)
 		r.Base *= float64(payload) / (1 << 20)
-		r.Ratio = benchRatio(r.Value, r.Base)
+		r.Ratio = ratio(r.Value, r.Base)
 	}
 	return r
 }
@@ -141,14 +141,14 @@ func (e *benchEnv) bandwidthRow(v string, size int, o *benchOptions) benchRow {
 // rateRow measures verb v's message rate at size (64 bytes), in millions
 // of messages a second, beside the rate of raw packets of the size of the
 // packet that carries such a message's data.
-func (e *benchEnv) rateRow(v string, size int, o *benchOptions) benchRow {
-	verb := benchVerbs[v]
+func (e *env) rateRow(v string, size int, o *Options) Row {
+	verb := verbs[v]
 	r := e.row(verb.name+" rate", size, "Mmsg/s")
 	r = e.streamRow(r, verb.op, size, e.dataPacketLen(v, size, false), o)
 	if r.Note == "" {
 		r.Value /= 1e6
 		r.Base /= 1e6
-		r.Ratio = benchRatio(r.Value, r.Base)
+		r.Ratio = ratio(r.Value, r.Base)
 	}
 	return r
 }
@@ -156,13 +156,13 @@ func (e *benchEnv) rateRow(v string, size int, o *benchOptions) benchRow {
 // streamRow measures, in alternating rounds, the raw path's rate of units
 // of unit bytes and softrdma's rate of messages of op and size, both per
 // second, and their ratio.
-func (e *benchEnv) streamRow(r benchRow, op ibtransport.WROpcode, size, unit int, o *benchOptions) benchRow {
+func (e *env) streamRow(r Row, op ibtransport.WROpcode, size, unit int, o *Options) Row {
 	// READ data flows from A (the responder) to B; the rest from B to A.
 	fromA := op == ibtransport.WRRDMARead
 	r.Baseline = e.raw.blastDesc(unit, fromA)
 	slots := 0 // receive buffers: SENDs only, at most 64 MiB of them
 	if op == ibtransport.WRSend {
-		slots = max(16, min(benchRxDepth, (64<<20)/size))
+		slots = max(16, min(rxDepth, (64<<20)/size))
 	}
 	q, err := e.newQPs(size, slots)
 	if err != nil {
@@ -170,9 +170,9 @@ func (e *benchEnv) streamRow(r benchRow, op ibtransport.WROpcode, size, unit int
 	}
 	defer q.destroy()
 	var baseSecs, secs, allocs, cpu float64
-	for i := 0; i < benchRounds; i++ {
+	for i := 0; i < rounds; i++ {
 		warm, measure := o.round(i)
-		if !o.noBaseline {
+		if !o.NoBaseline {
 			n, err := e.raw.blast(unit, fromA, warm, measure)
 			if err != nil {
 				return failed(r, "baseline", err)
@@ -200,8 +200,8 @@ func (e *benchEnv) streamRow(r benchRow, op ibtransport.WROpcode, size, unit int
 	return r
 }
 
-// benchRatio is value/base, or 0 without a baseline.
-func benchRatio(value, base float64) float64 {
+// ratio is value/base, or 0 without a baseline.
+func ratio(value, base float64) float64 {
 	if base <= 0 {
 		return 0
 	}
@@ -214,8 +214,8 @@ func benchRatio(value, base float64) float64 {
 // the far side gets a completion instead of polling memory); READ is the
 // round trip of one READ (as ib_read_lat). The baseline exchanges packets of
 // the same sizes the same way.
-func (e *benchEnv) latencyRows(v string, size int, o *benchOptions) []benchRow {
-	verb := benchVerbs[v]
+func (e *env) latencyRows(v string, size int, o *Options) []Row {
+	verb := verbs[v]
 	name := verb.name
 	op := verb.op
 	var req, resp int
@@ -224,23 +224,23 @@ func (e *benchEnv) latencyRows(v string, size int, o *benchOptions) []benchRow {
 	case v == "read":
 		half = false
 		if e.transport == "iwarp" {
-			req, resp = pad4(benchMPALen+benchUntag+benchReadRq), e.dataPacketLen(v, size, false)
+			req, resp = pad4(mpaLen+untag+readRq), e.dataPacketLen(v, size, false)
 		} else {
-			req, resp = benchBTH+benchRETH+benchICRC, e.dataPacketLen(v, size, false)
+			req, resp = bth+reth+icrc, e.dataPacketLen(v, size, false)
 		}
 	case v == "write":
 		name, op = "WRITE_IMM", ibtransport.WRRDMAWriteWithImm
-		req = e.dataPacketLen(v, size, false) + benchImmDt
+		req = e.dataPacketLen(v, size, false) + immDt
 		if e.transport == "iwarp" {
-			req = e.dataPacketLen(v, size, false) + pad4(benchMPALen+benchUntag+benchImmDt) // RFC 7306: a Write, then an Immediate Data message
+			req = e.dataPacketLen(v, size, false) + pad4(mpaLen+untag+immDt) // RFC 7306: a Write, then an Immediate Data message
 		}
 		resp = req
 	default:
 		req = e.dataPacketLen(v, size, false)
 		resp = req
 	}
-	rows := []benchRow{e.row(name+" lat min", size, "us"), e.row(name+" lat median", size, "us"), e.row(name+" lat p99", size, "us")}
-	fail := func(what string, err error) []benchRow {
+	rows := []Row{e.row(name+" lat min", size, "us"), e.row(name+" lat median", size, "us"), e.row(name+" lat p99", size, "us")}
+	fail := func(what string, err error) []Row {
 		for i := range rows {
 			rows[i] = failed(rows[i], what, err)
 		}
@@ -252,17 +252,17 @@ func (e *benchEnv) latencyRows(v string, size int, o *benchOptions) []benchRow {
 	}
 	defer q.destroy()
 	var base []time.Duration
-	var l benchLatency
-	for i := 0; i < benchRounds; i++ {
+	var l latency
+	for i := 0; i < rounds; i++ {
 		warm, measure := o.round(i)
-		if !o.noBaseline {
+		if !o.NoBaseline {
 			b, err := e.raw.rtt(req, resp, warm, measure)
 			if err != nil {
 				return fail("baseline", err)
 			}
 			base = append(base, b...)
 		}
-		var k benchLatency
+		var k latency
 		if v == "read" {
 			k, err = q.readLatency(size, warm, measure)
 		} else {
@@ -279,8 +279,8 @@ func (e *benchEnv) latencyRows(v string, size int, o *benchOptions) []benchRow {
 			base[i] /= 2
 		}
 	}
-	bmin, bmed, bp99 := benchPercentiles(base)
-	smin, smed, sp99 := benchPercentiles(l.samples)
+	bmin, bmed, bp99 := percentiles(base)
+	smin, smed, sp99 := percentiles(l.samples)
 	desc := e.raw.rttDesc(req, resp)
 	if half {
 		desc += ", one way"
