@@ -4,11 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"testing"
 
-	"github.com/google/gopacket/pcapgo"
-	"github.com/softrdma/softrdma/roce"
 	"github.com/spf13/pflag"
 )
 
@@ -57,32 +53,3 @@ func command(args []string, stdout, stderr io.Writer) int {
 type flagsError struct{ error }
 
 func (e flagsError) Unwrap() error { return e.error }
-
-// readFrames decodes the RoCE frames of a capture.
-func readFrames(t *testing.T, name string) []roce.Frame {
-	t.Helper()
-	fh, err := os.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	r, err := pcapgo.NewReader(fh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var frames []roce.Frame
-	for {
-		data, _, err := r.ReadPacketData()
-		if err == io.EOF {
-			return frames
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var f roce.Frame
-		if err := f.DecodeEthernet(data); err != nil {
-			t.Fatalf("%s frame %d: %v", name, len(frames), err)
-		}
-		frames = append(frames, f)
-	}
-}

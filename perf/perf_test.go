@@ -20,6 +20,7 @@ import (
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/oob/perftest"
+	"github.com/softrdma/softrdma/pcaptap"
 )
 
 // log is one side's output in a capture log of testdata/captures/logs.
@@ -717,7 +718,11 @@ func TestPerfMTUFlag(t *testing.T) {
 			// under the race detector) is counted once.
 			type qpPSN struct{ qp, psn uint32 }
 			seen := map[qpPSN]bool{}
-			for _, f := range readFrames(t, pcap) {
+			frames, err := pcaptap.ReadRoCEFrames(pcap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range frames {
 				var pk ibtransport.Packet
 				if err := pk.Decode(f.IB); err != nil {
 					t.Fatal(err)

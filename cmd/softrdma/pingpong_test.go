@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -17,11 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/gopacket/pcapgo"
-
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/oob/pingpong"
+	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -398,31 +396,12 @@ func ppTestSession(t *testing.T, o pingpongOptions, ip string) *ppSession {
 	return s
 }
 
-// readPPFrames decodes the RoCE frames of a pingpong capture.
+// readPPFrames decodes the RoCE frames of a capture (pcaptap.ReadRoCEFrames).
 func readPPFrames(t *testing.T, name string) []roce.Frame {
 	t.Helper()
-	fh, err := os.Open(name)
+	frames, err := pcaptap.ReadRoCEFrames(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fh.Close()
-	r, err := pcapgo.NewReader(fh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var frames []roce.Frame
-	for {
-		data, _, err := r.ReadPacketData()
-		if err == io.EOF {
-			return frames
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var f roce.Frame
-		if err := f.DecodeEthernet(data); err != nil {
-			t.Fatalf("%s frame %d: %v", name, len(frames), err)
-		}
-		frames = append(frames, f)
-	}
+	return frames
 }
