@@ -349,12 +349,18 @@ func TestPerfSizes(t *testing.T) {
 }
 
 // loopbackIP hands out loopback addresses for test devices: every device
-// binds UDP 4791 on its own address of 127.0.0.0/8.
+// binds UDP 4791 on its own address of 127.0.0.0/8, in a /24 of this test
+// process's own (127.P.79.0/24, P from the process ID), so that another test
+// process on the host (a race build of an older tree, say) holding
+// 127.0.79.1:4791 does not make a run fail with "address already in use".
 var loopbackIP atomic.Uint32
+
+// loopbackNet is the second octet of this process's test addresses.
+var loopbackNet = 1 + os.Getpid()%250
 
 func nextPerfIP() string {
 	n := loopbackIP.Add(1)
-	return fmt.Sprintf("127.0.79.%d", n)
+	return fmt.Sprintf("127.%d.79.%d", loopbackNet, n)
 }
 
 // pairResult is what both sides of a run printed.
