@@ -1,15 +1,19 @@
 package perf
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/softrdma/softrdma/ibtransport"
 )
 
-// TestPerfCompletionErrorReport: a completion with an error status is
-// reported as perftest does and followed by the engine's state of each QP
+// TestPerfCompletionErrorReport: a completion with an error status, or a run
+// that made no progress, is reported as perftest does and followed by the
+// engine's state of each QP
 // (ibtransport StateReport), so that a run ending in retry exceeded says what
 // the transport saw (timeouts, retransmissions, NAKs, drops): before, a
 // TestPerfLoopback failure under load said only "IBV_WC_RETRY_EXC_ERR".
@@ -34,6 +38,12 @@ func TestPerfCompletionErrorReport(t *testing.T) {
 		if !regexp.MustCompile(want).MatchString(err.Error()) {
 			t.Errorf("no %q in\n%v", want, err)
 		}
+	}
+	if err := s.withReport(context.Canceled); err != context.Canceled {
+		t.Errorf("a cancelled run's error became %q", err)
+	}
+	if err := s.withReport(errors.New("no WRITE from the peer")); !strings.Contains(err.Error(), "no WRITE from the peer\ncontext: 1 QPs") {
+		t.Errorf("no report after a run without progress: %q", err)
 	}
 	if (&session{}).completionError(ibtransport.WC{Status: ibtransport.WCRetryExcErr}, "send", 0, 0) == nil {
 		t.Error("no error without a context")

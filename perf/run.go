@@ -596,7 +596,13 @@ func WaitCQ(ctx context.Context, cq *ibtransport.CQ, deadline time.Time) error {
 func (s *session) completionError(wc ibtransport.WC, what string, posted, done uint64) error {
 	err := fmt.Errorf("Completion with error at %s: %s (status %d, wr %d, posted %d, completed %d)",
 		what, wc.Status, int(wc.Status), wc.WRID, posted, done)
-	if s.ctx == nil {
+	return s.withReport(err)
+}
+
+// withReport appends the engine's state of each QP to err (a run that failed
+// or made no progress); a cancelled run's error stays as it is.
+func (s *session) withReport(err error) error {
+	if s.ctx == nil || err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return fmt.Errorf("%w\n%s", err, strings.TrimSuffix(s.ctx.StateReport(time.Now()), "\n"))
@@ -742,7 +748,7 @@ func (s *session) runBWSender(ctx context.Context, size uint64) (perftest.BWRepo
 				deadline = time.Now().Add(creditPoll)
 			}
 			if err := WaitCQ(ctx, s.sendCQ, deadline); err != nil {
-				return perftest.BWReport{}, err
+				return perftest.BWReport{}, s.withReport(err)
 			}
 			continue
 		}
@@ -840,7 +846,7 @@ func (s *session) receiveLoop(ctx context.Context, size uint64, report bool) (pe
 				deadline = clock.at(timer.end)
 			}
 			if err := WaitCQ(ctx, s.recvCQ, deadline); err != nil {
-				return perftest.BWReport{}, err
+				return perftest.BWReport{}, s.withReport(err)
 			}
 			continue
 		}
@@ -965,7 +971,7 @@ func (r *latRun) waitSend(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 		if err := WaitCQ(ctx, s.sendCQ, r.deadline()); err != nil {
-			return false, err
+			return false, s.withReport(err)
 		}
 	}
 }
@@ -1038,7 +1044,7 @@ func (s *session) spinFor(ctx context.Context, r *latRun, off uint64, want byte)
 				return err
 			}
 			if time.Now().After(limit) {
-				return fmt.Errorf("no WRITE from the peer for %v: is it still there?", noProgress)
+				return s.withReport(fmt.Errorf("no WRITE from the peer for %v: is it still there?", noProgress))
 			}
 			time.Sleep(20 * time.Microsecond)
 		} else {
@@ -1078,7 +1084,7 @@ func (s *session) runLatSend(ctx context.Context, size uint64) error {
 					break
 				}
 				if err := WaitCQ(ctx, s.recvCQ, r.deadline()); err != nil {
-					return err
+					return s.withReport(err)
 				}
 			}
 		}
