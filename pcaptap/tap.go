@@ -6,7 +6,6 @@
 package pcaptap
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 
+	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/roce"
 )
@@ -158,7 +158,7 @@ type IPv4IDRestorer struct {
 // until the next call).
 func (r *IPv4IDRestorer) Restore(b []byte) []byte {
 	f := &r.frame
-	if f.DecodeEthernet(b) != nil || f.IPv6 || f.Version != roce.RoCEv2 || binary.BigEndian.Uint16(f.IP[4:]) != 0 {
+	if f.DecodeEthernet(b) != nil || f.IPv6 || f.Version != roce.RoCEv2 || header.IPv4(f.IP).ID() != 0 {
 		return b
 	}
 	id, ok := roce.RecoverIPv4ID(f) // only reads b (the ID is 0 already)
@@ -170,8 +170,8 @@ func (r *IPv4IDRestorer) Restore(b []byte) []byte {
 	}
 	s := r.scratch[:len(b)]
 	copy(s, b)
-	ip := s[len(f.Ethernet) : len(f.Ethernet)+len(f.IP)]
-	binary.BigEndian.PutUint16(ip[4:], id)
-	binary.BigEndian.PutUint16(ip[10:], roce.IPv4Checksum(ip[:4*int(ip[0]&0x0f)]))
+	ip := header.IPv4(s[len(f.Ethernet) : len(f.Ethernet)+len(f.IP)])
+	ip.SetID(id)
+	ip.SetChecksum(ip.CalculateChecksum())
 	return s
 }

@@ -560,11 +560,6 @@ func (h *FrameHeaders) ICRC(hdr []byte, ib ...[]byte) uint32 {
 	}
 }
 
-// IPv4Checksum returns the header checksum of an IPv4 header, computed with the
-// checksum field taken as zero: store it as is. It is header.IPv4Checksum, kept
-// for callers of this package.
-func IPv4Checksum(hdr []byte) uint16 { return header.IPv4Checksum(hdr) }
-
 // UDP source ports. rxe (Linux 6.1, checked against every capture) picks the
 // RoCEv2 source port of a QP in two steps:
 //

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/internal/pcaptest"
 )
@@ -486,7 +487,7 @@ func TestEncodeIPv4Fields(t *testing.T) {
 	if !bytes.Equal(ip[:10], want) {
 		t.Fatalf("ipv4 header %x, want %x", ip[:10], want)
 	}
-	if IPv4Checksum(ip[:20]) != binary.BigEndian.Uint16(ip[10:]) {
+	if !header.IPv4(ip[:20]).IsChecksumValid() {
 		t.Fatal("bad checksum")
 	}
 	// A header with a correct checksum sums to 0xFFFF (RFC 1071).
@@ -680,7 +681,7 @@ func FuzzFrameDecode(f *testing.F) {
 			t.Fatalf("rebuilt frame: %v", err)
 		}
 		if valid && len(fr.IP) == IPv4Len && binary.BigEndian.Uint16(fr.UDP[6:]) == 0 && fr.IP[6]&0xBF == 0 &&
-			IPv4Checksum(fr.IP) == binary.BigEndian.Uint16(fr.IP[10:]) && !bytes.Equal(buf[:h.Len()], b[:h.Len()]) {
+			header.IPv4(fr.IP).IsChecksumValid() && !bytes.Equal(buf[:h.Len()], b[:h.Len()]) {
 			t.Fatalf("rxe-shaped headers do not rebuild:\n got %x\nwant %x", buf[:h.Len()], b[:h.Len()])
 		}
 		c := bytes.Clone(b)

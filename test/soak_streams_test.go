@@ -19,8 +19,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/softrdma/softrdma/header"
 	ib "github.com/softrdma/softrdma/ibtransport"
-	"github.com/softrdma/softrdma/roce"
 )
 
 // soakDepth is how many send WRs each UC and UD stream keeps in flight.
@@ -480,7 +480,7 @@ func grhOnlyUncoveredDiffers(h []byte, src, dst netip.Addr, payload int, imm boo
 	fixed := append([]byte(nil), h...)
 	fixed[1], fixed[8] = 0, 64 // TOS as sent (rxe's default), TTL 64
 	fixed[10], fixed[11] = 0, 0
-	sum := roce.IPv4Checksum(fixed)
+	sum := header.IPv4Checksum(fixed)
 	binary.BigEndian.PutUint16(fixed[10:], sum)
 	grh := append(make([]byte, 20), fixed...)
 	return checkIPv4GRH(grh, src, dst, payload, imm) == nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/gopacket/layers"
 
+	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -47,7 +48,7 @@ func superDatagram(t testing.TB, run []frameOut) frameOut {
 	} else {
 		binary.BigEndian.PutUint16(ip[2:4], uint16(len(ip)+udpLen))
 		binary.BigEndian.PutUint16(ip[10:12], 0)
-		binary.BigEndian.PutUint16(ip[10:12], roce.IPv4Checksum(ip))
+		binary.BigEndian.PutUint16(ip[10:12], header.IPv4Checksum(ip))
 	}
 	binary.BigEndian.PutUint16(out[hdrEnd-len(first.UDP)+4:], uint16(udpLen))
 	ci := run[0].ci
