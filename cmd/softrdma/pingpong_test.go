@@ -3,10 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,8 +16,8 @@ import (
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/ibtransport"
-	"github.com/softrdma/softrdma/oob/pingpong"
 	"github.com/softrdma/softrdma/pcaptap"
+	"github.com/softrdma/softrdma/pingpong"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -148,7 +146,7 @@ func TestPingpongJSON(t *testing.T) {
 	if srvCode := <-srvDone; code != 0 || srvCode != 0 {
 		t.Fatalf("exit %d/%d: %s %s", code, srvCode, cliErr.String(), srvErr.String())
 	}
-	var cli, srv pingpongResult
+	var cli, srv pingpong.Result
 	if err := json.Unmarshal(cliOut.Bytes(), &cli); err != nil {
 		t.Fatalf("%v:\n%s", err, cliOut.String())
 	}
@@ -186,18 +184,6 @@ func TestPingpongFlags(t *testing.T) {
 		if code != tc.code || !strings.Contains(errOut.String(), tc.msg) {
 			t.Errorf("%v: exit %d, stderr %q; want %d, %q", tc.args, code, errOut.String(), tc.code, tc.msg)
 		}
-	}
-}
-
-func TestPPCFloat(t *testing.T) {
-	zero := 0.0
-	for v, want := range map[float64]string{1.005: "1.00", 8192000 * 8.0 / 12345: "5308.71", 1 / zero: "inf", -1 / zero: "-inf"} {
-		if got := ppCFloat(v); got != want {
-			t.Errorf("ppCFloat(%v) = %q, want %q", v, got, want)
-		}
-	}
-	if got := ppCFloat(zero / zero); got != "-nan" {
-		t.Errorf("NaN: %q", got)
 	}
 }
 
@@ -301,31 +287,12 @@ func TestPingpongRxDepth(t *testing.T) {
 	})
 }
 
-// TestPingpongRxDepthPostsReceives checks what -r does to the QP, as
-// runPingpong sets it up: the receive queue holds exactly rx-depth receives,
-// and the CQ room for them and the send.
-func TestPingpongRxDepthPostsReceives(t *testing.T) {
-	for _, mode := range []string{"rc", "uc", "ud"} {
-		t.Run(mode, func(t *testing.T) {
-			s := ppTestSession(t, pingpongOptions{mode: mode, size: 256, mtu: 1024, rxDepth: 7, ibPort: 1, gidx: 1}, "127.0.78.141")
-			if c := s.qp.Cap(); c.MaxRecvWR != 7 || c.MaxSendWR != 1 {
-				t.Errorf("QP cap %+v, want MaxRecvWR 7, MaxSendWR 1", c)
-			}
-			if n := s.postRecv(s.o.rxDepth); n != 7 {
-				t.Fatalf("posted %d receives, want 7", n)
-			}
-			if err := s.qp.PostRecv(ibtransport.RecvWR{WRID: ppRecvWRID, SGL: []ibtransport.SGE{s.mr.SGE(0, len(s.buf))}}); !errors.Is(err, ibtransport.ErrQueueFull) {
-				t.Errorf("an 8th receive: %v, want queue full", err)
-			}
-		})
-	}
-}
-
 // TestPingpongServiceLevel runs -l 7 on both sides. The SL goes into the
 // address handle of the QP (RC, UC) or of the UD sends, as ibv_*_pingpong put
 // it in ibv_ah_attr.sl. RoCEv2 headers have no SL field and rxe drops it
 // (TOS comes from the GRH traffic class, 0 here), so on the wire it shows
 // nowhere: the capture must look as with -l 0 (TOS 0), and the run complete.
+// (pingpong.TestServiceLevelAddressHandle checks the address handles.)
 func TestPingpongServiceLevel(t *testing.T) {
 	for i, mode := range []string{"rc", "ud"} {
 		t.Run(mode, func(t *testing.T) {
@@ -346,22 +313,6 @@ func TestPingpongServiceLevel(t *testing.T) {
 			}
 		})
 	}
-	for _, mode := range []string{"rc", "uc", "ud"} {
-		t.Run(mode+" address handle", func(t *testing.T) {
-			s := ppTestSession(t, pingpongOptions{mode: mode, size: 256, mtu: 1024, rxDepth: 4, ibPort: 1, gidx: 1, sl: 7}, "127.0.78.160")
-			peer := netip.MustParseAddr("127.0.78.161")
-			if err := s.connect(0x111, pingpong.Dest{QPN: 0x222, PSN: 0x333, GID: peer.As16()}, peer); err != nil {
-				t.Fatal(err)
-			}
-			ah := s.qp.Query().AH
-			if mode == "ud" {
-				ah = *s.ah
-			}
-			if ah.SL != 7 || ah.DGID != netip.AddrFrom16(peer.As16()).As16() {
-				t.Errorf("address handle %+v, want SL 7 to %v", ah, peer)
-			}
-		})
-	}
 }
 
 // ppTestSize is the message size of the -r and -l runs: several packets for
@@ -377,23 +328,6 @@ func ppTestSize(mode string) string {
 		return "1024"
 	}
 	return "5000"
-}
-
-// ppTestSession opens a udp device on ip and makes the session's CQ, QP and
-// buffer (ppSession.init), as runPingpong does before the address exchange.
-func ppTestSession(t *testing.T, o pingpongOptions, ip string) *ppSession {
-	t.Helper()
-	o.device, o.backend = ip, "udp"
-	dev, err := ppOpenDevice(o, netip.Addr{}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	s := &ppSession{o: o, dev: dev}
-	if err := s.init(); err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // readPPFrames decodes the RoCE frames of a capture (pcaptap.ReadRoCEFrames).
