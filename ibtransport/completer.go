@@ -331,6 +331,6 @@ func (qp *QP) finishReadLike(w *sendWQE, status WCStatus) {
 	w.state, w.status = wqeDone, status
 	if w.counted {
 		w.counted = false
-		qp.req.rdAtomic--
+		qp.sq.rdAtomic--
 	}
 }

@@ -260,7 +260,7 @@ func (w *Wire) NextSend(dst *SendWork) bool {
 			}
 			continue
 		}
-		if op.readLike() && qp.req.rdAtomic >= max(1, qp.attr.MaxRdAtomic) {
+		if op.readLike() && qp.sq.rdAtomic >= max(1, qp.attr.MaxRdAtomic) {
 			return false
 		}
 		if !qp.fillSendWork(wq, dst) {
@@ -269,7 +269,7 @@ func (w *Wire) NextSend(dst *SendWork) bool {
 		}
 		wq.state = wqeStarted
 		if op.readLike() {
-			qp.req.rdAtomic++
+			qp.sq.rdAtomic++
 			wq.counted = true
 		}
 		qp.sq.next++
@@ -369,7 +369,7 @@ func (w *Wire) CompleteSend(id uint64, status WCStatus) bool {
 func (qp *QP) finishExternal(wq *sendWQE, status WCStatus) {
 	if wq.counted {
 		wq.counted = false
-		qp.req.rdAtomic--
+		qp.sq.rdAtomic--
 	}
 	if status != WCSuccess {
 		qp.fail(wq, status)

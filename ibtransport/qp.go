@@ -441,11 +441,11 @@ func (qp *QP) sendWC(w *sendWQE) WC {
 
 // checkDrained posts EventSQDrained once an SQD QP has nothing outstanding.
 func (qp *QP) checkDrained() {
-	if qp.state != QPStateSQD || qp.req.drainNotified {
+	if qp.state != QPStateSQD || qp.sq.drainNotified {
 		return
 	}
 	if qp.sq.head == qp.sq.next && (qp.sq.next == qp.sq.tail || qp.sq.at(qp.sq.next).state != wqeStarted) {
-		qp.req.drainNotified = true
+		qp.sq.drainNotified = true
 		if qp.attr.EnSQDAsyncNotify {
 			qp.ctx.postEvent(AsyncEvent{Type: EventSQDrained, QP: qp})
 		}
@@ -504,7 +504,7 @@ func (qp *QP) flushSend() {
 		}
 	}
 	qp.sq.next = qp.sq.tail
-	qp.req.rdAtomic = 0
+	qp.sq.rdAtomic = 0
 	qp.retire()
 }
 

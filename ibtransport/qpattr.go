@@ -459,7 +459,7 @@ func (qp *QP) changeState(from, to QPState) {
 		qp.req.start(qp)
 		qp.schedule()
 	case to == QPStateSQD && from != QPStateSQD:
-		qp.req.drainNotified = false
+		qp.sq.drainNotified = false
 		qp.checkDrained()
 	case to == QPStateRTS && (from == QPStateSQD || from == QPStateSQE):
 		qp.schedule()

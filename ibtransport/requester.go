@@ -54,6 +54,13 @@ type sendQueue struct {
 	head  uint64 // oldest WQE not yet retired
 	next  uint64 // the WQE holding the next PSN to send
 	tail  uint64 // next free slot
+
+	// rdAtomic counts started READ/atomic WQEs not yet done (against the QP's
+	// max_rd_atomic, or iWARP's ORD): verbs state, shared by the IB requester
+	// and an external transport (docs/verbs-split.md, step 1).
+	rdAtomic int
+	// drainNotified is set once EventSQDrained was posted for the current SQD.
+	drainNotified bool
 }
 
 func newSendQueue(depth, maxSGE int) sendQueue {
@@ -73,6 +80,7 @@ func (q *sendQueue) clear() {
 		q.at(i).release()
 	}
 	q.head, q.next = q.tail, q.tail
+	q.rdAtomic, q.drainNotified = 0, false
 }
 
 // post copies wr into the next slot. The caller checked room and validity.
@@ -115,7 +123,6 @@ type requester struct {
 	psn      uint32 // next PSN to send (the send cursor)
 	unacked  uint32 // oldest PSN not yet acknowledged
 	sentHigh uint32 // PSN after the highest ever sent: below it is a retransmission
-	rdAtomic int    // started READ/atomic WQEs not yet done
 
 	retries    uint8 // retries left before IBV_WC_RETRY_EXC_ERR
 	rnrRetries uint8 // RNR retries left (7 = infinite)
@@ -136,8 +143,6 @@ type requester struct {
 	lastActive time.Time // the last packet sent or PSN acknowledged
 	probed     bool      // the probe for this ACK went out (or was passed over)
 	probing    bool      // the packet before sentHigh, at the send cursor, is the probe
-
-	drainNotified bool
 }
 
 func (r *requester) reset() { *r = requester{} }
@@ -268,7 +273,7 @@ func (qp *QP) startWQE(w *sendWQE) bool {
 		qp.execLocal(w)
 		return w.state == wqeDone && qp.state != QPStateErr
 	}
-	if op.readLike() && qp.req.rdAtomic >= max(1, qp.attr.MaxRdAtomic) {
+	if op.readLike() && qp.sq.rdAtomic >= max(1, qp.attr.MaxRdAtomic) {
 		return false // IBTA 9.7.5.1 / 11.2.4: at most MaxRdAtomic outstanding
 	}
 	if qp.typ == QPTypeRC && PSNDiff(qp.req.psn, qp.req.unacked) >= qp.sendWindow() {
@@ -287,7 +292,7 @@ func (qp *QP) startWQE(w *sendWQE) bool {
 	w.resp = 0
 	w.state = wqeStarted
 	if op.readLike() {
-		qp.req.rdAtomic++
+		qp.sq.rdAtomic++
 		w.counted = true
 	}
 	return true
