@@ -91,7 +91,7 @@ static struct ibv_qp *new_qp(struct ibv_cq *scq, struct ibv_cq *rcq)
 static int connect_qp(struct ibv_qp *qp, uint32_t dest, int rnr_retry)
 {
 	struct rc_params p = {.access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
-		.psn = 100, .min_rnr_timer = 1, .timeout = 8, .retry_cnt = 1, .rnr_retry = rnr_retry};
+		.psn = 100, .min_rnr_timer = 1, .timeout = 14, .retry_cnt = 7, .rnr_retry = rnr_retry};
 	return rc_connect(qp, dest, gid, p);
 }
 
