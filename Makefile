@@ -2,7 +2,7 @@
 GO       ?= go
 BIN      := bin/softrdma
 # Engine packages run under the race detector.
-RACEPKGS := ./ibtransport/... ./roce/... ./iwarp/... ./netio/... ./sim/... ./rdmacm/... ./conform/... ./test ./cmd/softrdma ./perf ./bench ./device ./pingpong
+RACEPKGS := ./ibtransport/... ./roce/... ./iwarp/... ./netio/... ./sim/... ./rdmacm/... ./conform/... ./test ./cmd/softrdma ./perf ./bench ./device ./pingpong ./rping
 export CGO_ENABLED ?= 0
 # staticcheck, pinned: go run fetches and builds this version once (the
 # module proxy serves it) and runs it from the build cache after that.
@@ -71,7 +71,7 @@ test: deps vet staticcheck fmt-check unit race fuzz-short
 vet:
 	$(GO) vet ./...
 
-# staticcheck's default checks over every package; cmd/softrdma, perf, bench and pingpong have a
+# staticcheck's default checks over every package; cmd/softrdma, perf, bench, pingpong and rping have a
 # staticcheck.conf saying why ST1005 is off there.
 staticcheck:
 	$(STATICCHECK) ./...

@@ -40,7 +40,7 @@ import (
 //   - After the closing handshake each side disconnects its test connections
 //     and waits for their DISCONNECTED events (rdma_cm_disconnect_nodes).
 //
-// The same runs over iWARP (--transport iwarp): see perf_iwarp.go.
+// The same runs over iWARP (--transport iwarp): see iwarp.go.
 
 // cmMsgSize is sizeof(struct pingpong_dest): the receive buffer of the
 // comm QP, and the largest message.

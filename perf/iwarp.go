@@ -34,7 +34,7 @@ import (
 //   - The READ sink is registered with remote write too (ctx_init on iWARP).
 //   - No atomics, no immediate data: atomic_bw is refused; the MPA exchange
 //     offers no RFC 7306 extensions (siw echoes reserved flag bits, see
-//     rping_iwarp.go).
+//     rping/device.go).
 //   - siw (6.1) as the MPA responder may leave an FPDU that arrives right
 //     after its Reply unread (test/interop/README.md): the active side waits
 //     iwarpSettle after each ESTABLISHED before it sends.

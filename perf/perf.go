@@ -304,7 +304,7 @@ func checkOptions(o *Options) error {
 			return errors.New("--crc is iWARP's (MPA CRCs): use it with --transport iwarp")
 		}
 	case "iwarp":
-		if err := checkIWARP(o); err != nil { // perf_iwarp.go
+		if err := checkIWARP(o); err != nil { // iwarp.go
 			return err
 		}
 	default:

@@ -191,7 +191,7 @@ type session struct {
 	cmResult    *perftest.Result
 	keysPrinted bool
 
-	// credit is ib_send_bw's receive credit over iWARP (perf_iwarp.go).
+	// credit is ib_send_bw's receive credit over iWARP (iwarp.go).
 	credit *credit
 	// noProgress, if not zero, replaces noProgress for a sender waiting
 	// for credit (tests).
@@ -340,7 +340,7 @@ func (s *session) setup(_ context.Context, r *perftest.Result) ([]perftest.Dest,
 		s.qps[i] = qp
 		dests[i] = s.dest(i, qp, base, rkey)
 	}
-	if err := s.setupCredit(dests); err != nil { // perf_iwarp.go
+	if err := s.setupCredit(dests); err != nil { // iwarp.go
 		return nil, err
 	}
 	s.local = dests

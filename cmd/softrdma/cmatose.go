@@ -12,6 +12,7 @@ import (
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/perf"
 	"github.com/softrdma/softrdma/rdmacm"
+	"github.com/softrdma/softrdma/rping"
 )
 
 // softrdma cmatose is librdmacm's ucmatose (examples/cmatose.c) and, with
@@ -120,13 +121,13 @@ func cmatoseRun(ctx context.Context, o *cmatoseOptions, name string, stdout io.W
 	c := device.Choice{Backend: devspec.BackendUDP, GIDIndex: -1}
 	var bind, dst netip.Addr
 	if o.bind != "" {
-		if bind, err = rpingResolve(ctx, o.bind); err != nil {
+		if bind, err = rping.Resolve(ctx, o.bind); err != nil {
 			return err
 		}
 		c.Name = bind.String()
 	}
 	if o.server != "" {
-		if dst, err = rpingResolve(ctx, o.server); err != nil {
+		if dst, err = rping.Resolve(ctx, o.server); err != nil {
 			return err
 		}
 		c.Peer = dst

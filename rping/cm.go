@@ -1,4 +1,4 @@
-package main
+package rping
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // rping's connection management, one body for both transports: the rdma_cm
 // calls of rping.c (rping_bind_server and rping_run_server; rping_bind_client
 // and rping_connect_client) on an rdmacm.Manager whose one device is an iWARP
-// device (rping_iwarp.go) or a RoCE one (rping_roce.go). The parameters are
+// device or a RoCE one (device.go). The parameters are
 // rping.c's: the client connects with responder resources and initiator depth
 // 1, retry and RNR retry counts 7 (rping_connect); the server accepts with 1
 // and 1 and no retry counts (rping_accept passes no conn_param, and librdmacm
@@ -32,21 +32,21 @@ import (
 //     header), REP, RTU; DREQ and DREP at the end, as the kernel's rping does
 //     over rxe.
 
-// rpingCM is one side's rdma_cm: the Manager, the verbs context of its one
+// cmSide is one side's rdma_cm: the Manager, the verbs context of its one
 // device, and what the transport needs besides.
-type rpingCM struct {
+type cmSide struct {
 	m     *rdmacm.Manager
 	verbs *ib.Context
 	// settle is the client's wait after ESTABLISHED before its first SEND
-	// (iWARP: see rpingSettle).
+	// (iWARP: see Settle).
 	settle time.Duration
 	// close stops the Manager and its device.
 	close func() error
 }
 
-// rpingCMConn is an established rdma_cm connection: Done closes on its
+// cmConn is an established rdma_cm connection: Done closes on its
 // DISCONNECTED event.
-type rpingCMConn struct {
+type cmConn struct {
 	id   *rdmacm.ID
 	done chan struct{}
 	stop chan struct{}
@@ -54,8 +54,8 @@ type rpingCMConn struct {
 	ev   rdmacm.Event // the DISCONNECTED event, once done is closed
 }
 
-func newRpingCMConn(id *rdmacm.ID) *rpingCMConn {
-	c := &rpingCMConn{id: id, done: make(chan struct{}), stop: make(chan struct{})}
+func newCMConn(id *rdmacm.ID) *cmConn {
+	c := &cmConn{id: id, done: make(chan struct{}), stop: make(chan struct{})}
 	go func() {
 		for {
 			select {
@@ -77,19 +77,19 @@ func newRpingCMConn(id *rdmacm.ID) *rpingCMConn {
 }
 
 // Done is closed when the connection's DISCONNECTED event has come.
-func (c *rpingCMConn) Done() <-chan struct{} { return c.done }
+func (c *cmConn) Done() <-chan struct{} { return c.done }
 
 // Close ends the connection in order (rdma_disconnect); DISCONNECTED follows.
-func (c *rpingCMConn) Close() error { return c.id.Disconnect() }
+func (c *cmConn) Close() error { return c.id.Disconnect() }
 
 // Abort ends the connection at once (rdma_destroy_id: iWARP resets it).
-func (c *rpingCMConn) Abort() error {
+func (c *cmConn) Abort() error {
 	c.release()
 	return nil
 }
 
 // disconnected returns the DISCONNECTED event, if it has come.
-func (c *rpingCMConn) disconnected() (rdmacm.Event, bool) {
+func (c *cmConn) disconnected() (rdmacm.Event, bool) {
 	select {
 	case <-c.done:
 		return c.ev, true
@@ -99,13 +99,13 @@ func (c *rpingCMConn) disconnected() (rdmacm.Event, bool) {
 }
 
 // release stops the event reader and destroys the ID.
-func (c *rpingCMConn) release() {
+func (c *cmConn) release() {
 	c.once.Do(func() { close(c.stop) })
 	c.id.Destroy()
 }
 
-// rpingResolve returns -a's address (a name resolves to its first IPv4 one).
-func rpingResolve(ctx context.Context, s string) (netip.Addr, error) {
+// Resolve returns -a's address (a name resolves to its first IPv4 one).
+func Resolve(ctx context.Context, s string) (netip.Addr, error) {
 	if a, err := netip.ParseAddr(s); err == nil {
 		return a.Unmap(), nil
 	}
@@ -117,7 +117,7 @@ func rpingResolve(ctx context.Context, s string) (netip.Addr, error) {
 }
 
 // cmEvent prints ev as rping.c's cma event handler does (a DEBUG_LOG).
-func (r *rping) cmEvent(ev rdmacm.Event) {
+func (r *session) cmEvent(ev rdmacm.Event) {
 	rel := "child"
 	if ev.ID == r.cmID {
 		rel = "parent"
@@ -126,7 +126,7 @@ func (r *rping) cmEvent(ev rdmacm.Event) {
 }
 
 // cmWait is perf.CMWait, printing the event that came (-d).
-func (r *rping) cmWait(ctx context.Context, id *rdmacm.ID, timeout time.Duration, want ...rdmacm.EventType) (rdmacm.Event, error) {
+func (r *session) cmWait(ctx context.Context, id *rdmacm.ID, timeout time.Duration, want ...rdmacm.EventType) (rdmacm.Event, error) {
 	ev, err := perf.CMWait(ctx, id, timeout, want...)
 	if ev.ID != nil {
 		r.cmEvent(ev)
@@ -137,11 +137,11 @@ func (r *rping) cmWait(ctx context.Context, id *rdmacm.ID, timeout time.Duration
 // run is rping.c's main after its options: the Manager and its device (open),
 // the verbs objects rping_setup_buffers and rping_setup_qp make, then the
 // server's or the client's run.
-func (r *rping) run(ctx context.Context, open func(addr netip.Addr) (*rpingCM, error)) (err error) {
+func (r *session) run(ctx context.Context, open func(addr netip.Addr) (*cmSide, error)) (err error) {
 	o := r.o
 	var addr netip.Addr // -a's, or invalid
-	if o.addr != "" {
-		if addr, err = rpingResolve(ctx, o.addr); err != nil {
+	if o.Addr != "" {
+		if addr, err = Resolve(ctx, o.Addr); err != nil {
 			return err
 		}
 	}
@@ -161,18 +161,18 @@ func (r *rping) run(ctx context.Context, open func(addr netip.Addr) (*rpingCM, e
 	if r.cq, err = c.CreateCQ(32); err != nil {
 		return err
 	}
-	if r.recvMR, err = pd.RegMR(make([]byte, rpingInfoLen), ib.AccessLocalWrite); err != nil {
+	if r.recvMR, err = pd.RegMR(make([]byte, infoLen), ib.AccessLocalWrite); err != nil {
 		return err
 	}
-	if r.sendMR, err = pd.RegMR(make([]byte, rpingInfoLen), 0); err != nil {
+	if r.sendMR, err = pd.RegMR(make([]byte, infoLen), 0); err != nil {
 		return err
 	}
 	rdmaAccess := ib.AccessLocalWrite | ib.AccessRemoteRead | ib.AccessRemoteWrite
-	if r.rdmaMR, err = pd.RegMR(make([]byte, o.size), rdmaAccess); err != nil {
+	if r.rdmaMR, err = pd.RegMR(make([]byte, o.Size), rdmaAccess); err != nil {
 		return err
 	}
-	if o.client {
-		if r.startMR, err = pd.RegMR(make([]byte, o.size), rdmaAccess); err != nil {
+	if o.Client {
+		if r.startMR, err = pd.RegMR(make([]byte, o.Size), rdmaAccess); err != nil {
 			return err
 		}
 	}
@@ -188,18 +188,18 @@ func (r *rping) run(ctx context.Context, open func(addr netip.Addr) (*rpingCM, e
 		}
 		return r.postRecv()
 	}
-	if o.server {
+	if o.Server {
 		if !addr.IsValid() {
 			addr = netip.IPv4Unspecified()
 		}
-		return r.serve(ctx, cm, netip.AddrPortFrom(addr, uint16(o.port)), newQP)
+		return r.serve(ctx, cm, netip.AddrPortFrom(addr, uint16(o.Port)), newQP)
 	}
-	return r.dial(ctx, cm, netip.AddrPortFrom(addr, uint16(o.port)), newQP)
+	return r.dial(ctx, cm, netip.AddrPortFrom(addr, uint16(o.Port)), newQP)
 }
 
 // serve is rping_bind_server, rping_run_server and rping_test_server: one
 // connection, pings until the client disconnects.
-func (r *rping) serve(ctx context.Context, cm *rpingCM, bind netip.AddrPort, newQP func(*rdmacm.ID) error) error {
+func (r *session) serve(ctx context.Context, cm *cmSide, bind netip.AddrPort, newQP func(*rdmacm.ID) error) error {
 	l, err := cm.m.CreateID(rdmacm.PortSpaceTCP)
 	if err != nil {
 		return err
@@ -234,7 +234,7 @@ func (r *rping) serve(ctx context.Context, cm *rpingCM, bind netip.AddrPort, new
 		return err
 	}
 	r.debugf("accepting client connection request\n")
-	if err := id.Accept(rdmacm.ConnParam{ResponderResources: rpingIRDORD, InitiatorDepth: rpingIRDORD}); err != nil {
+	if err := id.Accept(rdmacm.ConnParam{ResponderResources: irdOrd, InitiatorDepth: irdOrd}); err != nil {
 		return fmt.Errorf("rdma_accept: %w", err)
 	}
 	if _, err := r.cmWait(ctx, id, perf.CMStep, rdmacm.EventEstablished); err != nil {
@@ -242,12 +242,12 @@ func (r *rping) serve(ctx context.Context, cm *rpingCM, bind netip.AddrPort, new
 	}
 	r.debugf("ESTABLISHED\n")
 	l.Destroy()
-	conn := newRpingCMConn(id)
+	conn := newCMConn(id)
 	defer conn.release()
 	r.conn = conn
 	for {
 		err := r.serverPing(ctx)
-		if errors.Is(err, errRpingDisconnected) {
+		if errors.Is(err, errDisconnected) {
 			r.disconnectEvent()
 			conn.Close()
 			return nil
@@ -260,7 +260,7 @@ func (r *rping) serve(ctx context.Context, cm *rpingCM, bind netip.AddrPort, new
 }
 
 // dial is rping_bind_client and rping_connect_client, then the pings.
-func (r *rping) dial(ctx context.Context, cm *rpingCM, peer netip.AddrPort, newQP func(*rdmacm.ID) error) error {
+func (r *session) dial(ctx context.Context, cm *cmSide, peer netip.AddrPort, newQP func(*rdmacm.ID) error) error {
 	id, err := cm.m.CreateID(rdmacm.PortSpaceTCP)
 	if err != nil {
 		return err
@@ -291,7 +291,7 @@ func (r *rping) dial(ctx context.Context, cm *rpingCM, peer netip.AddrPort, newQ
 		return fmt.Errorf("connect error: %w", err)
 	}
 	r.debugf("ESTABLISHED\nrdma_connect successful\n")
-	conn := newRpingCMConn(id)
+	conn := newCMConn(id)
 	defer conn.release()
 	r.conn = conn
 	if cm.settle > 0 {

@@ -1,4 +1,4 @@
-package main
+package rping
 
 import (
 	"net/netip"
@@ -25,7 +25,7 @@ func TestIWARPDevicesDiffer(t *testing.T) {
 		open func() *ib.Context
 	}{
 		{"rping", func() *ib.Context {
-			cm, err := rpingOpen(rpingOptions{transport: "iwarp"}, iwarp.CRCAccept, netip.MustParseAddr("127.0.0.1"))
+			cm, err := openDevice(Options{Transport: "iwarp"}, iwarp.CRCAccept, netip.MustParseAddr("127.0.0.1"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package main
+package rping
 
 import (
 	"fmt"
@@ -25,17 +25,17 @@ import (
 // agent on its QP1. --pcap records the RoCE frames (the MADs included). The
 // server's -a names the device (its address); the client's is the peer's.
 
-// rpingOpen opens the device and its rdma_cm; addr is -a's address.
-func rpingOpen(o rpingOptions, crc iwarp.CRCPolicy, addr netip.Addr) (*rpingCM, error) {
+// openDevice opens the device and its rdma_cm; addr is -a's address.
+func openDevice(o Options, crc iwarp.CRCPolicy, addr netip.Addr) (*cmSide, error) {
 	var spec devspec.Spec
-	cfg := device.Config{Pcap: o.pcap}
+	cfg := device.Config{Pcap: o.Pcap}
 	var cmc device.CMConfig
 	settle := time.Duration(0)
-	switch o.transport {
+	switch o.Transport {
 	case "iwarp":
 		spec.Transport = devspec.IWARP
 		if addr.IsValid() && !addr.IsUnspecified() {
-			if o.server {
+			if o.Server {
 				spec.Addr = addr
 			} else if a, err := device.RouteSource(addr); err == nil {
 				spec.Addr = a
@@ -43,17 +43,17 @@ func rpingOpen(o rpingOptions, crc iwarp.CRCPolicy, addr netip.Addr) (*rpingCM, 
 		}
 		// The calls set IRD and ORD (rping's 1 and 1) on each connection; the
 		// listener's own are those of the Reply of a request its policy rejects.
-		cfg.IWARP = iwarp.ConnParams{CRC: crc, IRD: rpingIRDORD, ORD: rpingIRDORD,
+		cfg.IWARP = iwarp.ConnParams{CRC: crc, IRD: irdOrd, ORD: irdOrd,
 			// rping uses neither atomics nor immediate data nor large FPDUs, so
 			// its start frames carry siw's own flags only. (siw as a responder
 			// echoes the Request's reserved bits in its Reply; that enables
 			// nothing, since softrdma acknowledges with a bit of its own.)
 			NoExtensions: true}
 		cmc.ConnectTimeout = 15 * time.Second
-		settle = o.settle
+		settle = o.Settle
 	default:
 		c := device.Choice{Backend: devspec.BackendUDP, GIDIndex: -1}
-		if !o.server {
+		if !o.Server {
 			c.Peer = addr
 		} else if addr.IsValid() && !addr.IsUnspecified() {
 			c.Name = addr.String()
@@ -72,7 +72,7 @@ func rpingOpen(o rpingOptions, crc iwarp.CRCPolicy, addr netip.Addr) (*rpingCM, 
 		d.Close()
 		return nil, err
 	}
-	return &rpingCM{m: cm.Manager, verbs: d.Context(), settle: settle, close: func() error {
+	return &cmSide{m: cm.Manager, verbs: d.Context(), settle: settle, close: func() error {
 		cm.Close()
 		if err := d.Close(); err != nil {
 			if spec.Transport == devspec.IWARP {
