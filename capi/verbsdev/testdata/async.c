@@ -27,7 +27,7 @@ static struct ibv_mr *mr;
 static int connect_qp(struct ibv_qp *qp, uint32_t dest, int retry)
 {
 	struct rc_params p = {.access = IBV_ACCESS_REMOTE_WRITE, .min_rnr_timer = 1,
-		.timeout = 4, .retry_cnt = retry, .rnr_retry = 7};
+		.timeout = 14, .retry_cnt = retry, .rnr_retry = 7};
 	return rc_connect(qp, dest, gid, p);
 }
 
