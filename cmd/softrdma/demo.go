@@ -1,21 +1,13 @@
 package main
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"hash/crc32"
 	"io"
-	"net/netip"
-	"os"
-	"text/tabwriter"
 	"time"
 
+	"github.com/softrdma/softrdma/demo"
 	"github.com/softrdma/softrdma/device"
-	"github.com/softrdma/softrdma/ibtransport"
-	"github.com/softrdma/softrdma/netio"
-	"github.com/softrdma/softrdma/roce"
-	"github.com/softrdma/softrdma/sim"
 )
 
 const demoUsage = `usage: softrdma demo [flags]
@@ -29,79 +21,59 @@ flags:
 `
 
 // demoOptions are the flags of softrdma demo.
-type demoOptions struct {
-	transport string
-	messages  int
-	size      int
-	depth     int
-	loss      float64
-	corrupt   float64
-	latency   time.Duration
-	bandwidth float64
-	mtu       int
-	seed      uint64
-	pcap      string
-	pcapView  string // --pcap-view: received or sent
-	json      bool
-	crc       string
-}
-
+// demoCmd is softrdma demo (package demo).
 func demoCmd(args []string, stdout, stderr io.Writer) int {
-	var o demoOptions
+	var o demo.Options
 	fs := newFlagSet("demo", demoUsage, stderr)
-	fs.StringVar(&o.transport, "transport", "roce", "transport: roce (simulated link) or iwarp (two devices over loopback TCP)")
-	fs.IntVarP(&o.messages, "messages", "n", 200, "messages per operation")
-	fs.IntVarP(&o.size, "size", "s", 16384, "bytes per SEND, WRITE and READ message")
-	fs.IntVar(&o.depth, "depth", 32, "work requests in flight")
-	fs.Float64Var(&o.loss, "loss", 0, "random loss probability on each direction of the link")
-	fs.Float64Var(&o.corrupt, "corrupt", 0, "probability of one flipped bit per frame (the ICRC catches it)")
-	fs.DurationVar(&o.latency, "latency", 10*time.Microsecond, "one-way link latency")
-	fs.Float64Var(&o.bandwidth, "bandwidth", 10e9, "link bandwidth in bit/s")
-	fs.IntVar(&o.mtu, "mtu", 1500, "Ethernet MTU of the link (IB MTU as rxe derives it)")
-	fs.Uint64Var(&o.seed, "seed", 1, "simulator seed: the same seed gives the same run")
-	fs.StringVar(&o.pcap, "pcap", "", "write the link's traffic to this pcap file")
-	fs.StringVar(&o.pcapView, "pcap-view", "received", "roce: what --pcap records: received (each frame as the other node got it: lost ones absent, corrupted ones corrupted, as a capture on the receiving host) or sent (each frame as its sender put it on the link, before loss and corruption)")
-	fs.BoolVar(&o.json, "json", false, "print the result as JSON")
-	fs.StringVar(&o.crc, "crc", "accept", "iwarp: MPA CRC policy of both sides: accept, request or require")
+	fs.StringVar(&o.Transport, "transport", "roce", "transport: roce (simulated link) or iwarp (two devices over loopback TCP)")
+	fs.IntVarP(&o.Messages, "messages", "n", 200, "messages per operation")
+	fs.IntVarP(&o.Size, "size", "s", 16384, "bytes per SEND, WRITE and READ message")
+	fs.IntVar(&o.Depth, "depth", 32, "work requests in flight")
+	fs.Float64Var(&o.Loss, "loss", 0, "random loss probability on each direction of the link")
+	fs.Float64Var(&o.Corrupt, "corrupt", 0, "probability of one flipped bit per frame (the ICRC catches it)")
+	fs.DurationVar(&o.Latency, "latency", 10*time.Microsecond, "one-way link latency")
+	fs.Float64Var(&o.Bandwidth, "bandwidth", 10e9, "link bandwidth in bit/s")
+	fs.IntVar(&o.MTU, "mtu", 1500, "Ethernet MTU of the link (IB MTU as rxe derives it)")
+	fs.Uint64Var(&o.Seed, "seed", 1, "simulator seed: the same seed gives the same run")
+	fs.StringVar(&o.Pcap, "pcap", "", "write the link's traffic to this pcap file")
+	fs.StringVar(&o.PcapView, "pcap-view", "received", "roce: what --pcap records: received (each frame as the other node got it: lost ones absent, corrupted ones corrupted, as a capture on the receiving host) or sent (each frame as its sender put it on the link, before loss and corruption)")
+	fs.BoolVar(&o.JSON, "json", false, "print the result as JSON")
+	fs.StringVar(&o.CRC, "crc", "accept", "iwarp: MPA CRC policy of both sides: accept, request or require")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return flagsExit(err)
 	}
-	switch o.transport {
+	switch o.Transport {
 	case "roce":
 	case "iwarp":
-		if o.loss != 0 || o.corrupt != 0 {
+		if o.Loss != 0 || o.Corrupt != 0 {
 			fmt.Fprintln(stderr, "softrdma demo: --loss and --corrupt need the simulated link (--transport roce); iwarp runs over real loopback TCP")
 			return 2
 		}
-		if _, err := device.ParseCRCPolicy(o.crc); err != nil {
+		if _, err := device.ParseCRCPolicy(o.CRC); err != nil {
 			fmt.Fprintf(stderr, "softrdma demo: %v\n", err)
 			return 2
 		}
 	default:
-		fmt.Fprintf(stderr, "softrdma demo: --transport %s: want roce or iwarp\n", o.transport)
+		fmt.Fprintf(stderr, "softrdma demo: --transport %s: want roce or iwarp\n", o.Transport)
 		return 2
 	}
-	switch o.pcapView {
+	switch o.PcapView {
 	case "received", "sent":
 	default:
-		fmt.Fprintf(stderr, "softrdma demo: --pcap-view %q: want received or sent\n", o.pcapView)
+		fmt.Fprintf(stderr, "softrdma demo: --pcap-view %q: want received or sent\n", o.PcapView)
 		return 2
 	}
-	if err := o.check(); err != nil {
+	if err := demoCheck(o); err != nil {
 		fmt.Fprintf(stderr, "softrdma demo: %v\n", err)
 		return 2
 	}
-	run := runDemo
-	if o.transport == "iwarp" {
-		run = runDemoIWARP
-	}
-	res, err := run(o)
-	if o.json {
+	res, err := demo.Run(o)
+	if o.JSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		enc.Encode(res)
 	} else {
-		res.print(stdout)
+		res.Print(stdout)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma demo: %v\n", err)
@@ -128,499 +100,25 @@ const (
 	demoMaxIWARPMsg = 16384
 )
 
-// check reports the first flag out of its range, before anything starts: the
+// demoCheck reports the first flag out of its range, before anything starts: the
 // simulator panics on a loss, corruption, bandwidth or latency outside its
 // LinkConfig's ranges, -n × -s can overflow int or exhaust the memory, and a
 // link MTU too small for any IB MTU drops every frame.
-func (o demoOptions) check() error {
+func demoCheck(o demo.Options) error {
 	maxMsgs := demoMaxBuffer / 8
-	if o.transport == "iwarp" {
+	if o.Transport == "iwarp" {
 		maxMsgs = demoMaxIWARPMsg
 	}
-	maxSize := demoMaxBuffer / max(1, min(o.messages, maxMsgs))
+	maxSize := demoMaxBuffer / max(1, min(o.Messages, maxMsgs))
 	return checkFlags(
-		intRange("--messages", o.messages, 1, maxMsgs),
-		flagRange{"--size", o.size, 8 <= o.size && o.size <= maxSize,
+		intRange("--messages", o.Messages, 1, maxMsgs),
+		flagRange{"--size", o.Size, 8 <= o.Size && o.Size <= maxSize,
 			fmt.Sprintf("8 to %d (--messages × --size, each node's buffer, is at most %d MiB)", maxSize, demoMaxBuffer>>20)},
-		intRange("--depth", o.depth, 1, demoMaxDepth),
-		floatRange("--loss", o.loss, 0, 1, "a probability"),
-		floatRange("--corrupt", o.corrupt, 0, 1, "a probability"),
-		durationRange("--latency", o.latency, 0, demoMaxLatency),
-		floatRange("--bandwidth", o.bandwidth, 1, demoMaxBitRate, "bit/s"),
-		intRange("--mtu", o.mtu, demoMinMTU, demoMaxMTU),
+		intRange("--depth", o.Depth, 1, demoMaxDepth),
+		floatRange("--loss", o.Loss, 0, 1, "a probability"),
+		floatRange("--corrupt", o.Corrupt, 0, 1, "a probability"),
+		durationRange("--latency", o.Latency, 0, demoMaxLatency),
+		floatRange("--bandwidth", o.Bandwidth, 1, demoMaxBitRate, "bit/s"),
+		intRange("--mtu", o.MTU, demoMinMTU, demoMaxMTU),
 	)
-}
-
-// demoResult is what softrdma demo reports.
-type demoResult struct {
-	Transport   string        `json:"transport"`
-	Link        string        `json:"link"`
-	Operations  []demoOpStats `json:"operations"`
-	VirtualTime time.Duration `json:"virtual_time_ns"`
-	WallTime    time.Duration `json:"wall_time_ns"`
-	Frames      uint64        `json:"frames"`
-	Dropped     uint64        `json:"frames_dropped"`
-	Corrupted   uint64        `json:"frames_corrupted"`
-	BadICRC     uint64        `json:"bad_icrc_dropped"`
-	Verified    bool          `json:"verified"`
-	Error       string        `json:"error,omitempty"`
-	// Notes are transport-specific lines (iwarp: what MPA negotiated).
-	Notes []string `json:"notes,omitempty"`
-}
-
-// demoOpStats is one row of the demo's table.
-type demoOpStats struct {
-	Operation       string `json:"operation"`
-	Messages        int    `json:"messages"`
-	Bytes           int64  `json:"bytes"`
-	Retransmissions uint64 `json:"retransmissions"`
-	Verified        bool   `json:"verified"`
-	Detail          string `json:"detail,omitempty"`
-}
-
-func (r *demoResult) print(w io.Writer) {
-	if r.Notes != nil {
-		fmt.Fprintf(w, "softrdma demo: %s, two devices in one process (%s)\n\n", r.Transport, r.Link)
-	} else {
-		fmt.Fprintf(w, "softrdma demo: %s, two nodes on a simulated link (%s)\n\n", r.Transport, r.Link)
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "operation\tmessages\tbytes\tretransmissions\tverified\t")
-	for _, op := range r.Operations {
-		v := "yes"
-		if !op.Verified {
-			v = "NO"
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t\n", op.Operation, op.Messages, op.Bytes, op.Retransmissions, v)
-	}
-	tw.Flush()
-	for _, op := range r.Operations {
-		if op.Detail != "" {
-			fmt.Fprintf(w, "%s: %s\n", op.Operation, op.Detail)
-		}
-	}
-	if r.Notes != nil {
-		fmt.Fprintln(w)
-		for _, n := range r.Notes {
-			fmt.Fprintln(w, n)
-		}
-		fmt.Fprintf(w, "wall time %v\n", r.WallTime.Round(time.Millisecond))
-	} else {
-		fmt.Fprintf(w, "\nframes on the link %d, dropped %d, corrupted %d (ICRC rejected %d)\n", r.Frames, r.Dropped, r.Corrupted, r.BadICRC)
-		fmt.Fprintf(w, "virtual time %v, wall time %v\n", r.VirtualTime.Round(time.Microsecond), r.WallTime.Round(time.Millisecond))
-	}
-	if r.Verified {
-		fmt.Fprintln(w, "every byte verified")
-	} else {
-		fmt.Fprintln(w, "VERIFICATION FAILED")
-	}
-}
-
-// demoNode is one side of the demo: a RoCE device on a simulated port, with
-// one RC QP, its CQ and the memory regions the operations use.
-type demoNode struct {
-	dev   *roce.Device
-	pd    *ibtransport.PD
-	cq    *ibtransport.CQ
-	qp    *ibtransport.QP
-	data  *ibtransport.MR // message buffers
-	atom  *ibtransport.MR // 8-byte atomic target (responder) / results (requester)
-	psn   uint32
-	wcBuf []ibtransport.WC
-}
-
-func newDemoNode(port netio.Endpoint, mac [6]byte, ip netip.Addr, nbrs roce.StaticNeighbors, o demoOptions, seed uint64) (*demoNode, error) {
-	dev, err := roce.NewDevice(roce.DeviceConfig{
-		Endpoint:  port,
-		MAC:       mac,
-		Addrs:     []netip.Addr{ip},
-		Neighbors: nbrs,
-		Engine:    ibtransport.ContextConfig{Seed: seed},
-	})
-	if err != nil {
-		return nil, err
-	}
-	ctx := dev.Context()
-	n := &demoNode{dev: dev, pd: ctx.AllocPD(), wcBuf: make([]ibtransport.WC, 64)}
-	if n.cq, err = ctx.CreateCQ(4 * o.depth); err != nil {
-		return nil, err
-	}
-	if n.qp, err = ctx.CreateQP(n.pd, ibtransport.QPInitAttr{
-		Type: ibtransport.QPTypeRC, SendCQ: n.cq, RecvCQ: n.cq,
-		Cap: ibtransport.QPCap{MaxSendWR: o.depth, MaxRecvWR: o.depth, MaxSendSGE: 1, MaxRecvSGE: 1},
-	}); err != nil {
-		return nil, err
-	}
-	access := ibtransport.AccessLocalWrite | ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead | ibtransport.AccessRemoteAtomic
-	if n.data, err = n.pd.RegMR(make([]byte, o.messages*o.size), access); err != nil {
-		return nil, err
-	}
-	if n.atom, err = n.pd.RegMR(make([]byte, 8*o.messages), access); err != nil {
-		return nil, err
-	}
-	n.psn = uint32(seed*0x9e3779b9) & ibtransport.PSNMask
-	return n, nil
-}
-
-// connect moves the QP to RTS towards the peer, as ibv_rc_pingpong does.
-func (n *demoNode) connect(peer *demoNode, peerIP netip.Addr) error {
-	ah, err := n.dev.AddressHandle(peerIP)
-	if err != nil {
-		return err
-	}
-	steps := []struct {
-		attr ibtransport.QPAttr
-		mask ibtransport.QPAttrMask
-	}{
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1,
-			AccessFlags: ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead | ibtransport.AccessRemoteAtomic},
-			ibtransport.QPAttrState | ibtransport.QPAttrPKeyIndex | ibtransport.QPAttrPort | ibtransport.QPAttrAccessFlags},
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: n.dev.PathMTU(),
-			DestQPN: peer.qp.QPN(), RQPSN: peer.psn, MaxDestRdAtomic: 16, MinRNRTimer: 12},
-			ibtransport.QPAttrState | ibtransport.QPAttrAH | ibtransport.QPAttrPathMTU | ibtransport.QPAttrDestQPN |
-				ibtransport.QPAttrRQPSN | ibtransport.QPAttrMaxDestRdAtomic | ibtransport.QPAttrMinRNRTimer},
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: n.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
-			ibtransport.QPAttrState | ibtransport.QPAttrSQPSN | ibtransport.QPAttrTimeout | ibtransport.QPAttrRetryCnt |
-				ibtransport.QPAttrRNRRetry | ibtransport.QPAttrMaxRdAtomic},
-	}
-	for _, s := range steps {
-		if err := n.qp.Modify(&s.attr, s.mask); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// pattern fills b with bytes that depend on the message number and the seed.
-func pattern(b []byte, msg int, seed uint64) {
-	x := uint32(msg)*2654435761 ^ uint32(seed)
-	for i := range b {
-		x = x*1664525 + 1013904223
-		b[i] = byte(x >> 24)
-	}
-}
-
-// demoPhase is one operation of the demo: how to post message i, what to check
-// when it completes, and what to check at the end.
-type demoPhase struct {
-	name   string
-	bytes  int64
-	post   func(i int) error             // post the requester's WR for message i
-	recv   func(i int) error             // post a receive for message i at the responder, if any
-	done   func(wc ibtransport.WC) error // requester completion check
-	got    func(wc ibtransport.WC) error // responder completion check
-	verify func() error
-}
-
-func runDemo(o demoOptions) (_ *demoResult, err error) {
-	start := time.Now()
-	res := &demoResult{Transport: "RoCEv2 (RC)",
-		Link: fmt.Sprintf("%v latency, %.0f Gbit/s, MTU %d, loss %g, corruption %g, seed %d",
-			o.latency, o.bandwidth/1e9, o.mtu, o.loss, o.corrupt, o.seed)}
-	net := sim.New(o.seed)
-	macA, macB := [6]byte{0x02, 0x53, 0x52, 0, 0, 1}, [6]byte{0x02, 0x53, 0x52, 0, 0, 2}
-	ipA, ipB := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
-	pa, pb := net.AddNode("a", macA), net.AddNode("b", macB)
-	link := net.Connect(pa, pb, sim.LinkConfig{
-		Latency: o.latency, Bandwidth: int64(o.bandwidth), MTU: o.mtu, Loss: o.loss, Corrupt: o.corrupt,
-	})
-	if o.pcap != "" {
-		f, err := os.Create(o.pcap)
-		if err != nil {
-			return res, err
-		}
-		// The default view is the receivers' (sim.CaptureDelivered), so that
-		// a decode of the file agrees with the summary: lost frames absent
-		// (PSN gaps), corrupted ones failing their ICRC. The senders' view
-		// records every frame before the link's loss and corruption.
-		point := sim.CaptureDelivered
-		if o.pcapView == "sent" {
-			point = sim.CaptureTransmitted
-		}
-		if _, err := net.CaptureLinkAt(link, f, netio.FormatPcap, point); err != nil {
-			f.Close()
-			return res, err
-		}
-		defer func() {
-			if ferr := net.FlushCaptures(); ferr != nil && err == nil {
-				err = fmt.Errorf("--pcap: %w", ferr)
-			}
-			if cerr := f.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("--pcap: %w", cerr)
-			}
-		}()
-	}
-	nbrs := roce.StaticNeighbors{ipA: macA, ipB: macB}
-	a, err := newDemoNode(pa, macA, ipA, nbrs, o, o.seed*2+1)
-	if err != nil {
-		return res, err
-	}
-	b, err := newDemoNode(pb, macB, ipB, nbrs, o, o.seed*2+2)
-	if err != nil {
-		return res, err
-	}
-	if err := a.connect(b, ipB); err != nil {
-		return res, err
-	}
-	if err := b.connect(a, ipA); err != nil {
-		return res, err
-	}
-
-	res.Verified = true
-	for _, ph := range demoPhases(a, b, o) {
-		before := a.qp.Counters().Retransmissions
-		err := runPhase(net, a, b, ph, o)
-		st := demoOpStats{Operation: ph.name, Messages: o.messages, Bytes: ph.bytes, Verified: err == nil,
-			Retransmissions: a.qp.Counters().Retransmissions - before}
-		if err == nil && ph.verify != nil {
-			if err = ph.verify(); err != nil {
-				st.Verified = false
-			}
-		}
-		if err != nil {
-			st.Detail = err.Error()
-			res.Verified = false
-		}
-		res.Operations = append(res.Operations, st)
-		if err != nil && a.qp.State() == ibtransport.QPStateErr {
-			break // the QP is gone: later phases cannot run
-		}
-	}
-	for _, dir := range []sim.Direction{sim.AtoB, sim.BtoA} {
-		s := link.Stats(dir)
-		res.Frames += s.Sent
-		res.Dropped += s.TotalDropped()
-		res.Corrupted += s.Corrupted
-	}
-	res.BadICRC = a.dev.Counters().BadICRC + b.dev.Counters().BadICRC
-	res.VirtualTime = net.Now().Sub(sim.Epoch)
-	res.WallTime = time.Since(start)
-	return res, nil
-}
-
-// runPhase posts every message of one phase, keeping o.depth in flight, and
-// drives the network until all have completed on both sides.
-func runPhase(net *sim.Network, a, b *demoNode, ph demoPhase, o demoOptions) error {
-	r := newPhaseRun(a, b, ph, o, min(o.depth, o.messages))
-	if r.failure != nil {
-		return r.failure
-	}
-	if err := net.Drive(10*time.Minute, r.done, func(time.Time) bool { return r.step() }, a.dev, b.dev); err != nil {
-		return err
-	}
-	return r.failure
-}
-
-// phaseRun is the progress of one phase: what is posted, completed and received.
-type phaseRun struct {
-	a, b                                    *demoNode
-	ph                                      demoPhase
-	o                                       demoOptions
-	posted, completed, recvPosted, received int
-	failure                                 error
-}
-
-// newPhaseRun starts a phase with recvDepth receives posted at the responder
-// (if the phase has receives).
-func newPhaseRun(a, b *demoNode, ph demoPhase, o demoOptions, recvDepth int) *phaseRun {
-	r := &phaseRun{a: a, b: b, ph: ph, o: o}
-	if ph.recv != nil {
-		for r.recvPosted < recvDepth {
-			if err := ph.recv(r.recvPosted); err != nil {
-				r.failure = err
-				return r
-			}
-			r.recvPosted++
-		}
-	}
-	return r
-}
-
-// done reports whether the phase has ended, by success or failure.
-func (r *phaseRun) done() bool {
-	return r.failure != nil || (r.completed == r.o.messages && (r.ph.recv == nil || r.received == r.o.messages))
-}
-
-// step posts what the depth allows and polls both CQs; it reports whether
-// anything happened.
-func (r *phaseRun) step() bool {
-	a, b, ph, o := r.a, r.b, r.ph, r.o
-	moved := false
-	for r.posted < o.messages && r.posted-r.completed < o.depth {
-		if err := ph.post(r.posted); err != nil {
-			r.failure = err
-			return true
-		}
-		r.posted++
-		moved = true
-	}
-	for _, wc := range a.wcBuf[:a.cq.Poll(a.wcBuf)] {
-		moved = true
-		if wc.Status != ibtransport.WCSuccess {
-			r.failure = fmt.Errorf("requester completion: %v", wc)
-			return true
-		}
-		if err := ph.done(wc); err != nil {
-			r.failure = err
-			return true
-		}
-		r.completed++
-	}
-	for _, wc := range b.wcBuf[:b.cq.Poll(b.wcBuf)] {
-		moved = true
-		if wc.Status != ibtransport.WCSuccess {
-			r.failure = fmt.Errorf("responder completion: %v", wc)
-			return true
-		}
-		if ph.got != nil {
-			if err := ph.got(wc); err != nil {
-				r.failure = err
-				return true
-			}
-		}
-		r.received++
-		if r.recvPosted < o.messages {
-			if err := ph.recv(r.recvPosted); err != nil {
-				r.failure = err
-				return true
-			}
-			r.recvPosted++
-		}
-	}
-	return moved
-}
-
-func demoPhases(a, b *demoNode, o demoOptions) []demoPhase {
-	size := o.size
-	msgBytes := int64(o.messages) * int64(size)
-	off := func(i int) int { return i * size }
-	// expect[i] is the content of message i; filled lazily in the requester's buffer.
-	fill := func(mr *ibtransport.MR, i int, salt uint64) { pattern(mr.Buf()[off(i):off(i)+size], i, o.seed^salt) }
-	same := func(mr *ibtransport.MR, i int, salt uint64) error {
-		want := make([]byte, size)
-		pattern(want, i, o.seed^salt)
-		got := mr.Buf()[off(i) : off(i)+size]
-		if crc32.ChecksumIEEE(got) != crc32.ChecksumIEEE(want) || string(got) != string(want) {
-			return fmt.Errorf("message %d: bytes differ", i)
-		}
-		return nil
-	}
-	inOrder := func(next *int) func(wc ibtransport.WC) error {
-		return func(wc ibtransport.WC) error {
-			if wc.WRID != uint64(*next) {
-				return fmt.Errorf("completion for wr %d, want %d (out of order)", wc.WRID, *next)
-			}
-			*next++
-			return nil
-		}
-	}
-	var sendNext, recvNext, writeNext, readNext, faddNext, casNext int
-	sendPhase := demoPhase{
-		name: "SEND", bytes: msgBytes,
-		post: func(i int) error {
-			fill(a.data, i, 1)
-			return a.qp.PostSend(ibtransport.SendWR{WRID: uint64(i), Opcode: ibtransport.WRSend, Signaled: true,
-				SGL: []ibtransport.SGE{a.data.SGE(off(i), size)}})
-		},
-		recv: func(i int) error {
-			return b.qp.PostRecv(ibtransport.RecvWR{WRID: uint64(i), SGL: []ibtransport.SGE{b.data.SGE(off(i), size)}})
-		},
-		done: inOrder(&sendNext),
-		got: func(wc ibtransport.WC) error {
-			if err := inOrder(&recvNext)(wc); err != nil {
-				return err
-			}
-			if wc.ByteLen != uint32(size) {
-				return fmt.Errorf("received %d bytes, want %d", wc.ByteLen, size)
-			}
-			return same(b.data, int(wc.WRID), 1)
-		},
-	}
-	writePhase := demoPhase{
-		name: "RDMA_WRITE", bytes: msgBytes,
-		post: func(i int) error {
-			fill(a.data, i, 2)
-			return a.qp.PostSend(ibtransport.SendWR{WRID: uint64(i), Opcode: ibtransport.WRRDMAWrite, Signaled: true,
-				SGL: []ibtransport.SGE{a.data.SGE(off(i), size)}, RemoteAddr: b.data.Addr() + uint64(off(i)), RKey: b.data.RKey()})
-		},
-		done: inOrder(&writeNext),
-		verify: func() error {
-			for i := 0; i < o.messages; i++ {
-				if err := same(b.data, i, 2); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
-	}
-	readPhase := demoPhase{
-		name: "RDMA_READ", bytes: msgBytes,
-		post: func(i int) error {
-			fill(b.data, i, 3) // the responder's memory holds what is read
-			return a.qp.PostSend(ibtransport.SendWR{WRID: uint64(i), Opcode: ibtransport.WRRDMARead, Signaled: true,
-				SGL: []ibtransport.SGE{a.data.SGE(off(i), size)}, RemoteAddr: b.data.Addr() + uint64(off(i)), RKey: b.data.RKey()})
-		},
-		done: func(wc ibtransport.WC) error {
-			if err := inOrder(&readNext)(wc); err != nil {
-				return err
-			}
-			return same(a.data, int(wc.WRID), 3)
-		},
-	}
-	// FETCH_AND_ADD: message i adds i+1 to one counter; its original value must
-	// be the sum of the earlier addends, so an atomic executed twice shows.
-	faddPhase := demoPhase{
-		name: "ATOMIC_FETCH_ADD", bytes: int64(o.messages) * 8,
-		post: func(i int) error {
-			return a.qp.PostSend(ibtransport.SendWR{WRID: uint64(i), Opcode: ibtransport.WRAtomicFetchAdd, Signaled: true,
-				SGL: []ibtransport.SGE{a.atom.SGE(8*i, 8)}, RemoteAddr: b.atom.Addr(), RKey: b.atom.RKey(), CompareAdd: uint64(i + 1)})
-		},
-		done: func(wc ibtransport.WC) error {
-			if err := inOrder(&faddNext)(wc); err != nil {
-				return err
-			}
-			i := int(wc.WRID)
-			got := binary.LittleEndian.Uint64(a.atom.Buf()[8*i:])
-			if want := uint64(i * (i + 1) / 2); got != want {
-				return fmt.Errorf("fetch-add %d returned %d, want %d", i, got, want)
-			}
-			return nil
-		},
-		verify: func() error {
-			n := uint64(o.messages)
-			if got := binary.LittleEndian.Uint64(b.atom.Buf()); got != n*(n+1)/2 {
-				return fmt.Errorf("counter is %d after %d fetch-adds, want %d", got, n, n*(n+1)/2)
-			}
-			return nil
-		},
-	}
-	// CMP_AND_SWP: a chain i → i+1 on a fresh counter; each must find i.
-	casPhase := demoPhase{
-		name: "ATOMIC_CMP_SWAP", bytes: int64(o.messages) * 8,
-		post: func(i int) error {
-			if i == 0 {
-				binary.LittleEndian.PutUint64(b.atom.Buf(), 0)
-			}
-			return a.qp.PostSend(ibtransport.SendWR{WRID: uint64(i), Opcode: ibtransport.WRAtomicCmpAndSwp, Signaled: true,
-				SGL: []ibtransport.SGE{a.atom.SGE(8*i, 8)}, RemoteAddr: b.atom.Addr(), RKey: b.atom.RKey(),
-				CompareAdd: uint64(i), Swap: uint64(i + 1)})
-		},
-		done: func(wc ibtransport.WC) error {
-			if err := inOrder(&casNext)(wc); err != nil {
-				return err
-			}
-			i := int(wc.WRID)
-			if got := binary.LittleEndian.Uint64(a.atom.Buf()[8*i:]); got != uint64(i) {
-				return fmt.Errorf("cmp-swap %d found %d, want %d", i, got, i)
-			}
-			return nil
-		},
-		verify: func() error {
-			if got := binary.LittleEndian.Uint64(b.atom.Buf()); got != uint64(o.messages) {
-				return fmt.Errorf("counter is %d after the cmp-swap chain, want %d", got, o.messages)
-			}
-			return nil
-		},
-	}
-	return []demoPhase{sendPhase, writePhase, readPhase, faddPhase, casPhase}
 }

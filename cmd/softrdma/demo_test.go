@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/demo"
 )
 
 // TestDemo runs softrdma demo as a user would: every operation verified, exit
@@ -61,7 +62,7 @@ func TestDemoFailsLoudly(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d, want 1\n%s%s", code, out.String(), errOut.String())
 	}
-	var res demoResult
+	var res demo.Result
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, out.String())
 	}
@@ -154,7 +155,7 @@ func TestDemoPcapViews(t *testing.T) {
 			if code := demoCmd(args, &out, &errOut); code != 0 {
 				t.Fatalf("exit %d\n%s%s", code, out.String(), errOut.String())
 			}
-			var demo demoResult
+			var demo demo.Result
 			if err := json.Unmarshal(out.Bytes(), &demo); err != nil {
 				t.Fatal(err)
 			}

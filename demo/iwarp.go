@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -13,52 +13,52 @@ import (
 	"github.com/softrdma/softrdma/pcaptap"
 )
 
-// newIWARPDemoNode is one side of the iWARP demo: the same verbs objects as the
+// newIWARPNode is one side of the iWARP demo: the same verbs objects as the
 // RoCE demo's, on an iwarp device. Its receive queue holds a receive for every
 // message of a phase: iWARP has no RNR flow control (a SEND that finds no receive
 // ends the connection), so the responder posts them all before the phase.
-func newIWARPDemoNode(o demoOptions, seed uint64) (*demoNode, error) {
+func newIWARPNode(o Options, seed uint64) (*node, error) {
 	dev, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: seed}})
 	if err != nil {
 		return nil, err
 	}
 	ctx := dev.Context()
-	n := &demoNode{pd: ctx.AllocPD(), wcBuf: make([]ibtransport.WC, 64)}
-	recvDepth := max(o.depth, o.messages)
-	if n.cq, err = ctx.CreateCQ(2*o.depth + recvDepth); err != nil {
+	n := &node{pd: ctx.AllocPD(), wcBuf: make([]ibtransport.WC, 64)}
+	recvDepth := max(o.Depth, o.Messages)
+	if n.cq, err = ctx.CreateCQ(2*o.Depth + recvDepth); err != nil {
 		return nil, err
 	}
 	if n.qp, err = ctx.CreateQP(n.pd, ibtransport.QPInitAttr{
 		Type: ibtransport.QPTypeRC, SendCQ: n.cq, RecvCQ: n.cq,
-		Cap: ibtransport.QPCap{MaxSendWR: o.depth, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1},
+		Cap: ibtransport.QPCap{MaxSendWR: o.Depth, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1},
 	}); err != nil {
 		return nil, err
 	}
 	access := ibtransport.AccessLocalWrite | ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead | ibtransport.AccessRemoteAtomic
-	if n.data, err = n.pd.RegMR(make([]byte, o.messages*o.size), access); err != nil {
+	if n.data, err = n.pd.RegMR(make([]byte, o.Messages*o.Size), access); err != nil {
 		return nil, err
 	}
-	if n.atom, err = n.pd.RegMR(make([]byte, 8*o.messages), access); err != nil {
+	if n.atom, err = n.pd.RegMR(make([]byte, 8*o.Messages), access); err != nil {
 		return nil, err
 	}
 	return n, nil
 }
 
-// runDemoIWARP runs the demo's phases between two iwarp devices in this process,
+// runIWARP runs the demo's phases between two iwarp devices in this process,
 // connected over loopback TCP (Listen/Accept and Dial, as rdma_cm would), with
 // the RFC 7306 atomics softrdma offers its own peers.
-func runDemoIWARP(o demoOptions) (*demoResult, error) {
+func runIWARP(o Options) (*Result, error) {
 	start := time.Now()
-	crc, err := device.ParseCRCPolicy(o.crc)
+	crc, err := device.ParseCRCPolicy(o.CRC)
 	if err != nil {
 		return nil, err
 	}
-	res := &demoResult{Transport: "iWARP (RDMAP/DDP/MPA over TCP)", Link: "loopback TCP, CRC " + crc.String()}
+	res := &Result{Transport: "iWARP (RDMAP/DDP/MPA over TCP)", Link: "loopback TCP, CRC " + crc.String()}
 	params := iwarp.ConnParams{CRC: crc}
 	dialParams := params
 	var capture *pcaptap.TCP
-	if o.pcap != "" {
-		f, err := os.Create(o.pcap)
+	if o.Pcap != "" {
+		f, err := os.Create(o.Pcap)
 		if err != nil {
 			return res, err
 		}
@@ -69,11 +69,11 @@ func runDemoIWARP(o demoOptions) (*demoResult, error) {
 		// One side's view has both directions: capture the initiator's.
 		dialParams.Observe = capture.Observe
 	}
-	a, err := newIWARPDemoNode(o, o.seed*2+1)
+	a, err := newIWARPNode(o, o.Seed*2+1)
 	if err != nil {
 		return res, err
 	}
-	b, err := newIWARPDemoNode(o, o.seed*2+2)
+	b, err := newIWARPNode(o, o.Seed*2+2)
 	if err != nil {
 		return res, err
 	}
@@ -107,16 +107,16 @@ func runDemoIWARP(o demoOptions) (*demoResult, error) {
 		neg.Revision, neg.CRC, neg.SendMarkers || neg.RecvMarkers, neg.IRD, neg.ORD, neg.Extensions, neg.MULPDU))
 
 	res.Verified = true
-	for _, ph := range demoPhases(a, b, o) {
+	for _, ph := range phases(a, b, o) {
 		err := runPhaseLive(a, b, ph, o)
 		if err == nil {
 			// An iWARP WRITE completes when it is handed to TCP, not when it is
 			// placed: check the responder's memory after a SEND has followed
 			// (RFC 5040 §5.5: a Send is delivered after every earlier message
 			// of the stream is placed).
-			err = demoBarrier(a, b)
+			err = barrier(a, b)
 		}
-		st := demoOpStats{Operation: ph.name, Messages: o.messages, Bytes: ph.bytes, Verified: err == nil}
+		st := OpStats{Operation: ph.name, Messages: o.Messages, Bytes: ph.bytes, Verified: err == nil}
 		if err == nil && ph.verify != nil {
 			if err = ph.verify(); err != nil {
 				st.Verified = false
@@ -152,8 +152,8 @@ func runDemoIWARP(o demoOptions) (*demoResult, error) {
 
 // runPhaseLive runs one phase on QPs driven by their own goroutines: it polls
 // both CQs, and sleeps on their completion events when nothing happened.
-func runPhaseLive(a, b *demoNode, ph demoPhase, o demoOptions) error {
-	r := newPhaseRun(a, b, ph, o, o.messages)
+func runPhaseLive(a, b *node, ph phase, o Options) error {
+	r := newPhaseRun(a, b, ph, o, o.Messages)
 	deadline := time.Now().Add(2 * time.Minute)
 	idle := time.NewTimer(time.Hour)
 	defer idle.Stop()
@@ -167,7 +167,7 @@ func runPhaseLive(a, b *demoNode, ph demoPhase, o demoOptions) error {
 			continue
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out: %d of %d completed, %d received", r.completed, o.messages, r.received)
+			return fmt.Errorf("timed out: %d of %d completed, %d received", r.completed, o.Messages, r.received)
 		}
 		idle.Reset(100 * time.Millisecond)
 		select {
@@ -179,9 +179,9 @@ func runPhaseLive(a, b *demoNode, ph demoPhase, o demoOptions) error {
 	return r.failure
 }
 
-// demoBarrier sends a zero-length SEND from a to b and waits for both
+// barrier sends a zero-length SEND from a to b and waits for both
 // completions.
-func demoBarrier(a, b *demoNode) error {
+func barrier(a, b *node) error {
 	const id = 1 << 62
 	if err := b.qp.PostRecv(ibtransport.RecvWR{WRID: id}); err != nil {
 		return err
@@ -191,7 +191,7 @@ func demoBarrier(a, b *demoNode) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, n := range []*demoNode{a, b} {
+	for _, n := range []*node{a, b} {
 		var wc [1]ibtransport.WC
 		for n.cq.Poll(wc[:]) == 0 {
 			if err := n.cq.Wait(ctx); err != nil {
