@@ -85,7 +85,8 @@ func TestLibsRXE(t *testing.T) {
 	}
 	// rdma_cm (librdmacm.so.1): rping and perftest -R, the connection over
 	// the IB CM on QP1.
-	cmOpcode := map[string]string{"rping": "RDMA READ", "ib_write_bw": "RDMA WRITE", "ib_read_bw": "RDMA READ", "ib_send_bw": "SEND"}
+	cmOpcode := map[string]string{"rping": "RDMA READ", "ib_write_bw": "RDMA WRITE", "ib_read_bw": "RDMA READ", "ib_send_bw": "SEND",
+		"ib_write_lat": "RDMA WRITE", "ib_read_lat": "RDMA READ", "ib_send_lat": "SEND"}
 	for _, c := range cmCases() {
 		t.Run("rdma_cm/"+c.String(), func(t *testing.T) {
 			requireRdmacm(t)
