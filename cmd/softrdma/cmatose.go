@@ -4,45 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/netip"
 	"time"
 
-	"github.com/softrdma/softrdma/device"
-	"github.com/softrdma/softrdma/devspec"
-	ib "github.com/softrdma/softrdma/ibtransport"
-	"github.com/softrdma/softrdma/perf"
-	"github.com/softrdma/softrdma/rdmacm"
-	"github.com/softrdma/softrdma/rping"
+	"github.com/softrdma/softrdma/cmatose"
 )
-
-// softrdma cmatose is librdmacm's ucmatose (examples/cmatose.c) and, with
-// --ud, its udaddy (examples/udaddy.c), over RoCE through rdma_cm (the IB CM
-// on QP1 of a device on the UDP backend), one connection:
-//
-//   - RC (RDMA_PS_TCP, port 7471): both sides post -C receives of -S octets
-//     before rdma_connect / rdma_accept (responder resources and initiator
-//     depth 1; the client asks for retry count 5 and no RNR retries, so the
-//     receives must be there); the server SENDs -C messages, waits for their
-//     completions, then for the client's -C replies, and disconnects; the
-//     client receives, replies, and answers the DREQ.
-//   - UD (RDMA_PS_UDP, port 7174): the client's rdma_connect is a SIDR_REQ,
-//     the server's rdma_accept the SIDR_REP naming its QP and Q_Key
-//     (RDMA_UDP_QKEY); the client SENDs -C messages to it, the server
-//     receives them (each with its 40-octet GRH) and replies to the sender's
-//     QP; no disconnect.
-//
-// The lines printed are the tools' ("cmatose: starting server", "initiating
-// data transfers", ..., "test complete", "return status 0"), without their
-// timing statistics.
-
-type cmatoseOptions struct {
-	server, bind string
-	count, size  int
-	port         int
-	ud           bool
-	pcap         string
-	timeout      time.Duration
-}
 
 const cmatoseUsage = `usage: softrdma cmatose -b ADDR [flags]          (server)
        softrdma cmatose -s HOST [-b ADDR] [flags] (client)
@@ -53,48 +18,50 @@ through rdma_cm; either side may be the real tool.
 flags:
 `
 
+// cmatoseCmd is softrdma cmatose: librdmacm's ucmatose and udaddy
+// (package cmatose).
 func cmatoseCmd(args []string, stdout, stderr io.Writer) int {
-	var o cmatoseOptions
+	var o cmatose.Options
 	fs := newFlagSet("cmatose", cmatoseUsage, stderr)
-	fs.StringVarP(&o.server, "server", "s", "", "the server's address: run the client (without it: the server)")
-	fs.StringVarP(&o.bind, "bind", "b", "", "the address to bind (server: default any; the RoCE device's address)")
-	fs.IntVarP(&o.count, "count", "C", 10, "messages each way")
-	fs.IntVarP(&o.size, "size", "S", 100, "message size")
-	fs.IntVarP(&o.port, "port", "p", 0, "port (default 7471, udaddy's 7174 with --ud)")
-	fs.BoolVar(&o.ud, "ud", false, "be udaddy: UD QPs resolved by SIDR (RDMA_PS_UDP)")
-	fs.StringVar(&o.pcap, "pcap", "", "write every RoCE frame sent and received to this pcap file")
-	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long")
+	fs.StringVarP(&o.Server, "server", "s", "", "the server's address: run the client (without it: the server)")
+	fs.StringVarP(&o.Bind, "bind", "b", "", "the address to bind (server: default any; the RoCE device's address)")
+	fs.IntVarP(&o.Count, "count", "C", 10, "messages each way")
+	fs.IntVarP(&o.Size, "size", "S", 100, "message size")
+	fs.IntVarP(&o.Port, "port", "p", 0, "port (default 7471, udaddy's 7174 with --ud)")
+	fs.BoolVar(&o.UD, "ud", false, "be udaddy: UD QPs resolved by SIDR (RDMA_PS_UDP)")
+	fs.StringVar(&o.Pcap, "pcap", "", "write every RoCE frame sent and received to this pcap file")
+	fs.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "give up after this long")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return flagsExit(err)
 	}
-	if o.port == 0 {
-		o.port = 7471
-		if o.ud {
-			o.port = 7174
+	if o.Port == 0 {
+		o.Port = 7471
+		if o.UD {
+			o.Port = 7174
 		}
 	}
-	if o.server == "" && o.bind == "" {
+	if o.Server == "" && o.Bind == "" {
 		fmt.Fprintln(stderr, "softrdma cmatose: the server needs -b ADDR (the RoCE device's address)")
 		return 2
 	}
 	// Both sides post -C receives before connecting: the QP's queues hold
 	// them all (the engine's MaxQPWR).
 	if err := checkFlags(
-		intRange("-p", o.port, 1, 65535),
-		intRange("-C", o.count, 0, 16384),
-		intRange("-S", o.size, 1, 1<<20),
-		flagRange{"--timeout", o.timeout, o.timeout > 0, "a duration above 0"},
+		intRange("-p", o.Port, 1, 65535),
+		intRange("-C", o.Count, 0, 16384),
+		intRange("-S", o.Size, 1, 1<<20),
+		flagRange{"--timeout", o.Timeout, o.Timeout > 0, "a duration above 0"},
 	); err != nil {
 		fmt.Fprintf(stderr, "softrdma cmatose: %v\n", err)
 		return 2
 	}
 	name := "cmatose"
-	if o.ud {
+	if o.UD {
 		name = "udaddy"
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 	defer cancel()
-	err := cmatoseRun(ctx, &o, name, stdout)
+	err := cmatose.Run(ctx, &o, name, stdout)
 	fmt.Fprintln(stdout, "test complete")
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
@@ -103,305 +70,4 @@ func cmatoseCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "return status 0")
 	return 0
-}
-
-// cmatoseNode is one connection's resources (struct cmatest_node).
-type cmatoseNode struct {
-	id             *rdmacm.ID
-	qp             *ib.QP
-	sendCQ, recvCQ *ib.CQ
-	mr             *ib.MR
-	recvLen        int // -S, plus the GRH on UD
-	ah             *ib.AddressHandle
-	remoteQPN      uint32
-	remoteQKey     uint32
-}
-
-func cmatoseRun(ctx context.Context, o *cmatoseOptions, name string, stdout io.Writer) (err error) {
-	c := device.Choice{Backend: devspec.BackendUDP, GIDIndex: -1}
-	var bind, dst netip.Addr
-	if o.bind != "" {
-		if bind, err = rping.Resolve(ctx, o.bind); err != nil {
-			return err
-		}
-		c.Name = bind.String()
-	}
-	if o.server != "" {
-		if dst, err = rping.Resolve(ctx, o.server); err != nil {
-			return err
-		}
-		c.Peer = dst
-	}
-	spec, err := c.Spec()
-	if err != nil {
-		return err
-	}
-	d, err := device.Open(spec, device.Config{Pcap: o.pcap})
-	if err != nil {
-		return err
-	}
-	dcm, err := d.StartCM(device.CMConfig{})
-	if err != nil {
-		d.Close()
-		return err
-	}
-	cm := &cmatoseCM{CM: dcm}
-	defer func() {
-		cm.close()
-		if cerr := d.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("closing the device: %w", cerr)
-		}
-	}()
-	ps := rdmacm.PortSpaceTCP
-	if o.ud {
-		ps = rdmacm.PortSpaceUDP
-	}
-	if o.server == "" {
-		fmt.Fprintf(stdout, "%s: starting server\n", name)
-		return cmatoseServer(ctx, o, cm, ps, bind, stdout)
-	}
-	fmt.Fprintf(stdout, "%s: starting client\n", name)
-	return cmatoseClient(ctx, o, cm, ps, bind, dst, stdout)
-}
-
-// init makes the node's QP and buffer and posts its receives (init_node,
-// create_message, post_recvs).
-func (n *cmatoseNode) init(o *cmatoseOptions) error {
-	c := n.id.Context()
-	pd := c.AllocPD()
-	depth := max(o.count, 1)
-	var err error
-	if n.sendCQ, err = c.CreateCQ(depth); err != nil {
-		return err
-	}
-	if n.recvCQ, err = c.CreateCQ(depth); err != nil {
-		return err
-	}
-	n.recvLen = o.size
-	if o.ud {
-		n.recvLen += 40 // sizeof(struct ibv_grh)
-	}
-	if n.mr, err = pd.RegMR(make([]byte, n.recvLen), ib.AccessLocalWrite); err != nil {
-		return err
-	}
-	if n.qp, err = n.id.CreateQP(pd, ib.QPInitAttr{SendCQ: n.sendCQ, RecvCQ: n.recvCQ,
-		Cap: ib.QPCap{MaxSendWR: depth, MaxRecvWR: depth, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		return err
-	}
-	for range o.count {
-		if err := n.qp.PostRecv(ib.RecvWR{WRID: 1, SGL: []ib.SGE{n.mr.SGE(0, n.recvLen)}}); err != nil {
-			return fmt.Errorf("failed to post receives: %w", err)
-		}
-	}
-	return nil
-}
-
-// postSends posts -C SENDs of -S octets, every one signalled (sq_sig_all);
-// on UD each a SEND with immediate.
-func (n *cmatoseNode) postSends(o *cmatoseOptions) error {
-	off := 0
-	if o.ud {
-		off = 40 // udaddy sends from past its GRH area
-	}
-	for range o.count {
-		wr := ib.SendWR{WRID: 2, Opcode: ib.WRSend, Signaled: true, SGL: []ib.SGE{n.mr.SGE(off, o.size)}}
-		if o.ud {
-			// udaddy's post_sends: SEND with immediate, the immediate the
-			// sender's QPN, which the receiver replies to.
-			wr.Opcode, wr.Imm = ib.WRSendWithImm, n.qp.QPN()
-			wr.AH, wr.RemoteQPN, wr.RemoteQKey = n.ah, n.remoteQPN, n.remoteQKey
-		}
-		if err := n.qp.PostSend(wr); err != nil {
-			return fmt.Errorf("failed to post sends: %w", err)
-		}
-	}
-	return nil
-}
-
-// poll waits for count successful completions on cq, calling each (if not
-// nil) with every one.
-func cmatosePoll(ctx context.Context, cq *ib.CQ, count int, each func(ib.WC)) error {
-	wc := make([]ib.WC, 8)
-	for done := 0; done < count; {
-		n := cq.Poll(wc)
-		for _, w := range wc[:n] {
-			if w.Status != ib.WCSuccess {
-				return fmt.Errorf("completion %v: %s", w.Opcode, w.Status)
-			}
-			if each != nil {
-				each(w)
-			}
-		}
-		done += n
-		if n == 0 {
-			if err := perf.WaitCQ(ctx, cq, time.Time{}); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func cmatoseServer(ctx context.Context, o *cmatoseOptions, cm *cmatoseCM, ps rdmacm.PortSpace, bind netip.Addr, stdout io.Writer) error {
-	l, err := cm.Manager.CreateID(ps)
-	if err != nil {
-		return err
-	}
-	defer l.Destroy()
-	if err := l.BindAddr(netip.AddrPortFrom(bind, uint16(o.port))); err != nil {
-		return fmt.Errorf("bind address failed: %w", err)
-	}
-	if err := l.Listen(1); err != nil {
-		return fmt.Errorf("failure trying to listen: %w", err)
-	}
-	ev, err := perf.CMWait(ctx, l, o.timeout, rdmacm.EventConnectRequest)
-	if err != nil {
-		return err
-	}
-	n := &cmatoseNode{id: ev.ID}
-	cm.tests = append(cm.tests, n.id)
-	if err := n.init(o); err != nil {
-		n.id.Reject(nil)
-		return err
-	}
-	if o.ud {
-		n.ah = &ev.UD.AH
-		if err := n.id.Accept(rdmacm.ConnParam{}); err != nil {
-			return fmt.Errorf("failure accepting: %w", err)
-		}
-		if o.count > 0 {
-			fmt.Fprintln(stdout, "receiving data transfers")
-			// create_reply_ah: the reply goes to the QP the immediate
-			// names (the sender's), with the Q_Key of the server's own QP.
-			err := cmatosePoll(ctx, n.recvCQ, o.count, func(w ib.WC) {
-				n.remoteQPN = w.SrcQP
-				if w.Flags&ib.WCFlagWithImm != 0 {
-					n.remoteQPN = w.Imm
-				}
-			})
-			if err != nil {
-				return err
-			}
-			n.remoteQKey = rdmacm.UDPQKey
-			fmt.Fprintln(stdout, "sending replies")
-			if err := n.postSends(o); err != nil {
-				return err
-			}
-			if err := cmatosePoll(ctx, n.sendCQ, o.count, nil); err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, "data transfers complete")
-		}
-		return nil
-	}
-	if err := n.id.Accept(rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1}); err != nil {
-		return fmt.Errorf("failure accepting: %w", err)
-	}
-	if _, err := perf.CMWait(ctx, n.id, perf.CMStep, rdmacm.EventEstablished); err != nil {
-		return err
-	}
-	if o.count > 0 {
-		fmt.Fprintln(stdout, "initiating data transfers")
-		if err := n.postSends(o); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, "completing sends")
-		if err := cmatosePoll(ctx, n.sendCQ, o.count, nil); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, "receiving data transfers")
-		if err := cmatosePoll(ctx, n.recvCQ, o.count, nil); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, "data transfers complete")
-	}
-	fmt.Fprintln(stdout, "cmatose: disconnecting")
-	if err := perf.CMDisconnect([]*rdmacm.ID{n.id}, perf.CMStep); err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, "disconnected")
-	return nil
-}
-
-func cmatoseClient(ctx context.Context, o *cmatoseOptions, cm *cmatoseCM, ps rdmacm.PortSpace, bind, dst netip.Addr, stdout io.Writer) error {
-	id, err := cm.Manager.CreateID(ps)
-	if err != nil {
-		return err
-	}
-	cm.tests = append(cm.tests, id)
-	if o.ud {
-		fmt.Fprintln(stdout, "udaddy: connecting")
-	} else {
-		fmt.Fprintln(stdout, "cmatose: connecting")
-	}
-	if err := perf.CMResolve(ctx, id, bind, netip.AddrPortFrom(dst, uint16(o.port))); err != nil {
-		return err
-	}
-	n := &cmatoseNode{id: id}
-	if err := n.init(o); err != nil {
-		return err
-	}
-	cp := rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 5}
-	if o.ud {
-		cp = rdmacm.ConnParam{}
-	}
-	if err := id.Connect(cp); err != nil {
-		return fmt.Errorf("failure connecting: %w", err)
-	}
-	ev, err := perf.CMWait(ctx, id, perf.CMStep, rdmacm.EventEstablished)
-	if err != nil {
-		return err
-	}
-	if o.ud {
-		n.ah, n.remoteQPN, n.remoteQKey = &ev.UD.AH, ev.UD.QPNum, ev.UD.QKey
-		if o.count > 0 {
-			fmt.Fprintln(stdout, "initiating data transfers")
-			if err := n.postSends(o); err != nil {
-				return err
-			}
-			if err := cmatosePoll(ctx, n.sendCQ, o.count, nil); err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, "receiving data transfers")
-			if err := cmatosePoll(ctx, n.recvCQ, o.count, nil); err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, "data transfers complete")
-		}
-		return nil
-	}
-	if o.count > 0 {
-		fmt.Fprintln(stdout, "receiving data transfers")
-		if err := cmatosePoll(ctx, n.recvCQ, o.count, nil); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, "sending replies")
-		if err := n.postSends(o); err != nil {
-			return err
-		}
-		if err := cmatosePoll(ctx, n.sendCQ, o.count, nil); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, "data transfers complete")
-	}
-	// disconnect_events: the server disconnects; rdma_disconnect answers.
-	if _, err := perf.CMWait(ctx, id, o.timeout, rdmacm.EventDisconnected); err != nil {
-		return err
-	}
-	id.Disconnect()
-	return nil
-}
-
-// cmatoseCM is a run's rdma_cm and the connection IDs it destroys before it
-// closes.
-type cmatoseCM struct {
-	*device.CM
-	tests []*rdmacm.ID
-}
-
-func (c *cmatoseCM) close() {
-	for _, id := range c.tests {
-		id.Destroy()
-	}
-	c.Close()
 }
