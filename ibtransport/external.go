@@ -557,7 +557,7 @@ func (w *Wire) BeginRecv() (length uint64, ok bool) {
 	if !qp.takeRecv() {
 		return 0, false
 	}
-	return qp.resp.recv.length, true
+	return qp.rcur.wqe.length, true
 }
 
 // RecvBuffers returns the held receive WQE's memory for the message bytes
@@ -569,18 +569,17 @@ func (w *Wire) RecvBuffers(off, n uint64, dst [][]byte) ([][]byte, WCStatus) {
 	c := qp.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := &qp.resp
-	if !r.haveRecv {
+	if !qp.rcur.have {
 		return nil, WCLocQPOpErr
 	}
-	if off > r.recv.length || n > r.recv.length-off {
+	if off > qp.rcur.wqe.length || n > qp.rcur.wqe.length-off {
 		return nil, WCLocLenErr
 	}
-	bufs, f := qp.resolveSGL(r.recv.sgl, off, n, dst[:0])
+	bufs, f := qp.resolveSGL(qp.rcur.wqe.sgl, off, n, dst[:0])
 	if f != KeyOK {
 		return nil, WCLocProtErr
 	}
-	w.recordSGL(r.recv.sgl, off, n)
+	w.recordSGL(qp.rcur.wqe.sgl, off, n)
 	return bufs, WCSuccess
 }
 
@@ -609,11 +608,10 @@ func (w *Wire) EndRecv(rc RecvCompletion) KeyFault {
 	c := qp.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := &qp.resp
-	if !r.haveRecv || qp.dead {
+	if !qp.rcur.have || qp.dead {
 		return KeyInvalid
 	}
-	wc := WC{WRID: r.recv.wrid, Opcode: rc.Opcode, ByteLen: rc.ByteLen, QPNum: qp.qpn}
+	wc := WC{WRID: qp.rcur.wqe.wrid, Opcode: rc.Opcode, ByteLen: rc.ByteLen, QPNum: qp.qpn}
 	if wc.Opcode != WCRecvRDMAWithImm {
 		wc.Opcode = WCRecv
 	}
@@ -624,12 +622,12 @@ func (w *Wire) EndRecv(rc RecvCompletion) KeyFault {
 		if f := c.invalidateRemoteKey(qp, rc.InvalidateRKey); f != faultNone {
 			return KeyFault(f)
 		}
-		if c.settlePlacements() && (!r.haveRecv || qp.dead) {
+		if c.settlePlacements() && (!qp.rcur.have || qp.dead) {
 			return KeyOK // flushed while the invalidation settled
 		}
 		wc.InvalidatedRKey, wc.Flags = rc.InvalidateRKey, wc.Flags|WCFlagWithInv
 	}
-	r.haveRecv = false
+	qp.rcur.have = false
 	qp.recvCQ.push(wc, rc.Solicited)
 	return KeyOK
 }
@@ -641,10 +639,9 @@ func (w *Wire) FailRecv(status WCStatus, ev AsyncEventType, postEvent bool) {
 	c := qp.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := &qp.resp
-	if r.haveRecv && qp.state != QPStateErr && !qp.dead {
-		r.haveRecv = false
-		qp.recvCQ.push(WC{WRID: r.recv.wrid, Status: status, Opcode: WCRecv, QPNum: qp.qpn}, false)
+	if qp.rcur.have && qp.state != QPStateErr && !qp.dead {
+		qp.rcur.have = false
+		qp.recvCQ.push(WC{WRID: qp.rcur.wqe.wrid, Status: status, Opcode: WCRecv, QPNum: qp.qpn}, false)
 	}
 	if qp.state == QPStateErr || qp.state == QPStateReset || qp.dead {
 		return

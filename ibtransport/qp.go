@@ -53,8 +53,9 @@ type QP struct {
 	pkey   uint16
 	dead   bool
 
-	sq sendQueue
-	rq recvQueue
+	sq   sendQueue
+	rq   recvQueue
+	rcur curRecv // the receive WQE a message is being placed into
 
 	req  requester
 	resp responder
@@ -112,10 +113,10 @@ func (c *Context) CreateQP(pd *PD, attr QPInitAttr) (*QP, error) {
 			qp.cap.MaxRecvSGE = 1
 		}
 		qp.rq = newRecvQueue(qp.cap.MaxRecvWR, qp.cap.MaxRecvSGE)
-		qp.resp.recv.sgeBuf = make([]SGE, qp.cap.MaxRecvSGE)
+		qp.rcur.wqe.sgeBuf = make([]SGE, qp.cap.MaxRecvSGE)
 	} else {
 		qp.srq.refs++
-		qp.resp.recv.sgeBuf = make([]SGE, qp.srq.maxSGE)
+		qp.rcur.wqe.sgeBuf = make([]SGE, qp.srq.maxSGE)
 	}
 	qp.attr.Port = 1
 	if qp.typ == QPTypeGSI {
@@ -511,9 +512,9 @@ func (qp *QP) flushSend() {
 // flushRecv completes every posted receive WQE (and one in use by the responder)
 // with IBV_WC_WR_FLUSH_ERR. SRQ WQEs stay in the SRQ for the other QPs.
 func (qp *QP) flushRecv() {
-	if qp.resp.haveRecv {
-		qp.resp.haveRecv = false
-		qp.recvCQ.push(WC{WRID: qp.resp.recv.wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
+	if qp.rcur.have {
+		qp.rcur.have = false
+		qp.recvCQ.push(WC{WRID: qp.rcur.wqe.wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
 	}
 	if qp.srq != nil {
 		return
@@ -531,5 +532,6 @@ func (qp *QP) resetTransport() {
 	qp.rq.clear()
 	qp.req.reset()
 	qp.resp.reset()
+	qp.rcur.have, qp.rcur.off = false, 0 // the WQE's SGE buffer is kept
 	qp.commEst = false
 }

@@ -61,15 +61,12 @@ type responder struct {
 	msn     uint32 // message sequence number (AETH)
 	nakSent bool   // a NAK/RNR NAK for the current gap was sent: drop until epsn
 
-	inMsg    uint8 // msgSend or msgWrite while a multi-packet message is open
-	drop     bool  // UC: discard until the next First/Only
-	haveRecv bool  // recv holds a receive WQE (taken at SEND First/Only)
-	recv     recvWQE
-	recvOff  uint64
-	wrRKey   uint32 // RDMA WRITE in progress: R_Key, next VA, bytes left
-	wrVA     uint64
-	wrLeft   uint32
-	wrLen    uint32
+	inMsg  uint8  // msgSend or msgWrite while a multi-packet message is open
+	drop   bool   // UC: discard until the next First/Only
+	wrRKey uint32 // RDMA WRITE in progress: R_Key, next VA, bytes left
+	wrVA   uint64
+	wrLeft uint32
+	wrLen  uint32
 
 	items    []respItem // queued responses, FIFO from itemHead
 	itemHead int
@@ -78,8 +75,8 @@ type responder struct {
 }
 
 func (r *responder) reset() {
-	items, res, recv := r.items[:0], r.res, r.recv
-	*r = responder{items: items, res: res, recv: recv}
+	items, res := r.items[:0], r.res
+	*r = responder{items: items, res: res}
 	for i := range r.res {
 		r.res[i] = respResource{}
 	}
@@ -163,10 +160,9 @@ var (
 // event and move the QP to the error state (IBTA 9.9.3; rxe does the same).
 func (qp *QP) rcError(psn uint32, f *rcFault) {
 	qp.queueNAK(psn, f.nak)
-	r := &qp.resp
-	if r.haveRecv {
-		r.haveRecv = false
-		qp.recvCQ.push(WC{WRID: r.recv.wrid, Status: f.status, Opcode: WCRecv, QPNum: qp.qpn}, false)
+	if qp.rcur.have {
+		qp.rcur.have = false
+		qp.recvCQ.push(WC{WRID: qp.rcur.wqe.wrid, Status: f.status, Opcode: WCRecv, QPNum: qp.qpn}, false)
 	}
 	qp.ctx.postEvent(AsyncEvent{Type: f.event, QP: qp})
 	qp.enterError()
@@ -301,18 +297,17 @@ func (qp *QP) checkLength(p *Packet) *rcFault {
 // takeRecv gets the receive WQE for a new message from the SRQ or the receive
 // queue. It reports false if none is posted.
 func (qp *QP) takeRecv() bool {
-	r := &qp.resp
-	if r.haveRecv {
+	if qp.rcur.have {
 		return true // UC: the WQE of an abandoned message is used again
 	}
 	var ok bool
 	if qp.srq != nil {
-		ok = qp.srq.take(&r.recv)
+		ok = qp.srq.take(&qp.rcur.wqe)
 	} else {
-		ok = qp.rq.pop(&r.recv)
+		ok = qp.rq.pop(&qp.rcur.wqe)
 	}
 	if ok {
-		r.haveRecv, r.recvOff = true, 0
+		qp.rcur.have, qp.rcur.off = true, 0
 	}
 	return ok
 }
@@ -333,17 +328,17 @@ func (qp *QP) rcSend(p *Packet) (DropReason, bool) {
 		}
 		r.inMsg = msgSend
 	}
-	if r.recvOff+uint64(len(p.Payload)) > r.recv.length {
+	if qp.rcur.off+uint64(len(p.Payload)) > qp.rcur.wqe.length {
 		qp.rcError(psn, faultRecvLength)
 		return 0, false
 	}
-	if f := qp.scatter(r.recv.sgl, r.recvOff, p.Payload); f != faultNone {
+	if f := qp.scatter(qp.rcur.wqe.sgl, qp.rcur.off, p.Payload); f != faultNone {
 		qp.rcError(psn, faultRecvProtection)
 		return 0, false
 	}
-	r.recvOff += uint64(len(p.Payload))
+	qp.rcur.off += uint64(len(p.Payload))
 	if op.IsLast() {
-		wc := WC{WRID: r.recv.wrid, Opcode: WCRecv, ByteLen: uint32(r.recvOff), QPNum: qp.qpn}
+		wc := WC{WRID: qp.rcur.wqe.wrid, Opcode: WCRecv, ByteLen: uint32(qp.rcur.off), QPNum: qp.qpn}
 		if op.HasImmediate() {
 			wc.Imm, wc.Flags = p.ImmDt.Immediate(), wc.Flags|WCFlagWithImm
 		}
@@ -355,7 +350,7 @@ func (qp *QP) rcSend(p *Packet) (DropReason, bool) {
 			}
 			wc.InvalidatedRKey, wc.Flags = key, wc.Flags|WCFlagWithInv
 		}
-		r.haveRecv, r.inMsg = false, msgNone
+		qp.rcur.have, r.inMsg = false, msgNone
 		r.msn = PSNAdd(r.msn, 1)
 		qp.recvCQ.push(wc, p.BTH.SE())
 	}
@@ -427,8 +422,8 @@ func (qp *QP) rcWrite(p *Packet) (DropReason, bool) {
 		r.inMsg = msgNone
 		r.msn = PSNAdd(r.msn, 1)
 		if op.HasImmediate() {
-			r.haveRecv = false
-			qp.recvCQ.push(WC{WRID: r.recv.wrid, Opcode: WCRecvRDMAWithImm, ByteLen: r.wrLen, QPNum: qp.qpn,
+			qp.rcur.have = false
+			qp.recvCQ.push(WC{WRID: qp.rcur.wqe.wrid, Opcode: WCRecvRDMAWithImm, ByteLen: r.wrLen, QPNum: qp.qpn,
 				Imm: p.ImmDt.Immediate(), Flags: WCFlagWithImm}, p.BTH.SE())
 		}
 	}

@@ -61,7 +61,7 @@ func (qp *QP) ucCheck(p *Packet) (DropReason, bool) {
 func (qp *QP) ucAbandon() {
 	r := &qp.resp
 	r.inMsg = msgNone
-	r.recvOff = 0
+	qp.rcur.off = 0
 	r.wrLeft = 0
 }
 
@@ -74,27 +74,27 @@ func (qp *QP) ucSend(p *Packet) (DropReason, bool) {
 			r.drop = !op.IsLast()
 			return DropNoReceiveWQE, true
 		}
-		r.recvOff = 0
+		qp.rcur.off = 0
 		r.inMsg = msgSend
 	}
-	if r.recvOff+uint64(len(p.Payload)) > r.recv.length {
+	if qp.rcur.off+uint64(len(p.Payload)) > qp.rcur.wqe.length {
 		// Too long for the receive buffer: the WQE completes with a length error.
-		r.haveRecv, r.inMsg, r.drop = false, msgNone, !op.IsLast()
-		qp.recvCQ.push(WC{WRID: r.recv.wrid, Status: WCLocLenErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
+		qp.rcur.have, r.inMsg, r.drop = false, msgNone, !op.IsLast()
+		qp.recvCQ.push(WC{WRID: qp.rcur.wqe.wrid, Status: WCLocLenErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
 		return DropTooLong, true
 	}
-	if f := qp.scatter(r.recv.sgl, r.recvOff, p.Payload); f != faultNone {
-		r.haveRecv, r.inMsg, r.drop = false, msgNone, !op.IsLast()
-		qp.recvCQ.push(WC{WRID: r.recv.wrid, Status: WCLocProtErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
+	if f := qp.scatter(qp.rcur.wqe.sgl, qp.rcur.off, p.Payload); f != faultNone {
+		qp.rcur.have, r.inMsg, r.drop = false, msgNone, !op.IsLast()
+		qp.recvCQ.push(WC{WRID: qp.rcur.wqe.wrid, Status: WCLocProtErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
 		return DropAccess, true
 	}
-	r.recvOff += uint64(len(p.Payload))
+	qp.rcur.off += uint64(len(p.Payload))
 	if op.IsLast() {
-		wc := WC{WRID: r.recv.wrid, Opcode: WCRecv, ByteLen: uint32(r.recvOff), QPNum: qp.qpn}
+		wc := WC{WRID: qp.rcur.wqe.wrid, Opcode: WCRecv, ByteLen: uint32(qp.rcur.off), QPNum: qp.qpn}
 		if op.HasImmediate() {
 			wc.Imm, wc.Flags = p.ImmDt.Immediate(), WCFlagWithImm
 		}
-		r.haveRecv, r.inMsg = false, msgNone
+		qp.rcur.have, r.inMsg = false, msgNone
 		qp.recvCQ.push(wc, p.BTH.SE())
 	}
 	return 0, false
@@ -137,8 +137,8 @@ func (qp *QP) ucWrite(p *Packet) (DropReason, bool) {
 	if op.IsLast() {
 		r.inMsg = msgNone
 		if op.HasImmediate() {
-			r.haveRecv = false
-			qp.recvCQ.push(WC{WRID: r.recv.wrid, Opcode: WCRecvRDMAWithImm, ByteLen: r.wrLen, QPNum: qp.qpn,
+			qp.rcur.have = false
+			qp.recvCQ.push(WC{WRID: qp.rcur.wqe.wrid, Opcode: WCRecvRDMAWithImm, ByteLen: r.wrLen, QPNum: qp.qpn,
 				Imm: p.ImmDt.Immediate(), Flags: WCFlagWithImm}, p.BTH.SE())
 		}
 	}
@@ -161,13 +161,12 @@ func (qp *QP) udRequest(p *Packet, meta *InputMeta) (DropReason, bool) {
 	if len(p.Payload) > int(qp.mtu) {
 		return DropTooLong, true
 	}
-	r := &qp.resp
 	if !qp.takeRecv() {
 		return DropNoReceiveWQE, true
 	}
-	r.haveRecv = false
-	wc := WC{WRID: r.recv.wrid, Opcode: WCRecv, QPNum: qp.qpn, SrcQP: p.DETH.SrcQP(), PKeyIndex: qp.attr.PKeyIndex}
-	if uint64(grhLen+len(p.Payload)) > r.recv.length {
+	qp.rcur.have = false
+	wc := WC{WRID: qp.rcur.wqe.wrid, Opcode: WCRecv, QPNum: qp.qpn, SrcQP: p.DETH.SrcQP(), PKeyIndex: qp.attr.PKeyIndex}
+	if uint64(grhLen+len(p.Payload)) > qp.rcur.wqe.length {
 		wc.Status = WCLocLenErr
 		qp.recvCQ.push(wc, false)
 		return DropTooLong, true
@@ -177,12 +176,12 @@ func (qp *QP) udRequest(p *Packet, meta *InputMeta) (DropReason, bool) {
 		buildGRH(grh[:], meta, len(p.Payload))
 		wc.Flags |= WCFlagGRH
 	}
-	if f := qp.scatter(r.recv.sgl, 0, grh[:]); f != faultNone {
+	if f := qp.scatter(qp.rcur.wqe.sgl, 0, grh[:]); f != faultNone {
 		wc.Status = WCLocProtErr
 		qp.recvCQ.push(wc, false)
 		return DropAccess, true
 	}
-	if f := qp.scatter(r.recv.sgl, grhLen, p.Payload); f != faultNone {
+	if f := qp.scatter(qp.rcur.wqe.sgl, grhLen, p.Payload); f != faultNone {
 		wc.Status = WCLocProtErr
 		qp.recvCQ.push(wc, false)
 		return DropAccess, true

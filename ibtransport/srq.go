@@ -10,6 +10,16 @@ type recvWQE struct {
 	length uint64
 }
 
+// curRecv is the receive WQE a message is being placed into, taken from the RQ
+// or the SRQ at the message's first packet (IB SEND First/Only) or segment
+// (iWARP): verbs state shared by the IB responder and an external transport
+// (docs/verbs-split.md, step 1).
+type curRecv struct {
+	have bool    // wqe holds a receive WQE
+	wqe  recvWQE // its copy; wqe.sgeBuf is allocated once, at QP creation
+	off  uint64  // octets placed so far
+}
+
 // recvQueue is a ring of receive WQEs: a QP's receive queue or an SRQ.
 type recvQueue struct {
 	slots []recvWQE
