@@ -85,6 +85,7 @@ type Options struct {
 	RxDepth   int
 	CQMod     int
 	OutReads  int
+	QPTimeout int
 	Atomic    string
 	Duplex    bool
 	NoPeak    bool
@@ -112,28 +113,29 @@ type Options struct {
 // params are perftest's user_param after parser and force_dependecies: the
 // values the test runs with.
 type params struct {
-	test     perftest.Test
-	verb     verb
-	bw       bool // a _bw test (perftest's tst == BW)
-	server   bool
-	size     uint64
-	iters    int
-	duration int // seconds; 0 = an iterations test
-	margin   int
-	all      bool
-	qps      int
-	txDepth  int
-	rxDepth  int
-	cqMod    int
-	outReads int // -o as given; the device's maximum when 0 (read and atomic tests)
-	atomic   int // index in atomicTypes
-	duplex   bool
-	noPeak   bool
-	gbits    bool
-	gidIndex int  // -x, or -1
-	mtu      int  // -m in bytes, or 0
-	rdmaCM   bool // -R: rdma_cm connects the test QPs
-	useCM    bool // -R or -z: the parameters travel over rdma_cm
+	test      perftest.Test
+	verb      verb
+	bw        bool // a _bw test (perftest's tst == BW)
+	server    bool
+	size      uint64
+	iters     int
+	duration  int // seconds; 0 = an iterations test
+	margin    int
+	all       bool
+	qps       int
+	txDepth   int
+	rxDepth   int
+	cqMod     int
+	outReads  int   // -o as given; the device's maximum when 0 (read and atomic tests)
+	qpTimeout uint8 // -u: the RC QPs' local ACK timeout, 4.096 µs × 2^qpTimeout
+	atomic    int   // index in atomicTypes
+	duplex    bool
+	noPeak    bool
+	gbits     bool
+	gidIndex  int  // -x, or -1
+	mtu       int  // -m in bytes, or 0
+	rdmaCM    bool // -R: rdma_cm connects the test QPs
+	useCM     bool // -R or -z: the parameters travel over rdma_cm
 }
 
 func (p *params) durationMode() bool { return p.duration > 0 }
@@ -193,6 +195,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVarP(&o.RxDepth, "rx-depth", "r", 0, "receive queue depth of send tests (default 512, at most -n)")
 	fs.IntVarP(&o.CQMod, "cq-mod", "Q", 0, "signal one completion every this many WRs (default 100, 1 for messages above 8192 bytes)")
 	fs.IntVarP(&o.OutReads, "outs", "o", 0, "outstanding READs/atomics (read and atomic tests; default the device's maximum, 128)")
+	fs.IntVarP(&o.QPTimeout, "qp-timeout", "u", DefQPTimeout, "QP timeout: an unacknowledged request is resent after 4.096 µs × 2^timeout (0 to 31)")
 	fs.StringVarP(&o.Atomic, "atomic_type", "A", "FETCH_AND_ADD", "atomic_bw's operation: CMP_AND_SWAP or FETCH_AND_ADD")
 	fs.BoolVarP(&o.Duplex, "bidirectional", "b", false, "measure both directions at once (_bw tests)")
 	fs.BoolVarP(&o.NoPeak, "noPeak", "N", false, "do not compute the peak bandwidth")
@@ -272,7 +275,7 @@ func derive(o *Options) (*params, error) {
 	t := o.Test
 	p := &params{test: t, bw: t.Bandwidth(), server: o.Host == "", all: o.All, qps: o.QPs,
 		duplex: o.Duplex, noPeak: o.NoPeak, gbits: o.Gbits, gidIndex: o.GIDIndex, outReads: o.OutReads,
-		rdmaCM: o.RDMACM, useCM: o.RDMACM || o.UseCM}
+		rdmaCM: o.RDMACM, useCM: o.RDMACM || o.UseCM, qpTimeout: uint8(o.QPTimeout)}
 	switch t {
 	case perftest.WriteBW, perftest.WriteLat:
 		p.verb = verbWrite
@@ -427,6 +430,11 @@ func (p *params) parseOptions(o *Options) error {
 			return fmt.Errorf("-m %d: Invalid MTU - %d (want 256, 512, 1024, 2048 or 4096)", o.MTU, o.MTU)
 		}
 		p.mtu = o.MTU
+	}
+	// The local ACK timeout is a 5-bit field (IBTA 11.2.4.2; rxe_qp_chk_attr
+	// refuses more than 31 with EINVAL).
+	if o.QPTimeout < 0 || o.QPTimeout > 31 {
+		return fmt.Errorf("-u %d: QP timeout out of range: want 0 to 31", o.QPTimeout)
 	}
 	if o.Port < 0 || o.Port > 65535 {
 		return fmt.Errorf("-p %d: not a TCP port", o.Port)

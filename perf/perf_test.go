@@ -306,6 +306,8 @@ func TestPerfDerive(t *testing.T) {
 		{args: "write_bw -D 1 -a", wantErr: "all sizes"},
 		{args: "write_bw -D 2 -f 1", wantErr: "DURATION > 2*MARGIN"},
 		{args: "write_bw -m 1000", wantErr: "Invalid MTU"},
+		{args: "write_bw -u 32", wantErr: "-u 32: QP timeout out of range"},
+		{args: "write_bw -u -1", wantErr: "-u -1: QP timeout out of range"},
 		{args: "write_bw --transport iwarp", wantErr: "needs -R"},
 		{args: "write_bw -R -c UC", wantErr: "only RC"},
 		{args: "write_bw -c UD", wantErr: "only RC"},
@@ -479,20 +481,24 @@ func TestPerfLoopback(t *testing.T) {
 		args []string
 		rows int // result rows on the client (0: 1)
 	}{
+		// The -a rows move 8 MiB messages, 2048 packets each: under the race
+		// detector on a loaded machine the responder can fall more than the
+		// default timeout's 7 × 67 ms behind (RETRY_EXC_ERR, seen in make
+		// test), so they wait 4.3 s for an ACK (-u 20) as a user would there.
 		{test: "write_bw", args: []string{"-n", "50", "-s", "4096"}},
 		{test: "write_bw", args: []string{"-n", "20", "-s", "1M"}},
 		{test: "write_bw", args: []string{"-n", "200", "-s", "333", "-q", "3", "-t", "16", "-Q", "4"}},
 		{test: "write_bw", args: []string{"-n", "40", "-s", "65536", "-b"}},
-		{test: "write_bw", args: []string{"-n", "5", "-a"}, rows: 23},
+		{test: "write_bw", args: []string{"-n", "5", "-a", "-u", "20"}, rows: 23},
 		{test: "read_bw", args: []string{"-n", "50", "-s", "10000"}},
 		{test: "read_bw", args: []string{"-n", "30", "-s", "2048", "-q", "2", "-o", "4", "--report_gbits"}},
 		{test: "send_bw", args: []string{"-n", "60", "-s", "5000"}},
 		{test: "send_bw", args: []string{"-n", "40", "-s", "1024", "-b"}},
-		{test: "send_bw", args: []string{"-n", "5", "-a"}, rows: 23},
+		{test: "send_bw", args: []string{"-n", "5", "-a", "-u", "20"}, rows: 23},
 		{test: "atomic_bw", args: []string{"-n", "100"}},
 		{test: "atomic_bw", args: []string{"-n", "100", "-A", "CMP_AND_SWAP", "-q", "2"}},
 		{test: "write_lat", args: []string{"-n", "50", "-s", "64"}},
-		{test: "write_lat", args: []string{"-n", "5", "-a"}, rows: 23},
+		{test: "write_lat", args: []string{"-n", "5", "-a", "-u", "20"}, rows: 23},
 		{test: "read_lat", args: []string{"-n", "50", "-s", "4096"}},
 		{test: "send_lat", args: []string{"-n", "50", "-s", "3000"}},
 		{test: "send_lat", args: []string{"-n", "7", "-s", "1", "-m", "256"}},
@@ -765,5 +771,26 @@ func TestPerfMTUFlag(t *testing.T) {
 					counts[first], counts[middle], counts[last], perMsg)
 			}
 		})
+	}
+}
+
+// TestPerfQPTimeout: -u sets the RC QPs' local ACK timeout, 14 (67 ms) unless
+// given, as perftest's -u / --qp-timeout.
+func TestPerfQPTimeout(t *testing.T) {
+	for _, c := range []struct {
+		args string
+		want uint8
+	}{{"write_bw", DefQPTimeout}, {"write_lat -u 20", 20}, {"send_bw --qp-timeout 0 host", 0}, {"read_lat -u 31", 31}} {
+		o, err := parseArgs(strings.Fields(c.args), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := derive(o)
+		if err != nil {
+			t.Fatalf("%s: %v", c.args, err)
+		}
+		if p.qpTimeout != c.want {
+			t.Errorf("%s: QP timeout %d, want %d", c.args, p.qpTimeout, c.want)
+		}
 	}
 }

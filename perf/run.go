@@ -411,7 +411,7 @@ func (s *session) connect(_ context.Context, local, remote []perftest.Dest) erro
 		}
 		if !p.bw || !p.server || p.duplex {
 			rd := min(max(int(rd.OutReads), 1), s.ctx.Config().MaxRdAtomic)
-			if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: local[i].PSN, Timeout: DefQPTimeout,
+			if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: local[i].PSN, Timeout: p.qpTimeout,
 				RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: rd},
 				ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|ibtransport.QPAttrRetryCnt|
 					ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxRdAtomic); err != nil {
