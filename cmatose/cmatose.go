@@ -31,7 +31,6 @@ import (
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/perf"
 	"github.com/softrdma/softrdma/rdmacm"
-	"github.com/softrdma/softrdma/rping"
 )
 
 // Options are softrdma cmatose's flags.
@@ -63,13 +62,13 @@ func Run(ctx context.Context, o *Options, name string, stdout io.Writer) (err er
 	c := device.Choice{Backend: devspec.BackendUDP, GIDIndex: -1}
 	var bind, dst netip.Addr
 	if o.Bind != "" {
-		if bind, err = rping.Resolve(ctx, o.Bind); err != nil {
+		if bind, err = device.ResolveHost(ctx, o.Bind); err != nil {
 			return err
 		}
 		c.Name = bind.String()
 	}
 	if o.Server != "" {
-		if dst, err = rping.Resolve(ctx, o.Server); err != nil {
+		if dst, err = device.ResolveHost(ctx, o.Server); err != nil {
 			return err
 		}
 		c.Peer = dst
@@ -196,7 +195,7 @@ func server(ctx context.Context, o *Options, cm *cmSide, ps rdmacm.PortSpace, bi
 	if err := l.Listen(1); err != nil {
 		return fmt.Errorf("failure trying to listen: %w", err)
 	}
-	ev, err := perf.CMWait(ctx, l, o.Timeout, rdmacm.EventConnectRequest)
+	ev, err := device.CMWait(ctx, l, o.Timeout, rdmacm.EventConnectRequest)
 	if err != nil {
 		return err
 	}
@@ -239,7 +238,7 @@ func server(ctx context.Context, o *Options, cm *cmSide, ps rdmacm.PortSpace, bi
 	if err := n.id.Accept(rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1}); err != nil {
 		return fmt.Errorf("failure accepting: %w", err)
 	}
-	if _, err := perf.CMWait(ctx, n.id, perf.CMStep, rdmacm.EventEstablished); err != nil {
+	if _, err := device.CMWait(ctx, n.id, device.CMStep, rdmacm.EventEstablished); err != nil {
 		return err
 	}
 	if o.Count > 0 {
@@ -258,7 +257,7 @@ func server(ctx context.Context, o *Options, cm *cmSide, ps rdmacm.PortSpace, bi
 		fmt.Fprintln(stdout, "data transfers complete")
 	}
 	fmt.Fprintln(stdout, "cmatose: disconnecting")
-	if err := perf.CMDisconnect([]*rdmacm.ID{n.id}, perf.CMStep); err != nil {
+	if err := device.CMDisconnect([]*rdmacm.ID{n.id}, device.CMStep); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "disconnected")
@@ -276,7 +275,7 @@ func client(ctx context.Context, o *Options, cm *cmSide, ps rdmacm.PortSpace, bi
 	} else {
 		fmt.Fprintln(stdout, "cmatose: connecting")
 	}
-	if err := perf.CMResolve(ctx, id, bind, netip.AddrPortFrom(dst, uint16(o.Port))); err != nil {
+	if err := device.CMResolve(ctx, id, bind, netip.AddrPortFrom(dst, uint16(o.Port))); err != nil {
 		return err
 	}
 	n := &node{id: id}
@@ -290,7 +289,7 @@ func client(ctx context.Context, o *Options, cm *cmSide, ps rdmacm.PortSpace, bi
 	if err := id.Connect(cp); err != nil {
 		return fmt.Errorf("failure connecting: %w", err)
 	}
-	ev, err := perf.CMWait(ctx, id, perf.CMStep, rdmacm.EventEstablished)
+	ev, err := device.CMWait(ctx, id, device.CMStep, rdmacm.EventEstablished)
 	if err != nil {
 		return err
 	}
@@ -327,7 +326,7 @@ func client(ctx context.Context, o *Options, cm *cmSide, ps rdmacm.PortSpace, bi
 		fmt.Fprintln(stdout, "data transfers complete")
 	}
 	// disconnect_events: the server disconnects; rdma_disconnect answers.
-	if _, err := perf.CMWait(ctx, id, o.Timeout, rdmacm.EventDisconnected); err != nil {
+	if _, err := device.CMWait(ctx, id, o.Timeout, rdmacm.EventDisconnected); err != nil {
 		return err
 	}
 	id.Disconnect()

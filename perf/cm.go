@@ -76,7 +76,7 @@ func startCM(d device.Device) (*cmSide, error) {
 // destroys the IDs and stops the agent.
 func (c *cmSide) close() {
 	if c.comm != nil {
-		CMDisconnect([]*rdmacm.ID{c.comm}, time.Second)
+		device.CMDisconnect([]*rdmacm.ID{c.comm}, time.Second)
 		c.comm.Destroy()
 		c.comm = nil
 	}
@@ -89,84 +89,6 @@ func (c *cmSide) close() {
 		c.listen = nil
 	}
 	c.cm.Close()
-}
-
-// CMWait returns the next event of id of one of the wanted types; any
-// other event, or none within timeout, is an error.
-func CMWait(ctx context.Context, id *rdmacm.ID, timeout time.Duration, want ...rdmacm.EventType) (rdmacm.Event, error) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for {
-		select {
-		case ev := <-id.Events():
-			for _, w := range want {
-				if ev.Type == w {
-					return ev, nil
-				}
-			}
-			if ev.Type == rdmacm.EventTimewaitExit {
-				continue
-			}
-			msg := fmt.Sprintf("rdma_cm event %v (status %d)", ev.Type, ev.Status)
-			if ev.Err != nil {
-				msg += ": " + ev.Err.Error()
-			}
-			return ev, &cmEventError{Got: ev.Type, Status: ev.Status, msg: msg + fmt.Sprintf(", want %v", want)}
-		case <-t.C:
-			return rdmacm.Event{}, fmt.Errorf("no rdma_cm event %v in %v", want, timeout)
-		case <-ctx.Done():
-			return rdmacm.Event{}, ctx.Err()
-		}
-	}
-}
-
-// cmEventError is an unexpected rdma_cm event.
-type cmEventError struct {
-	Got    rdmacm.EventType
-	Status int
-	msg    string
-}
-
-func (e *cmEventError) Error() string { return e.msg }
-
-// CMDisconnect disconnects ids and waits up to timeout for each one's
-// EventDisconnected.
-func CMDisconnect(ids []*rdmacm.ID, timeout time.Duration) error {
-	for _, id := range ids {
-		id.Disconnect()
-	}
-	var first error
-	for _, id := range ids {
-		// A passive side's EventEstablished may still be unread.
-		ev, err := CMWait(context.Background(), id, timeout, rdmacm.EventDisconnected, rdmacm.EventEstablished)
-		if err == nil && ev.Type == rdmacm.EventEstablished {
-			_, err = CMWait(context.Background(), id, timeout, rdmacm.EventDisconnected)
-		}
-		if err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-// CMStep is how long one rdma_cm step (an address, a route, an answer to
-// a REQ) may take: the IB CM's own retries (REQ timeouts of a few seconds)
-// come first.
-const CMStep = 30 * time.Second
-
-// CMResolve resolves dst's address and route on id.
-func CMResolve(ctx context.Context, id *rdmacm.ID, src netip.Addr, dst netip.AddrPort) error {
-	if err := id.ResolveAddr(src, dst, 2*time.Second); err != nil {
-		return err
-	}
-	if _, err := CMWait(ctx, id, CMStep, rdmacm.EventAddrResolved); err != nil {
-		return err
-	}
-	if err := id.ResolveRoute(2 * time.Second); err != nil {
-		return err
-	}
-	_, err := CMWait(ctx, id, CMStep, rdmacm.EventRouteResolved)
-	return err
 }
 
 // qpCarrier is perftest's message carrier over the comm QP: each message
@@ -321,7 +243,7 @@ func (c *cmSide) dialComm(ctx context.Context, src netip.Addr, dst netip.AddrPor
 		if err == nil {
 			return nil
 		}
-		var ee *cmEventError
+		var ee *device.CMEventError
 		if !errors.As(err, &ee) || time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("Unable to perform rdma_client function: %w", err)
 		}
@@ -340,7 +262,7 @@ func (c *cmSide) dialCommOnce(ctx context.Context, src netip.Addr, dst netip.Add
 			id.Destroy()
 		}
 	}()
-	if err := CMResolve(ctx, id, src, dst); err != nil {
+	if err := device.CMResolve(ctx, id, src, dst); err != nil {
 		return err
 	}
 	q, err := newPerfQPCarrier(id)
@@ -350,7 +272,7 @@ func (c *cmSide) dialCommOnce(ctx context.Context, src netip.Addr, dst netip.Add
 	if err := id.Connect(rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		return fmt.Errorf("Function rdma_connect failed: %w", err)
 	}
-	if _, err := CMWait(ctx, id, CMStep, rdmacm.EventEstablished); err != nil {
+	if _, err := device.CMWait(ctx, id, device.CMStep, rdmacm.EventEstablished); err != nil {
 		return err
 	}
 	ok = true
@@ -399,7 +321,7 @@ func (s *session) connectCM(ctx context.Context) error {
 			id.Destroy()
 		}
 		s.cm.tests, s.qps = nil, nil
-		var ee *cmEventError
+		var ee *device.CMEventError
 		if try == 9 || !errors.As(err, &ee) {
 			return fmt.Errorf("Failed to connect RDMA CM client, tried %d times: %w", try+1, err)
 		}
@@ -423,7 +345,7 @@ func (s *session) acceptTests(ctx context.Context, attr ibtransport.QPInitAttr) 
 		}
 	}
 	for len(s.qps) < s.p.qps {
-		ev, err := CMWait(ctx, l, noProgress, rdmacm.EventConnectRequest)
+		ev, err := device.CMWait(ctx, l, noProgress, rdmacm.EventConnectRequest)
 		if err != nil {
 			return err
 		}
@@ -462,7 +384,7 @@ func (s *session) dialTests(ctx context.Context, attr ibtransport.QPInitAttr) er
 		if s.dev.Spec().Transport == devspec.IWARP {
 			src = netip.Addr{} // the kernel picks a TCP connection's source
 		}
-		if err := CMResolve(ctx, id, src, dst); err != nil {
+		if err := device.CMResolve(ctx, id, src, dst); err != nil {
 			return err
 		}
 		qp, err := id.CreateQP(s.pd, attr)
@@ -473,7 +395,7 @@ func (s *session) dialTests(ctx context.Context, attr ibtransport.QPInitAttr) er
 		if err := id.Connect(s.cmConnParam(nil)); err != nil {
 			return fmt.Errorf("Failed to connect through RDMA CM: %w", err)
 		}
-		if _, err := CMWait(ctx, id, CMStep, rdmacm.EventEstablished); err != nil {
+		if _, err := device.CMWait(ctx, id, device.CMStep, rdmacm.EventEstablished); err != nil {
 			return err
 		}
 	}
@@ -578,7 +500,7 @@ func runCM(o *Options, p *params, res *result, stdout, stderr io.Writer) (err er
 	// rdma_cm_disconnect_nodes: both sides disconnect every test connection
 	// and wait for their DISCONNECTED events.
 	if len(cm.tests) > 0 {
-		if err := CMDisconnect(cm.tests, CMStep); err != nil {
+		if err := device.CMDisconnect(cm.tests, device.CMStep); err != nil {
 			fmt.Fprintf(stderr, "softrdma perf: disconnecting: %v\n", err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/device"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/oob/perftest"
@@ -117,7 +118,7 @@ func TestPerfCMTestQPOrder(t *testing.T) {
 	}
 	cattr := ibtransport.QPInitAttr{SendCQ: ccq, RecvCQ: ccq,
 		Cap: ibtransport.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
-	ctx, cancel := context.WithTimeout(context.Background(), CMStep)
+	ctx, cancel := context.WithTimeout(context.Background(), device.CMStep)
 	defer cancel()
 	dialed := make(chan error, 1)
 	go func() { dialed <- s.dialTests(ctx, cattr) }()
@@ -129,9 +130,9 @@ func TestPerfCMTestQPOrder(t *testing.T) {
 		}
 	}()
 	next := func(timeout time.Duration) (rdmacm.Event, error) {
-		return CMWait(ctx, l, timeout, rdmacm.EventConnectRequest)
+		return device.CMWait(ctx, l, timeout, rdmacm.EventConnectRequest)
 	}
-	ev, err := next(CMStep)
+	ev, err := next(device.CMStep)
 	for i := 0; i < nqp; i++ {
 		if err != nil {
 			t.Fatalf("connection request %d: %v", i, err)
@@ -151,7 +152,7 @@ func TestPerfCMTestQPOrder(t *testing.T) {
 		}
 		accepted = append(accepted, ev.ID)
 		if i < nqp-1 {
-			ev, err = next(CMStep)
+			ev, err = next(device.CMStep)
 		}
 	}
 	if err := <-dialed; err != nil {

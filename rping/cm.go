@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/softrdma/softrdma/device"
 	ib "github.com/softrdma/softrdma/ibtransport"
-	"github.com/softrdma/softrdma/perf"
 	"github.com/softrdma/softrdma/rdmacm"
 )
 
@@ -104,18 +103,6 @@ func (c *cmConn) release() {
 	c.id.Destroy()
 }
 
-// Resolve returns -a's address (a name resolves to its first IPv4 one).
-func Resolve(ctx context.Context, s string) (netip.Addr, error) {
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap(), nil
-	}
-	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip4", s)
-	if err != nil || len(ips) == 0 {
-		return netip.Addr{}, fmt.Errorf("getaddrinfo %s: %v", s, err)
-	}
-	return ips[0].Unmap(), nil
-}
-
 // cmEvent prints ev as rping.c's cma event handler does (a DEBUG_LOG).
 func (r *session) cmEvent(ev rdmacm.Event) {
 	rel := "child"
@@ -125,9 +112,9 @@ func (r *session) cmEvent(ev rdmacm.Event) {
 	r.debugf("cma_event type %s cma_id %p (%s)\n", ev.Type, ev.ID, rel)
 }
 
-// cmWait is perf.CMWait, printing the event that came (-d).
+// cmWait is device.CMWait, printing the event that came (-d).
 func (r *session) cmWait(ctx context.Context, id *rdmacm.ID, timeout time.Duration, want ...rdmacm.EventType) (rdmacm.Event, error) {
-	ev, err := perf.CMWait(ctx, id, timeout, want...)
+	ev, err := device.CMWait(ctx, id, timeout, want...)
 	if ev.ID != nil {
 		r.cmEvent(ev)
 	}
@@ -141,7 +128,7 @@ func (r *session) run(ctx context.Context, open func(addr netip.Addr) (*cmSide, 
 	o := r.o
 	var addr netip.Addr // -a's, or invalid
 	if o.Addr != "" {
-		if addr, err = Resolve(ctx, o.Addr); err != nil {
+		if addr, err = device.ResolveHost(ctx, o.Addr); err != nil {
 			return err
 		}
 	}
@@ -237,7 +224,7 @@ func (r *session) serve(ctx context.Context, cm *cmSide, bind netip.AddrPort, ne
 	if err := id.Accept(rdmacm.ConnParam{ResponderResources: irdOrd, InitiatorDepth: irdOrd}); err != nil {
 		return fmt.Errorf("rdma_accept: %w", err)
 	}
-	if _, err := r.cmWait(ctx, id, perf.CMStep, rdmacm.EventEstablished); err != nil {
+	if _, err := r.cmWait(ctx, id, device.CMStep, rdmacm.EventEstablished); err != nil {
 		return fmt.Errorf("wait for CONNECTED state: %w", err)
 	}
 	r.debugf("ESTABLISHED\n")
@@ -271,13 +258,13 @@ func (r *session) dial(ctx context.Context, cm *cmSide, peer netip.AddrPort, new
 	if err := id.ResolveAddr(netip.Addr{}, peer, 2*time.Second); err != nil {
 		return fmt.Errorf("rdma_resolve_addr: %w", err)
 	}
-	if _, err := r.cmWait(ctx, id, perf.CMStep, rdmacm.EventAddrResolved); err != nil {
+	if _, err := r.cmWait(ctx, id, device.CMStep, rdmacm.EventAddrResolved); err != nil {
 		return fmt.Errorf("resolve: %w", err)
 	}
 	if err := id.ResolveRoute(2 * time.Second); err != nil {
 		return fmt.Errorf("rdma_resolve_route: %w", err)
 	}
-	if _, err := r.cmWait(ctx, id, perf.CMStep, rdmacm.EventRouteResolved); err != nil {
+	if _, err := r.cmWait(ctx, id, device.CMStep, rdmacm.EventRouteResolved); err != nil {
 		return fmt.Errorf("resolve: %w", err)
 	}
 	r.debugf("rdma_resolve_addr - rdma_resolve_route successful\n")
