@@ -243,11 +243,14 @@ func Softrdma(t testing.TB) string {
 // BinDir returns the directory of the softrdma binary (for a guest's --project).
 func BinDir(t testing.TB) string { return filepath.Dir(Softrdma(t)) }
 
-// Main runs the tests and removes the binary Softrdma built and the libraries
-// Libs built. Call it from the package's TestMain: func TestMain(m *testing.M)
+// Main runs the tests and removes the binary Softrdma built, the libraries
+// Libs built and cmgate.so. Call it from the package's TestMain: func TestMain(m *testing.M)
 // { interop.Main(m) }.
 func Main(m *testing.M) {
 	code := m.Run()
+	if cmGateSO != "" {
+		os.RemoveAll(filepath.Dir(cmGateSO))
+	}
 	for _, dir := range []string{buildDir, libDir} {
 		if dir != "" {
 			os.RemoveAll(dir)
