@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 func main() {
@@ -15,55 +16,87 @@ func run(args []string) int {
 	return runCommand(args, os.Stdout, os.Stderr)
 }
 
-// commands is the command table: each subcommand by name, and its entry
-// point, which parses its own flags (parseFlags) and returns the exit code.
+// commands is the command table: each subcommand by name, its one-line
+// summary (softrdma help lists them), and its entry point, which parses its
+// own flags (parseFlags) and returns the exit code.
 var commands = []struct {
-	name string
-	run  func(args []string, stdout, stderr io.Writer) int
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
 }{
-	{"decode", runDecode},
-	{"demo", demoCmd},
-	{"pingpong", pingpongCmd},
-	{"perf", perfCmd},
-	{"rping", rpingCmd},
-	{"cmatose", cmatoseCmd},
-	{"bench", benchCmd},
-	{"conform", conformCmd},
-	{"run", runCmd},
+	{"run", "run an unmodified verbs program (ibv_*, perftest, rping...) on softrdma's libibverbs/librdmacm", runCmd},
+	{"decode", "explain a pcap/pcapng capture of RoCE and iWARP traffic, flow by flow", runDecode},
+	{"demo", "two nodes on a simulated network: SEND, WRITE, READ and atomics, verified", demoCmd},
+	{"pingpong", "ibv_rc_pingpong / ibv_ud_pingpong / ibv_uc_pingpong over RoCEv2", pingpongCmd},
+	{"perf", "perftest's ib_{write,read,send,atomic}_bw and ib_{write,read,send}_lat over RoCEv2", perfCmd},
+	{"rping", "rdma-core's rping over iWARP (or --transport roce)", rpingCmd},
+	{"cmatose", "librdmacm's ucmatose (RC) or, with --ud, udaddy (UD) over RoCEv2", cmatoseCmd},
+	{"bench", "the benchmark suite: softrdma against the raw UDP/TCP path between two namespaces (root)", benchCmd},
+	{"conform", "the protocol conformance suite: --self, --peer HOST, or serve", conformCmd},
+	{"version", "print softrdma's version, commit and Go version", versionCmd},
+	{"help", "help CMD prints CMD's usage (as CMD --help); help alone lists the commands", nil},
 }
 
 // runCommand runs the subcommand args[0] with the rest of args.
 func runCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return 2
 	}
 	switch args[0] {
-	case "-h", "--help", "help":
-		fmt.Fprintln(stdout, usage)
+	case "-h", "--help":
+		fmt.Fprint(stdout, usage())
 		return 0
+	case "--version":
+		return versionCmd(args[1:], stdout, stderr)
+	case "help":
+		return helpCmd(args[1:], stdout, stderr)
 	}
 	for _, c := range commands {
-		if c.name == args[0] {
+		if c.name == args[0] && c.run != nil {
 			return c.run(args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintf(stderr, "softrdma: unknown command %q\n%s\n", args[0], usage)
+	fmt.Fprintf(stderr, "softrdma: unknown command %q\n%s", args[0], usage())
 	return 2
 }
 
-const usage = `usage: softrdma COMMAND [flags]
+// helpCmd is "softrdma help [CMD]": with no CMD the command list on stdout;
+// with CMD, CMD's own usage, the text "softrdma CMD --help" prints, on
+// stdout; an unknown CMD is an error naming it, exit 2.
+func helpCmd(args []string, stdout, stderr io.Writer) int {
+	switch len(args) {
+	case 0:
+		fmt.Fprint(stdout, usage())
+		return 0
+	case 1:
+	default:
+		fmt.Fprintf(stderr, "softrdma help: one command at most, got %q\n", args)
+		return 2
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		if c.run == nil { // help help
+			fmt.Fprint(stdout, usage())
+			return 0
+		}
+		// CMD --help prints its usage on stderr (pflag's Usage); help
+		// asked for it, so it goes to stdout.
+		return c.run([]string{"--help"}, stdout, stdout)
+	}
+	fmt.Fprintf(stderr, "softrdma help: unknown command %q\n%s", args[0], usage())
+	return 2
+}
 
-commands:
-  run           run an unmodified verbs program (ibv_*, perftest, rping...) on softrdma's
-                libibverbs/librdmacm (make lib): run [--device SPEC]... -- PROGRAM [ARGS]
-  decode FILE|-  explain a pcap/pcapng capture (- reads standard input) of RoCE and iWARP traffic, flow by flow
-  demo          two nodes on a simulated network: SEND, WRITE, READ and atomics, verified
-  pingpong      ibv_rc_pingpong / ibv_ud_pingpong / ibv_uc_pingpong over RoCEv2: pingpong [rc|ud|uc] [HOST]
-  rping         rdma-core's rping over iWARP (or --transport roce): rping -s [-a ADDR] | rping -c -a ADDR [-p PORT] [-C N] [-S SIZE] [-vV]
-  cmatose       librdmacm's ucmatose (RC) or, with --ud, udaddy (UD by SIDR) over RoCEv2: cmatose -b ADDR | cmatose -s HOST
-  perf          perftest's ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat,
-                ib_send_lat over RoCEv2: perf write_bw|read_bw|send_bw|atomic_bw|write_lat|read_lat|send_lat [HOST]
-  conform       the protocol conformance suite: conform --self | conform --peer HOST | conform serve
-  bench         the benchmark suite (make bench): softrdma against the raw UDP/TCP path between two
-                network namespaces it creates (root), one table of ratios`
+// usage is the top-level usage: every subcommand with its one-line summary.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("usage: softrdma COMMAND [flags]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
+	}
+	b.WriteString("\nsoftrdma help COMMAND (or softrdma COMMAND --help) shows a command's flags.\n")
+	return b.String()
+}
