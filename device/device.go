@@ -69,6 +69,10 @@ type Config struct {
 	TAPAddrs []netip.Addr
 	// TAPKernelAddrs go to the kernel's side of a TAP device (backend=tap).
 	TAPKernelAddrs []netip.Prefix
+	// AddrFlag is the flag that names the device's address (-d, say): an
+	// address already in use gets a hint that says what to type with it
+	// (without one the hint names the address alone).
+	AddrFlag string
 	// IWARP are the parameters of an iWARP device's connections (the MPA
 	// CRC policy, IRD and ORD, ...); Pcap sets Observe.
 	IWARP iwarp.ConnParams

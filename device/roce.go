@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/softrdma/softrdma/devspec"
@@ -80,6 +81,9 @@ func openRoCE(s devspec.Spec, cfg Config) (*RoCE, error) {
 	dev, err := roce.Open(oc)
 	if err != nil {
 		d.closeCapture()
+		if oc.Backend == roce.BackendUDP && errors.Is(err, syscall.EADDRINUSE) {
+			return nil, addrInUse(s.Addr, cfg.AddrFlag, err)
+		}
 		return nil, err
 	}
 	d.dev = dev
@@ -201,4 +205,25 @@ func (d *RoCE) closeCapture() error {
 		err = cerr
 	}
 	return err
+}
+
+// addrInUse is the error of a udp device whose address:4791 another socket
+// holds: most often the other side of a test on the same host that took
+// the same default (perf or pingpong, server and client both on
+// 127.0.0.1), else the kernel's rdma_rxe or another softrdma. It says what
+// to type instead: the next loopback address (all of 127/8 is lo's, so
+// each side may have its own), with flag, the flag that names the address.
+func addrInUse(addr netip.Addr, flag string, err error) error {
+	alt := netip.AddrFrom4([4]byte{127, 0, 0, 2})
+	if addr.Is4() && addr.IsLoopback() {
+		if n := addr.Next(); n.IsLoopback() {
+			alt = n
+		}
+	}
+	what := alt.String()
+	if flag != "" {
+		what = flag + " " + what
+	}
+	return fmt.Errorf("address %v in use (the other side on this host, the kernel's rdma_rxe, or another softrdma has it): on one host give each side its own loopback address: %s: %w",
+		netip.AddrPortFrom(addr, roce.UDPPort), what, err)
 }

@@ -24,7 +24,7 @@ func openDevice(o *Options, p *params, peer netip.Addr) (device.Device, error) {
 		return openIWARP(o, peer)
 	}
 	c := device.Choice{Backend: devspec.Backend(o.Backend), Name: o.Device, GIDIndex: p.gidIndex, GIDFlag: "-x", Peer: peer}
-	cfg := device.Config{Pcap: o.Pcap}
+	cfg := device.Config{Pcap: o.Pcap, AddrFlag: "-d"}
 	switch o.Backend {
 	case "udp":
 		if p.gidIndex > 0 && o.Device != "" {

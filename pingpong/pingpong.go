@@ -555,7 +555,7 @@ func OpenDevice(o Options, peer netip.Addr, seed uint64) (*device.RoCE, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := device.Open(spec, device.Config{Seed: seed, Pcap: o.Pcap, TAPAddrs: c.TAPAddrs, TAPKernelAddrs: o.TAPKernelAddrs})
+	d, err := device.Open(spec, device.Config{Seed: seed, Pcap: o.Pcap, AddrFlag: "-d", TAPAddrs: c.TAPAddrs, TAPKernelAddrs: o.TAPKernelAddrs})
 	if err != nil {
 		return nil, err
 	}
