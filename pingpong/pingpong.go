@@ -291,6 +291,14 @@ func (s *session) addressHandle(remote oobpp.Dest, peer netip.Addr) (ibtransport
 	if !dst.IsValid() {
 		return ibtransport.AddressHandle{}, errors.New("remote sent no GID and its address is unknown")
 	}
+	if iid == ([8]byte{}) && dst.Unmap() == s.dev.Local().Unmap() {
+		// Without -g the remote's RoCE address is taken to be its TCP
+		// address; when that is this side's own, the remote's device is on
+		// another address (a server without -d takes the first interface
+		// up, not lo) and every packet would come back here, retried until
+		// the QP fails.
+		return ibtransport.AddressHandle{}, fmt.Errorf("remote sent no GID (no -g) and its TCP address %v is this side's own RoCE address, so its device is on another one: give -g 1 on both sides (on one host, also -d 127.0.0.2 on one side if both are on %v)", peer, s.dev.Local())
+	}
 	if dst.Unmap().Is4() != s.dev.Local().Is4() {
 		return ibtransport.AddressHandle{}, fmt.Errorf("remote GID %v is not of the local address %v's family (give -g the same IP version on both sides)", netip.AddrFrom16(remote.GID), s.dev.Local())
 	}

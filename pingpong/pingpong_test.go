@@ -3,6 +3,7 @@ package pingpong
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/softrdma/softrdma/ibtransport"
@@ -79,4 +80,31 @@ func testSession(t *testing.T, o Options, ip string) *session {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestZeroGIDToSelf: a remote that sent no GID (no -g) is addressed at its
+// TCP address; when that is this side's own RoCE address (a client on lo
+// towards a server whose device took eth0) the packets would loop back to
+// this side and be retried until the QP fails: connect fails at once, saying
+// to give -g. A zero GID from another address still connects.
+func TestZeroGIDToSelf(t *testing.T) {
+	cases := []struct {
+		name, peer string
+		wantErr    string
+	}{
+		{"peer is self", "127.0.78.170", "give -g 1 on both sides"},
+		{"peer elsewhere", "127.0.78.171", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := testSession(t, Options{Mode: "rc", Size: 256, MTU: 1024, RxDepth: 4, IBPort: 1, GIDIndex: -1}, "127.0.78.170")
+			err := s.connect(0x111, oobpp.Dest{QPN: 0x222, PSN: 0x333}, netip.MustParseAddr(c.peer))
+			switch {
+			case c.wantErr == "" && err != nil:
+				t.Fatal(err)
+			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+				t.Fatalf("connect to a zero GID from %v: error %v, want one containing %q", c.peer, err, c.wantErr)
+			}
+		})
+	}
 }
