@@ -21,8 +21,8 @@ func TestConformServeDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ap, err := netip.ParseAddrPort(o.listen); err != nil || !ap.Addr().IsLoopback() || ap.Port() != conform.DefaultControlPort {
-		t.Errorf("default --listen %q, want 127.0.0.1:%d", o.listen, conform.DefaultControlPort)
+	if ap, err := netip.ParseAddrPort(o.Listen); err != nil || !ap.Addr().IsLoopback() || ap.Port() != conform.DefaultControlPort {
+		t.Errorf("default --listen %q, want 127.0.0.1:%d", o.Listen, conform.DefaultControlPort)
 	}
 	if o.maxSessionMemory != 256<<20 {
 		t.Errorf("default --max-session-memory %d, want 256 MiB", o.maxSessionMemory)

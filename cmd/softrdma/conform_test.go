@@ -384,9 +384,9 @@ func TestConformServePcap(t *testing.T) {
 			srvFile, cliFile := filepath.Join(dir, "server.pcap"), filepath.Join(dir, "tester.pcap")
 			var o conformServeOptions
 			fs := pflag.NewFlagSet("", pflag.ContinueOnError)
-			o.listen, o.backend, o.transport, o.pcap, o.udpPort = serverIP+":0", "udp", "roce", srvFile, roce.UDPPort
-			fs.StringVar(&o.transport, "transport", o.transport, "")
-			fs.StringVar(&o.addr, "addr", "", "")
+			o.Listen, o.Backend, o.Transport, o.Pcap, o.UDPPort = serverIP+":0", "udp", "roce", srvFile, roce.UDPPort
+			fs.StringVar(&o.Transport, "transport", o.Transport, "")
+			fs.StringVar(&o.Addr, "addr", "", "")
 			if err := fs.Parse(tc.serve); err != nil {
 				t.Fatal(err)
 			}
