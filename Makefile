@@ -4,6 +4,9 @@ BIN      := bin/softrdma
 # Engine packages run under the race detector.
 RACEPKGS := ./ibtransport/... ./roce/... ./iwarp/... ./netio/... ./sim/... ./rdmacm/... ./conform/... ./test ./cmd/softrdma ./perf ./bench ./device ./pingpong ./rping
 export CGO_ENABLED ?= 0
+# COMMIT is what softrdma version reports when the toolchain stamped no
+# vcs.revision (GOFLAGS=-buildvcs=false): HEAD, +dirty with uncommitted changes.
+COMMIT   := $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null; [ $$? -eq 1 ] && echo +dirty)
 # staticcheck, pinned: go run fetches and builds this version once (the
 # module proxy serves it) and runs it from the build cache after that.
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -16,7 +19,7 @@ all: build
 # there, lib/ as make lib does (without installing anything: make lib does);
 # without them one line says so and the binary is built all the same.
 build:
-	$(GO) build -o $(BIN) ./cmd/softrdma
+	$(GO) build -ldflags "-X main.buildCommit=$(COMMIT)" -o $(BIN) ./cmd/softrdma
 	@if command -v gcc >/dev/null 2>&1 && [ -f /usr/include/infiniband/verbs.h ]; then \
 		$(MAKE) --no-print-directory lib-build; \
 	else echo "build: lib/ not built: it needs gcc and libibverbs-dev (make lib installs them)"; fi

@@ -80,6 +80,14 @@ func TestVersionLine(t *testing.T) {
 			}
 		})
 	}
+	t.Run("make build's commit", func(t *testing.T) {
+		defer func(c string) { buildCommit = c }(buildCommit)
+		buildCommit = "b49d1be714df+dirty"
+		bi := debug.BuildInfo{GoVersion: "go1.26.8"}
+		if got, want := versionLine(&bi), "softrdma (devel) (b49d1be714df+dirty, go1.26.8)"; got != want {
+			t.Errorf("versionLine = %q, want %q", got, want)
+		}
+	})
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		var out, errb bytes.Buffer
 		if code := runCommand(args, &out, &errb); code != 0 {

@@ -6,6 +6,12 @@ import (
 	"runtime/debug"
 )
 
+// buildCommit is the commit make build passes with -X main.buildCommit
+// (HEAD, +dirty with uncommitted changes): the version line's commit when
+// the toolchain stamped no vcs.revision (GOFLAGS=-buildvcs=false, or a
+// worktree it does not stamp).
+var buildCommit string
+
 // versionCmd is "softrdma version" (and "softrdma --version"): one line,
 // "softrdma VERSION (COMMIT[+dirty], GOVERSION)", from the build information
 // the Go toolchain stamps into the binary (module version, vcs.revision,
@@ -30,14 +36,17 @@ func versionCmd(args []string, stdout, stderr io.Writer) int {
 
 // versionLine formats bi as "softrdma VERSION (COMMIT[+dirty], GOVERSION)".
 // The version is the main module's ("(devel)" when built from a checkout);
-// the commit is vcs.revision shortened to 12 hex digits, "unknown" when the
-// build had no VCS stamp (go test, -buildvcs=false).
+// the commit is vcs.revision shortened to 12 hex digits, else buildCommit,
+// else "unknown" (go test, go build with -buildvcs=false).
 func versionLine(bi *debug.BuildInfo) string {
 	version := bi.Main.Version
 	if version == "" {
 		version = "(devel)"
 	}
 	commit, dirty := "unknown", false
+	if buildCommit != "" {
+		commit = buildCommit
+	}
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
