@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -38,7 +36,7 @@ softrdma's verdict as a packet comment (Wireshark: pkt_comment / frame.comment).
 // decodeStdin is what "softrdma decode -" reads: standard input (tests replace it).
 var decodeStdin io.Reader = os.Stdin
 
-// runDecode is the decode subcommand: flags around decode.Run.
+// runDecode is the decode subcommand: flags around decode.Command.
 func runDecode(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("decode", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -67,148 +65,8 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	filter, err := decodeFilter(*flowSel, *qps, *opcodes, *timeRange, fs.Changed("time"))
-	if err != nil {
-		fmt.Fprintf(stderr, "softrdma decode: %v\n", err)
-		return 2
-	}
-	name := fs.Arg(0)
-	in, closeIn, err := openDecodeInput(name)
-	if err != nil {
-		fmt.Fprintf(stderr, "softrdma decode: %v\n", err)
-		return 2
-	}
-	defer closeIn()
-	if name == "-" {
-		name = "standard input"
-	}
-	opts := decode.Options{JSON: *jsonOut, Flows: *flows, Summary: !*noSummary, Verdicts: *annotate != "", Filter: filter, Report: *htmlOut != ""}
-	// The annotated copy reads the capture a second time: a file from its start, standard
-	// input from memory.
-	var again io.ReadSeeker
-	if *annotate != "" {
-		if again, err = rereadable(in); err != nil {
-			fmt.Fprintf(stderr, "softrdma decode: %s: %v\n", name, err)
-			return 2
-		}
-		in = again
-	}
-	out := bufio.NewWriterSize(stdout, 64<<10)
-	res, err := decode.Run(in, out, opts)
-	if ferr := out.Flush(); err == nil && ferr != nil {
-		err = ferr
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "softrdma decode: %s: %v\n", name, err)
-		return 2
-	}
-	if *htmlOut != "" {
-		if err := writeHTMLReport(*htmlOut, &res, name); err != nil {
-			fmt.Fprintf(stderr, "softrdma decode: --html %s: %v\n", *htmlOut, err)
-			return 2
-		}
-	}
-	if *annotate != "" {
-		if err := writeAnnotated(*annotate, again, &res); err != nil {
-			fmt.Fprintf(stderr, "softrdma decode: --annotate %s: %v\n", *annotate, err)
-			return 2
-		}
-	}
-	for _, e := range res.Errors {
-		fmt.Fprintf(stderr, "softrdma decode: %s: %v\n", name, e)
-	}
-	return res.ExitCode()
-}
-
-// openDecodeInput opens the capture named on the command line: standard input for "-",
-// else the file, which must not be a directory (reading one fails with EISDIR only at
-// the first read, which the decoder would otherwise report as a file with no bytes).
-func openDecodeInput(name string) (r io.Reader, closeFn func(), err error) {
-	if name == "-" {
-		return decodeStdin, func() {}, nil
-	}
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		f.Close()
-		return nil, nil, fmt.Errorf("%s: is a directory, not a capture file", name)
-	}
-	return f, func() { f.Close() }, nil
-}
-
-// rereadable returns in as a reader that can go back to its start: a regular file as it
-// is, anything else (standard input, a pipe) read into memory.
-func rereadable(in io.Reader) (io.ReadSeeker, error) {
-	if f, ok := in.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
-			return f, nil
-		}
-	}
-	b, err := io.ReadAll(in)
-	if err != nil {
-		return nil, err
-	}
-	return bytes.NewReader(b), nil
-}
-
-// writeAnnotated writes the capture in (read again from its start) with res's verdicts
-// to the pcapng file name.
-func writeAnnotated(name string, in io.ReadSeeker, res *decode.Result) error {
-	if _, err := in.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	f, err := os.Create(name)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriterSize(f, 256<<10)
-	err = decode.Annotate(in, w, res)
-	if ferr := w.Flush(); err == nil {
-		err = ferr
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// decodeFilter makes the decoder's filter from the flags, nil if none is given.
-func decodeFilter(flows, qps, opcodes []string, timeRange string, timeSet bool) (*decode.Filter, error) {
-	var f decode.Filter
-	if timeSet {
-		var err error
-		if f, err = decode.ParseTimeRange(timeRange); err != nil {
-			return nil, fmt.Errorf("--time: %v", err)
-		}
-	}
-	f.Flows, f.Opcodes = flows, opcodes
-	for _, q := range qps {
-		n, err := decode.ParseQP(q)
-		if err != nil {
-			return nil, fmt.Errorf("--qp: %v", err)
-		}
-		f.QPs = append(f.QPs, n)
-	}
-	if err := f.Check(); err != nil {
-		return nil, fmt.Errorf("--flow/--opcode: %v", err)
-	}
-	if len(f.Flows) == 0 && len(f.QPs) == 0 && len(f.Opcodes) == 0 && !timeSet {
-		return nil, nil
-	}
-	return &f, nil
-}
-
-// writeHTMLReport writes decode's HTML report of res to the file name.
-func writeHTMLReport(name string, res *decode.Result, capture string) error {
-	f, err := os.Create(name)
-	if err != nil {
-		return err
-	}
-	err = decode.WriteHTML(f, res, capture)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return decode.Command(fs.Arg(0), decodeStdin, decode.CommandOptions{
+		JSON: *jsonOut, Flows: *flows, NoSummary: *noSummary, Flow: *flowSel, QP: *qps, Opcode: *opcodes,
+		Time: *timeRange, TimeSet: fs.Changed("time"), HTML: *htmlOut, Annotate: *annotate,
+	}, stdout, stderr)
 }
