@@ -23,6 +23,7 @@ func TestAddrInUseHint(t *testing.T) {
 		{"127.45.67.89", "-d", "address 127.45.67.89:4791 in use"},
 		{"127.45.67.89", "-d", "give each side its own loopback address: -d 127.45.67.90:"},
 		{"127.45.67.91", "", "give each side its own loopback address: 127.45.67.92:"},
+		{"127.45.67.91", "--device roce:", "give each side its own loopback address: --device roce:127.45.67.92:"},
 	}
 	for _, c := range cases {
 		t.Run(c.addr+c.flag, func(t *testing.T) {

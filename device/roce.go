@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -82,7 +83,7 @@ func openRoCE(s devspec.Spec, cfg Config) (*RoCE, error) {
 	if err != nil {
 		d.closeCapture()
 		if oc.Backend == roce.BackendUDP && errors.Is(err, syscall.EADDRINUSE) {
-			return nil, addrInUse(s.Addr, cfg.AddrFlag, err)
+			return nil, AddrInUse(s.Addr, cfg.AddrFlag, err)
 		}
 		return nil, err
 	}
@@ -207,13 +208,15 @@ func (d *RoCE) closeCapture() error {
 	return err
 }
 
-// addrInUse is the error of a udp device whose address:4791 another socket
-// holds: most often the other side of a test on the same host that took
-// the same default (perf or pingpong, server and client both on
-// 127.0.0.1), else the kernel's rdma_rxe or another softrdma. It says what
-// to type instead: the next loopback address (all of 127/8 is lo's, so
-// each side may have its own), with flag, the flag that names the address.
-func addrInUse(addr netip.Addr, flag string, err error) error {
+// AddrInUse is the error of a udp device whose address:4791 another socket
+// holds (err, EADDRINUSE, stays in the chain): most often the other side
+// of a test on the same host that took the same default (perf or
+// pingpong, server and client both on 127.0.0.1), else the kernel's
+// rdma_rxe or another softrdma. It says what to type instead: the next
+// loopback address (all of 127/8 is lo's, so each side may have its own)
+// after flag, the flag that names the address ("-d"; one ending in ':' or
+// '=', "--device roce:", takes it with no space; "" for the address alone).
+func AddrInUse(addr netip.Addr, flag string, err error) error {
 	alt := netip.AddrFrom4([4]byte{127, 0, 0, 2})
 	if addr.Is4() && addr.IsLoopback() {
 		if n := addr.Next(); n.IsLoopback() {
@@ -221,7 +224,10 @@ func addrInUse(addr netip.Addr, flag string, err error) error {
 		}
 	}
 	what := alt.String()
-	if flag != "" {
+	switch {
+	case strings.HasSuffix(flag, ":") || strings.HasSuffix(flag, "="):
+		what = flag + what
+	case flag != "":
 		what = flag + " " + what
 	}
 	return fmt.Errorf("address %v in use (the other side on this host, the kernel's rdma_rxe, or another softrdma has it): on one host give each side its own loopback address: %s: %w",

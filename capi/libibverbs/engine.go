@@ -4,7 +4,6 @@ import "C"
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
@@ -93,7 +92,7 @@ func openEngine(d *verbsdev.Device) (*engine, error) {
 		Engine:    cfg,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", s, err)
+		return nil, openError(s, err)
 	}
 	go dev.Run(context.Background(), nil)
 	return &engine{ctx: dev.Context(), roce: dev}, nil
