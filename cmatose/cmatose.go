@@ -77,7 +77,7 @@ func Run(ctx context.Context, o *Options, name string, stdout io.Writer) (err er
 	if err != nil {
 		return err
 	}
-	d, err := device.Open(spec, device.Config{Pcap: o.Pcap})
+	d, err := device.Open(spec, device.Config{Pcap: o.Pcap, AddrFlag: "-b"})
 	if err != nil {
 		return err
 	}

@@ -55,8 +55,11 @@ func openDevice(o Options, crc iwarp.CRCPolicy, addr netip.Addr) (*cmSide, error
 		c := device.Choice{Backend: devspec.BackendUDP, GIDIndex: -1}
 		if !o.Server {
 			c.Peer = addr
-		} else if addr.IsValid() && !addr.IsUnspecified() {
-			c.Name = addr.String()
+		} else {
+			cfg.AddrFlag = "-a" // the server's -a names its device
+			if addr.IsValid() && !addr.IsUnspecified() {
+				c.Name = addr.String()
+			}
 		}
 		var err error
 		if spec, err = c.Spec(); err != nil {
