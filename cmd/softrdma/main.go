@@ -65,6 +65,11 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 // with CMD, CMD's own usage, the text "softrdma CMD --help" prints, on
 // stdout; an unknown CMD is an error naming it, exit 2.
 func helpCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("help", helpUsage, stderr)
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return flagsExit(err)
+	}
+	args = fs.Args()
 	switch len(args) {
 	case 0:
 		fmt.Fprint(stdout, usage())
@@ -72,6 +77,7 @@ func helpCmd(args []string, stdout, stderr io.Writer) int {
 	case 1:
 	default:
 		fmt.Fprintf(stderr, "softrdma help: one command at most, got %q\n", args)
+		fs.Usage()
 		return 2
 	}
 	for _, c := range commands {
@@ -89,6 +95,14 @@ func helpCmd(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "softrdma help: unknown command %q\n%s", args[0], usage())
 	return 2
 }
+
+const helpUsage = `usage: softrdma help [COMMAND]
+
+Without COMMAND the list of commands; with one, its usage and flags (what
+softrdma COMMAND --help prints), on stdout.
+
+flags:
+`
 
 // usage is the top-level usage: every subcommand with its one-line summary.
 func usage() string {

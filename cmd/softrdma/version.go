@@ -6,6 +6,14 @@ import (
 	"runtime/debug"
 )
 
+const versionUsage = `usage: softrdma version (or softrdma --version)
+
+One line: softrdma VERSION (COMMIT[+dirty], GOVERSION), the module version,
+the VCS commit it was built from (+dirty with uncommitted changes) and Go's.
+
+flags:
+`
+
 // buildCommit is the commit make build passes with -X main.buildCommit
 // (HEAD, +dirty with uncommitted changes): the version line's commit when
 // the toolchain stamped no vcs.revision (GOFLAGS=-buildvcs=false, or a
@@ -17,12 +25,13 @@ var buildCommit string
 // the Go toolchain stamps into the binary (module version, vcs.revision,
 // vcs.modified), so a bug report names exactly what was run.
 func versionCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		if args[0] == "-h" || args[0] == "--help" {
-			fmt.Fprint(stderr, "usage: softrdma version\n\nprints softrdma's module version, VCS commit (+dirty if the tree was modified) and Go version\n")
-			return 0
-		}
-		fmt.Fprintf(stderr, "softrdma version: takes no arguments, got %q\n", args)
+	fs := newFlagSet("version", versionUsage, stderr)
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return flagsExit(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "softrdma version: takes no arguments, got %q\n", fs.Args())
+		fs.Usage()
 		return 2
 	}
 	bi, ok := debug.ReadBuildInfo()
