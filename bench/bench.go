@@ -37,6 +37,7 @@ import (
 
 	"github.com/softrdma/softrdma/netio/netns"
 	"github.com/softrdma/softrdma/pcaptap"
+	"github.com/softrdma/softrdma/perf"
 )
 
 // Options are softrdma bench's flags.
@@ -63,9 +64,20 @@ type Options struct {
 	// (--addrs) instead of two namespaces on a veth pair.
 	Addrs []netip.Addr
 
-	Pcap        string       // --pcap FILE
-	PcapSnaplen int          // --pcap-snaplen
-	tap         *pcaptap.Tap // the --pcap file while it runs
+	Pcap        string // --pcap FILE
+	PcapSnaplen int    // --pcap-snaplen
+	// QPTimeout is the RoCE RC QPs' local ACK timeout (4.096 µs ×
+	// 2^QPTimeout, 0 to 31); nil is perftest's default, perf.DefQPTimeout.
+	QPTimeout *int
+	tap       *pcaptap.Tap // the --pcap file while it runs
+}
+
+// qpTimeout is the local ACK timeout the RoCE QPs get.
+func (o *Options) qpTimeout() uint8 {
+	if o.QPTimeout == nil {
+		return perf.DefQPTimeout
+	}
+	return uint8(*o.QPTimeout)
 }
 
 // DefaultSnaplen is --pcap-snaplen's default: every header of a RoCE
@@ -93,6 +105,9 @@ var AllTests = []string{"write", "read", "send", "rate", "lat", "qps", "clib"}
 func (o *Options) Check() error { return o.check() }
 
 func (o *Options) check() error {
+	if o.QPTimeout != nil && (*o.QPTimeout < 0 || *o.QPTimeout > 31) {
+		return fmt.Errorf("--qp-timeout %d: want 0 to 31", *o.QPTimeout)
+	}
 	for _, t := range o.Transports {
 		if t != "roce" && t != "iwarp" {
 			return fmt.Errorf("--transport %q: want roce or iwarp", t)

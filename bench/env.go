@@ -28,7 +28,8 @@ import (
 type env struct {
 	transport, backend string
 	a, b               *ibtransport.Context
-	pathMTU            int // RoCE: the IB path MTU; iWARP: 0
+	pathMTU            int   // RoCE: the IB path MTU; iWARP: 0
+	qpTimeout          uint8 // RoCE: the RC QPs' local ACK timeout (--qp-timeout)
 	// connect connects qa (on a) and qb (on b), both fresh RC QPs in RESET,
 	// and returns what undoes it (before the QPs are destroyed).
 	connect func(qa, qb *ibtransport.QP) (func(), error)
@@ -53,13 +54,20 @@ const baselinePort = 4792
 const iwarpPort = 4793
 
 func openEnv(pair *netns.Pair, transport, backend string, o *Options) (*env, error) {
-	if transport == "iwarp" {
-		return openIWARP(pair, o.tap)
+	var e *env
+	var err error
+	switch {
+	case transport == "iwarp":
+		e, err = openIWARP(pair, o.tap)
+	case backend == "tap":
+		e, err = openTAP(pair, o.tap)
+	default:
+		e, err = openRoCE(pair, backend, o.tap)
 	}
-	if backend == "tap" {
-		return openTAP(pair, o.tap)
+	if e != nil {
+		e.qpTimeout = o.qpTimeout()
 	}
-	return openRoCE(pair, backend, o.tap)
+	return e, err
 }
 
 // capture makes cfg's device record into the --pcap file (tap, if not
@@ -211,10 +219,10 @@ func (e *env) runRoCE(devs []*roce.Device, addrA, addrB netip.Addr) error {
 	}
 	e.connect = func(qa, qb *ibtransport.QP) (func(), error) {
 		psnA, psnB := rand.Uint32()&ibtransport.PSNMask, rand.Uint32()&ibtransport.PSNMask
-		if err := modifyRC(qa, ahA, e.pathMTU, qb.QPN(), psnA, psnB); err != nil {
+		if err := modifyRC(qa, ahA, e.pathMTU, e.qpTimeout, qb.QPN(), psnA, psnB); err != nil {
 			return nil, err
 		}
-		if err := modifyRC(qb, ahB, e.pathMTU, qa.QPN(), psnB, psnA); err != nil {
+		if err := modifyRC(qb, ahB, e.pathMTU, e.qpTimeout, qa.QPN(), psnB, psnA); err != nil {
 			return nil, err
 		}
 		return func() {}, nil
@@ -245,8 +253,9 @@ func engineConfig() ibtransport.ContextConfig {
 }
 
 // modifyRC moves an RC QP from RESET to RTS towards the peer QP dqpn:
-// the attributes softrdma perf uses (perftest's).
-func modifyRC(qp *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, dqpn, sqpsn, rqpsn uint32) error {
+// the attributes softrdma perf uses (perftest's), with the given local ACK
+// timeout.
+func modifyRC(qp *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, timeout uint8, dqpn, sqpsn, rqpsn uint32) error {
 	const all = ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead | ibtransport.AccessRemoteAtomic
 	if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, AccessFlags: all},
 		ibtransport.QPAttrState|ibtransport.QPAttrPKeyIndex|ibtransport.QPAttrPort|ibtransport.QPAttrAccessFlags); err != nil {
@@ -259,7 +268,7 @@ func modifyRC(qp *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, dqpn, s
 			ibtransport.QPAttrRQPSN|ibtransport.QPAttrMaxDestRdAtomic|ibtransport.QPAttrMinRNRTimer); err != nil {
 		return err
 	}
-	return qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: sqpsn, Timeout: perf.DefQPTimeout,
+	return qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: sqpsn, Timeout: timeout,
 		RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: maxRd},
 		ibtransport.QPAttrState|ibtransport.QPAttrSQPSN|ibtransport.QPAttrTimeout|ibtransport.QPAttrRetryCnt|
 			ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxRdAtomic)

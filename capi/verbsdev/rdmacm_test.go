@@ -286,8 +286,10 @@ func TestCMPairRejectedLate(t *testing.T) {
 			_, co, attempts := cmPairEnv(t, lib, tc.tr, tc.prog, tc.prog, env,
 				func(string) []string { return args },
 				func(a string) []string { return append(append([]string(nil), args...), a) })
-			if attempts != 2 {
-				t.Errorf("%d pairs started, want 2 (the held one, then one that passes)", attempts)
+			// The held pair is always refused; under load a later pair can be
+			// refused by perftest's own race too, and is restarted the same way.
+			if attempts < 2 {
+				t.Errorf("%d pairs started, want 2 or more (the held one, then one that passes)", attempts)
 			}
 			if !tc.row.MatchString(co) {
 				t.Errorf("no result row %q in\n%s", tc.row, co)

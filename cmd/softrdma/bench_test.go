@@ -169,6 +169,8 @@ func TestBenchFlags(t *testing.T) {
 		{"--sizes", "lots"},
 		{"--time", "0s"},
 		{"--mtu", "100"},
+		{"--qp-timeout", "32"},
+		{"--qp-timeout", "-1"},
 		{"extra"},
 		{"--addrs", "127.0.0.1"},
 		{"--addrs", "127.0.0.1,127.0.0.1"},
@@ -242,8 +244,11 @@ func TestBenchPcap(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "bench.pcap")
+			// --qp-timeout 20 (4.3 s): the capture slows the devices, and
+			// under make test's load a responder fell 7 × 67 ms behind
+			// (RETRY_EXC_ERR) with the default.
 			args := append([]string{"--time", "60ms", "--warm", "10ms", "--sizes", "4K", "--backend", "udp", "--transport", "roce,iwarp",
-				"--tests", "write", "--json", "--pcap", file}, tc.snaplen...)
+				"--tests", "write", "--json", "--pcap", file, "--qp-timeout", "20"}, tc.snaplen...)
 			var stdout, stderr bytes.Buffer
 			if code := benchCmd(args, &stdout, &stderr); code != 0 {
 				t.Fatalf("exit %d\n%s", code, stderr.String())
