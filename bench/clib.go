@@ -167,7 +167,7 @@ func cLibPair(c CLib, args []string, exe, lib string, srv, cli netip.Addr, goToo
 	}
 	// perftest's client connects once: wait until the server listens, by
 	// looking (a connection would be the server's one).
-	for deadline := time.Now().Add(30 * time.Second); !listening(port); {
+	for deadline := time.Now().Add(30 * time.Second); !listening(server.Process.Pid, port); {
 		if time.Now().After(deadline) {
 			server.Process.Kill()
 			server.Wait()
@@ -248,13 +248,15 @@ func freePort(a netip.Addr) (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// listening reports whether a TCP socket listens on port, from
-// /proc/net/tcp and tcp6 (state 0A is LISTEN; softrdma perf listens on
-// the IPv6 wildcard).
-func listening(port int) bool {
+// listening reports whether a TCP socket listens on port in the network
+// namespace of process pid, from /proc/PID/net/tcp and tcp6 (state 0A is
+// LISTEN; softrdma perf listens on the IPv6 wildcard). Not /proc/net: that
+// is the namespace of this process's main thread, which the bench's
+// namespace set-up can leave in namespace A while the tools run in this one.
+func listening(pid, port int) bool {
 	want := fmt.Sprintf(":%04X", port)
 	for _, f := range []string{"tcp", "tcp6"} {
-		b, err := os.ReadFile(filepath.Join("/proc", "net", f))
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "net", f))
 		if err != nil {
 			continue
 		}

@@ -185,14 +185,15 @@ func TestStockTools(t *testing.T) {
 	if o, err := exec.Command("gcc", "-Wall", "-o", prog, "testdata/query.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, o)
 	}
-	// Addresses of their own: the PD opens the device's UDP port.
+	// Addresses of their own: the PD opens the device's UDP port. On lo's
+	// route, so the active MTU derives from lo's 65536: 4096 (enum 5).
 	const qlist = "roce:127.0.0.3;iwarp:127.0.0.3"
 	out, errOut, err = run(t, lib, qlist, prog)
 	if err != nil {
 		t.Fatalf("query: %v\n%s%s", err, out, errOut)
 	}
 	for _, w := range []string{
-		"sr_roce0: port 1 rc=0 state=4 active_mtu=3 link_layer=2 gid_tbl_len=1024\n",
+		"sr_roce0: port 1 rc=0 state=4 active_mtu=5 link_layer=2 gid_tbl_len=1024\n",
 		"sr_roce0: port 2 rc=22\n",
 		"sr_roce0: gid_ex 1 rc=0 gid=::ffff:127.0.0.3 type=2\n",
 		"sr_roce0: pkey 0 rc=0 pkey=0xffff\n",
@@ -200,7 +201,7 @@ func TestStockTools(t *testing.T) {
 		"sr_roce0: stub import_pd NULL errno=95\n",
 		"sr_roce0: dealloc_pd rc=0\n",
 		"sr_roce0: close rc=0\n",
-		"sr_iwarp0: port 1 rc=0 state=4 active_mtu=3 link_layer=2 gid_tbl_len=1\n",
+		"sr_iwarp0: port 1 rc=0 state=4 active_mtu=5 link_layer=2 gid_tbl_len=1\n",
 		"sr_iwarp0: gid_ex 1 rc=22 gid= type=0\n",
 		"sr_iwarp0: alloc_pd ok\n",
 		"sr_iwarp0: dealloc_pd rc=0\n",

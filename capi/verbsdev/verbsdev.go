@@ -39,7 +39,8 @@ type Device struct {
 	// MAC is the interface's Ethernet address (zero for loopback or no
 	// interface).
 	MAC [6]byte
-	// IfaceMTU is the interface MTU (1500 when the address is on no interface).
+	// IfaceMTU is the interface MTU (lo's for a loopback address on no
+	// interface, else 1500 when the address is on no interface).
 	IfaceMTU int
 	// IfIndex is the interface's index (0 when on none).
 	IfIndex int
@@ -147,6 +148,11 @@ func Describe(s devspec.Spec) (*Device, error) {
 		d.IfaceMTU, d.IfIndex = ifi.MTU, ifi.Index
 		v4, v6 := addrsOf(ifi)
 		addrs = append(v4, v6...)
+	} else if lo := loopbackInterface(); lo != nil && s.Addr.IsLoopback() {
+		// Linux routes all of 127.0.0.0/8 to lo: a loopback address on no
+		// interface has lo's MTU, as roce.Open gives its device; the GID
+		// table is the address alone.
+		d.IfaceMTU = lo.MTU
 	}
 	if s.Transport == devspec.IWARP {
 		var g [16]byte
@@ -160,6 +166,20 @@ func Describe(s devspec.Spec) (*Device, error) {
 	cfg.PortMTU = d.ActiveMTU()
 	d.Engine = ibtransport.NewContext(cfg).Config()
 	return d, nil
+}
+
+// loopbackInterface returns the loopback interface, or nil.
+func loopbackInterface() *net.Interface {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	for i := range ifs {
+		if ifs[i].Flags&net.FlagLoopback != 0 {
+			return &ifs[i]
+		}
+	}
+	return nil
 }
 
 // addrsOf returns ifi's addresses, IPv4 first, each family in the kernel's order.
