@@ -218,8 +218,9 @@ func interfaceWithAddr(a netip.Addr) *net.Interface {
 	return nil
 }
 
-// loopbackInterface returns the loopback interface, or nil.
-func loopbackInterface() *net.Interface {
+// LoopbackInterface returns the loopback interface, or nil. Linux routes all
+// of 127.0.0.0/8 to it, so a loopback address on no interface takes its MTU.
+func LoopbackInterface() *net.Interface {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return nil
@@ -294,7 +295,7 @@ func openUDP(cfg *OpenConfig) (*deviceSetup, error) {
 	if ifi != nil {
 		gids = GIDTable(mac, append(v4, v6...))
 		mtu = ifi.MTU
-	} else if lo := loopbackInterface(); lo != nil && bind.IsLoopback() {
+	} else if lo := LoopbackInterface(); lo != nil && bind.IsLoopback() {
 		// 127.0.0.0/8 is local without being on lo (Linux routes all of it
 		// to lo): a loopback address on no interface has lo's MTU, while the
 		// GID table is the bound address alone.

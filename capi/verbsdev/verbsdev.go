@@ -148,7 +148,7 @@ func Describe(s devspec.Spec) (*Device, error) {
 		d.IfaceMTU, d.IfIndex = ifi.MTU, ifi.Index
 		v4, v6 := addrsOf(ifi)
 		addrs = append(v4, v6...)
-	} else if lo := loopbackInterface(); lo != nil && s.Addr.IsLoopback() {
+	} else if lo := roce.LoopbackInterface(); lo != nil && s.Addr.IsLoopback() {
 		// Linux routes all of 127.0.0.0/8 to lo: a loopback address on no
 		// interface has lo's MTU, as roce.Open gives its device; the GID
 		// table is the address alone.
@@ -166,20 +166,6 @@ func Describe(s devspec.Spec) (*Device, error) {
 	cfg.PortMTU = d.ActiveMTU()
 	d.Engine = ibtransport.NewContext(cfg).Config()
 	return d, nil
-}
-
-// loopbackInterface returns the loopback interface, or nil.
-func loopbackInterface() *net.Interface {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil
-	}
-	for i := range ifs {
-		if ifs[i].Flags&net.FlagLoopback != 0 {
-			return &ifs[i]
-		}
-	}
-	return nil
 }
 
 // addrsOf returns ifi's addresses, IPv4 first, each family in the kernel's order.
