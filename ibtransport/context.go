@@ -141,6 +141,7 @@ type Context struct {
 	events        chan AsyncEvent
 	eventsDropped uint64
 	counters      ContextCounters
+	retired       QPCounters // the destroyed QPs' counters, summed (QPStats)
 
 	placing   []*Wire    // Wires with an open placement (placement.go)
 	placeDone *sync.Cond // signalled when a placement ends; made at the first wait

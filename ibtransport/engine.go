@@ -275,11 +275,7 @@ type QPCounters struct {
 func (qp *QP) Counters() QPCounters {
 	qp.ctx.mu.Lock()
 	defer qp.ctx.mu.Unlock()
-	cnt := qp.counters
-	if qp.wire != nil && qp.wire.counters != nil {
-		qp.wire.counters(&cnt)
-	}
-	return cnt
+	return qp.countersLocked()
 }
 
 // Input processes one received packet: pkt runs from the BTH to the end of the pad

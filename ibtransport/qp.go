@@ -201,6 +201,7 @@ func (qp *QP) Destroy() error {
 		return fmt.Errorf("destroy qp 0x%x: %w", qp.qpn, ErrDestroyed)
 	}
 	qp.dead = true
+	c.retired.Add(qp.countersLocked())
 	qp.state = QPStateReset
 	qp.notifyWire()
 	delete(c.qps, qp.qpn)
