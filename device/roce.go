@@ -149,7 +149,7 @@ func (d *RoCE) PcapFrames() uint64 {
 
 // StartCM puts a CM agent on QP1 and a manager on it, and runs the agent.
 func (d *RoCE) StartCM(CMConfig) (*CM, error) {
-	agent, err := ibcm.NewCMAgent(ibcm.CMAgentConfig{Device: d.dev})
+	agent, err := ibcm.NewAgent(ibcm.AgentConfig{Device: d.dev})
 	if err != nil {
 		return nil, err
 	}

@@ -18,8 +18,8 @@ func cmFlowLabels(tb testing.TB, name string) map[uint32]uint32 {
 	var m map[uint32]uint32
 	byComm := map[uint32]uint32{} // REQ local comm ID -> flow label
 	for _, mad := range captureMADs(tb, name) {
-		switch mad.CMAttribute() {
-		case CMAttrREQ:
+		switch mad.Attribute() {
+		case AttrREQ:
 			if m == nil {
 				m = map[uint32]uint32{}
 			}
@@ -27,7 +27,7 @@ func cmFlowLabels(tb testing.TB, name string) map[uint32]uint32 {
 			fl := r.PrimaryPath().FlowLabel()
 			m[r.LocalQPN()] = fl
 			byComm[r.LocalCommID()] = fl
-		case CMAttrREP:
+		case AttrREP:
 			r := mad.REP()
 			m[r.LocalQPN()] = byComm[r.RemoteCommID()]
 		}
@@ -80,8 +80,8 @@ func checkConnection(t *testing.T, mads []MAD, frames []roce.Frame, c connection
 	t.Helper()
 	var seen []string
 	for _, m := range mads {
-		switch m.CMAttribute() {
-		case CMAttrREQ:
+		switch m.Attribute() {
+		case AttrREQ:
 			r := m.REQ()
 			if r.LocalCommID() != c.reqComm {
 				continue
@@ -113,7 +113,7 @@ func checkConnection(t *testing.T, mads []MAD, frames []roce.Frame, c connection
 			if fl := p.FlowLabel(); fl != roce.CMFlowLabel(c.cmaSrcPort, c.servicePort) {
 				t.Errorf("REQ flow label %#x, want %#x", fl, roce.CMFlowLabel(c.cmaSrcPort, c.servicePort))
 			}
-			if r.AlternatePath().Fields() != (CMPathFields{}) {
+			if r.AlternatePath().Fields() != (PathFields{}) {
 				t.Errorf("REQ alternate path %+v", r.AlternatePath().Fields())
 			}
 			h := CMAHeader(r.PrivateData())
@@ -135,7 +135,7 @@ func checkConnection(t *testing.T, mads []MAD, frames []roce.Frame, c connection
 				t.Errorf("CMA header re-encodes to %x, want %x", c2, h[:CMAHeaderLen])
 			}
 			checkReencode(t, m)
-		case CMAttrREP:
+		case AttrREP:
 			r := m.REP()
 			if r.RemoteCommID() != c.reqComm {
 				continue
@@ -148,17 +148,17 @@ func checkConnection(t *testing.T, mads []MAD, frames []roce.Frame, c connection
 				t.Errorf("REP %+v", r.Fields())
 			}
 			checkReencode(t, m)
-		case CMAttrRTU:
+		case AttrRTU:
 			r := m.RTU()
 			if r.LocalCommID() != c.reqComm {
 				continue
 			}
 			seen = append(seen, "RTU")
-			if r.RemoteCommID() != c.repComm || len(r.PrivateData()) != CMRTUPrivateDataLen {
+			if r.RemoteCommID() != c.repComm || len(r.PrivateData()) != RTUPrivateDataLen {
 				t.Errorf("RTU %#x", r.RemoteCommID())
 			}
 			checkReencode(t, m)
-		case CMAttrDREQ:
+		case AttrDREQ:
 			r := m.DREQ()
 			if r.LocalCommID() != c.reqComm {
 				continue
@@ -168,7 +168,7 @@ func checkConnection(t *testing.T, mads []MAD, frames []roce.Frame, c connection
 				t.Errorf("DREQ %#x %#x", r.RemoteCommID(), r.RemoteQPN())
 			}
 			checkReencode(t, m)
-		case CMAttrDREP:
+		case AttrDREP:
 			r := m.DREP()
 			if r.RemoteCommID() != c.reqComm {
 				continue
@@ -211,26 +211,26 @@ func checkConnection(t *testing.T, mads []MAD, frames []roce.Frame, c connection
 func checkReencode(t *testing.T, m MAD) {
 	t.Helper()
 	out := make(MAD, MADLen)
-	EncodeCM(out, m.CMAttribute(), m.TransactionID())
-	switch m.CMAttribute() {
-	case CMAttrREQ:
+	EncodeCM(out, m.Attribute(), m.TransactionID())
+	switch m.Attribute() {
+	case AttrREQ:
 		f := m.REQ().Fields()
 		out.REQ().Encode(&f)
-	case CMAttrREP:
+	case AttrREP:
 		f := m.REP().Fields()
 		out.REP().Encode(&f)
-	case CMAttrRTU:
+	case AttrRTU:
 		r, o := m.RTU(), out.RTU()
 		o.SetLocalCommID(r.LocalCommID())
 		o.SetRemoteCommID(r.RemoteCommID())
 		copy(o.PrivateData(), r.PrivateData())
-	case CMAttrDREQ:
+	case AttrDREQ:
 		r, o := m.DREQ(), out.DREQ()
 		o.SetLocalCommID(r.LocalCommID())
 		o.SetRemoteCommID(r.RemoteCommID())
 		o.SetRemoteQPN(r.RemoteQPN())
 		copy(o.PrivateData(), r.PrivateData())
-	case CMAttrDREP:
+	case AttrDREP:
 		r, o := m.DREP(), out.DREP()
 		o.SetLocalCommID(r.LocalCommID())
 		o.SetRemoteCommID(r.RemoteCommID())
@@ -239,7 +239,7 @@ func checkReencode(t *testing.T, m MAD) {
 	if !bytes.Equal(out, m) {
 		for i := range out {
 			if out[i] != m[i] {
-				t.Errorf("%v re-encodes differently from byte %d: %x, want %x", m.CMAttribute(), i, out[i:min(i+8, MADLen)], m[i:min(i+8, MADLen)])
+				t.Errorf("%v re-encodes differently from byte %d: %x, want %x", m.Attribute(), i, out[i:min(i+8, MADLen)], m[i:min(i+8, MADLen)])
 				break
 			}
 		}
@@ -253,50 +253,50 @@ func TestCMBuild(t *testing.T) {
 	at := func(off int, want ...byte) {
 		t.Helper()
 		if got := m[MADHeaderLen+off : MADHeaderLen+off+len(want)]; !bytes.Equal(got, want) {
-			t.Errorf("%v: data[%d:] = %x, want %x", m.CMAttribute(), off, got, want)
+			t.Errorf("%v: data[%d:] = %x, want %x", m.Attribute(), off, got, want)
 		}
 	}
 
-	EncodeCM(m, CMAttrREJ, 7)
+	EncodeCM(m, AttrREJ, 7)
 	j := m.REJ()
 	j.SetLocalCommID(0x01020304)
 	j.SetRemoteCommID(0x05060708)
 	j.SetMessageRejected(2)
-	j.SetReason(CMRejConsumer)
+	j.SetReason(RejConsumer)
 	j.SetARI([]byte{0xAA, 0xBB, 0xCC})
 	copy(j.PrivateData(), "why")
 	at(0, 1, 2, 3, 4, 5, 6, 7, 8, 0x80, 3<<1, 0, 28, 0xAA, 0xBB, 0xCC)
 	at(84, 'w', 'h', 'y')
-	if j.Reason() != CMRejConsumer || j.Reason().String() != "consumer reject" || !bytes.Equal(j.ARI(), []byte{0xAA, 0xBB, 0xCC}) ||
-		j.MessageRejected() != 2 || j.RejectedInfoLength() != 3 || len(j.PrivateData()) != CMREJPrivateDataLen {
+	if j.Reason() != RejConsumer || j.Reason().String() != "consumer reject" || !bytes.Equal(j.ARI(), []byte{0xAA, 0xBB, 0xCC}) ||
+		j.MessageRejected() != 2 || j.RejectedInfoLength() != 3 || len(j.PrivateData()) != REJPrivateDataLen {
 		t.Errorf("REJ %v %x", j.Reason(), j.ARI())
 	}
-	if CheckCM(m) != nil || m.CMAttribute().String() != "ConnectReject" || m.Method() != MADMethodSend || m.TransactionID() != 7 {
+	if CheckCM(m) != nil || m.Attribute().String() != "ConnectReject" || m.Method() != MADMethodSend || m.TransactionID() != 7 {
 		t.Error("REJ header")
 	}
 
-	EncodeCM(m, CMAttrMRA, 8)
+	EncodeCM(m, AttrMRA, 8)
 	a := m.MRA()
 	a.SetLocalCommID(1)
 	a.SetRemoteCommID(2)
 	a.SetMessageMRAed(1)
 	a.SetServiceTimeout(0x1F)
 	at(8, 0x40, 0xF8)
-	if a.MessageMRAed() != 1 || a.ServiceTimeout() != 0x1F || a.LocalCommID() != 1 || a.RemoteCommID() != 2 || len(a.PrivateData()) != CMMRAPrivateDataLen {
+	if a.MessageMRAed() != 1 || a.ServiceTimeout() != 0x1F || a.LocalCommID() != 1 || a.RemoteCommID() != 2 || len(a.PrivateData()) != MRAPrivateDataLen {
 		t.Error("MRA")
 	}
 
-	EncodeCM(m, CMAttrSIDRREQ, 9)
+	EncodeCM(m, AttrSIDRREQ, 9)
 	s := m.SIDRREQ()
 	s.SetRequestID(0x11223344)
 	s.SetPKey(0xFFFF)
 	s.SetServiceID(CMAServiceID(RDMAPortSpaceUDP, 7471))
 	at(0, 0x11, 0x22, 0x33, 0x44, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 1, 0x11, 0x1D, 0x2F)
-	if s.RequestID() != 0x11223344 || s.PKey() != 0xFFFF || len(s.PrivateData()) != CMSIDRREQPrivateDataLen {
+	if s.RequestID() != 0x11223344 || s.PKey() != 0xFFFF || len(s.PrivateData()) != SIDRREQPrivateDataLen {
 		t.Error("SIDR_REQ")
 	}
 
-	EncodeCM(m, CMAttrSIDRREP, 10)
+	EncodeCM(m, AttrSIDRREP, 10)
 	p := m.SIDRREP()
 	p.SetRequestID(0x11223344)
 	p.SetStatus(0)
@@ -306,12 +306,12 @@ func TestCMBuild(t *testing.T) {
 	p.SetQKey(0x11111111)
 	at(4, 0, 2, 0, 0, 0x12, 0x34, 0x56, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0x11, 0x11, 0x11, 0x11)
 	if p.QPN() != 0x123456 || p.ServiceID() != 0x0102030405060708 || p.QKey() != 0x11111111 ||
-		len(p.AdditionalInfo()) != 2 || len(p.PrivateData()) != CMSIDRREPPrivateDataLen || p.Status() != 0 || p.RequestID() != 0x11223344 {
+		len(p.AdditionalInfo()) != 2 || len(p.PrivateData()) != SIDRREPPrivateDataLen || p.Status() != 0 || p.RequestID() != 0x11223344 {
 		t.Error("SIDR_REP")
 	}
 
 	// REQ bit fields do not spill into each other.
-	EncodeCM(m, CMAttrREQ, 11)
+	EncodeCM(m, AttrREQ, 11)
 	r := m.REQ()
 	r.SetLocalQPN(0xFFFFFF)
 	r.SetResponderResources(0xFF)
@@ -346,7 +346,7 @@ func TestCMBuild(t *testing.T) {
 		t.Error("SAP bit")
 	}
 
-	EncodeCM(m, CMAttrREP, 12)
+	EncodeCM(m, AttrREP, 12)
 	p2 := m.REP()
 	p2.SetTargetACKDelay(0x1F)
 	p2.SetFailoverAccepted(2)
@@ -357,7 +357,7 @@ func TestCMBuild(t *testing.T) {
 }
 
 func TestCMNames(t *testing.T) {
-	want := map[CMAttribute]string{
+	want := map[Attribute]string{
 		0x0001: "ClassPortInfo", 0x0010: "ConnectRequest", 0x0011: "MsgRcptAck", 0x0012: "ConnectReject",
 		0x0013: "ConnectReply", 0x0014: "ReadyToUse", 0x0015: "DisconnectRequest", 0x0016: "DisconnectReply",
 		0x0017: "ServiceIDResReq", 0x0018: "ServiceIDResReqResp", 0x0019: "LoadAlternatePath",
@@ -368,7 +368,7 @@ func TestCMNames(t *testing.T) {
 			t.Errorf("%#x: %s, want %s", uint16(a), a.String(), name)
 		}
 	}
-	if CMRejectReason(34).String() != "CMRejectReason(34)" || CMRejStaleConnection.String() != "stale connection" {
+	if RejectReason(34).String() != "CMRejectReason(34)" || RejStaleConnection.String() != "stale connection" {
 		t.Error("reject reason names")
 	}
 	m := make(MAD, MADLen)
@@ -376,7 +376,7 @@ func TestCMNames(t *testing.T) {
 	if err := CheckCM(m); err == nil || err.Error() != "cm: attribute id 0x20: unknown" {
 		t.Errorf("unknown attribute: %v", err)
 	}
-	EncodeCM(m, CMAttrREQ, 1)
+	EncodeCM(m, AttrREQ, 1)
 	m.SetClassVersion(1)
 	if err := CheckCM(m); err == nil || err.Error() != "cm: class version 1 != 2" {
 		t.Errorf("class version: %v", err)

@@ -50,28 +50,28 @@ import (
 // SIDR (UD): IDLE → SIDR_REQ_SENT ─SIDR_REP→ IDLE; LISTEN ─SIDR_REQ→
 // SIDR_REQ_RCVD ─SIDRReply→ (the reply is resent to duplicates for a while) IDLE.
 
-// CMState is the state of a CMID (the state diagrams of IBTA Vol. 1 ch. 12; the
+// State is the state of a ID (the state diagrams of IBTA Vol. 1 ch. 12; the
 // kernel's enum ib_cm_state).
-type CMState uint8
+type State uint8
 
 // CM states.
 const (
-	CMStateIdle CMState = iota
-	CMStateListen
-	CMStateREQSent
-	CMStateREQRcvd
-	CMStateMRAREQSent
-	CMStateMRAREQRcvd
-	CMStateREPSent
-	CMStateREPRcvd
-	CMStateMRAREPSent
-	CMStateMRAREPRcvd
-	CMStateEstablished
-	CMStateDREQSent
-	CMStateDREQRcvd
-	CMStateTimeWait
-	CMStateSIDRREQSent
-	CMStateSIDRREQRcvd
+	StateIdle State = iota
+	StateListen
+	StateREQSent
+	StateREQRcvd
+	StateMRAREQSent
+	StateMRAREQRcvd
+	StateREPSent
+	StateREPRcvd
+	StateMRAREPSent
+	StateMRAREPRcvd
+	StateEstablished
+	StateDREQSent
+	StateDREQRcvd
+	StateTimeWait
+	StateSIDRREQSent
+	StateSIDRREQRcvd
 )
 
 var cmStateNames = [...]string{
@@ -81,21 +81,21 @@ var cmStateNames = [...]string{
 }
 
 // String returns the state's IBTA name, e.g. "REQ_SENT".
-func (s CMState) String() string {
+func (s State) String() string {
 	if int(s) < len(cmStateNames) {
 		return cmStateNames[s]
 	}
 	return "CMState(" + strconv.Itoa(int(s)) + ")"
 }
 
-// Defaults of CMAgentConfig: the values the kernel's rdma_cm puts in its REQs
+// Defaults of AgentConfig: the values the kernel's rdma_cm puts in its REQs
 // (checked against the captures).
 const (
-	// DefaultCMResponseTimeout is CMA_CM_RESPONSE_TIMEOUT: the REQ's local and
+	// DefaultResponseTimeout is CMA_CM_RESPONSE_TIMEOUT: the REQ's local and
 	// remote CM response timeouts, 4.096 µs × 2^20 ≈ 4.3 s.
-	DefaultCMResponseTimeout = 20
-	// DefaultMaxCMRetries is CMA_MAX_CM_RETRIES.
-	DefaultMaxCMRetries = 15
+	DefaultResponseTimeout = 20
+	// DefaultMaxRetries is CMA_MAX_CM_RETRIES.
+	DefaultMaxRetries = 15
 	// DefaultPacketLifeTime is the packet lifetime exponent rdma_cm assumes on
 	// RoCE; with rxe's ACK delay it makes the local ACK timeout 19 of the
 	// captured REQs.
@@ -106,9 +106,9 @@ const (
 	DefaultMRAServiceTimeout = 24
 )
 
-// CMTimeout returns the time an IBTA timeout exponent stands for: 4.096 µs × 2^exp
+// Timeout returns the time an IBTA timeout exponent stands for: 4.096 µs × 2^exp
 // (exponents above 31 count as 31).
-func CMTimeout(exp uint8) time.Duration {
+func Timeout(exp uint8) time.Duration {
 	return time.Duration(4096) << min(exp, 31)
 }
 
@@ -136,8 +136,8 @@ func NodeGUID(mac [6]byte) uint64 {
 		uint64(mac[3])<<16 | uint64(mac[4])<<8 | uint64(mac[5])
 }
 
-// CMAgentConfig configures NewCMAgent.
-type CMAgentConfig struct {
+// AgentConfig configures NewAgent.
+type AgentConfig struct {
 	// roce.Device is the RoCE device whose QP1 the agent opens.
 	Device *roce.Device
 	// Clock gives the time to calls made outside Poll (Connect, Accept...);
@@ -146,10 +146,10 @@ type CMAgentConfig struct {
 	// GSI sizes QP1.
 	GSI GSIConfig
 	// CMResponseTimeout is the exponent of the REQ's CM response timeouts
-	// (default DefaultCMResponseTimeout).
+	// (default DefaultResponseTimeout).
 	CMResponseTimeout uint8
 	// MaxCMRetries is how often a REQ, REP, DREQ or SIDR_REQ is resent
-	// (default DefaultMaxCMRetries).
+	// (default DefaultMaxRetries).
 	MaxCMRetries uint8
 	// PacketLifeTime is the exponent of the paths' packet lifetime (default
 	// DefaultPacketLifeTime). Each wait for an answer adds twice of it.
@@ -160,42 +160,42 @@ type CMAgentConfig struct {
 	// (default DefaultMRAServiceTimeout).
 	MRAServiceTimeout uint8
 	// TimeWait is how long a connection stays in TIMEWAIT (default: the local
-	// ACK timeout, CMTimeout(LocalACKTimeout(PacketLifeTime, CAACKDelay)), as
+	// ACK timeout, Timeout(LocalACKTimeout(PacketLifeTime, CAACKDelay)), as
 	// the kernel's ib_cm; ≈ 2.1 s).
 	TimeWait time.Duration
 	// Seed seeds communication IDs and transaction IDs; 0 picks a random seed.
 	Seed uint64
 }
 
-// Errors of the CM agent. Drops wrap ErrCMDropped in a *CMDropError.
+// Errors of the CM agent. Drops wrap ErrDropped in a *DropError.
 var (
-	// ErrCMState: the call is not allowed in the CMID's state.
-	ErrCMState = errors.New("ibcm: not allowed in this state")
-	// ErrCMClosed: the agent (or the CMID) is closed.
-	ErrCMClosed = errors.New("ibcm: closed")
-	// ErrCMBusy: the service ID is already listened on.
-	ErrCMBusy = errors.New("ibcm: service ID in use")
-	// ErrCMInvalid: a parameter is out of range (private data too long...).
-	ErrCMInvalid = errors.New("ibcm: invalid argument")
-	// ErrCMDropped: HandleMAD dropped the MAD (see CMDropError).
-	ErrCMDropped = errors.New("ibcm: MAD dropped")
+	// ErrState: the call is not allowed in the ID's state.
+	ErrState = errors.New("ibcm: not allowed in this state")
+	// ErrClosed: the agent (or the ID) is closed.
+	ErrClosed = errors.New("ibcm: closed")
+	// ErrBusy: the service ID is already listened on.
+	ErrBusy = errors.New("ibcm: service ID in use")
+	// ErrInvalid: a parameter is out of range (private data too long...).
+	ErrInvalid = errors.New("ibcm: invalid argument")
+	// ErrDropped: HandleMAD dropped the MAD (see DropError).
+	ErrDropped = errors.New("ibcm: MAD dropped")
 )
 
-// CMDropReason says why the agent dropped a MAD.
-type CMDropReason uint8
+// DropReason says why the agent dropped a MAD.
+type DropReason uint8
 
 // Drop reasons.
 const (
-	CMDropMalformed    CMDropReason = iota // not one MAD: length, base version
-	CMDropNotCM                            // another management class (a Get/Set is answered "unsupported")
-	CMDropClassVersion                     // CM class version other than 2
-	CMDropMethod                           // not method Send
-	CMDropAttribute                        // unknown or unsupported CM attribute (ClassPortInfo, LAP, APR)
-	CMDropUnknownID                        // names a communication ID the agent does not know
-	CMDropWrongPeer                        // from another address or instance than the connection's peer
-	CMDropState                            // not expected in the connection's state
-	CMDropRefused                          // a REQ or SIDR_REQ the consumer dropped (backlog full)
-	CMDropBadMessage                       // a field the message cannot have (a DREQ for another QP...)
+	DropMalformed    DropReason = iota // not one MAD: length, base version
+	DropNotCM                          // another management class (a Get/Set is answered "unsupported")
+	DropClassVersion                   // CM class version other than 2
+	DropMethod                         // not method Send
+	DropAttribute                      // unknown or unsupported CM attribute (ClassPortInfo, LAP, APR)
+	DropUnknownID                      // names a communication ID the agent does not know
+	DropWrongPeer                      // from another address or instance than the connection's peer
+	DropState                          // not expected in the connection's state
+	DropRefused                        // a REQ or SIDR_REQ the consumer dropped (backlog full)
+	DropBadMessage                     // a field the message cannot have (a DREQ for another QP...)
 	numCMDropReasons
 )
 
@@ -203,29 +203,29 @@ var cmDropNames = [...]string{"malformed", "not CM", "class version", "method", 
 	"unknown comm ID", "wrong peer", "state", "refused", "bad message"}
 
 // String names the reason, e.g. "unknown comm ID".
-func (r CMDropReason) String() string {
+func (r DropReason) String() string {
 	if int(r) < len(cmDropNames) {
 		return cmDropNames[r]
 	}
 	return "CMDropReason(" + strconv.Itoa(int(r)) + ")"
 }
 
-// CMDropError is a MAD the agent dropped, with why.
-type CMDropError struct {
-	Reason CMDropReason
-	Attr   CMAttribute // the CM attribute, if the MAD got that far
-	State  CMState     // the connection's state, for CMDropState
-	Err    error       // the decoder's error, if any
+// DropError is a MAD the agent dropped, with why.
+type DropError struct {
+	Reason DropReason
+	Attr   Attribute // the CM attribute, if the MAD got that far
+	State  State     // the connection's state, for DropState
+	Err    error     // the decoder's error, if any
 }
 
 // Error reads e.g. "ibcm: MAD dropped: ConnectReply: unknown comm ID".
-func (e *CMDropError) Error() string {
-	s := ErrCMDropped.Error()
+func (e *DropError) Error() string {
+	s := ErrDropped.Error()
 	if e.Attr != 0 {
 		s += ": " + e.Attr.String()
 	}
 	s += ": " + e.Reason.String()
-	if e.Reason == CMDropState {
+	if e.Reason == DropState {
 		s += " " + e.State.String()
 	}
 	if e.Err != nil {
@@ -234,20 +234,20 @@ func (e *CMDropError) Error() string {
 	return s
 }
 
-// Unwrap returns ErrCMDropped and the decoder's error.
-func (e *CMDropError) Unwrap() []error {
+// Unwrap returns ErrDropped and the decoder's error.
+func (e *DropError) Unwrap() []error {
 	if e.Err != nil {
-		return []error{ErrCMDropped, e.Err}
+		return []error{ErrDropped, e.Err}
 	}
-	return []error{ErrCMDropped}
+	return []error{ErrDropped}
 }
 
 // numCMAttrs is the number of CM message attributes, REQ (0x10) to APR (0x1A).
-const numCMAttrs = int(CMAttrAPR-CMAttrREQ) + 1
+const numCMAttrs = int(AttrAPR-AttrREQ) + 1
 
-// CMCounters count what the agent did. Sent and Received are indexed by
-// attribute minus CMAttrREQ (Sent[0] REQs, Sent[3] REPs ...).
-type CMCounters struct {
+// Counters count what the agent did. Sent and Received are indexed by
+// attribute minus AttrREQ (Sent[0] REQs, Sent[3] REPs ...).
+type Counters struct {
 	MADsIn, MADsOut uint64
 	Sent, Received  [numCMAttrs]uint64
 	Drops           [numCMDropReasons]uint64
@@ -261,84 +261,84 @@ type CMCounters struct {
 	IDs             int    // CMIDs alive (TIMEWAIT included), a snapshot
 }
 
-// CMHandler receives a CMID's events. It is called from Poll or HandleMAD
-// (never from the consumer's calls on a CMID) without the agent's lock held,
+// Handler receives a ID's events. It is called from Poll or HandleMAD
+// (never from the consumer's calls on a ID) without the agent's lock held,
 // one event at a time and in order; it may call the agent's methods, and must
 // not block.
-type CMHandler func(ev *CMEvent)
+type Handler func(ev *Event)
 
-// CMEventType says what a CMEvent reports.
-type CMEventType uint8
+// EventType says what a Event reports.
+type EventType uint8
 
 // Event types (the kernel's enum ib_cm_event_type).
 const (
-	// CMEventREQ: a REQ for a listened service ID: ID is a new CMID in
+	// EventREQ: a REQ for a listened service ID: ID is a new ID in
 	// REQ_RCVD, Listener the listener. Accept, Reject or Drop it.
-	CMEventREQ CMEventType = iota + 1
-	// CMEventREQError: the REQ went unanswered through every retry.
-	CMEventREQError
-	// CMEventMRA: the peer needs more time (ServiceTimeout).
-	CMEventMRA
-	// CMEventREJ: the peer rejected (Reason, ARI, PrivateData).
-	CMEventREJ
-	// CMEventREP: the REP of an active connection: move the QP to RTR and RTS
+	EventREQ EventType = iota + 1
+	// EventREQError: the REQ went unanswered through every retry.
+	EventREQError
+	// EventMRA: the peer needs more time (ServiceTimeout).
+	EventMRA
+	// EventREJ: the peer rejected (Reason, ARI, PrivateData).
+	EventREJ
+	// EventREP: the REP of an active connection: move the QP to RTR and RTS
 	// and call SendRTU, or Reject.
-	CMEventREP
-	// CMEventREPError: the REP went unanswered (no RTU) through every retry.
-	CMEventREPError
-	// CMEventRTU: the RTU arrived: the connection is established (passive side).
-	CMEventRTU
-	// CMEventUserEstablished: the RTU was overdue but the QP had received
+	EventREP
+	// EventREPError: the REP went unanswered (no RTU) through every retry.
+	EventREPError
+	// EventRTU: the RTU arrived: the connection is established (passive side).
+	EventRTU
+	// EventUserEstablished: the RTU was overdue but the QP had received
 	// packets: the connection is established (IBTA's communication-established
 	// event).
-	CMEventUserEstablished
-	// CMEventDREQ: the peer disconnects: call Disconnect to answer with a DREP.
-	CMEventDREQ
-	// CMEventDREQError: the DREQ went unanswered: the connection is in TIMEWAIT.
-	CMEventDREQError
-	// CMEventDREP: the DREP of this side's DREQ: the connection is in TIMEWAIT.
-	CMEventDREP
-	// CMEventTimeWaitExit: TIMEWAIT is over; the CMID is gone.
-	CMEventTimeWaitExit
-	// CMEventSIDRREQ: a SIDR_REQ for a listened service ID: ID is a new CMID
+	EventUserEstablished
+	// EventDREQ: the peer disconnects: call Disconnect to answer with a DREP.
+	EventDREQ
+	// EventDREQError: the DREQ went unanswered: the connection is in TIMEWAIT.
+	EventDREQError
+	// EventDREP: the DREP of this side's DREQ: the connection is in TIMEWAIT.
+	EventDREP
+	// EventTimeWaitExit: TIMEWAIT is over; the ID is gone.
+	EventTimeWaitExit
+	// EventSIDRREQ: a SIDR_REQ for a listened service ID: ID is a new ID
 	// in SIDR_REQ_RCVD. Answer with SIDRReply.
-	CMEventSIDRREQ
-	// CMEventSIDRREP: the answer to this side's SIDR_REQ; the CMID is gone.
-	CMEventSIDRREP
-	// CMEventSIDRREQError: the SIDR_REQ went unanswered; the CMID is gone.
-	CMEventSIDRREQError
+	EventSIDRREQ
+	// EventSIDRREP: the answer to this side's SIDR_REQ; the ID is gone.
+	EventSIDRREP
+	// EventSIDRREQError: the SIDR_REQ went unanswered; the ID is gone.
+	EventSIDRREQError
 )
 
 var cmEventNames = [...]string{"", "REQ", "REQ_ERROR", "MRA", "REJ", "REP", "REP_ERROR", "RTU",
 	"USER_ESTABLISHED", "DREQ", "DREQ_ERROR", "DREP", "TIMEWAIT_EXIT", "SIDR_REQ", "SIDR_REP", "SIDR_REQ_ERROR"}
 
 // String returns the event's name, e.g. "REQ_ERROR".
-func (t CMEventType) String() string {
+func (t EventType) String() string {
 	if t > 0 && int(t) < len(cmEventNames) {
 		return cmEventNames[t]
 	}
 	return "CMEventType(" + strconv.Itoa(int(t)) + ")"
 }
 
-// CMEvent is one event of a CMID. Slices are copies owned by the receiver.
-type CMEvent struct {
-	Type     CMEventType
-	ID       *CMID
-	Listener *CMListener // CMEventREQ, CMEventSIDRREQ
-	// From is where the message came from (CMEventREQ, CMEventSIDRREQ: the
+// Event is one event of a ID. Slices are copies owned by the receiver.
+type Event struct {
+	Type     EventType
+	ID       *ID
+	Listener *Listener // EventREQ, EventSIDRREQ
+	// From is where the message came from (EventREQ, EventSIDRREQ: the
 	// address answers go to).
 	From MADAddress
-	// REQ is the request (CMEventREQ).
-	REQ *CMREQFields
-	// REP is the reply (CMEventREP).
-	REP *CMREPFields
-	// SIDRREQ and SIDRREP are the SIDR messages (CMEventSIDRREQ, CMEventSIDRREP).
+	// REQ is the request (EventREQ).
+	REQ *REQFields
+	// REP is the reply (EventREP).
+	REP *REPFields
+	// SIDRREQ and SIDRREP are the SIDR messages (EventSIDRREQ, EventSIDRREP).
 	SIDRREQ *SIDRRequest
 	SIDRREP *SIDRReply
-	// Reason and ARI are a REJ's (CMEventREJ).
-	Reason CMRejectReason
+	// Reason and ARI are a REJ's (EventREJ).
+	Reason RejectReason
 	ARI    []byte
-	// ServiceTimeout is an MRA's (CMEventMRA).
+	// ServiceTimeout is an MRA's (EventMRA).
 	ServiceTimeout uint8
 	// PrivateData is the message's private data (REJ, RTU, DREQ, DREP, MRA; the
 	// REQ's, REP's and SIDR messages' are in their structs).
@@ -353,38 +353,38 @@ type SIDRRequest struct {
 	PrivateData []byte
 }
 
-// CMSIDRStatus is the status of a SIDR_REP (IBTA Vol. 1 Table 120).
-type CMSIDRStatus uint8
+// SIDRStatus is the status of a SIDR_REP (IBTA Vol. 1 Table 120).
+type SIDRStatus uint8
 
 // SIDR_REP statuses.
 const (
-	CMSIDRSuccess            CMSIDRStatus = 0 // QPN and Q_Key are valid
-	CMSIDRUnsupported        CMSIDRStatus = 1 // service ID not supported
-	CMSIDRReject             CMSIDRStatus = 2 // rejected by the service provider
-	CMSIDRNoQP               CMSIDRStatus = 3 // no QP available
-	CMSIDRRedirect           CMSIDRStatus = 4 // redirect (ClassPortInfo in the additional information)
-	CMSIDRUnsupportedVersion CMSIDRStatus = 5 // unsupported class version
+	SIDRSuccess            SIDRStatus = 0 // QPN and Q_Key are valid
+	SIDRUnsupported        SIDRStatus = 1 // service ID not supported
+	SIDRReject             SIDRStatus = 2 // rejected by the service provider
+	SIDRNoQP               SIDRStatus = 3 // no QP available
+	SIDRRedirect           SIDRStatus = 4 // redirect (ClassPortInfo in the additional information)
+	SIDRUnsupportedVersion SIDRStatus = 5 // unsupported class version
 )
 
 // SIDRReply is a SIDR_REP.
 type SIDRReply struct {
 	RequestID      uint32
-	Status         CMSIDRStatus
+	Status         SIDRStatus
 	QPN            uint32
 	QKey           uint32
 	ServiceID      uint64
-	AdditionalInfo []byte // at most CMSIDRREPInfoLen bytes
-	PrivateData    []byte // at most CMSIDRREPPrivateDataLen bytes
+	AdditionalInfo []byte // at most SIDRREPInfoLen bytes
+	PrivateData    []byte // at most SIDRREPPrivateDataLen bytes
 }
 
-// CMConnectParams is what Connect puts in the REQ.
-type CMConnectParams struct {
+// ConnectParams is what Connect puts in the REQ.
+type ConnectParams struct {
 	// ServiceID names the service (CMAServiceID for rdma_cm's).
 	ServiceID uint64
 	// Path is the primary path; its RemoteGID is where the REQ goes. On RoCE
 	// both LIDs are 0xFFFF (the permissive LID). A zero LocalACKTimeout is
 	// LocalACKTimeout(PacketLifeTime, CAACKDelay) of the agent's configuration.
-	Path CMPathFields
+	Path PathFields
 	// PathMTU is the path MTU in bytes (0: the device's).
 	PathMTU int
 	// PKey is the partition key (0: 0xFFFF).
@@ -405,14 +405,14 @@ type CMConnectParams struct {
 	SRQ bool
 	// FlowControl is the end-to-end flow control bit.
 	FlowControl bool
-	// PrivateData is up to CMREQPrivateDataLen bytes.
+	// PrivateData is up to REQPrivateDataLen bytes.
 	PrivateData []byte
 	// ResponseTimeout and MaxCMRetries override the agent's (0: the agent's).
 	ResponseTimeout, MaxCMRetries uint8
 }
 
-// CMReplyParams is what Accept puts in the REP.
-type CMReplyParams struct {
+// ReplyParams is what Accept puts in the REP.
+type ReplyParams struct {
 	// QPN is the local QP.
 	QPN uint32
 	// StartingPSN is the first PSN the local QP expects: the active side starts
@@ -424,13 +424,13 @@ type CMReplyParams struct {
 	RNRRetryCount uint8
 	// FailoverAccepted is the REP's failover field (0, as rdma_cm sends).
 	FailoverAccepted uint8
-	// SRQ and FlowControl as in CMConnectParams.
+	// SRQ and FlowControl as in ConnectParams.
 	SRQ, FlowControl bool
-	// PrivateData is up to CMREPPrivateDataLen bytes.
+	// PrivateData is up to REPPrivateDataLen bytes.
 	PrivateData []byte
 	// QP, if set, is the connection's QP: when the RTU is overdue but the QP
 	// has received packets, the connection counts as established
-	// (CMEventUserEstablished), as IBTA's communication-established event does.
+	// (EventUserEstablished), as IBTA's communication-established event does.
 	QP *ibtransport.QP
 }
 
@@ -441,7 +441,7 @@ type SIDRRequestParams struct {
 	To MADAddress
 	// PKey is the partition key (0: 0xFFFF).
 	PKey uint16
-	// PrivateData is up to CMSIDRREQPrivateDataLen bytes.
+	// PrivateData is up to SIDRREQPrivateDataLen bytes.
 	PrivateData []byte
 	// Timeout per try (0: 4.096 ms × 2^(CMResponseTimeout-8) ≈ 4 s, rdma_cm's)
 	// and MaxCMRetries (0: the agent's).
@@ -449,18 +449,18 @@ type SIDRRequestParams struct {
 	MaxCMRetries uint8
 }
 
-// CMListener receives the REQs and SIDR_REQs of one service ID.
-type CMListener struct {
-	agent     *CMAgent
+// Listener receives the REQs and SIDR_REQs of one service ID.
+type Listener struct {
+	agent     *Agent
 	serviceID uint64
-	handler   CMHandler
+	handler   Handler
 }
 
 // ServiceID returns the listened service ID.
-func (l *CMListener) ServiceID() uint64 { return l.serviceID }
+func (l *Listener) ServiceID() uint64 { return l.serviceID }
 
 // Close stops listening. Connections already made are not affected.
-func (l *CMListener) Close() error {
+func (l *Listener) Close() error {
 	a := l.agent
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -482,12 +482,12 @@ type sidrKey struct {
 	from netip.Addr
 }
 
-// CMID is one connection (or SIDR exchange) of the agent: the kernel's
+// ID is one connection (or SIDR exchange) of the agent: the kernel's
 // ib_cm_id. It outlives the consumer's Destroy through DREQ_SENT and TIMEWAIT.
-type CMID struct {
-	agent   *CMAgent
-	handler CMHandler
-	state   CMState
+type ID struct {
+	agent   *Agent
+	handler Handler
+	state   State
 	active  bool
 	gone    bool // removed from the agent
 
@@ -519,13 +519,13 @@ type CMID struct {
 	notifyExit  bool // report TimeWaitExit
 	sidrReq     sidrKey
 	drepTID     uint64 // the TID of the DREQ a DREP answers
-	listener    *CMListener
+	listener    *Listener
 }
 
-// CMAgent is a device's IB CM: see the comment at the top of this file.
+// Agent is a device's IB CM: see the comment at the top of this file.
 // Methods are safe for concurrent use.
-type CMAgent struct {
-	cfg   CMAgentConfig
+type Agent struct {
+	cfg   AgentConfig
 	dev   *roce.Device
 	gsi   *GSI
 	guid  uint64
@@ -534,13 +534,13 @@ type CMAgent struct {
 	mu        sync.Mutex
 	rng       *rand.Rand
 	tidHigh   uint32
-	ids       map[uint32]*CMID
-	byRemote  map[cmKey]*CMID // passive connections by the REQ's comm ID
-	byQPN     map[cmKey]*CMID // connections by the peer's QPN (stale detection)
-	sidr      map[sidrKey]*CMID
-	listeners map[uint64]*CMListener
+	ids       map[uint32]*ID
+	byRemote  map[cmKey]*ID // passive connections by the REQ's comm ID
+	byQPN     map[cmKey]*ID // connections by the peer's QPN (stale detection)
+	sidr      map[sidrKey]*ID
+	listeners map[uint64]*Listener
 	queries   []*neighborQuery
-	counters  CMCounters
+	counters  Counters
 	closed    bool
 	newCommID func() uint32 // tests set it
 	scratch   [MADLen]byte
@@ -553,8 +553,8 @@ type CMAgent struct {
 }
 
 type cmDelivery struct {
-	h  CMHandler
-	ev CMEvent
+	h  Handler
+	ev Event
 }
 
 type neighborQuery struct {
@@ -567,11 +567,11 @@ type neighborQuery struct {
 // neighborPollInterval is how often a pending neighbour resolution is asked again.
 const neighborPollInterval = 10 * time.Millisecond
 
-// NewCMAgent opens the device's QP1 and returns its CM agent. Drive it with
+// NewAgent opens the device's QP1 and returns its CM agent. Drive it with
 // Poll and NextDeadline (a simulation) or Run.
-func NewCMAgent(cfg CMAgentConfig) (*CMAgent, error) {
+func NewAgent(cfg AgentConfig) (*Agent, error) {
 	if cfg.Device == nil {
-		return nil, fmt.Errorf("ibcm: cm agent needs a device: %w", ErrCMInvalid)
+		return nil, fmt.Errorf("ibcm: cm agent needs a device: %w", ErrInvalid)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = netio.SystemClock{}
@@ -581,15 +581,15 @@ func NewCMAgent(cfg CMAgentConfig) (*CMAgent, error) {
 			*v = d
 		}
 	}
-	def(&cfg.CMResponseTimeout, DefaultCMResponseTimeout)
-	def(&cfg.MaxCMRetries, DefaultMaxCMRetries)
+	def(&cfg.CMResponseTimeout, DefaultResponseTimeout)
+	def(&cfg.MaxCMRetries, DefaultMaxRetries)
 	def(&cfg.PacketLifeTime, DefaultPacketLifeTime)
 	def(&cfg.CAACKDelay, DefaultCAACKDelay)
 	def(&cfg.MRAServiceTimeout, DefaultMRAServiceTimeout)
 	cfg.CMResponseTimeout = min(cfg.CMResponseTimeout, 31)
 	cfg.MaxCMRetries = min(cfg.MaxCMRetries, 15)
 	if cfg.TimeWait <= 0 {
-		cfg.TimeWait = CMTimeout(LocalACKTimeout(cfg.PacketLifeTime, cfg.CAACKDelay))
+		cfg.TimeWait = Timeout(LocalACKTimeout(cfg.PacketLifeTime, cfg.CAACKDelay))
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -601,14 +601,14 @@ func NewCMAgent(cfg CMAgentConfig) (*CMAgent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &CMAgent{
+	a := &Agent{
 		cfg: cfg, dev: cfg.Device, gsi: g, guid: NodeGUID(cfg.Device.MAC()), clock: cfg.Clock,
 		rng:       rand.New(rand.NewPCG(seed, seed^0x6a09e667f3bcc908)),
-		ids:       map[uint32]*CMID{},
-		byRemote:  map[cmKey]*CMID{},
-		byQPN:     map[cmKey]*CMID{},
-		sidr:      map[sidrKey]*CMID{},
-		listeners: map[uint64]*CMListener{},
+		ids:       map[uint32]*ID{},
+		byRemote:  map[cmKey]*ID{},
+		byQPN:     map[cmKey]*ID{},
+		sidr:      map[sidrKey]*ID{},
+		listeners: map[uint64]*Listener{},
 		kick:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
@@ -617,22 +617,22 @@ func NewCMAgent(cfg CMAgentConfig) (*CMAgent, error) {
 }
 
 // roce.Device returns the agent's device.
-func (a *CMAgent) Device() *roce.Device { return a.dev }
+func (a *Agent) Device() *roce.Device { return a.dev }
 
 // GSI returns the agent's QP1.
-func (a *CMAgent) GSI() *GSI { return a.gsi }
+func (a *Agent) GSI() *GSI { return a.gsi }
 
 // GUID returns the node GUID the agent puts in its REQs and REPs.
-func (a *CMAgent) GUID() uint64 { return a.guid }
+func (a *Agent) GUID() uint64 { return a.guid }
 
 // Config returns the configuration with its defaults filled in.
-func (a *CMAgent) Config() CMAgentConfig { return a.cfg }
+func (a *Agent) Config() AgentConfig { return a.cfg }
 
 // Clock returns the agent's clock.
-func (a *CMAgent) Clock() netio.Clock { return a.clock }
+func (a *Agent) Clock() netio.Clock { return a.clock }
 
 // Counters returns a snapshot of the counters.
-func (a *CMAgent) Counters() CMCounters {
+func (a *Agent) Counters() Counters {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := a.counters
@@ -642,7 +642,7 @@ func (a *CMAgent) Counters() CMCounters {
 
 // Close destroys QP1 and forgets every connection, without messages. Run
 // returns. Idempotent.
-func (a *CMAgent) Close() error {
+func (a *Agent) Close() error {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -665,7 +665,7 @@ func (a *CMAgent) Close() error {
 }
 
 // signal wakes Run to recompute its deadline.
-func (a *CMAgent) signal() {
+func (a *Agent) signal() {
 	select {
 	case a.kick <- struct{}{}:
 	default:
@@ -674,7 +674,7 @@ func (a *CMAgent) signal() {
 
 // Poll handles the MADs QP1 received and the timers that are due, and reports
 // whether it did anything. Events are delivered before it returns.
-func (a *CMAgent) Poll(now time.Time) (bool, error) {
+func (a *Agent) Poll(now time.Time) (bool, error) {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -688,7 +688,7 @@ func (a *CMAgent) Poll(now time.Time) (bool, error) {
 }
 
 // NextDeadline returns the earliest timer of the agent.
-func (a *CMAgent) NextDeadline() (time.Time, bool) {
+func (a *Agent) NextDeadline() (time.Time, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var t time.Time
@@ -709,7 +709,7 @@ func (a *CMAgent) NextDeadline() (time.Time, bool) {
 // Run drives the agent with its clock until ctx ends or the agent is closed:
 // it handles MADs as QP1 completes them and fires timers when due. The device
 // must be driven too (roce.Device.Run).
-func (a *CMAgent) Run(ctx context.Context) error {
+func (a *Agent) Run(ctx context.Context) error {
 	cq := a.gsi.CQ()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -735,13 +735,13 @@ func (a *CMAgent) Run(ctx context.Context) error {
 
 // HandleMAD handles one received MAD from from, as Poll does for each MAD QP1
 // receives: a way to feed MADs from elsewhere (a capture, a fuzzer). It
-// returns a *CMDropError if the MAD was dropped, else nil (answered, handled,
+// returns a *DropError if the MAD was dropped, else nil (answered, handled,
 // or a duplicate answered).
-func (a *CMAgent) HandleMAD(now time.Time, mad []byte, from MADAddress) error {
+func (a *Agent) HandleMAD(now time.Time, mad []byte, from MADAddress) error {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
-		return ErrCMClosed
+		return ErrClosed
 	}
 	err := a.handleMAD(now, mad, from)
 	a.mu.Unlock()
@@ -750,7 +750,7 @@ func (a *CMAgent) HandleMAD(now time.Time, mad []byte, from MADAddress) error {
 }
 
 // queueEvent queues ev for id's handler. mu is held.
-func (a *CMAgent) queueEvent(id *CMID, ev CMEvent) {
+func (a *Agent) queueEvent(id *ID, ev Event) {
 	if id.handler == nil {
 		return
 	}
@@ -761,7 +761,7 @@ func (a *CMAgent) queueEvent(id *CMID, ev CMEvent) {
 // deliver calls the handlers of the queued events, in order, without mu. One
 // goroutine delivers at a time; events queued meanwhile (by a handler's own
 // calls, or another goroutine) are delivered by it.
-func (a *CMAgent) deliver() {
+func (a *Agent) deliver() {
 	a.mu.Lock()
 	if a.delivering {
 		a.mu.Unlock()
@@ -785,7 +785,7 @@ func (a *CMAgent) deliver() {
 // every few milliseconds until it answers or timeout passes, and then calls
 // done (from Poll, without the agent's lock). A device without neighbour
 // resolution (one on a UDP socket) answers at once with a zero MAC.
-func (a *CMAgent) ResolveNeighbor(ip netip.Addr, timeout time.Duration, done func(mac [6]byte, err error)) {
+func (a *Agent) ResolveNeighbor(ip netip.Addr, timeout time.Duration, done func(mac [6]byte, err error)) {
 	a.mu.Lock()
 	now := a.clock.Now()
 	a.queries = append(a.queries, &neighborQuery{ip: ip, deadline: now.Add(timeout), next: now, done: done})
@@ -799,7 +799,7 @@ var ErrNeighborTimeout = errors.New("ibcm: neighbour resolution timed out")
 
 // runQueries asks the pending neighbour resolutions again. mu is held; the
 // results are delivered through the event queue.
-func (a *CMAgent) runQueries(now time.Time) bool {
+func (a *Agent) runQueries(now time.Time) bool {
 	if len(a.queries) == 0 {
 		return false
 	}
@@ -829,7 +829,7 @@ func (a *CMAgent) runQueries(now time.Time) bool {
 		}
 		fired = true
 		done := q.done
-		a.queue = append(a.queue, cmDelivery{h: func(*CMEvent) { done(mac, err) }})
+		a.queue = append(a.queue, cmDelivery{h: func(*Event) { done(mac, err) }})
 	}
 	clear(a.queries[len(kept):])
 	a.queries = kept
@@ -838,27 +838,27 @@ func (a *CMAgent) runQueries(now time.Time) bool {
 
 // ---- Listening and connecting ----
 
-// Listen delivers the REQs and SIDR_REQs for serviceID to h (CMEventREQ,
-// CMEventSIDRREQ); the new CMIDs' events go to h too until SetHandler.
-func (a *CMAgent) Listen(serviceID uint64, h CMHandler) (*CMListener, error) {
+// Listen delivers the REQs and SIDR_REQs for serviceID to h (EventREQ,
+// EventSIDRREQ); the new CMIDs' events go to h too until SetHandler.
+func (a *Agent) Listen(serviceID uint64, h Handler) (*Listener, error) {
 	if h == nil {
-		return nil, fmt.Errorf("ibcm: listen without a handler: %w", ErrCMInvalid)
+		return nil, fmt.Errorf("ibcm: listen without a handler: %w", ErrInvalid)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return nil, ErrCMClosed
+		return nil, ErrClosed
 	}
 	if _, ok := a.listeners[serviceID]; ok {
-		return nil, fmt.Errorf("ibcm: listen on %#016x: %w", serviceID, ErrCMBusy)
+		return nil, fmt.Errorf("ibcm: listen on %#016x: %w", serviceID, ErrBusy)
 	}
-	l := &CMListener{agent: a, serviceID: serviceID, handler: h}
+	l := &Listener{agent: a, serviceID: serviceID, handler: h}
 	a.listeners[serviceID] = l
 	return l, nil
 }
 
-// allocID makes a CMID with a fresh local communication ID. mu is held.
-func (a *CMAgent) allocID(h CMHandler) *CMID {
+// allocID makes a ID with a fresh local communication ID. mu is held.
+func (a *Agent) allocID(h Handler) *ID {
 	var lid uint32
 	for {
 		if a.newCommID != nil {
@@ -870,7 +870,7 @@ func (a *CMAgent) allocID(h CMHandler) *CMID {
 			break
 		}
 	}
-	id := &CMID{agent: a, handler: h, localID: lid, msg: make([]byte, MADLen)}
+	id := &ID{agent: a, handler: h, localID: lid, msg: make([]byte, MADLen)}
 	id.tid = uint64(a.tidHigh)<<32 | uint64(lid)
 	a.ids[lid] = id
 	return id
@@ -880,14 +880,14 @@ func (a *CMAgent) allocID(h CMHandler) *CMID {
 // 4.096 µs × 2^peerTimeout, over a path with packet lifetime plt: the peer's
 // time plus the round trip.
 func cmTry(peerTimeout, plt uint8) time.Duration {
-	return CMTimeout(peerTimeout) + 2*CMTimeout(plt)
+	return Timeout(peerTimeout) + 2*Timeout(plt)
 }
 
-// Connect sends a REQ with p and returns the active CMID in REQ_SENT; its
+// Connect sends a REQ with p and returns the active ID in REQ_SENT; its
 // events go to h.
-func (a *CMAgent) Connect(p *CMConnectParams, h CMHandler) (*CMID, error) {
-	if len(p.PrivateData) > CMREQPrivateDataLen {
-		return nil, fmt.Errorf("ibcm: REQ private data %d > %d: %w", len(p.PrivateData), CMREQPrivateDataLen, ErrCMInvalid)
+func (a *Agent) Connect(p *ConnectParams, h Handler) (*ID, error) {
+	if len(p.PrivateData) > REQPrivateDataLen {
+		return nil, fmt.Errorf("ibcm: REQ private data %d > %d: %w", len(p.PrivateData), REQPrivateDataLen, ErrInvalid)
 	}
 	tst := uint8(0)
 	switch p.QPType {
@@ -895,7 +895,7 @@ func (a *CMAgent) Connect(p *CMConnectParams, h CMHandler) (*CMID, error) {
 	case ibtransport.QPTypeUC:
 		tst = 1
 	default:
-		return nil, fmt.Errorf("ibcm: connect a %s QP: %w", p.QPType, ErrCMInvalid)
+		return nil, fmt.Errorf("ibcm: connect a %s QP: %w", p.QPType, ErrInvalid)
 	}
 	mtu := p.PathMTU
 	if mtu == 0 {
@@ -903,7 +903,7 @@ func (a *CMAgent) Connect(p *CMConnectParams, h CMHandler) (*CMID, error) {
 	}
 	code, ok := mtuCode(mtu)
 	if !ok {
-		return nil, fmt.Errorf("ibcm: path MTU %d: %w", mtu, ErrCMInvalid)
+		return nil, fmt.Errorf("ibcm: path MTU %d: %w", mtu, ErrInvalid)
 	}
 	remote := netip.AddrFrom16(p.Path.RemoteGID).Unmap()
 	local := netip.AddrFrom16(p.Path.LocalGID).Unmap()
@@ -916,7 +916,7 @@ func (a *CMAgent) Connect(p *CMConnectParams, h CMHandler) (*CMID, error) {
 	defer a.signal()
 	defer a.mu.Unlock()
 	if a.closed {
-		return nil, ErrCMClosed
+		return nil, ErrClosed
 	}
 	id := a.allocID(h)
 	id.active = true
@@ -942,8 +942,8 @@ func (a *CMAgent) Connect(p *CMConnectParams, h CMHandler) (*CMID, error) {
 		pkey = 0xFFFF
 	}
 	m := MAD(id.msg)
-	EncodeCM(m, CMAttrREQ, id.tid)
-	m.REQ().Encode(&CMREQFields{
+	EncodeCM(m, AttrREQ, id.tid)
+	m.REQ().Encode(&REQFields{
 		LocalCommID:             id.localID,
 		ServiceID:               p.ServiceID,
 		LocalCAGUID:             a.guid,
@@ -964,17 +964,17 @@ func (a *CMAgent) Connect(p *CMConnectParams, h CMHandler) (*CMID, error) {
 		Primary:                 path,
 		PrivateData:             p.PrivateData,
 	})
-	id.state = CMStateREQSent
+	id.state = StateREQSent
 	id.maxRetries = int(retries)
 	id.timeout = cmTry(rt, id.plt)
 	a.sendMsg(id, a.clock.Now())
 	return id, nil
 }
 
-// SIDRRequest sends a SIDR_REQ with p and returns the CMID in SIDR_REQ_SENT.
-func (a *CMAgent) SIDRRequest(p *SIDRRequestParams, h CMHandler) (*CMID, error) {
-	if len(p.PrivateData) > CMSIDRREQPrivateDataLen {
-		return nil, fmt.Errorf("ibcm: SIDR_REQ private data %d > %d: %w", len(p.PrivateData), CMSIDRREQPrivateDataLen, ErrCMInvalid)
+// SIDRRequest sends a SIDR_REQ with p and returns the ID in SIDR_REQ_SENT.
+func (a *Agent) SIDRRequest(p *SIDRRequestParams, h Handler) (*ID, error) {
+	if len(p.PrivateData) > SIDRREQPrivateDataLen {
+		return nil, fmt.Errorf("ibcm: SIDR_REQ private data %d > %d: %w", len(p.PrivateData), SIDRREQPrivateDataLen, ErrInvalid)
 	}
 	ah, err := a.gsi.AddressHandle(p.To)
 	if err != nil {
@@ -984,7 +984,7 @@ func (a *CMAgent) SIDRRequest(p *SIDRRequestParams, h CMHandler) (*CMID, error) 
 	defer a.signal()
 	defer a.mu.Unlock()
 	if a.closed {
-		return nil, ErrCMClosed
+		return nil, ErrClosed
 	}
 	id := a.allocID(h)
 	id.active = true
@@ -995,7 +995,7 @@ func (a *CMAgent) SIDRRequest(p *SIDRRequestParams, h CMHandler) (*CMID, error) 
 		pkey = 0xFFFF
 	}
 	m := MAD(id.msg)
-	EncodeCM(m, CMAttrSIDRREQ, id.tid)
+	EncodeCM(m, AttrSIDRREQ, id.tid)
 	r := m.SIDRREQ()
 	r.SetRequestID(id.localID)
 	r.SetPKey(pkey)
@@ -1010,7 +1010,7 @@ func (a *CMAgent) SIDRRequest(p *SIDRRequestParams, h CMHandler) (*CMID, error) 
 	if id.timeout <= 0 {
 		id.timeout = a.sidrTimeout()
 	}
-	id.state = CMStateSIDRREQSent
+	id.state = StateSIDRREQSent
 	a.sendMsg(id, a.clock.Now())
 	return id, nil
 }
@@ -1037,15 +1037,15 @@ func MTUFromCode(code uint8) int {
 // ---- Sending ----
 
 // send posts m to id's peer. mu is held.
-func (a *CMAgent) send(id *CMID, m []byte) {
+func (a *Agent) send(id *ID, m []byte) {
 	a.sendTo(m, id.ah, id.peer.RemoteQPN)
 }
 
 // sendTo posts m to ah. mu is held.
-func (a *CMAgent) sendTo(m []byte, ah *ibtransport.AddressHandle, qpn uint32) {
+func (a *Agent) sendTo(m []byte, ah *ibtransport.AddressHandle, qpn uint32) {
 	a.counters.MADsOut++
-	if attr := MAD(m).CMAttribute(); attr >= CMAttrREQ && attr <= CMAttrAPR && MAD(m).MgmtClass() == MgmtClassCM {
-		a.counters.Sent[attr-CMAttrREQ]++
+	if attr := MAD(m).Attribute(); attr >= AttrREQ && attr <= AttrAPR && MAD(m).MgmtClass() == MgmtClassCM {
+		a.counters.Sent[attr-AttrREQ]++
 	}
 	if err := a.gsi.SendAH(m, ah, qpn); err != nil {
 		a.counters.SendErrors++
@@ -1053,7 +1053,7 @@ func (a *CMAgent) sendTo(m []byte, ah *ibtransport.AddressHandle, qpn uint32) {
 }
 
 // reply posts m to from (an address of a received MAD). mu is held.
-func (a *CMAgent) reply(m []byte, from MADAddress) {
+func (a *Agent) reply(m []byte, from MADAddress) {
 	ah, err := a.gsi.AddressHandle(from)
 	if err != nil {
 		a.counters.SendErrors++
@@ -1063,20 +1063,20 @@ func (a *CMAgent) reply(m []byte, from MADAddress) {
 }
 
 // sendMsg sends id.msg and arms the retry timer. mu is held.
-func (a *CMAgent) sendMsg(id *CMID, now time.Time) {
+func (a *Agent) sendMsg(id *ID, now time.Time) {
 	id.tries = 1
 	id.mraWait = false
 	a.send(id, id.msg)
 	a.arm(id, now, id.timeout)
 }
 
-func (a *CMAgent) arm(id *CMID, now time.Time, d time.Duration) {
+func (a *Agent) arm(id *ID, now time.Time, d time.Duration) {
 	id.deadline = now.Add(d)
 	id.timerOn = true
 }
 
 // setResp records m as id's answer to duplicates and sends it. mu is held.
-func (a *CMAgent) sendResp(id *CMID, m []byte) {
+func (a *Agent) sendResp(id *ID, m []byte) {
 	if id.resp == nil {
 		id.resp = make([]byte, MADLen)
 	}
@@ -1085,9 +1085,9 @@ func (a *CMAgent) sendResp(id *CMID, m []byte) {
 }
 
 // buildREJ writes a REJ into a.scratch. mu is held.
-func (a *CMAgent) buildREJ(tid uint64, local, remote uint32, msg uint8, reason CMRejectReason, ari, pd []byte) MAD {
+func (a *Agent) buildREJ(tid uint64, local, remote uint32, msg uint8, reason RejectReason, ari, pd []byte) MAD {
 	m := MAD(a.scratch[:])
-	EncodeCM(m, CMAttrREJ, tid)
+	EncodeCM(m, AttrREJ, tid)
 	j := m.REJ()
 	j.SetLocalCommID(local)
 	j.SetRemoteCommID(remote)
@@ -1107,18 +1107,18 @@ const (
 )
 
 // rejectID sends a REJ for id and records it as id's answer. mu is held.
-func (a *CMAgent) rejectID(id *CMID, reason CMRejectReason, ari, pd []byte) {
+func (a *Agent) rejectID(id *ID, reason RejectReason, ari, pd []byte) {
 	msg := uint8(cmRejectedOther)
 	switch id.state {
-	case CMStateREQRcvd, CMStateMRAREQSent:
+	case StateREQRcvd, StateMRAREQSent:
 		msg = cmRejectedREQ
-	case CMStateREPRcvd, CMStateMRAREPSent:
+	case StateREPRcvd, StateMRAREPSent:
 		msg = cmRejectedREP
 	}
 	a.sendResp(id, a.buildREJ(id.tid, id.localID, id.remoteID, msg, reason, ari, pd))
 }
 
-func (a *CMAgent) guidARI() []byte {
+func (a *Agent) guidARI() []byte {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], a.guid)
 	return b[:]
@@ -1127,13 +1127,13 @@ func (a *CMAgent) guidARI() []byte {
 // ---- State changes ----
 
 // remove forgets id. mu is held.
-func (a *CMAgent) remove(id *CMID) {
+func (a *Agent) remove(id *ID) {
 	if id.gone {
 		return
 	}
 	id.gone = true
 	id.timerOn = false
-	id.state = CMStateIdle
+	id.state = StateIdle
 	if a.ids[id.localID] == id {
 		delete(a.ids, id.localID)
 	}
@@ -1149,15 +1149,15 @@ func (a *CMAgent) remove(id *CMID) {
 }
 
 // enterTimeWait moves id to TIMEWAIT. mu is held.
-func (a *CMAgent) enterTimeWait(id *CMID, now time.Time) {
-	id.state = CMStateTimeWait
+func (a *Agent) enterTimeWait(id *ID, now time.Time) {
+	id.state = StateTimeWait
 	a.arm(id, now, a.cfg.TimeWait)
 }
 
 // runTimers fires the timers that are due. mu is held.
-func (a *CMAgent) runTimers(now time.Time) bool {
+func (a *Agent) runTimers(now time.Time) bool {
 	fired := a.runQueries(now)
-	var due []*CMID
+	var due []*ID
 	for _, id := range a.ids {
 		if id.timerOn && !id.deadline.After(now) {
 			due = append(due, id)
@@ -1174,7 +1174,7 @@ func (a *CMAgent) runTimers(now time.Time) bool {
 	return fired
 }
 
-func sortIDs(ids []*CMID) {
+func sortIDs(ids []*ID) {
 	for i := 1; i < len(ids); i++ {
 		for j := i; j > 0 && idBefore(ids[j], ids[j-1]); j-- {
 			ids[j], ids[j-1] = ids[j-1], ids[j]
@@ -1182,7 +1182,7 @@ func sortIDs(ids []*CMID) {
 	}
 }
 
-func idBefore(x, y *CMID) bool {
+func idBefore(x, y *ID) bool {
 	if !x.deadline.Equal(y.deadline) {
 		return x.deadline.Before(y.deadline)
 	}
@@ -1190,7 +1190,7 @@ func idBefore(x, y *CMID) bool {
 }
 
 // expire handles id's timer. mu is held.
-func (a *CMAgent) expire(id *CMID, now time.Time) {
+func (a *Agent) expire(id *ID, now time.Time) {
 	id.timerOn = false
 	retry := func() bool {
 		if id.tries > id.maxRetries {
@@ -1204,58 +1204,58 @@ func (a *CMAgent) expire(id *CMID, now time.Time) {
 		return true
 	}
 	switch id.state {
-	case CMStateREQSent, CMStateMRAREQRcvd:
+	case StateREQSent, StateMRAREQRcvd:
 		if retry() {
 			return
 		}
 		a.counters.Timeouts++
 		// IBTA Vol. 1 ch. 12: the active side that gives up says so with REJ(timeout),
 		// its CA GUID as the ARI.
-		a.rejectID(id, CMRejTimeout, a.guidARI(), nil)
-		a.queueEvent(id, CMEvent{Type: CMEventREQError})
+		a.rejectID(id, RejTimeout, a.guidARI(), nil)
+		a.queueEvent(id, Event{Type: EventREQError})
 		a.remove(id)
-	case CMStateREPSent, CMStateMRAREPRcvd:
+	case StateREPSent, StateMRAREPRcvd:
 		if id.watchQP != nil && id.watchQP.Counters().PacketsIn > 0 {
-			id.state = CMStateEstablished
+			id.state = StateEstablished
 			id.notifyExit = true
-			a.queueEvent(id, CMEvent{Type: CMEventUserEstablished})
+			a.queueEvent(id, Event{Type: EventUserEstablished})
 			return
 		}
 		if retry() {
 			return
 		}
 		a.counters.Timeouts++
-		a.rejectID(id, CMRejTimeout, a.guidARI(), nil)
-		a.queueEvent(id, CMEvent{Type: CMEventREPError})
+		a.rejectID(id, RejTimeout, a.guidARI(), nil)
+		a.queueEvent(id, Event{Type: EventREPError})
 		a.remove(id)
-	case CMStateDREQSent:
+	case StateDREQSent:
 		if retry() {
 			return
 		}
 		a.counters.Timeouts++
 		a.enterTimeWait(id, now)
-		a.queueEvent(id, CMEvent{Type: CMEventDREQError})
-	case CMStateSIDRREQSent:
+		a.queueEvent(id, Event{Type: EventDREQError})
+	case StateSIDRREQSent:
 		if retry() {
 			return
 		}
 		a.counters.Timeouts++
-		a.queueEvent(id, CMEvent{Type: CMEventSIDRREQError})
+		a.queueEvent(id, Event{Type: EventSIDRREQError})
 		a.remove(id)
-	case CMStateTimeWait, CMStateSIDRREQRcvd, CMStateIdle:
+	case StateTimeWait, StateSIDRREQRcvd, StateIdle:
 		notify := id.notifyExit
 		a.remove(id)
 		if notify {
-			a.queueEvent(id, CMEvent{Type: CMEventTimeWaitExit})
+			a.queueEvent(id, Event{Type: EventTimeWaitExit})
 		}
 	}
 }
 
 // ---- Receiving ----
 
-func (a *CMAgent) drop(reason CMDropReason, attr CMAttribute, state CMState, err error) error {
+func (a *Agent) drop(reason DropReason, attr Attribute, state State, err error) error {
 	a.counters.Drops[reason]++
-	return &CMDropError{Reason: reason, Attr: attr, State: state, Err: err}
+	return &DropError{Reason: reason, Attr: attr, State: state, Err: err}
 }
 
 // MAD status codes (IBTA Vol. 1 ch. 13, the MAD Status field's invalid-field code
@@ -1269,7 +1269,7 @@ const (
 // answerUnsupported answers a Get or Set nobody serves with a GetResp of
 // status, as a GSI must (IBTA Vol. 1 ch. 13; the kernel's MAD layer answers
 // every unmatched Get and Set so). Other methods get no answer. mu is held.
-func (a *CMAgent) answerUnsupported(m MAD, from MADAddress, status uint16) {
+func (a *Agent) answerUnsupported(m MAD, from MADAddress, status uint16) {
 	if meth := m.Method(); meth != MADMethodGet && meth != MADMethodSet {
 		return
 	}
@@ -1282,85 +1282,85 @@ func (a *CMAgent) answerUnsupported(m MAD, from MADAddress, status uint16) {
 }
 
 // handleMAD dispatches one received MAD. mu is held.
-func (a *CMAgent) handleMAD(now time.Time, b []byte, from MADAddress) error {
+func (a *Agent) handleMAD(now time.Time, b []byte, from MADAddress) error {
 	a.counters.MADsIn++
 	m, err := DecodeMAD(b)
 	if err != nil {
-		return a.drop(CMDropMalformed, 0, 0, err)
+		return a.drop(DropMalformed, 0, 0, err)
 	}
 	if m.MgmtClass() != MgmtClassCM {
 		a.answerUnsupported(m, from, madStatusUnsupportedAttr)
-		return a.drop(CMDropNotCM, 0, 0, nil)
+		return a.drop(DropNotCM, 0, 0, nil)
 	}
-	if m.ClassVersion() != CMClassVersion {
+	if m.ClassVersion() != ClassVersion {
 		a.answerUnsupported(m, from, madStatusBadVersion)
-		return a.drop(CMDropClassVersion, 0, 0, CheckCM(m))
+		return a.drop(DropClassVersion, 0, 0, CheckCM(m))
 	}
-	attr := m.CMAttribute()
+	attr := m.Attribute()
 	if m.Method() != MADMethodSend {
 		status := uint16(madStatusUnsupportedMethod)
 		if attr.Known() {
 			status = madStatusUnsupportedAttr
 		}
 		a.answerUnsupported(m, from, status)
-		return a.drop(CMDropMethod, attr, 0, nil)
+		return a.drop(DropMethod, attr, 0, nil)
 	}
-	if attr >= CMAttrREQ && attr <= CMAttrAPR {
-		a.counters.Received[attr-CMAttrREQ]++
+	if attr >= AttrREQ && attr <= AttrAPR {
+		a.counters.Received[attr-AttrREQ]++
 	}
 	switch attr {
-	case CMAttrREQ:
+	case AttrREQ:
 		return a.handleREQ(now, m, from)
-	case CMAttrMRA, CMAttrREJ, CMAttrREP, CMAttrRTU, CMAttrDREP:
+	case AttrMRA, AttrREJ, AttrREP, AttrRTU, AttrDREP:
 		// These start with the sender's and our communication IDs (cmIDs):
-		// the CMID they address is found, and checked, first.
+		// the ID they address is found, and checked, first.
 		ids := cmIDs(m.Data())
 		id, err := a.lookup(attr, ids.remote(), ids.local(), from)
 		if err != nil {
 			return err
 		}
 		switch attr {
-		case CMAttrMRA:
+		case AttrMRA:
 			return a.handleMRA(now, id, m.MRA())
-		case CMAttrREJ:
+		case AttrREJ:
 			return a.handleREJ(now, id, m.REJ())
-		case CMAttrREP:
+		case AttrREP:
 			return a.handleREP(id, m.REP())
-		case CMAttrRTU:
+		case AttrRTU:
 			return a.handleRTU(id, m.RTU())
 		default:
 			return a.handleDREP(now, id, m.DREP())
 		}
-	case CMAttrDREQ:
+	case AttrDREQ:
 		return a.handleDREQ(now, m, from)
-	case CMAttrSIDRREQ:
+	case AttrSIDRREQ:
 		return a.handleSIDRREQ(now, m, from)
-	case CMAttrSIDRREP:
+	case AttrSIDRREP:
 		return a.handleSIDRREP(m, from)
 	}
 	// ClassPortInfo, LAP and APR (alternate paths do not exist on RoCE), and
 	// attributes IBTA does not define.
-	return a.drop(CMDropAttribute, attr, 0, CheckCM(m))
+	return a.drop(DropAttribute, attr, 0, CheckCM(m))
 }
 
-// lookup finds the CMID a message addresses: by its Remote Comm ID (our
-// local ID), checking the sender's Local Comm ID (if the CMID knows the
+// lookup finds the ID a message addresses: by its Remote Comm ID (our
+// local ID), checking the sender's Local Comm ID (if the ID knows the
 // peer's) and its address. mu is held.
-func (a *CMAgent) lookup(attr CMAttribute, ours, theirs uint32, from MADAddress) (*CMID, error) {
+func (a *Agent) lookup(attr Attribute, ours, theirs uint32, from MADAddress) (*ID, error) {
 	id := a.ids[ours]
 	if id == nil {
-		return nil, a.drop(CMDropUnknownID, attr, 0, nil)
+		return nil, a.drop(DropUnknownID, attr, 0, nil)
 	}
 	if id.remoteID != 0 && theirs != 0 && theirs != id.remoteID {
-		return nil, a.drop(CMDropWrongPeer, attr, id.state, nil)
+		return nil, a.drop(DropWrongPeer, attr, id.state, nil)
 	}
 	if from.Remote.IsValid() && id.peer.Remote.IsValid() && from.Remote != id.peer.Remote {
-		return nil, a.drop(CMDropWrongPeer, attr, id.state, nil)
+		return nil, a.drop(DropWrongPeer, attr, id.state, nil)
 	}
 	return id, nil
 }
 
-func (a *CMAgent) ours(gid [16]byte) (int, bool) {
+func (a *Agent) ours(gid [16]byte) (int, bool) {
 	g := netip.AddrFrom16(gid)
 	for i, o := range a.dev.GIDs() {
 		if o == g || (o.Unmap() == g.Unmap() && o.Unmap().Is4()) {
@@ -1370,7 +1370,7 @@ func (a *CMAgent) ours(gid [16]byte) (int, bool) {
 	return 0, false
 }
 
-func (a *CMAgent) handleREQ(now time.Time, m MAD, from MADAddress) error {
+func (a *Agent) handleREQ(now time.Time, m MAD, from MADAddress) error {
 	r := m.REQ()
 	key := cmKey{r.LocalCommID(), r.LocalCAGUID()}
 	if id := a.byRemote[key]; id != nil {
@@ -1382,32 +1382,32 @@ func (a *CMAgent) handleREQ(now time.Time, m MAD, from MADAddress) error {
 		// has a connection here is stale: reject it, and end the old
 		// connection if it is up.
 		a.counters.Stale++
-		a.reply(a.buildREJ(m.TransactionID(), 0, r.LocalCommID(), cmRejectedREQ, CMRejStaleConnection, nil, nil), from)
-		if old.state == CMStateEstablished {
+		a.reply(a.buildREJ(m.TransactionID(), 0, r.LocalCommID(), cmRejectedREQ, RejStaleConnection, nil, nil), from)
+		if old.state == StateEstablished {
 			a.sendDREQ(old, now, nil)
 		}
 		return nil
 	}
-	rej := func(reason CMRejectReason, ari []byte) error {
+	rej := func(reason RejectReason, ari []byte) error {
 		a.reply(a.buildREJ(m.TransactionID(), 0, r.LocalCommID(), cmRejectedREQ, reason, ari, nil), from)
 		return nil
 	}
 	l := a.listeners[r.ServiceID()]
 	if l == nil {
-		return rej(CMRejInvalidServiceID, nil)
+		return rej(RejInvalidServiceID, nil)
 	}
 	if tst := r.TransportServiceType(); tst > 1 || r.ExtendedTransportType() != 0 {
-		return rej(CMRejInvalidTransportType, nil)
+		return rej(RejInvalidTransportType, nil)
 	}
 	if mtu := MTUFromCode(r.PathMTU()); mtu == 0 || mtu > a.dev.PathMTU() {
 		code, _ := mtuCode(a.dev.PathMTU())
-		return rej(CMRejInvalidMTU, []byte{code << 4})
+		return rej(RejInvalidMTU, []byte{code << 4})
 	}
 	path := r.PrimaryPath()
 	local := path.RemoteGID()
 	sgid, ok := a.ours(local)
 	if !ok {
-		return rej(CMRejInvalidGID, local[:])
+		return rej(RejInvalidGID, local[:])
 	}
 	id := a.allocID(l.handler)
 	id.listener = l
@@ -1423,7 +1423,7 @@ func (a *CMAgent) handleREQ(now time.Time, m MAD, from MADAddress) error {
 	ah, err := a.gsi.AddressHandle(id.peer)
 	if err != nil {
 		a.remove(id)
-		return rej(CMRejInvalidGID, local[:])
+		return rej(RejInvalidGID, local[:])
 	}
 	if a.dev.GIDs()[sgid].Unmap().Is4() == id.peer.Remote.Is4() {
 		ah.SGIDIndex = uint8(sgid)
@@ -1436,43 +1436,43 @@ func (a *CMAgent) handleREQ(now time.Time, m MAD, from MADAddress) error {
 	id.plt = id.ackTimeout - min(id.ackTimeout, 1)
 	id.maxRetries = int(r.MaxCMRetries())
 	id.activeWait = cmTry(r.RemoteCMResponseTimeout(), id.plt)
-	id.state = CMStateREQRcvd
+	id.state = StateREQRcvd
 	a.byRemote[key] = id
 	a.byQPN[qk] = id
 	f := r.Fields()
 	f.PrivateData = bytes.Clone(f.PrivateData)
-	a.queueEvent(id, CMEvent{Type: CMEventREQ, Listener: l, From: id.peer, REQ: &f})
+	a.queueEvent(id, Event{Type: EventREQ, Listener: l, From: id.peer, REQ: &f})
 	return nil
 }
 
 // duplicateREQ answers a REQ seen before (IBTA Vol. 1 ch. 12; the kernel's
 // cm_dup_req_handler). mu is held.
-func (a *CMAgent) duplicateREQ(now time.Time, id *CMID) error {
+func (a *Agent) duplicateREQ(now time.Time, id *ID) error {
 	a.counters.Duplicates++
 	switch id.state {
-	case CMStateREQRcvd:
+	case StateREQRcvd:
 		// The consumer has not answered in the active side's time: ask it for
 		// more with an MRA.
 		a.sendMRA(id, 0, a.cfg.MRAServiceTimeout, nil)
-		id.state = CMStateMRAREQSent
-	case CMStateMRAREQSent:
+		id.state = StateMRAREQSent
+	case StateMRAREQSent:
 		a.send(id, id.resp)
-	case CMStateREPSent, CMStateMRAREPRcvd:
+	case StateREPSent, StateMRAREPRcvd:
 		a.send(id, id.msg)
-	case CMStateTimeWait:
-		if id.resp != nil && MAD(id.resp).CMAttribute() == CMAttrREJ {
+	case StateTimeWait:
+		if id.resp != nil && MAD(id.resp).Attribute() == AttrREJ {
 			a.send(id, id.resp) // the REJ it got before
 		} else {
 			a.counters.Stale++
-			a.send(id, a.buildREJ(id.tid, id.localID, id.remoteID, cmRejectedREQ, CMRejStaleConnection, nil, nil))
+			a.send(id, a.buildREJ(id.tid, id.localID, id.remoteID, cmRejectedREQ, RejStaleConnection, nil, nil))
 		}
 	}
 	return nil
 }
 
-func (a *CMAgent) sendMRA(id *CMID, which uint8, timeout uint8, pd []byte) {
+func (a *Agent) sendMRA(id *ID, which uint8, timeout uint8, pd []byte) {
 	m := MAD(a.scratch[:])
-	EncodeCM(m, CMAttrMRA, id.tid)
+	EncodeCM(m, AttrMRA, id.tid)
 	r := m.MRA()
 	r.SetLocalCommID(id.localID)
 	r.SetRemoteCommID(id.remoteID)
@@ -1482,14 +1482,14 @@ func (a *CMAgent) sendMRA(id *CMID, which uint8, timeout uint8, pd []byte) {
 	a.sendResp(id, m)
 }
 
-func (a *CMAgent) handleMRA(now time.Time, id *CMID, r CMMRA) error {
+func (a *Agent) handleMRA(now time.Time, id *ID, r MRA) error {
 	switch {
-	case r.MessageMRAed() == 0 && (id.state == CMStateREQSent || id.state == CMStateMRAREQRcvd):
-		id.state = CMStateMRAREQRcvd
-	case r.MessageMRAed() == 1 && (id.state == CMStateREPSent || id.state == CMStateMRAREPRcvd):
-		id.state = CMStateMRAREPRcvd
+	case r.MessageMRAed() == 0 && (id.state == StateREQSent || id.state == StateMRAREQRcvd):
+		id.state = StateMRAREQRcvd
+	case r.MessageMRAed() == 1 && (id.state == StateREPSent || id.state == StateMRAREPRcvd):
+		id.state = StateMRAREPRcvd
 	default:
-		return a.drop(CMDropState, CMAttrMRA, id.state, nil)
+		return a.drop(DropState, AttrMRA, id.state, nil)
 	}
 	if id.remoteID == 0 {
 		id.remoteID = r.LocalCommID()
@@ -1497,141 +1497,141 @@ func (a *CMAgent) handleMRA(now time.Time, id *CMID, r CMMRA) error {
 	// The message is resent (retries continue) only after the time the peer
 	// asked for.
 	id.mraWait = true
-	a.arm(id, now, CMTimeout(r.ServiceTimeout())+2*CMTimeout(id.plt))
-	a.queueEvent(id, CMEvent{Type: CMEventMRA, ServiceTimeout: r.ServiceTimeout(), PrivateData: bytes.Clone(r.PrivateData())})
+	a.arm(id, now, Timeout(r.ServiceTimeout())+2*Timeout(id.plt))
+	a.queueEvent(id, Event{Type: EventMRA, ServiceTimeout: r.ServiceTimeout(), PrivateData: bytes.Clone(r.PrivateData())})
 	return nil
 }
 
-func (a *CMAgent) handleREJ(now time.Time, id *CMID, r CMREJ) error {
-	ev := CMEvent{Type: CMEventREJ, Reason: r.Reason(), ARI: bytes.Clone(r.ARI()), PrivateData: bytes.Clone(r.PrivateData())}
+func (a *Agent) handleREJ(now time.Time, id *ID, r REJ) error {
+	ev := Event{Type: EventREJ, Reason: r.Reason(), ARI: bytes.Clone(r.ARI()), PrivateData: bytes.Clone(r.PrivateData())}
 	switch id.state {
-	case CMStateREQSent, CMStateMRAREQRcvd, CMStateREQRcvd, CMStateMRAREQSent, CMStateREPRcvd, CMStateMRAREPSent:
+	case StateREQSent, StateMRAREQRcvd, StateREQRcvd, StateMRAREQSent, StateREPRcvd, StateMRAREPSent:
 		a.queueEvent(id, ev)
-		if r.Reason() == CMRejStaleConnection {
+		if r.Reason() == RejStaleConnection {
 			a.enterTimeWait(id, now)
 		} else {
 			a.remove(id)
 		}
-	case CMStateREPSent, CMStateMRAREPRcvd, CMStateEstablished:
+	case StateREPSent, StateMRAREPRcvd, StateEstablished:
 		a.queueEvent(id, ev)
 		a.enterTimeWait(id, now)
 	default:
-		return a.drop(CMDropState, CMAttrREJ, id.state, nil)
+		return a.drop(DropState, AttrREJ, id.state, nil)
 	}
 	return nil
 }
 
-func (a *CMAgent) handleREP(id *CMID, r CMREP) error {
+func (a *Agent) handleREP(id *ID, r REP) error {
 	switch id.state {
-	case CMStateREQSent, CMStateMRAREQRcvd:
-	case CMStateEstablished:
+	case StateREQSent, StateMRAREQRcvd:
+	case StateEstablished:
 		a.counters.Duplicates++
 		if id.resp != nil {
 			a.send(id, id.resp) // the RTU it missed
 		}
 		return nil
-	case CMStateMRAREPSent:
+	case StateMRAREPSent:
 		a.counters.Duplicates++
 		a.send(id, id.resp)
 		return nil
 	default:
-		return a.drop(CMDropState, CMAttrREP, id.state, nil)
+		return a.drop(DropState, AttrREP, id.state, nil)
 	}
 	qk := cmKey{r.LocalQPN(), r.LocalCAGUID()}
 	if old := a.byQPN[qk]; old != nil && old != id {
 		a.counters.Stale++
 		id.remoteID = r.LocalCommID()
-		id.state = CMStateREPRcvd
-		a.rejectID(id, CMRejStaleConnection, nil, nil)
-		a.queueEvent(id, CMEvent{Type: CMEventREJ, Reason: CMRejStaleConnection})
+		id.state = StateREPRcvd
+		a.rejectID(id, RejStaleConnection, nil, nil)
+		a.queueEvent(id, Event{Type: EventREJ, Reason: RejStaleConnection})
 		a.remove(id)
 		return nil
 	}
 	id.remoteID, id.remoteGUID, id.remoteQPN = r.LocalCommID(), r.LocalCAGUID(), r.LocalQPN()
 	a.byQPN[qk] = id
-	id.state = CMStateREPRcvd
+	id.state = StateREPRcvd
 	id.timerOn = false
 	f := r.Fields()
 	f.PrivateData = bytes.Clone(f.PrivateData)
-	a.queueEvent(id, CMEvent{Type: CMEventREP, REP: &f})
+	a.queueEvent(id, Event{Type: EventREP, REP: &f})
 	return nil
 }
 
-func (a *CMAgent) handleRTU(id *CMID, r CMRTU) error {
+func (a *Agent) handleRTU(id *ID, r RTU) error {
 	switch id.state {
-	case CMStateREPSent, CMStateMRAREPRcvd:
-		id.state = CMStateEstablished
+	case StateREPSent, StateMRAREPRcvd:
+		id.state = StateEstablished
 		id.timerOn = false
 		id.notifyExit = true
-		a.queueEvent(id, CMEvent{Type: CMEventRTU, PrivateData: bytes.Clone(r.PrivateData())})
-	case CMStateEstablished:
+		a.queueEvent(id, Event{Type: EventRTU, PrivateData: bytes.Clone(r.PrivateData())})
+	case StateEstablished:
 		a.counters.Duplicates++
 	default:
-		return a.drop(CMDropState, CMAttrRTU, id.state, nil)
+		return a.drop(DropState, AttrRTU, id.state, nil)
 	}
 	return nil
 }
 
-func (a *CMAgent) handleDREQ(now time.Time, m MAD, from MADAddress) error {
+func (a *Agent) handleDREQ(now time.Time, m MAD, from MADAddress) error {
 	r := m.DREQ()
 	id := a.ids[r.RemoteCommID()]
 	if id == nil {
 		// The kernel answers a DREQ for a connection it no longer knows with a
 		// DREP all the same, so that the peer's disconnect completes.
-		a.counters.Drops[CMDropUnknownID]++
+		a.counters.Drops[DropUnknownID]++
 		d := MAD(a.scratch[:])
-		EncodeCM(d, CMAttrDREP, m.TransactionID())
+		EncodeCM(d, AttrDREP, m.TransactionID())
 		d.DREP().SetLocalCommID(r.RemoteCommID())
 		d.DREP().SetRemoteCommID(r.LocalCommID())
 		a.reply(d, from)
-		return &CMDropError{Reason: CMDropUnknownID, Attr: CMAttrDREQ}
+		return &DropError{Reason: DropUnknownID, Attr: AttrDREQ}
 	}
-	id, err := a.lookup(CMAttrDREQ, r.RemoteCommID(), r.LocalCommID(), from)
+	id, err := a.lookup(AttrDREQ, r.RemoteCommID(), r.LocalCommID(), from)
 	if err != nil {
 		return err
 	}
 	if r.RemoteQPN() != id.localQPN {
-		return a.drop(CMDropBadMessage, CMAttrDREQ, id.state, nil)
+		return a.drop(DropBadMessage, AttrDREQ, id.state, nil)
 	}
-	ev := CMEvent{Type: CMEventDREQ, PrivateData: bytes.Clone(r.PrivateData())}
+	ev := Event{Type: EventDREQ, PrivateData: bytes.Clone(r.PrivateData())}
 	switch id.state {
-	case CMStateEstablished, CMStateREPSent, CMStateMRAREPRcvd:
-		id.state = CMStateDREQRcvd
+	case StateEstablished, StateREPSent, StateMRAREPRcvd:
+		id.state = StateDREQRcvd
 		id.timerOn = false
 		id.notifyExit = true
 		id.drepTID = m.TransactionID()
 		a.queueEvent(id, ev)
-	case CMStateDREQSent:
+	case StateDREQSent:
 		// Both sides disconnect at once: answer, and wait out the time.
 		id.drepTID = m.TransactionID()
 		a.sendDREP(id, nil)
 		a.enterTimeWait(id, now)
 		a.queueEvent(id, ev)
-	case CMStateDREQRcvd:
+	case StateDREQRcvd:
 		a.counters.Duplicates++
-	case CMStateTimeWait:
+	case StateTimeWait:
 		a.counters.Duplicates++
 		id.drepTID = m.TransactionID()
-		if id.resp != nil && MAD(id.resp).CMAttribute() == CMAttrDREP {
+		if id.resp != nil && MAD(id.resp).Attribute() == AttrDREP {
 			a.send(id, id.resp)
 		} else {
 			a.sendDREP(id, nil)
 		}
 	default:
-		return a.drop(CMDropState, CMAttrDREQ, id.state, nil)
+		return a.drop(DropState, AttrDREQ, id.state, nil)
 	}
 	return nil
 }
 
-func (a *CMAgent) handleDREP(now time.Time, id *CMID, r CMDREP) error {
+func (a *Agent) handleDREP(now time.Time, id *ID, r DREP) error {
 	switch id.state {
-	case CMStateDREQSent:
+	case StateDREQSent:
 		a.enterTimeWait(id, now)
-		a.queueEvent(id, CMEvent{Type: CMEventDREP, PrivateData: bytes.Clone(r.PrivateData())})
-	case CMStateTimeWait:
+		a.queueEvent(id, Event{Type: EventDREP, PrivateData: bytes.Clone(r.PrivateData())})
+	case StateTimeWait:
 		a.counters.Duplicates++
 	default:
-		return a.drop(CMDropState, CMAttrDREP, id.state, nil)
+		return a.drop(DropState, AttrDREP, id.state, nil)
 	}
 	return nil
 }
@@ -1639,17 +1639,17 @@ func (a *CMAgent) handleDREP(now time.Time, id *CMID, r CMDREP) error {
 // sidrHold is how long a passive SIDR exchange stays to answer duplicates:
 // the whole retry budget of a requester that times out as this agent does
 // (a SIDR_REQ does not say its timeout).
-func (a *CMAgent) sidrHold() time.Duration {
+func (a *Agent) sidrHold() time.Duration {
 	return time.Duration(a.cfg.MaxCMRetries+1) * a.sidrTimeout()
 }
 
 // sidrTimeout is the time a SIDR_REQ waits for its reply: rdma_cm's
 // 1 << (CMA_CM_RESPONSE_TIMEOUT - 8) milliseconds.
-func (a *CMAgent) sidrTimeout() time.Duration {
+func (a *Agent) sidrTimeout() time.Duration {
 	return time.Millisecond << max(int(a.cfg.CMResponseTimeout)-8, 0)
 }
 
-func (a *CMAgent) handleSIDRREQ(now time.Time, m MAD, from MADAddress) error {
+func (a *Agent) handleSIDRREQ(now time.Time, m MAD, from MADAddress) error {
 	r := m.SIDRREQ()
 	key := sidrKey{r.RequestID(), from.Remote}
 	if id := a.sidr[key]; id != nil {
@@ -1662,16 +1662,16 @@ func (a *CMAgent) handleSIDRREQ(now time.Time, m MAD, from MADAddress) error {
 	l := a.listeners[r.ServiceID()]
 	if l == nil {
 		p := MAD(a.scratch[:])
-		EncodeCM(p, CMAttrSIDRREP, m.TransactionID())
+		EncodeCM(p, AttrSIDRREP, m.TransactionID())
 		p.SIDRREP().SetRequestID(r.RequestID())
-		p.SIDRREP().SetStatus(uint8(CMSIDRUnsupported))
+		p.SIDRREP().SetStatus(uint8(SIDRUnsupported))
 		p.SIDRREP().SetServiceID(r.ServiceID())
 		a.reply(p, from)
 		return nil
 	}
 	ah, err := a.gsi.AddressHandle(from)
 	if err != nil {
-		return a.drop(CMDropBadMessage, CMAttrSIDRREQ, 0, err)
+		return a.drop(DropBadMessage, AttrSIDRREQ, 0, err)
 	}
 	id := a.allocID(l.handler)
 	id.listener = l
@@ -1680,38 +1680,38 @@ func (a *CMAgent) handleSIDRREQ(now time.Time, m MAD, from MADAddress) error {
 	id.tid = m.TransactionID()
 	id.peer, id.ah = from, ah
 	id.sidrReq = key
-	id.state = CMStateSIDRREQRcvd
+	id.state = StateSIDRREQRcvd
 	a.sidr[key] = id
 	req := &SIDRRequest{RequestID: r.RequestID(), PKey: r.PKey(), ServiceID: r.ServiceID(), PrivateData: bytes.Clone(r.PrivateData())}
-	a.queueEvent(id, CMEvent{Type: CMEventSIDRREQ, Listener: l, From: from, SIDRREQ: req})
+	a.queueEvent(id, Event{Type: EventSIDRREQ, Listener: l, From: from, SIDRREQ: req})
 	return nil
 }
 
-func (a *CMAgent) handleSIDRREP(m MAD, from MADAddress) error {
+func (a *Agent) handleSIDRREP(m MAD, from MADAddress) error {
 	r := m.SIDRREP()
-	id, err := a.lookup(CMAttrSIDRREP, r.RequestID(), 0, from)
+	id, err := a.lookup(AttrSIDRREP, r.RequestID(), 0, from)
 	if err != nil {
 		return err
 	}
-	if id.state != CMStateSIDRREQSent {
-		return a.drop(CMDropState, CMAttrSIDRREP, id.state, nil)
+	if id.state != StateSIDRREQSent {
+		return a.drop(DropState, AttrSIDRREP, id.state, nil)
 	}
-	rep := &SIDRReply{RequestID: r.RequestID(), Status: CMSIDRStatus(r.Status()), QPN: r.QPN(), QKey: r.QKey(),
+	rep := &SIDRReply{RequestID: r.RequestID(), Status: SIDRStatus(r.Status()), QPN: r.QPN(), QKey: r.QKey(),
 		ServiceID: r.ServiceID(), AdditionalInfo: bytes.Clone(r.AdditionalInfo()), PrivateData: bytes.Clone(r.PrivateData())}
-	a.queueEvent(id, CMEvent{Type: CMEventSIDRREP, From: from, SIDRREP: rep})
+	a.queueEvent(id, Event{Type: EventSIDRREP, From: from, SIDRREP: rep})
 	a.remove(id)
 	return nil
 }
 
-// ---- The consumer's calls on a CMID ----
+// ---- The consumer's calls on a ID ----
 
 // lockLive locks the agent for a call on id. The caller unlocks.
-func (id *CMID) lockLive() error {
+func (id *ID) lockLive() error {
 	a := id.agent
 	a.mu.Lock()
 	if a.closed || id.gone {
 		a.mu.Unlock()
-		return ErrCMClosed
+		return ErrClosed
 	}
 	return nil
 }
@@ -1719,63 +1719,63 @@ func (id *CMID) lockLive() error {
 // unlock ends a call on id. The consumer's calls cause no events of their
 // own, and do not deliver others': a consumer may call them while holding a
 // lock its handler takes.
-func (id *CMID) unlock() {
+func (id *ID) unlock() {
 	a := id.agent
 	a.mu.Unlock()
 	a.signal()
 }
 
-func (id *CMID) badState(op string) error {
-	return fmt.Errorf("ibcm: %s in %s: %w", op, id.state, ErrCMState)
+func (id *ID) badState(op string) error {
+	return fmt.Errorf("ibcm: %s in %s: %w", op, id.state, ErrState)
 }
 
 // State returns the current state.
-func (id *CMID) State() CMState {
+func (id *ID) State() State {
 	id.agent.mu.Lock()
 	defer id.agent.mu.Unlock()
 	return id.state
 }
 
 // LocalCommID returns this side's communication ID (the request ID for SIDR).
-func (id *CMID) LocalCommID() uint32 { return id.localID }
+func (id *ID) LocalCommID() uint32 { return id.localID }
 
 // RemoteCommID returns the peer's communication ID (0 until it is known).
-func (id *CMID) RemoteCommID() uint32 {
+func (id *ID) RemoteCommID() uint32 {
 	id.agent.mu.Lock()
 	defer id.agent.mu.Unlock()
 	return id.remoteID
 }
 
 // Peer returns the peer's address.
-func (id *CMID) Peer() MADAddress { return id.peer }
+func (id *ID) Peer() MADAddress { return id.peer }
 
 // ServiceID returns the connection's service ID.
-func (id *CMID) ServiceID() uint64 { return id.serviceID }
+func (id *ID) ServiceID() uint64 { return id.serviceID }
 
 // SetHandler sends id's later events to h (nil: none).
-func (id *CMID) SetHandler(h CMHandler) {
+func (id *ID) SetHandler(h Handler) {
 	id.agent.mu.Lock()
 	id.handler = h
 	id.agent.mu.Unlock()
 }
 
 // Accept answers the REQ with a REP (REQ_RCVD or MRA_REQ_SENT → REP_SENT).
-func (id *CMID) Accept(p *CMReplyParams) error {
-	if len(p.PrivateData) > CMREPPrivateDataLen {
-		return fmt.Errorf("ibcm: REP private data %d > %d: %w", len(p.PrivateData), CMREPPrivateDataLen, ErrCMInvalid)
+func (id *ID) Accept(p *ReplyParams) error {
+	if len(p.PrivateData) > REPPrivateDataLen {
+		return fmt.Errorf("ibcm: REP private data %d > %d: %w", len(p.PrivateData), REPPrivateDataLen, ErrInvalid)
 	}
 	if err := id.lockLive(); err != nil {
 		return err
 	}
 	defer id.unlock()
 	a := id.agent
-	if id.state != CMStateREQRcvd && id.state != CMStateMRAREQSent {
+	if id.state != StateREQRcvd && id.state != StateMRAREQSent {
 		return id.badState("accept")
 	}
 	id.localQPN = p.QPN
 	m := MAD(id.msg)
-	EncodeCM(m, CMAttrREP, id.tid)
-	m.REP().Encode(&CMREPFields{
+	EncodeCM(m, AttrREP, id.tid)
+	m.REP().Encode(&REPFields{
 		LocalCommID:         id.localID,
 		RemoteCommID:        id.remoteID,
 		LocalQPN:            p.QPN,
@@ -1791,54 +1791,54 @@ func (id *CMID) Accept(p *CMReplyParams) error {
 		PrivateData:         p.PrivateData,
 	})
 	id.watchQP = p.QP
-	id.state = CMStateREPSent
+	id.state = StateREPSent
 	id.timeout = cmTry(id.peerTimeout, id.plt)
 	a.sendMsg(id, a.clock.Now())
 	return nil
 }
 
 // SendRTU finishes an active connection (REP_RCVD or MRA_REP_SENT →
-// ESTABLISHED). privateData is up to CMRTUPrivateDataLen bytes.
-func (id *CMID) SendRTU(privateData []byte) error {
-	if len(privateData) > CMRTUPrivateDataLen {
-		return fmt.Errorf("ibcm: RTU private data %d > %d: %w", len(privateData), CMRTUPrivateDataLen, ErrCMInvalid)
+// ESTABLISHED). privateData is up to RTUPrivateDataLen bytes.
+func (id *ID) SendRTU(privateData []byte) error {
+	if len(privateData) > RTUPrivateDataLen {
+		return fmt.Errorf("ibcm: RTU private data %d > %d: %w", len(privateData), RTUPrivateDataLen, ErrInvalid)
 	}
 	if err := id.lockLive(); err != nil {
 		return err
 	}
 	defer id.unlock()
 	a := id.agent
-	if id.state != CMStateREPRcvd && id.state != CMStateMRAREPSent {
+	if id.state != StateREPRcvd && id.state != StateMRAREPSent {
 		return id.badState("send RTU")
 	}
 	m := MAD(a.scratch[:])
-	EncodeCM(m, CMAttrRTU, id.tid)
+	EncodeCM(m, AttrRTU, id.tid)
 	m.RTU().SetLocalCommID(id.localID)
 	m.RTU().SetRemoteCommID(id.remoteID)
 	copy(m.RTU().PrivateData(), privateData)
 	a.sendResp(id, m)
-	id.state = CMStateEstablished
+	id.state = StateEstablished
 	id.notifyExit = true
 	return nil
 }
 
 // SendMRA asks the peer for serviceTimeout (an exponent) more time to answer
 // its REQ (REQ_RCVD → MRA_REQ_SENT) or REP (REP_RCVD → MRA_REP_SENT).
-func (id *CMID) SendMRA(serviceTimeout uint8, privateData []byte) error {
-	if len(privateData) > CMMRAPrivateDataLen {
-		return fmt.Errorf("ibcm: MRA private data %d > %d: %w", len(privateData), CMMRAPrivateDataLen, ErrCMInvalid)
+func (id *ID) SendMRA(serviceTimeout uint8, privateData []byte) error {
+	if len(privateData) > MRAPrivateDataLen {
+		return fmt.Errorf("ibcm: MRA private data %d > %d: %w", len(privateData), MRAPrivateDataLen, ErrInvalid)
 	}
 	if err := id.lockLive(); err != nil {
 		return err
 	}
 	defer id.unlock()
 	switch id.state {
-	case CMStateREQRcvd, CMStateMRAREQSent:
+	case StateREQRcvd, StateMRAREQSent:
 		id.agent.sendMRA(id, 0, serviceTimeout, privateData)
-		id.state = CMStateMRAREQSent
-	case CMStateREPRcvd, CMStateMRAREPSent:
+		id.state = StateMRAREQSent
+	case StateREPRcvd, StateMRAREPSent:
 		id.agent.sendMRA(id, 1, serviceTimeout, privateData)
-		id.state = CMStateMRAREPSent
+		id.state = StateMRAREPSent
 	default:
 		return id.badState("send MRA")
 	}
@@ -1846,13 +1846,13 @@ func (id *CMID) SendMRA(serviceTimeout uint8, privateData []byte) error {
 }
 
 // Reject rejects the peer's REQ (REQ_RCVD, MRA_REQ_SENT) or REP (REP_RCVD,
-// MRA_REP_SENT) with reason, ari (up to CMREJARILen bytes) and privateData (up
-// to CMREJPrivateDataLen bytes). A rejected REQ's CMID stays in TIMEWAIT to
+// MRA_REP_SENT) with reason, ari (up to REJARILen bytes) and privateData (up
+// to REJPrivateDataLen bytes). A rejected REQ's ID stays in TIMEWAIT to
 // answer duplicates of the REQ with the same REJ.
-func (id *CMID) Reject(reason CMRejectReason, ari, privateData []byte) error {
-	if len(privateData) > CMREJPrivateDataLen || len(ari) > CMREJARILen {
+func (id *ID) Reject(reason RejectReason, ari, privateData []byte) error {
+	if len(privateData) > REJPrivateDataLen || len(ari) > REJARILen {
 		return fmt.Errorf("ibcm: REJ private data %d > %d or ARI %d > %d: %w",
-			len(privateData), CMREJPrivateDataLen, len(ari), CMREJARILen, ErrCMInvalid)
+			len(privateData), REJPrivateDataLen, len(ari), REJARILen, ErrInvalid)
 	}
 	if err := id.lockLive(); err != nil {
 		return err
@@ -1860,7 +1860,7 @@ func (id *CMID) Reject(reason CMRejectReason, ari, privateData []byte) error {
 	defer id.unlock()
 	a := id.agent
 	switch id.state {
-	case CMStateREQRcvd, CMStateMRAREQSent:
+	case StateREQRcvd, StateMRAREQSent:
 		a.rejectID(id, reason, ari, privateData)
 		id.notifyExit = false
 		// Keep answering duplicates of the REQ, but let the peer's QP connect
@@ -1869,9 +1869,9 @@ func (id *CMID) Reject(reason CMRejectReason, ari, privateData []byte) error {
 			delete(a.byQPN, k)
 		}
 		// Hold the REJ for as long as the active side may resend its REQ.
-		id.state = CMStateTimeWait
+		id.state = StateTimeWait
 		a.arm(id, a.clock.Now(), max(a.cfg.TimeWait, time.Duration(id.maxRetries+1)*id.activeWait))
-	case CMStateREPRcvd, CMStateMRAREPSent:
+	case StateREPRcvd, StateMRAREPSent:
 		a.rejectID(id, reason, ari, privateData)
 		a.remove(id)
 	default:
@@ -1880,35 +1880,35 @@ func (id *CMID) Reject(reason CMRejectReason, ari, privateData []byte) error {
 	return nil
 }
 
-// Drop forgets a CMID of a REQ without answering it (a full backlog): the
+// Drop forgets a ID of a REQ without answering it (a full backlog): the
 // active side's retry asks again.
-func (id *CMID) Drop() error {
+func (id *ID) Drop() error {
 	if err := id.lockLive(); err != nil {
 		return err
 	}
 	defer id.unlock()
-	if id.state != CMStateREQRcvd && id.state != CMStateSIDRREQRcvd {
+	if id.state != StateREQRcvd && id.state != StateSIDRREQRcvd {
 		return id.badState("drop")
 	}
-	id.agent.counters.Drops[CMDropRefused]++
+	id.agent.counters.Drops[DropRefused]++
 	id.agent.remove(id)
 	return nil
 }
 
 // sendDREQ sends a DREQ (ESTABLISHED → DREQ_SENT). mu is held.
-func (a *CMAgent) sendDREQ(id *CMID, now time.Time, pd []byte) {
+func (a *Agent) sendDREQ(id *ID, now time.Time, pd []byte) {
 	m := MAD(id.msg)
 	tid := id.tid
 	if !id.active {
 		// The passive side's own messages carry its own transaction ID.
 		tid = uint64(a.tidHigh)<<32 | uint64(id.localID)
 	}
-	EncodeCM(m, CMAttrDREQ, tid)
+	EncodeCM(m, AttrDREQ, tid)
 	m.DREQ().SetLocalCommID(id.localID)
 	m.DREQ().SetRemoteCommID(id.remoteID)
 	m.DREQ().SetRemoteQPN(id.remoteQPN)
 	copy(m.DREQ().PrivateData(), pd)
-	id.state = CMStateDREQSent
+	id.state = StateDREQSent
 	id.notifyExit = true
 	if id.peerTimeout == 0 {
 		id.peerTimeout = a.cfg.CMResponseTimeout
@@ -1921,9 +1921,9 @@ func (a *CMAgent) sendDREQ(id *CMID, now time.Time, pd []byte) {
 }
 
 // sendDREP answers a DREQ. mu is held.
-func (a *CMAgent) sendDREP(id *CMID, pd []byte) {
+func (a *Agent) sendDREP(id *ID, pd []byte) {
 	m := MAD(a.scratch[:])
-	EncodeCM(m, CMAttrDREP, id.drepTID)
+	EncodeCM(m, AttrDREP, id.drepTID)
 	m.DREP().SetLocalCommID(id.localID)
 	m.DREP().SetRemoteCommID(id.remoteID)
 	copy(m.DREP().PrivateData(), pd)
@@ -1932,10 +1932,10 @@ func (a *CMAgent) sendDREP(id *CMID, pd []byte) {
 
 // Disconnect sends a DREQ (ESTABLISHED, or REP_SENT/MRA_REP_RCVD → DREQ_SENT)
 // or answers the peer's with a DREP (DREQ_RCVD → TIMEWAIT). privateData is up
-// to CMDREQPrivateDataLen bytes. In DREQ_SENT and TIMEWAIT it does nothing.
-func (id *CMID) Disconnect(privateData []byte) error {
-	if len(privateData) > CMDREQPrivateDataLen {
-		return fmt.Errorf("ibcm: DREQ private data %d > %d: %w", len(privateData), CMDREQPrivateDataLen, ErrCMInvalid)
+// to DREQPrivateDataLen bytes. In DREQ_SENT and TIMEWAIT it does nothing.
+func (id *ID) Disconnect(privateData []byte) error {
+	if len(privateData) > DREQPrivateDataLen {
+		return fmt.Errorf("ibcm: DREQ private data %d > %d: %w", len(privateData), DREQPrivateDataLen, ErrInvalid)
 	}
 	if err := id.lockLive(); err != nil {
 		return err
@@ -1944,12 +1944,12 @@ func (id *CMID) Disconnect(privateData []byte) error {
 	a := id.agent
 	now := a.clock.Now()
 	switch id.state {
-	case CMStateEstablished, CMStateREPSent, CMStateMRAREPRcvd:
+	case StateEstablished, StateREPSent, StateMRAREPRcvd:
 		a.sendDREQ(id, now, privateData)
-	case CMStateDREQRcvd:
+	case StateDREQRcvd:
 		a.sendDREP(id, privateData)
 		a.enterTimeWait(id, now)
-	case CMStateDREQSent, CMStateTimeWait:
+	case StateDREQSent, StateTimeWait:
 	default:
 		return id.badState("disconnect")
 	}
@@ -1957,33 +1957,33 @@ func (id *CMID) Disconnect(privateData []byte) error {
 }
 
 // SIDRReply answers a SIDR_REQ (SIDR_REQ_RCVD). The reply is resent to
-// duplicates of the request for a while, then the CMID is gone.
-func (id *CMID) SIDRReply(p *SIDRReply) error {
-	if len(p.PrivateData) > CMSIDRREPPrivateDataLen || len(p.AdditionalInfo) > CMSIDRREPInfoLen {
-		return fmt.Errorf("ibcm: SIDR_REP private data %d > %d: %w", len(p.PrivateData), CMSIDRREPPrivateDataLen, ErrCMInvalid)
+// duplicates of the request for a while, then the ID is gone.
+func (id *ID) SIDRReply(p *SIDRReply) error {
+	if len(p.PrivateData) > SIDRREPPrivateDataLen || len(p.AdditionalInfo) > SIDRREPInfoLen {
+		return fmt.Errorf("ibcm: SIDR_REP private data %d > %d: %w", len(p.PrivateData), SIDRREPPrivateDataLen, ErrInvalid)
 	}
 	if err := id.lockLive(); err != nil {
 		return err
 	}
 	defer id.unlock()
 	a := id.agent
-	if id.state != CMStateSIDRREQRcvd || id.resp != nil {
+	if id.state != StateSIDRREQRcvd || id.resp != nil {
 		return id.badState("SIDR reply")
 	}
 	a.sidrReply(id, p)
 	return nil
 }
 
-func (a *CMAgent) sidrReply(id *CMID, p *SIDRReply) {
+func (a *Agent) sidrReply(id *ID, p *SIDRReply) {
 	m := MAD(a.scratch[:])
-	EncodeCM(m, CMAttrSIDRREP, id.tid)
+	EncodeCM(m, AttrSIDRREP, id.tid)
 	r := m.SIDRREP()
 	r.SetRequestID(id.remoteID)
 	r.SetStatus(uint8(p.Status))
 	r.SetQPN(p.QPN)
 	r.SetServiceID(id.serviceID)
 	r.SetQKey(p.QKey)
-	copy(r[cmSIDRREPInfo:cmSIDRREPInfo+CMSIDRREPInfoLen], p.AdditionalInfo)
+	copy(r[cmSIDRREPInfo:cmSIDRREPInfo+SIDRREPInfoLen], p.AdditionalInfo)
 	r.SetAdditionalInfoLength(uint8(len(p.AdditionalInfo)))
 	copy(r.PrivateData(), p.PrivateData)
 	a.sendResp(id, m)
@@ -1993,8 +1993,8 @@ func (a *CMAgent) sidrReply(id *CMID, p *SIDRReply) {
 // Destroy is the consumer's end of id (the kernel's ib_destroy_cm_id): no more
 // events; the peer is told as the state requires — REJ for a connection being
 // set up, DREQ for an established one, DREP for a DREQ received, a rejecting
-// SIDR_REP — and the CMID stays through DREQ_SENT and TIMEWAIT on its own.
-func (id *CMID) Destroy() {
+// SIDR_REP — and the ID stays through DREQ_SENT and TIMEWAIT on its own.
+func (id *ID) Destroy() {
 	if id.lockLive() != nil {
 		return
 	}
@@ -2003,25 +2003,25 @@ func (id *CMID) Destroy() {
 	id.handler = nil
 	now := a.clock.Now()
 	switch id.state {
-	case CMStateREQSent, CMStateMRAREQRcvd:
-		a.rejectID(id, CMRejTimeout, a.guidARI(), nil)
+	case StateREQSent, StateMRAREQRcvd:
+		a.rejectID(id, RejTimeout, a.guidARI(), nil)
 		a.remove(id)
-	case CMStateREQRcvd, CMStateMRAREQSent, CMStateREPRcvd, CMStateMRAREPSent:
-		a.rejectID(id, CMRejConsumer, nil, nil)
+	case StateREQRcvd, StateMRAREQSent, StateREPRcvd, StateMRAREPSent:
+		a.rejectID(id, RejConsumer, nil, nil)
 		a.remove(id)
-	case CMStateREPSent, CMStateMRAREPRcvd:
-		a.rejectID(id, CMRejConsumer, nil, nil)
+	case StateREPSent, StateMRAREPRcvd:
+		a.rejectID(id, RejConsumer, nil, nil)
 		a.enterTimeWait(id, now)
-	case CMStateEstablished:
+	case StateEstablished:
 		a.sendDREQ(id, now, nil)
-	case CMStateDREQRcvd:
+	case StateDREQRcvd:
 		a.sendDREP(id, nil)
 		a.enterTimeWait(id, now)
-	case CMStateSIDRREQRcvd:
+	case StateSIDRREQRcvd:
 		if id.resp == nil {
-			a.sidrReply(id, &SIDRReply{Status: CMSIDRReject})
+			a.sidrReply(id, &SIDRReply{Status: SIDRReject})
 		}
-	case CMStateDREQSent, CMStateTimeWait:
+	case StateDREQSent, StateTimeWait:
 	default:
 		a.remove(id)
 	}

@@ -12,10 +12,10 @@ import (
 )
 
 // TestCMAgentPeerVanishes: a partition in the middle of the handshake ends in
-// a timeout on the side left waiting, after every retry, and in no CMID left.
+// a timeout on the side left waiting, after every retry, and in no ID left.
 func TestCMAgentPeerVanishes(t *testing.T) {
-	try := cmTry(DefaultCMResponseTimeout, DefaultPacketLifeTime)
-	budget := time.Duration(DefaultMaxCMRetries+1) * try
+	try := cmTry(DefaultResponseTimeout, DefaultPacketLifeTime)
+	budget := time.Duration(DefaultMaxRetries+1) * try
 	t.Run("before REQ", func(t *testing.T) {
 		p := newCMPair(t, sim.LinkConfig{})
 		p.listen(t)
@@ -25,21 +25,21 @@ func TestCMAgentPeerVanishes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.drive(2*budget, func() bool { return p.a.has(CMEventREQError) })
+		p.drive(2*budget, func() bool { return p.a.has(EventREQError) })
 		if el := p.net.Now().Sub(start); el < budget || el > budget+time.Second {
 			t.Errorf("gave up after %v, want %v", el, budget)
 		}
 		c := p.a.agent.Counters()
-		if id.State() != CMStateIdle || c.IDs != 0 || c.Retries != DefaultMaxCMRetries || c.Timeouts != 1 ||
-			c.Sent[CMAttrREJ-CMAttrREQ] != 1 || c.Sent[0] != DefaultMaxCMRetries+1 {
+		if id.State() != StateIdle || c.IDs != 0 || c.Retries != DefaultMaxRetries || c.Timeouts != 1 ||
+			c.Sent[AttrREJ-AttrREQ] != 1 || c.Sent[0] != DefaultMaxRetries+1 {
 			t.Errorf("A %v %+v", id.State(), c)
 		}
 	})
 	t.Run("after REQ", func(t *testing.T) {
 		p := newCMPair(t, sim.LinkConfig{})
 		p.listen(t)
-		p.a.react = func(ev *CMEvent) {
-			if ev.Type == CMEventREP {
+		p.a.react = func(ev *Event) {
+			if ev.Type == EventREP {
 				// A vanishes after the REP: no RTU, ever.
 				p.net.Partition(p.a.port, p.b.port, p.net.Now(), time.Time{})
 			}
@@ -48,14 +48,14 @@ func TestCMAgentPeerVanishes(t *testing.T) {
 		if _, err := p.a.agent.Connect(p.connectParams(nil), p.a.handle); err != nil {
 			t.Fatal(err)
 		}
-		p.drive(2*budget, func() bool { return p.b.has(CMEventREPError) })
+		p.drive(2*budget, func() bool { return p.b.has(EventREPError) })
 		c := p.b.agent.Counters()
 		// B's REP timed out: it rejects with reason timeout so that A, should it come
 		// back, does not keep a half-open connection.
-		if c.IDs != 0 || c.Retries != DefaultMaxCMRetries || c.Timeouts != 1 || c.Sent[CMAttrREJ-CMAttrREQ] != 1 {
+		if c.IDs != 0 || c.Retries != DefaultMaxRetries || c.Timeouts != 1 || c.Sent[AttrREJ-AttrREQ] != 1 {
 			t.Errorf("B %+v", c)
 		}
-		if got, want := p.b.eventTypes(), []CMEventType{CMEventREQ, CMEventREPError}; !slices.Equal(got, want) {
+		if got, want := p.b.eventTypes(), []EventType{EventREQ, EventREPError}; !slices.Equal(got, want) {
 			t.Errorf("B events %v", got)
 		}
 	})
@@ -65,11 +65,11 @@ func TestCMAgentPeerVanishes(t *testing.T) {
 		p.b.acceptAll(t, nil)
 		p.a.rtuAll(t)
 		id, _ := p.a.agent.Connect(p.connectParams(nil), p.a.handle)
-		p.drive(time.Second, func() bool { return p.b.has(CMEventRTU) })
+		p.drive(time.Second, func() bool { return p.b.has(EventRTU) })
 		p.net.Partition(p.a.port, p.b.port, p.net.Now(), time.Time{})
 		id.Disconnect(nil)
-		p.drive(2*budget, func() bool { return p.a.has(CMEventTimeWaitExit) })
-		if got, want := p.a.eventTypes(), []CMEventType{CMEventREP, CMEventDREQError, CMEventTimeWaitExit}; !slices.Equal(got, want) {
+		p.drive(2*budget, func() bool { return p.a.has(EventTimeWaitExit) })
+		if got, want := p.a.eventTypes(), []EventType{EventREP, EventDREQError, EventTimeWaitExit}; !slices.Equal(got, want) {
 			t.Errorf("A events %v", got)
 		}
 		if p.a.agent.Counters().IDs != 0 {
@@ -81,13 +81,13 @@ func TestCMAgentPeerVanishes(t *testing.T) {
 // TestCMAgentDisconnectRaces: simultaneous DREQs, a lost DREP (answered again
 // from TIMEWAIT), a DREQ for a connection already gone (answered anyway).
 func TestCMAgentDisconnectRaces(t *testing.T) {
-	setup := func(t *testing.T, cfg sim.LinkConfig) (*cmPair, *CMID, *CMID) {
+	setup := func(t *testing.T, cfg sim.LinkConfig) (*cmPair, *ID, *ID) {
 		p := newCMPair(t, cfg)
 		p.listen(t)
 		p.b.acceptAll(t, nil)
 		p.a.rtuAll(t)
 		a, _ := p.a.agent.Connect(p.connectParams(nil), p.a.handle)
-		p.drive(time.Second, func() bool { return p.b.has(CMEventRTU) })
+		p.drive(time.Second, func() bool { return p.b.has(EventRTU) })
 		return p, a, p.b.events[0].ID
 	}
 	t.Run("simultaneous", func(t *testing.T) {
@@ -97,31 +97,31 @@ func TestCMAgentDisconnectRaces(t *testing.T) {
 		b.Disconnect(nil)
 		p.settle(time.Minute)
 		for _, n := range []*cmNode{p.a, p.b} {
-			if !n.has(CMEventDREQ) || !n.has(CMEventTimeWaitExit) || n.agent.Counters().IDs != 0 || n.agent.Counters().Retries != 0 {
+			if !n.has(EventDREQ) || !n.has(EventTimeWaitExit) || n.agent.Counters().IDs != 0 || n.agent.Counters().Retries != 0 {
 				t.Errorf("%s: %v %+v", n.port.Name(), n.eventTypes(), n.agent.Counters())
 			}
 		}
 	})
 	t.Run("DREP lost", func(t *testing.T) {
-		p, a, _ := setup(t, sim.LinkConfig{DropFunc: dropFirst(CMAttrDREP, 1)})
+		p, a, _ := setup(t, sim.LinkConfig{DropFunc: dropFirst(AttrDREP, 1)})
 		a.Disconnect(nil)
-		p.drive(time.Minute, func() bool { return p.a.has(CMEventDREP) })
+		p.drive(time.Minute, func() bool { return p.a.has(EventDREP) })
 		if c := p.a.agent.Counters(); c.Retries != 1 {
 			t.Errorf("A %+v", c)
 		}
 		// B's TIMEWAIT (2.1 s) is over before A's DREQ comes again (6.4 s), as
 		// with the kernel's timers: B answers the DREQ it no longer knows.
-		if c := p.b.agent.Counters(); c.Drops[CMDropUnknownID] != 1 || c.Sent[CMAttrDREP-CMAttrREQ] != 2 {
+		if c := p.b.agent.Counters(); c.Drops[DropUnknownID] != 1 || c.Sent[AttrDREP-AttrREQ] != 2 {
 			t.Errorf("B %+v", c)
 		}
 	})
 	t.Run("DREP lost, long TIMEWAIT", func(t *testing.T) {
-		p, a, _ := setup(t, sim.LinkConfig{DropFunc: dropFirst(CMAttrDREP, 1)})
+		p, a, _ := setup(t, sim.LinkConfig{DropFunc: dropFirst(AttrDREP, 1)})
 		p.b.agent.cfg.TimeWait = time.Minute
 		a.Disconnect(nil)
-		p.drive(time.Minute, func() bool { return p.a.has(CMEventDREP) })
+		p.drive(time.Minute, func() bool { return p.a.has(EventDREP) })
 		// B is still in TIMEWAIT: it resends the DREP it sent.
-		if c := p.b.agent.Counters(); c.Duplicates != 1 || c.Drops[CMDropUnknownID] != 0 || c.Sent[CMAttrDREP-CMAttrREQ] != 2 {
+		if c := p.b.agent.Counters(); c.Duplicates != 1 || c.Drops[DropUnknownID] != 0 || c.Sent[AttrDREP-AttrREQ] != 2 {
 			t.Errorf("B %+v", c)
 		}
 	})
@@ -131,8 +131,8 @@ func TestCMAgentDisconnectRaces(t *testing.T) {
 		p.b.agent.remove(b) // B forgot (restarted its CM)
 		p.b.agent.mu.Unlock()
 		a.Disconnect(nil)
-		p.drive(time.Minute, func() bool { return p.a.has(CMEventDREP) })
-		if c := p.b.agent.Counters(); c.Drops[CMDropUnknownID] != 1 || c.Sent[CMAttrDREP-CMAttrREQ] != 1 {
+		p.drive(time.Minute, func() bool { return p.a.has(EventDREP) })
+		if c := p.b.agent.Counters(); c.Drops[DropUnknownID] != 1 || c.Sent[AttrDREP-AttrREQ] != 1 {
 			t.Errorf("B %+v", c)
 		}
 	})
@@ -146,20 +146,20 @@ func TestCMAgentStale(t *testing.T) {
 	p.b.acceptAll(t, nil)
 	p.a.rtuAll(t)
 	old, _ := p.a.agent.Connect(p.connectParams(nil), p.a.handle)
-	p.drive(time.Second, func() bool { return p.b.has(CMEventRTU) })
+	p.drive(time.Second, func() bool { return p.b.has(EventRTU) })
 	// The same QP number asks again, as a new connection.
 	id, err := p.a.agent.Connect(p.connectParams(nil), p.a.handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.drive(time.Minute, func() bool { return p.a.has(CMEventREJ) && p.a.has(CMEventDREQ) })
-	if ev := p.a.last(CMEventREJ); ev.ID != id || ev.Reason != CMRejStaleConnection {
+	p.drive(time.Minute, func() bool { return p.a.has(EventREJ) && p.a.has(EventDREQ) })
+	if ev := p.a.last(EventREJ); ev.ID != id || ev.Reason != RejStaleConnection {
 		t.Errorf("REJ %+v", ev)
 	}
-	if ev := p.a.last(CMEventDREQ); ev.ID != old {
+	if ev := p.a.last(EventDREQ); ev.ID != old {
 		t.Errorf("DREQ for %p, want the old connection", ev.ID)
 	}
-	if c := p.b.agent.Counters(); c.Stale != 1 || countEvents(p.b, CMEventREQ) != 1 {
+	if c := p.b.agent.Counters(); c.Stale != 1 || countEvents(p.b, EventREQ) != 1 {
 		t.Errorf("B %+v %v", c, p.b.eventTypes())
 	}
 }
@@ -171,15 +171,15 @@ func TestCMAgentSIDR(t *testing.T) {
 		return &SIDRRequestParams{ServiceID: CMAServiceID(RDMAPortSpaceUDP, 7174), To: MADAddress{Remote: cmIPB}, PrivateData: pd}
 	}
 	replyAll := func(n *cmNode) {
-		n.react = func(ev *CMEvent) {
-			if ev.Type == CMEventSIDRREQ {
+		n.react = func(ev *Event) {
+			if ev.Type == EventSIDRREQ {
 				ev.ID.SIDRReply(&SIDRReply{QPN: 0x333, QKey: 0x01234567, PrivateData: append([]byte("udp:"), ev.SIDRREQ.PrivateData[:2]...)})
 			}
 		}
 	}
 	t.Run("reply", func(t *testing.T) {
 		for _, lost := range []int{0, 1} {
-			p := newCMPair(t, sim.LinkConfig{DropFunc: dropFirst(CMAttrSIDRREP, lost)})
+			p := newCMPair(t, sim.LinkConfig{DropFunc: dropFirst(AttrSIDRREP, lost)})
 			if _, err := p.b.agent.Listen(CMAServiceID(RDMAPortSpaceUDP, 7174), p.b.handle); err != nil {
 				t.Fatal(err)
 			}
@@ -187,14 +187,14 @@ func TestCMAgentSIDR(t *testing.T) {
 			if _, err := p.a.agent.SIDRRequest(sidrParams([]byte("hi")), p.a.handle); err != nil {
 				t.Fatal(err)
 			}
-			p.drive(time.Minute, func() bool { return p.a.has(CMEventSIDRREP) })
-			rep := p.a.last(CMEventSIDRREP).SIDRREP
-			if rep.Status != CMSIDRSuccess || rep.QPN != 0x333 || rep.QKey != 0x01234567 || !bytes.Equal(rep.PrivateData[:6], []byte("udp:hi")) ||
+			p.drive(time.Minute, func() bool { return p.a.has(EventSIDRREP) })
+			rep := p.a.last(EventSIDRREP).SIDRREP
+			if rep.Status != SIDRSuccess || rep.QPN != 0x333 || rep.QKey != 0x01234567 || !bytes.Equal(rep.PrivateData[:6], []byte("udp:hi")) ||
 				rep.ServiceID != CMAServiceID(RDMAPortSpaceUDP, 7174) {
 				t.Errorf("SIDR_REP %+v", rep)
 			}
 			p.settle(5 * time.Minute)
-			if countEvents(p.b, CMEventSIDRREQ) != 1 || p.b.agent.Counters().Duplicates != uint64(lost) ||
+			if countEvents(p.b, EventSIDRREQ) != 1 || p.b.agent.Counters().Duplicates != uint64(lost) ||
 				p.a.agent.Counters().IDs != 0 || p.b.agent.Counters().IDs != 0 {
 				t.Errorf("lost %d: B %v %+v", lost, p.b.eventTypes(), p.b.agent.Counters())
 			}
@@ -203,8 +203,8 @@ func TestCMAgentSIDR(t *testing.T) {
 	t.Run("unknown service", func(t *testing.T) {
 		p := newCMPair(t, sim.LinkConfig{})
 		p.a.agent.SIDRRequest(sidrParams(nil), p.a.handle)
-		p.drive(time.Minute, func() bool { return p.a.has(CMEventSIDRREP) })
-		if rep := p.a.last(CMEventSIDRREP).SIDRREP; rep.Status != CMSIDRUnsupported {
+		p.drive(time.Minute, func() bool { return p.a.has(EventSIDRREP) })
+		if rep := p.a.last(EventSIDRREP).SIDRREP; rep.Status != SIDRUnsupported {
 			t.Errorf("SIDR_REP %+v", rep)
 		}
 	})
@@ -212,8 +212,8 @@ func TestCMAgentSIDR(t *testing.T) {
 		p := newCMPair(t, sim.LinkConfig{})
 		p.net.Partition(p.a.port, p.b.port, p.net.Now(), time.Time{})
 		p.a.agent.SIDRRequest(sidrParams(nil), p.a.handle)
-		p.drive(10*time.Minute, func() bool { return p.a.has(CMEventSIDRREQError) })
-		if c := p.a.agent.Counters(); c.IDs != 0 || c.Sent[CMAttrSIDRREQ-CMAttrREQ] != DefaultMaxCMRetries+1 {
+		p.drive(10*time.Minute, func() bool { return p.a.has(EventSIDRREQError) })
+		if c := p.a.agent.Counters(); c.IDs != 0 || c.Sent[AttrSIDRREQ-AttrREQ] != DefaultMaxRetries+1 {
 			t.Errorf("A %+v", c)
 		}
 	})
@@ -225,14 +225,14 @@ func TestCMAgentSIDR(t *testing.T) {
 func TestCMAgentBadMADs(t *testing.T) {
 	var kreq, krep, krtu, kdreq MAD
 	for _, c := range captureCM(t, "rxe-rdma-cm-rping.pcap") {
-		switch c.mad.CMAttribute() {
-		case CMAttrREQ:
+		switch c.mad.Attribute() {
+		case AttrREQ:
 			kreq = c.mad
-		case CMAttrREP:
+		case AttrREP:
 			krep = c.mad
-		case CMAttrRTU:
+		case AttrRTU:
 			krtu = c.mad
-		case CMAttrDREQ:
+		case AttrDREQ:
 			kdreq = c.mad
 		}
 	}
@@ -250,35 +250,35 @@ func TestCMAgentBadMADs(t *testing.T) {
 		return c
 	}
 	want := [numCMDropReasons]uint64{}
-	check := func(name string, m []byte, reason CMDropReason, kind error) {
+	check := func(name string, m []byte, reason DropReason, kind error) {
 		t.Helper()
 		err := feed(m)
-		var de *CMDropError
-		if !errors.As(err, &de) || de.Reason != reason || !errors.Is(err, ErrCMDropped) || (kind != nil && !errors.Is(err, kind)) {
+		var de *DropError
+		if !errors.As(err, &de) || de.Reason != reason || !errors.Is(err, ErrDropped) || (kind != nil && !errors.Is(err, kind)) {
 			t.Errorf("%s: %v, want a %v drop (%v)", name, err, reason, kind)
 		}
 		want[reason]++
 	}
 	// Every truncation and one byte too many.
 	for n := 0; n < MADLen; n++ {
-		check("truncated", kreq[:n], CMDropMalformed, header.ErrTruncated)
+		check("truncated", kreq[:n], DropMalformed, header.ErrTruncated)
 	}
-	check("long", append(bytes.Clone(kreq), 0), CMDropMalformed, header.ErrInvalid)
-	check("base version", edit(kreq, func(m MAD) { m.SetBaseVersion(2) }), CMDropMalformed, header.ErrUnsupported)
-	check("SA Get", edit(kreq, func(m MAD) { m.SetMgmtClass(MgmtClassSubnAdm); m.SetMethod(MADMethodGet) }), CMDropNotCM, nil)
-	check("SA Send", edit(kreq, func(m MAD) { m.SetMgmtClass(MgmtClassSubnAdm) }), CMDropNotCM, nil)
-	check("class version 1", edit(kreq, func(m MAD) { m.SetClassVersion(1) }), CMDropClassVersion, header.ErrUnsupported)
-	check("CM Get ClassPortInfo", edit(kreq, func(m MAD) { m.SetMethod(MADMethodGet); m.SetAttributeID(uint16(CMAttrClassPortInfo)) }), CMDropMethod, nil)
-	check("response bit", edit(kreq, func(m MAD) { m.SetMethod(MADMethodSend | MADMethodResponseFlag) }), CMDropMethod, nil)
-	check("unknown attribute", edit(kreq, func(m MAD) { m.SetAttributeID(0x20) }), CMDropAttribute, header.ErrUnsupported)
-	check("LAP", edit(kreq, func(m MAD) { m.SetAttributeID(uint16(CMAttrLAP)) }), CMDropAttribute, nil)
-	check("ClassPortInfo Send", edit(kreq, func(m MAD) { m.SetAttributeID(uint16(CMAttrClassPortInfo)) }), CMDropAttribute, nil)
-	check("REP for an unknown local ID", krep, CMDropUnknownID, nil)
-	check("RTU for an unknown local ID", krtu, CMDropUnknownID, nil)
-	check("DREQ for an unknown local ID", kdreq, CMDropUnknownID, nil)
-	check("MRA for an unknown local ID", edit(krtu, func(m MAD) { m.SetAttributeID(uint16(CMAttrMRA)) }), CMDropUnknownID, nil)
-	check("REJ for an unknown local ID", edit(krtu, func(m MAD) { m.SetAttributeID(uint16(CMAttrREJ)) }), CMDropUnknownID, nil)
-	check("SIDR_REP for an unknown request", edit(krtu, func(m MAD) { m.SetAttributeID(uint16(CMAttrSIDRREP)) }), CMDropUnknownID, nil)
+	check("long", append(bytes.Clone(kreq), 0), DropMalformed, header.ErrInvalid)
+	check("base version", edit(kreq, func(m MAD) { m.SetBaseVersion(2) }), DropMalformed, header.ErrUnsupported)
+	check("SA Get", edit(kreq, func(m MAD) { m.SetMgmtClass(MgmtClassSubnAdm); m.SetMethod(MADMethodGet) }), DropNotCM, nil)
+	check("SA Send", edit(kreq, func(m MAD) { m.SetMgmtClass(MgmtClassSubnAdm) }), DropNotCM, nil)
+	check("class version 1", edit(kreq, func(m MAD) { m.SetClassVersion(1) }), DropClassVersion, header.ErrUnsupported)
+	check("CM Get ClassPortInfo", edit(kreq, func(m MAD) { m.SetMethod(MADMethodGet); m.SetAttributeID(uint16(AttrClassPortInfo)) }), DropMethod, nil)
+	check("response bit", edit(kreq, func(m MAD) { m.SetMethod(MADMethodSend | MADMethodResponseFlag) }), DropMethod, nil)
+	check("unknown attribute", edit(kreq, func(m MAD) { m.SetAttributeID(0x20) }), DropAttribute, header.ErrUnsupported)
+	check("LAP", edit(kreq, func(m MAD) { m.SetAttributeID(uint16(AttrLAP)) }), DropAttribute, nil)
+	check("ClassPortInfo Send", edit(kreq, func(m MAD) { m.SetAttributeID(uint16(AttrClassPortInfo)) }), DropAttribute, nil)
+	check("REP for an unknown local ID", krep, DropUnknownID, nil)
+	check("RTU for an unknown local ID", krtu, DropUnknownID, nil)
+	check("DREQ for an unknown local ID", kdreq, DropUnknownID, nil)
+	check("MRA for an unknown local ID", edit(krtu, func(m MAD) { m.SetAttributeID(uint16(AttrMRA)) }), DropUnknownID, nil)
+	check("REJ for an unknown local ID", edit(krtu, func(m MAD) { m.SetAttributeID(uint16(AttrREJ)) }), DropUnknownID, nil)
+	check("SIDR_REP for an unknown request", edit(krtu, func(m MAD) { m.SetAttributeID(uint16(AttrSIDRREP)) }), DropUnknownID, nil)
 
 	// A connection in REQ_RCVD: messages it cannot get now are dropped as such.
 	if err := feed(kreq); err != nil {
@@ -286,18 +286,18 @@ func TestCMAgentBadMADs(t *testing.T) {
 	}
 	id := srv.events[0].ID
 	ours := id.LocalCommID()
-	to := func(m MAD, attr CMAttribute) MAD {
+	to := func(m MAD, attr Attribute) MAD {
 		return edit(m, func(m MAD) { m.SetAttributeID(uint16(attr)); binary32(m.Data()[4:], ours) })
 	}
-	check("RTU in REQ_RCVD", to(krtu, CMAttrRTU), CMDropState, nil)
-	check("DREP in REQ_RCVD", to(krtu, CMAttrDREP), CMDropState, nil)
-	check("RTU from another instance", edit(to(krtu, CMAttrRTU), func(m MAD) { binary32(m.Data(), 0x99) }), CMDropWrongPeer, nil)
-	if err := srv.agent.HandleMAD(r.net.Now(), to(krtu, CMAttrRTU), MADAddress{Remote: ip21, RemoteQPN: 1}); err == nil {
+	check("RTU in REQ_RCVD", to(krtu, AttrRTU), DropState, nil)
+	check("DREP in REQ_RCVD", to(krtu, AttrDREP), DropState, nil)
+	check("RTU from another instance", edit(to(krtu, AttrRTU), func(m MAD) { binary32(m.Data(), 0x99) }), DropWrongPeer, nil)
+	if err := srv.agent.HandleMAD(r.net.Now(), to(krtu, AttrRTU), MADAddress{Remote: ip21, RemoteQPN: 1}); err == nil {
 		t.Error("RTU from another address accepted")
 	}
-	want[CMDropWrongPeer]++
-	dreq := to(kdreq, CMAttrDREQ)
-	check("DREQ for another QP", edit(dreq, func(m MAD) { m.DREQ().SetRemoteQPN(0x77) }), CMDropBadMessage, nil)
+	want[DropWrongPeer]++
+	dreq := to(kdreq, AttrDREQ)
+	check("DREQ for another QP", edit(dreq, func(m MAD) { m.DREQ().SetRemoteQPN(0x77) }), DropBadMessage, nil)
 
 	c := srv.agent.Counters()
 	if c.Drops != want {
@@ -315,7 +315,7 @@ func TestCMAgentBadMADs(t *testing.T) {
 			}
 			got = append(got, "GetResp "+m.mad.MgmtClass().String())
 		default:
-			got = append(got, m.mad.CMAttribute().String())
+			got = append(got, m.mad.Attribute().String())
 		}
 	}
 	if w := []string{"GetResp SubnAdm", "GetResp CM", "DisconnectReply"}; !slices.Equal(got, w) {

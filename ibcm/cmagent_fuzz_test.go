@@ -17,7 +17,7 @@ const fuzzRecord = 1 + MADLen
 // captures' services, has a connection of its own under way, and answers
 // everything (Accept, RTU, DREP, SIDR_REP), with the clock moved between
 // steps so that timers fire. Invariants: no panic; every MAD is counted once,
-// and dropped (with a *CMDropError and one drop counted) or handled; the
+// and dropped (with a *DropError and one drop counted) or handled; the
 // agent's indexes name only live CMIDs in a state other than IDLE.
 func FuzzCMAgentMAD(f *testing.F) {
 	all := captureCM(f, "rxe-rdma-cm-rping.pcap")
@@ -52,15 +52,15 @@ func FuzzCMAgentMAD(f *testing.F) {
 			next++
 			return next
 		}
-		srv.react = func(ev *CMEvent) {
+		srv.react = func(ev *Event) {
 			switch ev.Type {
-			case CMEventREQ:
-				ev.ID.Accept(&CMReplyParams{QPN: 0x1b, StartingPSN: 1})
-			case CMEventREP:
+			case EventREQ:
+				ev.ID.Accept(&ReplyParams{QPN: 0x1b, StartingPSN: 1})
+			case EventREP:
 				ev.ID.SendRTU(nil)
-			case CMEventDREQ:
+			case EventDREQ:
 				ev.ID.Disconnect(nil)
-			case CMEventSIDRREQ:
+			case EventSIDRREQ:
 				ev.ID.SIDRReply(&SIDRReply{QPN: 0x1c, QKey: 0x01234567})
 			}
 		}
@@ -68,8 +68,8 @@ func FuzzCMAgentMAD(f *testing.F) {
 			srv.agent.Listen(CMAServiceID(RDMAPortSpaceTCP, port), srv.handle)
 			srv.agent.Listen(CMAServiceID(RDMAPortSpaceUDP, port), srv.handle)
 		}
-		srv.agent.Connect(&CMConnectParams{ServiceID: CMAServiceID(RDMAPortSpaceTCP, 7174),
-			Path: CMPathFields{LocalGID: ip21.As16(), RemoteGID: ip22.As16()}, QPN: 0x1b}, srv.handle)
+		srv.agent.Connect(&ConnectParams{ServiceID: CMAServiceID(RDMAPortSpaceTCP, 7174),
+			Path: PathFields{LocalGID: ip21.As16(), RemoteGID: ip22.As16()}, QPN: 0x1b}, srv.handle)
 		froms := []MADAddress{
 			{Remote: ip22, Local: ip21, RemoteQPN: 1},
 			{Remote: ip21, Local: ip21, RemoteQPN: 1},
@@ -83,11 +83,11 @@ func FuzzCMAgentMAD(f *testing.F) {
 			before := srv.agent.Counters()
 			err := srv.agent.HandleMAD(r.net.Now(), mad, froms[flags&3])
 			after := srv.agent.Counters()
-			var de *CMDropError
+			var de *DropError
 			if err != nil && !errors.As(err, &de) {
 				t.Fatalf("HandleMAD: %v", err)
 			}
-			drops := func(c CMCounters) (s uint64) {
+			drops := func(c Counters) (s uint64) {
 				for _, d := range c.Drops {
 					s += d
 				}
@@ -107,14 +107,14 @@ func FuzzCMAgentMAD(f *testing.F) {
 	})
 }
 
-// checkAgentIndexes checks that every index of the agent names a live CMID in
+// checkAgentIndexes checks that every index of the agent names a live ID in
 // a state other than IDLE, filed under its own keys.
-func checkAgentIndexes(t *testing.T, a *CMAgent) {
+func checkAgentIndexes(t *testing.T, a *Agent) {
 	t.Helper()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for lid, id := range a.ids {
-		if id.gone || id.localID != lid || id.state == CMStateIdle || id.state == CMStateListen {
+		if id.gone || id.localID != lid || id.state == StateIdle || id.state == StateListen {
 			t.Fatalf("id %#x: gone %v local %#x state %v", lid, id.gone, id.localID, id.state)
 		}
 	}

@@ -53,12 +53,12 @@ func (p *cmPair) driveUntil(at time.Time) {
 func TestCMAgentMRAForREP(t *testing.T) {
 	// B's REP retry budget: the REQ's response timeout and the packet lifetime
 	// B derives from the REQ's local ACK timeout (19 - 1), per try, 1 + 15 tries.
-	try := cmTry(DefaultCMResponseTimeout, LocalACKTimeout(DefaultPacketLifeTime, DefaultCAACKDelay)-1)
-	budget := time.Duration(DefaultMaxCMRetries+1) * try // ≈ 103 s
+	try := cmTry(DefaultResponseTimeout, LocalACKTimeout(DefaultPacketLifeTime, DefaultCAACKDelay)-1)
+	budget := time.Duration(DefaultMaxRetries+1) * try // ≈ 103 s
 	// The MRA asks for 2^25 × 4.096 µs ≈ 137 s: its wait alone outlasts the
 	// budget, so B must not resend its REP before the MRA's time is up.
 	const serviceTimeout = 25
-	mraWait := CMTimeout(serviceTimeout) + 2*CMTimeout(DefaultPacketLifeTime)
+	mraWait := Timeout(serviceTimeout) + 2*Timeout(DefaultPacketLifeTime)
 	if mraWait <= budget+time.Second {
 		t.Fatalf("MRA wait %v not beyond the REP budget %v", mraWait, budget)
 	}
@@ -70,9 +70,9 @@ func TestCMAgentMRAForREP(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			// REJs never reach A, so that without the MRA A is still in
 			// REP_RCVD and can send the late RTU; the test records them.
-			var rejs []CMRejectReason
+			var rejs []RejectReason
 			p := newCMPair(t, sim.LinkConfig{DropFunc: func(_ sim.Direction, frame []byte) bool {
-				if m := frameMAD(frame); m != nil && m.CMAttribute() == CMAttrREJ {
+				if m := frameMAD(frame); m != nil && m.Attribute() == AttrREJ {
 					rejs = append(rejs, m.REJ().Reason())
 					return true
 				}
@@ -82,17 +82,17 @@ func TestCMAgentMRAForREP(t *testing.T) {
 			var repAt, mraAt time.Time
 			p.b.acceptAll(t, nil)
 			accept := p.b.react
-			p.b.react = func(ev *CMEvent) {
+			p.b.react = func(ev *Event) {
 				switch ev.Type {
-				case CMEventREQ:
+				case EventREQ:
 					repAt = p.net.Now()
-				case CMEventMRA:
+				case EventMRA:
 					mraAt = p.net.Now()
 				}
 				accept(ev)
 			}
-			p.a.react = func(ev *CMEvent) {
-				if ev.Type == CMEventREP && withMRA {
+			p.a.react = func(ev *Event) {
+				if ev.Type == EventREP && withMRA {
 					if err := ev.ID.SendMRA(serviceTimeout, []byte("busy")); err != nil {
 						t.Error(err)
 					}
@@ -102,13 +102,13 @@ func TestCMAgentMRAForREP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.drive(time.Second, func() bool { return p.a.has(CMEventREP) && (!withMRA || p.b.has(CMEventMRA)) })
+			p.drive(time.Second, func() bool { return p.a.has(EventREP) && (!withMRA || p.b.has(EventMRA)) })
 			b := p.b.events[0].ID
 			if withMRA {
-				if id.State() != CMStateMRAREPSent || b.State() != CMStateMRAREPRcvd {
+				if id.State() != StateMRAREPSent || b.State() != StateMRAREPRcvd {
 					t.Fatalf("after the MRA: A %v, B %v", id.State(), b.State())
 				}
-				ev := p.b.last(CMEventMRA)
+				ev := p.b.last(EventMRA)
 				if ev.ID != b || ev.ServiceTimeout != serviceTimeout || !bytes.Equal(ev.PrivateData[:4], []byte("busy")) {
 					t.Errorf("B's MRA event %+v", ev)
 				}
@@ -116,7 +116,7 @@ func TestCMAgentMRAForREP(t *testing.T) {
 				if dl, ok := p.b.agent.NextDeadline(); !ok || !dl.Equal(mraAt.Add(mraWait)) {
 					t.Errorf("B's timer at %v (%v after the MRA), want %v after it", dl, dl.Sub(mraAt), mraWait)
 				}
-			} else if id.State() != CMStateREPRcvd || b.State() != CMStateREPSent {
+			} else if id.State() != StateREPRcvd || b.State() != StateREPSent {
 				t.Fatalf("after the REP: A %v, B %v", id.State(), b.State())
 			}
 
@@ -125,34 +125,34 @@ func TestCMAgentMRAForREP(t *testing.T) {
 			p.driveUntil(late)
 			cb := p.b.agent.Counters()
 			if withMRA {
-				if b.State() != CMStateMRAREPRcvd || p.b.has(CMEventREPError) || cb.Retries != 0 || cb.Timeouts != 0 ||
-					cb.Sent[CMAttrREP-CMAttrREQ] != 1 || len(rejs) != 0 {
+				if b.State() != StateMRAREPRcvd || p.b.has(EventREPError) || cb.Retries != 0 || cb.Timeouts != 0 ||
+					cb.Sent[AttrREP-AttrREQ] != 1 || len(rejs) != 0 {
 					t.Fatalf("B did not wait for the MRA's time: %v, events %v, REJs %v, %+v", b.State(), p.b.eventTypes(), rejs, cb)
 				}
 			} else {
-				if got, want := p.b.eventTypes(), []CMEventType{CMEventREQ, CMEventREPError}; !slices.Equal(got, want) ||
-					cb.Retries != DefaultMaxCMRetries || cb.Timeouts != 1 || cb.IDs != 0 ||
-					!slices.Equal(rejs, []CMRejectReason{CMRejTimeout}) {
+				if got, want := p.b.eventTypes(), []EventType{EventREQ, EventREPError}; !slices.Equal(got, want) ||
+					cb.Retries != DefaultMaxRetries || cb.Timeouts != 1 || cb.IDs != 0 ||
+					!slices.Equal(rejs, []RejectReason{RejTimeout}) {
 					t.Fatalf("B did not give up after its REP budget: events %v, REJs %v, %+v", got, rejs, cb)
 				}
 			}
 
 			// The late RTU.
-			if id.State() != CMStateMRAREPSent && id.State() != CMStateREPRcvd {
+			if id.State() != StateMRAREPSent && id.State() != StateREPRcvd {
 				t.Fatalf("A in %v before its RTU", id.State())
 			}
 			if err := id.SendRTU([]byte("ready")); err != nil {
 				t.Fatal(err)
 			}
-			if id.State() != CMStateEstablished {
+			if id.State() != StateEstablished {
 				t.Errorf("A %v after its RTU", id.State())
 			}
 			if withMRA {
-				p.drive(time.Second, func() bool { return p.b.has(CMEventRTU) })
-				if b.State() != CMStateEstablished || !bytes.Equal(p.b.last(CMEventRTU).PrivateData[:5], []byte("ready")) {
+				p.drive(time.Second, func() bool { return p.b.has(EventRTU) })
+				if b.State() != StateEstablished || !bytes.Equal(p.b.last(EventRTU).PrivateData[:5], []byte("ready")) {
 					t.Errorf("B %v after the late RTU, events %v", b.State(), p.b.eventTypes())
 				}
-				if got, want := p.b.eventTypes(), []CMEventType{CMEventREQ, CMEventMRA, CMEventRTU}; !slices.Equal(got, want) {
+				if got, want := p.b.eventTypes(), []EventType{EventREQ, EventMRA, EventRTU}; !slices.Equal(got, want) {
 					t.Errorf("B events %v, want %v", got, want)
 				}
 				if c := p.b.agent.Counters(); c.Retries != 0 || c.Timeouts != 0 || c.Drops != ([numCMDropReasons]uint64{}) {
@@ -160,8 +160,8 @@ func TestCMAgentMRAForREP(t *testing.T) {
 				}
 			} else {
 				// B no longer knows the connection: the RTU is dropped.
-				p.drive(time.Second, func() bool { return p.b.agent.Counters().Drops[CMDropUnknownID] == 1 })
-				if p.b.has(CMEventRTU) || b.State() != CMStateIdle {
+				p.drive(time.Second, func() bool { return p.b.agent.Counters().Drops[DropUnknownID] == 1 })
+				if p.b.has(EventRTU) || b.State() != StateIdle {
 					t.Errorf("the late RTU connected B without an MRA: %v, events %v", b.State(), p.b.eventTypes())
 				}
 			}
@@ -174,7 +174,7 @@ func TestCMAgentMRAForREP(t *testing.T) {
 // stale connection (IBTA Vol. 1 ch. 12: a REQ for a connection the CM still
 // holds in TimeWait is stale) and is counted as stale; TIMEWAIT itself goes
 // on unchanged. Once TIMEWAIT is over, the CM has forgotten the connection and
-// the same REQ bytes are a new REQ: a new CMID, a REQ event, a REP.
+// the same REQ bytes are a new REQ: a new ID, a REQ event, a REP.
 func TestCMAgentTimeWaitDuplicateREQ(t *testing.T) {
 	kc := kernelConns[0]
 	req, rep, rtu, dreq, _ := connectionMADs(t, captureCM(t, kc.capture), kc.reqComm)
@@ -185,14 +185,14 @@ func TestCMAgentTimeWaitDuplicateREQ(t *testing.T) {
 	srv.agent.newCommID = func() uint32 { return repComm }
 	from := MADAddress{Remote: ip22, Local: ip21, RemoteQPN: 1}
 	kernelREP := rep.mad.REP()
-	srv.react = func(ev *CMEvent) {
+	srv.react = func(ev *Event) {
 		switch ev.Type {
-		case CMEventREQ:
-			if err := ev.ID.Accept(&CMReplyParams{QPN: kernelREP.LocalQPN(), StartingPSN: kernelREP.StartingPSN(),
+		case EventREQ:
+			if err := ev.ID.Accept(&ReplyParams{QPN: kernelREP.LocalQPN(), StartingPSN: kernelREP.StartingPSN(),
 				RNRRetryCount: 7}); err != nil {
 				t.Error(err)
 			}
-		case CMEventDREQ:
+		case EventDREQ:
 			if err := ev.ID.Disconnect(nil); err != nil {
 				t.Error(err)
 			}
@@ -209,13 +209,13 @@ func TestCMAgentTimeWaitDuplicateREQ(t *testing.T) {
 		r.flush(srv)
 	}
 	// only returns the one MAD the server answered with, of attribute attr.
-	only := func(what string, attr CMAttribute) MAD {
+	only := func(what string, attr Attribute) MAD {
 		t.Helper()
 		out := received(t, peer)
-		if len(out) != 1 || out[0].mad.CMAttribute() != attr {
-			var got []CMAttribute
+		if len(out) != 1 || out[0].mad.Attribute() != attr {
+			var got []Attribute
 			for _, o := range out {
-				got = append(got, o.mad.CMAttribute())
+				got = append(got, o.mad.Attribute())
 			}
 			t.Fatalf("after %s the server sent %v, want one %v", what, got, attr)
 		}
@@ -223,12 +223,12 @@ func TestCMAgentTimeWaitDuplicateREQ(t *testing.T) {
 	}
 
 	feed("REQ", req.mad)
-	only("the REQ", CMAttrREP)
+	only("the REQ", AttrREP)
 	feed("RTU", rtu.mad)
 	feed("DREQ", dreq.mad)
-	only("the DREQ", CMAttrDREP)
+	only("the DREQ", AttrDREP)
 	id := srv.events[0].ID
-	if id.State() != CMStateTimeWait {
+	if id.State() != StateTimeWait {
 		t.Fatalf("state %v after the DREP", id.State())
 	}
 	exit, _ := srv.agent.NextDeadline()
@@ -238,9 +238,9 @@ func TestCMAgentTimeWaitDuplicateREQ(t *testing.T) {
 	srv.agent.Poll(r.net.Now())
 	before := srv.agent.Counters()
 	feed("REQ in TIMEWAIT", req.mad)
-	m := only("the REQ in TIMEWAIT", CMAttrREJ)
+	m := only("the REQ in TIMEWAIT", AttrREJ)
 	j := m.REJ()
-	if j.Reason() != CMRejStaleConnection || j.Reason() != 10 || j.MessageRejected() != cmRejectedREQ ||
+	if j.Reason() != RejStaleConnection || j.Reason() != 10 || j.MessageRejected() != cmRejectedREQ ||
 		j.RemoteCommID() != kc.reqComm || j.LocalCommID() != repComm || m.TransactionID() != req.mad.TransactionID() {
 		t.Errorf("REJ reason %v, message %d, comm %#x/%#x, TID %#x; want stale connection for the REQ %#x/%#x, TID %#x",
 			j.Reason(), j.MessageRejected(), j.LocalCommID(), j.RemoteCommID(), m.TransactionID(), repComm, kc.reqComm,
@@ -250,23 +250,23 @@ func TestCMAgentTimeWaitDuplicateREQ(t *testing.T) {
 	if after.Stale != before.Stale+1 || after.Duplicates != before.Duplicates+1 || after.Rejects != before.Rejects+1 {
 		t.Errorf("counters before %+v\nafter %+v", before, after)
 	}
-	if dl, _ := srv.agent.NextDeadline(); id.State() != CMStateTimeWait || !dl.Equal(exit) || len(srv.events) != 3 {
+	if dl, _ := srv.agent.NextDeadline(); id.State() != StateTimeWait || !dl.Equal(exit) || len(srv.events) != 3 {
 		t.Errorf("after the stale REJ: %v, TIMEWAIT ends %v (was %v), events %v", id.State(), dl, exit, srv.eventTypes())
 	}
 
 	// After TIMEWAIT the connection is gone: the same REQ is a new one.
 	r.net.RunUntil(exit)
 	srv.agent.Poll(r.net.Now())
-	if got, want := srv.eventTypes(), []CMEventType{CMEventREQ, CMEventRTU, CMEventDREQ, CMEventTimeWaitExit}; !slices.Equal(got, want) {
+	if got, want := srv.eventTypes(), []EventType{EventREQ, EventRTU, EventDREQ, EventTimeWaitExit}; !slices.Equal(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
 	}
 	feed("REQ after TIMEWAIT", req.mad)
-	nrep := only("the REQ after TIMEWAIT", CMAttrREP)
+	nrep := only("the REQ after TIMEWAIT", AttrREP)
 	if nrep.REP().RemoteCommID() != kc.reqComm || nrep.TransactionID() != req.mad.TransactionID() {
 		t.Errorf("REP for comm %#x TID %#x", nrep.REP().RemoteCommID(), nrep.TransactionID())
 	}
 	last := srv.events[len(srv.events)-1]
-	if last.Type != CMEventREQ || last.ID == id || last.ID.State() != CMStateREPSent {
+	if last.Type != EventREQ || last.ID == id || last.ID.State() != StateREPSent {
 		t.Errorf("after TIMEWAIT: last event %v for %p (old %p) in %v", last.Type, last.ID, id, last.ID.State())
 	}
 	if c := srv.agent.Counters(); c.Stale != after.Stale || c.IDs != 1 || c.Drops != ([numCMDropReasons]uint64{}) {

@@ -24,7 +24,7 @@ var (
 const testService = 0x0000000001061c06
 
 // madAttr returns the CM attribute of a frame carrying a MAD, or 0.
-func madAttr(frame []byte) CMAttribute {
+func madAttr(frame []byte) Attribute {
 	var f roce.Frame
 	if f.DecodeEthernet(frame) != nil {
 		return 0
@@ -37,11 +37,11 @@ func madAttr(frame []byte) CMAttribute {
 	if err != nil {
 		return 0
 	}
-	return m.CMAttribute()
+	return m.Attribute()
 }
 
 // dropFirst drops the first n frames carrying attr.
-func dropFirst(attr CMAttribute, n int) sim.DropFunc {
+func dropFirst(attr Attribute, n int) sim.DropFunc {
 	return func(_ sim.Direction, frame []byte) bool {
 		if n > 0 && madAttr(frame) == attr {
 			n--
@@ -64,10 +64,10 @@ func newCMPair(t *testing.T, cfgA sim.LinkConfig) *cmPair {
 	return p
 }
 
-func (p *cmPair) connectParams(pd []byte) *CMConnectParams {
-	return &CMConnectParams{
+func (p *cmPair) connectParams(pd []byte) *ConnectParams {
+	return &ConnectParams{
 		ServiceID: testService,
-		Path: CMPathFields{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: cmIPA.As16(), RemoteGID: cmIPB.As16(),
+		Path: PathFields{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: cmIPA.As16(), RemoteGID: cmIPB.As16(),
 			FlowLabel: roce.CMFlowLabel(40000, 7174), HopLimit: 64},
 		QPN: 0x111, StartingPSN: 0xabcdef, ResponderResources: 4, InitiatorDepth: 4, RetryCount: 7, RNRRetryCount: 7,
 		PrivateData: pd,
@@ -83,7 +83,7 @@ func (p *cmPair) drive(limit time.Duration, done func() bool) {
 
 func (p *cmPair) settle(limit time.Duration) { p.cmRig.settle(limit, p.a, p.b) }
 
-func (n *cmNode) has(t CMEventType) bool {
+func (n *cmNode) has(t EventType) bool {
 	for _, ev := range n.events {
 		if ev.Type == t {
 			return true
@@ -92,7 +92,7 @@ func (n *cmNode) has(t CMEventType) bool {
 	return false
 }
 
-func (n *cmNode) last(t CMEventType) *CMEvent {
+func (n *cmNode) last(t EventType) *Event {
 	for i := len(n.events) - 1; i >= 0; i-- {
 		if n.events[i].Type == t {
 			return &n.events[i]
@@ -103,14 +103,14 @@ func (n *cmNode) last(t CMEventType) *CMEvent {
 
 // acceptAll makes b accept every REQ with private data pd and answer DREQs.
 func (n *cmNode) acceptAll(t *testing.T, pd []byte) {
-	n.react = func(ev *CMEvent) {
+	n.react = func(ev *Event) {
 		switch ev.Type {
-		case CMEventREQ:
-			if err := ev.ID.Accept(&CMReplyParams{QPN: 0x222, StartingPSN: 0x123456, ResponderResources: 4, InitiatorDepth: 4,
+		case EventREQ:
+			if err := ev.ID.Accept(&ReplyParams{QPN: 0x222, StartingPSN: 0x123456, ResponderResources: 4, InitiatorDepth: 4,
 				RNRRetryCount: 7, PrivateData: pd}); err != nil {
 				t.Error(err)
 			}
-		case CMEventDREQ:
+		case EventDREQ:
 			if err := ev.ID.Disconnect(nil); err != nil {
 				t.Error(err)
 			}
@@ -120,13 +120,13 @@ func (n *cmNode) acceptAll(t *testing.T, pd []byte) {
 
 // rtuAll makes a answer every REP with an RTU and every DREQ with a DREP.
 func (n *cmNode) rtuAll(t *testing.T) {
-	n.react = func(ev *CMEvent) {
+	n.react = func(ev *Event) {
 		switch ev.Type {
-		case CMEventREP:
+		case EventREP:
 			if err := ev.ID.SendRTU(nil); err != nil {
 				t.Error(err)
 			}
-		case CMEventDREQ:
+		case EventDREQ:
 			if err := ev.ID.Disconnect(nil); err != nil {
 				t.Error(err)
 			}
@@ -151,30 +151,30 @@ func TestCMAgentConnectDisconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.drive(time.Second, func() bool { return p.b.has(CMEventRTU) })
+	p.drive(time.Second, func() bool { return p.b.has(EventRTU) })
 	req := p.b.events[0].REQ
-	if !bytes.Equal(req.PrivateData[:5], []byte("hello")) || len(req.PrivateData) != CMREQPrivateDataLen ||
+	if !bytes.Equal(req.PrivateData[:5], []byte("hello")) || len(req.PrivateData) != REQPrivateDataLen ||
 		req.LocalQPN != 0x111 || req.StartingPSN != 0xabcdef || req.ResponderResources != 4 || req.MaxCMRetries != 15 {
 		t.Errorf("REQ %+v", req)
 	}
-	rep := p.a.last(CMEventREP).REP
+	rep := p.a.last(EventREP).REP
 	if !bytes.Equal(rep.PrivateData[:7], []byte("welcome")) || rep.LocalQPN != 0x222 || rep.StartingPSN != 0x123456 {
 		t.Errorf("REP %+v", rep)
 	}
-	if id.State() != CMStateEstablished || p.b.events[0].ID.State() != CMStateEstablished {
+	if id.State() != StateEstablished || p.b.events[0].ID.State() != StateEstablished {
 		t.Fatalf("states %v %v", id.State(), p.b.events[0].ID.State())
 	}
 	if err := id.Disconnect([]byte("bye")); err != nil {
 		t.Fatal(err)
 	}
 	p.settle(time.Minute)
-	if d := p.b.last(CMEventDREQ); d == nil || !bytes.Equal(d.PrivateData[:3], []byte("bye")) {
+	if d := p.b.last(EventDREQ); d == nil || !bytes.Equal(d.PrivateData[:3], []byte("bye")) {
 		t.Errorf("DREQ event %+v", d)
 	}
-	if got, want := p.a.eventTypes(), []CMEventType{CMEventREP, CMEventDREP, CMEventTimeWaitExit}; !slices.Equal(got, want) {
+	if got, want := p.a.eventTypes(), []EventType{EventREP, EventDREP, EventTimeWaitExit}; !slices.Equal(got, want) {
 		t.Errorf("A events %v, want %v", got, want)
 	}
-	if got, want := p.b.eventTypes(), []CMEventType{CMEventREQ, CMEventRTU, CMEventDREQ, CMEventTimeWaitExit}; !slices.Equal(got, want) {
+	if got, want := p.b.eventTypes(), []EventType{EventREQ, EventRTU, EventDREQ, EventTimeWaitExit}; !slices.Equal(got, want) {
 		t.Errorf("B events %v, want %v", got, want)
 	}
 	for _, n := range []*cmNode{p.a, p.b} {
@@ -187,24 +187,24 @@ func TestCMAgentConnectDisconnect(t *testing.T) {
 // TestCMAgentLoss: each message of the handshake lost once is recovered by
 // the retry of the side waiting for it, with exactly one connection made.
 func TestCMAgentLoss(t *testing.T) {
-	try := cmTry(DefaultCMResponseTimeout, DefaultPacketLifeTime)
+	try := cmTry(DefaultResponseTimeout, DefaultPacketLifeTime)
 	for _, tc := range []struct {
-		lost      CMAttribute
+		lost      Attribute
 		retriesA  uint64
 		retriesB  uint64
 		dupsB     uint64
 		dupsA     uint64
 		minTime   time.Duration
-		aEvents   []CMEventType
-		bEventsIn []CMEventType
+		aEvents   []EventType
+		bEventsIn []EventType
 	}{
 		// The REQ is resent after the response timeout.
-		{lost: CMAttrREQ, retriesA: 1, minTime: try},
+		{lost: AttrREQ, retriesA: 1, minTime: try},
 		// The REQ is resent; B, in REP_SENT, resends the REP (duplicate REQ).
 		// B's own REP timer fires at the same time, and A sees that REP twice.
-		{lost: CMAttrREP, retriesA: 1, retriesB: 1, dupsB: 2, dupsA: 1, minTime: try},
+		{lost: AttrREP, retriesA: 1, retriesB: 1, dupsB: 2, dupsA: 1, minTime: try},
 		// B resends the REP; A, established, resends the RTU (duplicate REP).
-		{lost: CMAttrRTU, retriesB: 1, dupsA: 1},
+		{lost: AttrRTU, retriesB: 1, dupsA: 1},
 	} {
 		t.Run(tc.lost.String(), func(t *testing.T) {
 			p := newCMPair(t, sim.LinkConfig{DropFunc: dropFirst(tc.lost, 1)})
@@ -216,7 +216,7 @@ func TestCMAgentLoss(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.drive(time.Minute, func() bool { return p.b.has(CMEventRTU) && id.State() == CMStateEstablished })
+			p.drive(time.Minute, func() bool { return p.b.has(EventRTU) && id.State() == StateEstablished })
 			if el := p.net.Now().Sub(start); el < tc.minTime {
 				t.Errorf("connected after %v, before the retry time %v", el, tc.minTime)
 			}
@@ -225,14 +225,14 @@ func TestCMAgentLoss(t *testing.T) {
 			if ca.Retries != tc.retriesA || cb.Retries != tc.retriesB || cb.Duplicates != tc.dupsB || ca.Duplicates != tc.dupsA {
 				t.Errorf("A %+v\nB %+v", ca, cb)
 			}
-			if n := countEvents(p.b, CMEventREQ); n != 1 {
+			if n := countEvents(p.b, EventREQ); n != 1 {
 				t.Errorf("B saw %d REQs", n)
 			}
 		})
 	}
 }
 
-func countEvents(n *cmNode, t CMEventType) int {
+func countEvents(n *cmNode, t EventType) int {
 	k := 0
 	for _, ev := range n.events {
 		if ev.Type == t {
@@ -249,9 +249,9 @@ func TestCMAgentMRA(t *testing.T) {
 	p := newCMPair(t, sim.LinkConfig{})
 	p.listen(t)
 	p.a.rtuAll(t)
-	var pending *CMID
-	p.b.react = func(ev *CMEvent) {
-		if ev.Type == CMEventREQ {
+	var pending *ID
+	p.b.react = func(ev *Event) {
+		if ev.Type == EventREQ {
 			pending = ev.ID
 		}
 	}
@@ -259,22 +259,22 @@ func TestCMAgentMRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	try := cmTry(DefaultCMResponseTimeout, DefaultPacketLifeTime)
-	p.drive(2*try, func() bool { return id.State() == CMStateMRAREQRcvd })
-	if pending.State() != CMStateMRAREQSent || !p.a.has(CMEventMRA) || p.a.last(CMEventMRA).ServiceTimeout != DefaultMRAServiceTimeout {
+	try := cmTry(DefaultResponseTimeout, DefaultPacketLifeTime)
+	p.drive(2*try, func() bool { return id.State() == StateMRAREQRcvd })
+	if pending.State() != StateMRAREQSent || !p.a.has(EventMRA) || p.a.last(EventMRA).ServiceTimeout != DefaultMRAServiceTimeout {
 		t.Fatalf("B %v, A events %v", pending.State(), p.a.eventTypes())
 	}
 	// A's timer is now the MRA's service timeout: far beyond its retries.
 	p.net.RunFor(20 * try)
 	p.drive(time.Second, func() bool { return true })
-	if id.State() != CMStateMRAREQRcvd || p.a.has(CMEventREQError) {
+	if id.State() != StateMRAREQRcvd || p.a.has(EventREQError) {
 		t.Fatalf("A gave up during the MRA's time: %v %v", id.State(), p.a.eventTypes())
 	}
-	if err := pending.Accept(&CMReplyParams{QPN: 0x222}); err != nil {
+	if err := pending.Accept(&ReplyParams{QPN: 0x222}); err != nil {
 		t.Fatal(err)
 	}
-	p.drive(time.Second, func() bool { return p.b.has(CMEventRTU) })
-	if id.State() != CMStateEstablished {
+	p.drive(time.Second, func() bool { return p.b.has(EventRTU) })
+	if id.State() != StateEstablished {
 		t.Errorf("A %v", id.State())
 	}
 }
@@ -283,11 +283,11 @@ func TestCMAgentMRA(t *testing.T) {
 // lost REJ is answered again from TIMEWAIT when A's REQ comes back.
 func TestCMAgentReject(t *testing.T) {
 	for _, lost := range []int{0, 1} {
-		p := newCMPair(t, sim.LinkConfig{DropFunc: dropFirst(CMAttrREJ, lost)})
+		p := newCMPair(t, sim.LinkConfig{DropFunc: dropFirst(AttrREJ, lost)})
 		p.listen(t)
-		p.b.react = func(ev *CMEvent) {
-			if ev.Type == CMEventREQ {
-				if err := ev.ID.Reject(CMRejConsumer, []byte{1, 2}, []byte("go away")); err != nil {
+		p.b.react = func(ev *Event) {
+			if ev.Type == EventREQ {
+				if err := ev.ID.Reject(RejConsumer, []byte{1, 2}, []byte("go away")); err != nil {
 					t.Error(err)
 				}
 			}
@@ -296,13 +296,13 @@ func TestCMAgentReject(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.drive(time.Minute, func() bool { return p.a.has(CMEventREJ) })
-		ev := p.a.last(CMEventREJ)
-		if ev.Reason != CMRejConsumer || !bytes.Equal(ev.ARI, []byte{1, 2}) || !bytes.Equal(ev.PrivateData[:7], []byte("go away")) ||
-			len(ev.PrivateData) != CMREJPrivateDataLen {
+		p.drive(time.Minute, func() bool { return p.a.has(EventREJ) })
+		ev := p.a.last(EventREJ)
+		if ev.Reason != RejConsumer || !bytes.Equal(ev.ARI, []byte{1, 2}) || !bytes.Equal(ev.PrivateData[:7], []byte("go away")) ||
+			len(ev.PrivateData) != REJPrivateDataLen {
 			t.Errorf("REJ event %+v", ev)
 		}
-		if id.State() != CMStateIdle || countEvents(p.b, CMEventREQ) != 1 {
+		if id.State() != StateIdle || countEvents(p.b, EventREQ) != 1 {
 			t.Errorf("lost %d: A %v, B events %v", lost, id.State(), p.b.eventTypes())
 		}
 		p.settle(5 * time.Minute) // B holds the REJ through A's retry budget
@@ -317,7 +317,7 @@ func TestCMAgentReject(t *testing.T) {
 func TestCMAgentREQRejects(t *testing.T) {
 	var kreq MAD
 	for _, c := range captureCM(t, "rxe-rdma-cm-rping.pcap") {
-		if c.mad.CMAttribute() == CMAttrREQ {
+		if c.mad.Attribute() == AttrREQ {
 			kreq = c.mad
 		}
 	}
@@ -325,17 +325,17 @@ func TestCMAgentREQRejects(t *testing.T) {
 	otherGID := other.As16()
 	for _, tc := range []struct {
 		name   string
-		edit   func(r CMREQ)
+		edit   func(r REQ)
 		listen bool
-		reason CMRejectReason
+		reason RejectReason
 		ari    []byte
 	}{
-		{"unknown service", func(CMREQ) {}, false, CMRejInvalidServiceID, nil},
-		{"not our GID", func(r CMREQ) { r.PrimaryPath().SetRemoteGID(other.As16()) }, true, CMRejInvalidGID, otherGID[:]},
-		{"MTU 4096 > 1024", func(r CMREQ) { r.SetPathMTU(5) }, true, CMRejInvalidMTU, []byte{3 << 4}},
-		{"MTU code 0", func(r CMREQ) { r.SetPathMTU(0) }, true, CMRejInvalidMTU, []byte{3 << 4}},
-		{"RD", func(r CMREQ) { r.SetTransportServiceType(2) }, true, CMRejInvalidTransportType, nil},
-		{"XRC", func(r CMREQ) { r.SetExtendedTransportType(1) }, true, CMRejInvalidTransportType, nil},
+		{"unknown service", func(REQ) {}, false, RejInvalidServiceID, nil},
+		{"not our GID", func(r REQ) { r.PrimaryPath().SetRemoteGID(other.As16()) }, true, RejInvalidGID, otherGID[:]},
+		{"MTU 4096 > 1024", func(r REQ) { r.SetPathMTU(5) }, true, RejInvalidMTU, []byte{3 << 4}},
+		{"MTU code 0", func(r REQ) { r.SetPathMTU(0) }, true, RejInvalidMTU, []byte{3 << 4}},
+		{"RD", func(r REQ) { r.SetTransportServiceType(2) }, true, RejInvalidTransportType, nil},
+		{"XRC", func(r REQ) { r.SetExtendedTransportType(1) }, true, RejInvalidTransportType, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newCMRig(t, 4)
@@ -353,7 +353,7 @@ func TestCMAgentREQRejects(t *testing.T) {
 			}
 			r.flush(srv)
 			out := received(t, peer)
-			if len(out) != 1 || out[0].mad.CMAttribute() != CMAttrREJ {
+			if len(out) != 1 || out[0].mad.Attribute() != AttrREJ {
 				t.Fatalf("answer: %d MADs", len(out))
 			}
 			j := out[0].mad.REJ()

@@ -54,12 +54,12 @@ type cmNode struct {
 	t      testing.TB
 	port   *sim.Port
 	dev    *roce.Device
-	agent  *CMAgent
-	events []CMEvent
-	react  func(ev *CMEvent)
+	agent  *Agent
+	events []Event
+	react  func(ev *Event)
 }
 
-func (n *cmNode) handle(ev *CMEvent) {
+func (n *cmNode) handle(ev *Event) {
 	n.events = append(n.events, *ev)
 	if n.react != nil {
 		n.react(ev)
@@ -67,8 +67,8 @@ func (n *cmNode) handle(ev *CMEvent) {
 }
 
 // eventTypes lists the types of the events recorded so far.
-func (n *cmNode) eventTypes() []CMEventType {
-	var ts []CMEventType
+func (n *cmNode) eventTypes() []EventType {
+	var ts []EventType
 	for _, ev := range n.events {
 		ts = append(ts, ev.Type)
 	}
@@ -105,7 +105,7 @@ func (r *cmRig) node(name string, mac [6]byte, ip netip.Addr, cfg sim.LinkConfig
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	a, err := NewCMAgent(CMAgentConfig{Device: dev, Clock: r.net.Clock(), Seed: seed})
+	a, err := NewAgent(AgentConfig{Device: dev, Clock: r.net.Clock(), Seed: seed})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -224,24 +224,24 @@ func connectionMADs(t *testing.T, all []capturedMAD, reqComm uint32) (req, rep, 
 	var repComm uint32
 	for _, c := range all {
 		m := c.mad
-		switch m.CMAttribute() {
-		case CMAttrREQ:
+		switch m.Attribute() {
+		case AttrREQ:
 			if m.REQ().LocalCommID() == reqComm {
 				req = c
 			}
-		case CMAttrREP:
+		case AttrREP:
 			if m.REP().RemoteCommID() == reqComm {
 				rep, repComm = c, m.REP().LocalCommID()
 			}
-		case CMAttrRTU:
+		case AttrRTU:
 			if m.RTU().LocalCommID() == reqComm {
 				rtu = c
 			}
-		case CMAttrDREQ:
+		case AttrDREQ:
 			if m.DREQ().LocalCommID() == reqComm && m.DREQ().RemoteCommID() == repComm {
 				dreq = c
 			}
-		case CMAttrDREP:
+		case AttrDREP:
 			if m.DREP().RemoteCommID() == reqComm {
 				drep = c
 			}
@@ -288,17 +288,17 @@ func TestCMAgentPassiveKernel(t *testing.T) {
 			}
 			from := MADAddress{Remote: ip22, Local: ip21, RemoteQPN: 1}
 			kernelREP := rep.mad.REP()
-			srv.react = func(ev *CMEvent) {
+			srv.react = func(ev *Event) {
 				switch ev.Type {
-				case CMEventREQ:
+				case EventREQ:
 					// Accept as rping's server does: its QP and PSN, one READ each
 					// way (none for perftest), RNR retry 7.
-					err := ev.ID.Accept(&CMReplyParams{QPN: kernelREP.LocalQPN(), StartingPSN: kernelREP.StartingPSN(),
+					err := ev.ID.Accept(&ReplyParams{QPN: kernelREP.LocalQPN(), StartingPSN: kernelREP.StartingPSN(),
 						ResponderResources: kernelREP.ResponderResources(), InitiatorDepth: kernelREP.InitiatorDepth(), RNRRetryCount: 7})
 					if err != nil {
 						t.Fatal(err)
 					}
-				case CMEventDREQ:
+				case EventDREQ:
 					if err := ev.ID.Disconnect(nil); err != nil {
 						t.Fatal(err)
 					}
@@ -310,7 +310,7 @@ func TestCMAgentPassiveKernel(t *testing.T) {
 			if err := srv.agent.HandleMAD(r.net.Now(), req.mad, from); err != nil {
 				t.Fatalf("kernel's REQ: %v", err)
 			}
-			if len(srv.events) != 1 || srv.events[0].Type != CMEventREQ {
+			if len(srv.events) != 1 || srv.events[0].Type != EventREQ {
 				t.Fatalf("events %v", srv.eventTypes())
 			}
 			ev := srv.events[0]
@@ -320,19 +320,19 @@ func TestCMAgentPassiveKernel(t *testing.T) {
 			id := ev.ID
 			r.flush(srv)
 			out := received(t, peer)
-			if len(out) != 1 || out[0].mad.CMAttribute() != CMAttrREP {
+			if len(out) != 1 || out[0].mad.Attribute() != AttrREP {
 				t.Fatalf("after the REQ the agent sent %d MADs", len(out))
 			}
 			sameMAD(t, "REP", out[0].mad, rep.mad, 0, 0)
 			sameTransport(t, "REP", out[0], rep, kc.gsiPSN)
-			if id.State() != CMStateREPSent {
+			if id.State() != StateREPSent {
 				t.Errorf("state %v", id.State())
 			}
 
 			if err := srv.agent.HandleMAD(r.net.Now(), rtu.mad, from); err != nil {
 				t.Fatalf("kernel's RTU: %v", err)
 			}
-			if id.State() != CMStateEstablished || srv.events[len(srv.events)-1].Type != CMEventRTU {
+			if id.State() != StateEstablished || srv.events[len(srv.events)-1].Type != EventRTU {
 				t.Fatalf("after RTU: %v, events %v", id.State(), srv.eventTypes())
 			}
 			if err := srv.agent.HandleMAD(r.net.Now(), dreq.mad, from); err != nil {
@@ -340,17 +340,17 @@ func TestCMAgentPassiveKernel(t *testing.T) {
 			}
 			r.flush(srv)
 			out = received(t, peer)
-			if len(out) != 1 || out[0].mad.CMAttribute() != CMAttrDREP {
+			if len(out) != 1 || out[0].mad.Attribute() != AttrDREP {
 				t.Fatalf("after the DREQ the agent sent %d MADs", len(out))
 			}
 			sameMAD(t, "DREP", out[0].mad, drep.mad, 0, 0)
 			sameTransport(t, "DREP", out[0], drep, kc.gsiPSN)
-			if id.State() != CMStateTimeWait {
+			if id.State() != StateTimeWait {
 				t.Errorf("state %v after DREP", id.State())
 			}
 			r.net.RunFor(srv.agent.Config().TimeWait)
 			srv.agent.Poll(r.net.Now())
-			want := []CMEventType{CMEventREQ, CMEventRTU, CMEventDREQ, CMEventTimeWaitExit}
+			want := []EventType{EventREQ, EventRTU, EventDREQ, EventTimeWaitExit}
 			if got := srv.eventTypes(); !slices.Equal(got, want) {
 				t.Errorf("events %v, want %v", got, want)
 			}
@@ -362,7 +362,7 @@ func TestCMAgentPassiveKernel(t *testing.T) {
 }
 
 // reqFieldsEqual compares two REQs' fields, private data included.
-func reqFieldsEqual(a, b CMREQFields) bool {
+func reqFieldsEqual(a, b REQFields) bool {
 	pa, pb := a.PrivateData, b.PrivateData
 	a.PrivateData, b.PrivateData = nil, nil
 	return reflect.DeepEqual(a, b) && bytes.Equal(pa, pb)
@@ -383,16 +383,16 @@ func TestCMAgentActiveKernel(t *testing.T) {
 			kr := req.mad.REQ()
 			pd := make([]byte, CMAHeaderLen)
 			CMAHeader(pd).Encode(&CMAHeaderFields{SrcPort: kc.srcPort, Src: ip22, Dst: ip21})
-			p := &CMConnectParams{
+			p := &ConnectParams{
 				ServiceID: CMAServiceID(RDMAPortSpaceTCP, kc.port),
-				Path: CMPathFields{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: ip22.As16(), RemoteGID: ip21.As16(),
+				Path: PathFields{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: ip22.As16(), RemoteGID: ip21.As16(),
 					FlowLabel: roce.CMFlowLabel(kc.srcPort, kc.port), HopLimit: 64},
 				QPN: kr.LocalQPN(), StartingPSN: kr.StartingPSN(),
 				ResponderResources: kr.ResponderResources(), InitiatorDepth: kr.InitiatorDepth(),
 				RetryCount: 7, RNRRetryCount: 7, PrivateData: pd,
 			}
-			cli.react = func(ev *CMEvent) {
-				if ev.Type == CMEventREP {
+			cli.react = func(ev *Event) {
+				if ev.Type == EventREP {
 					if err := ev.ID.SendRTU(nil); err != nil {
 						t.Fatal(err)
 					}
@@ -415,7 +415,7 @@ func TestCMAgentActiveKernel(t *testing.T) {
 			if err := cli.agent.HandleMAD(r.net.Now(), rep.mad, from); err != nil {
 				t.Fatalf("kernel's REP: %v", err)
 			}
-			if len(cli.events) != 1 || cli.events[0].Type != CMEventREP {
+			if len(cli.events) != 1 || cli.events[0].Type != EventREP {
 				t.Fatalf("events %v", cli.eventTypes())
 			}
 			if got, want := cli.events[0].REP, rep.mad.REP().Fields(); got.LocalQPN != want.LocalQPN ||
@@ -430,7 +430,7 @@ func TestCMAgentActiveKernel(t *testing.T) {
 			}
 			sameMAD(t, "RTU", out[0].mad, rtu.mad, 8, 16)
 			sameTransport(t, "RTU", out[0], rtu, kc.gsiPSN)
-			if out[0].mad.TransactionID() != ourTID || id.State() != CMStateEstablished {
+			if out[0].mad.TransactionID() != ourTID || id.State() != StateEstablished {
 				t.Errorf("RTU TID %#x (REQ's %#x), state %v", out[0].mad.TransactionID(), ourTID, id.State())
 			}
 
@@ -451,7 +451,7 @@ func TestCMAgentActiveKernel(t *testing.T) {
 			}
 			r.net.RunFor(cli.agent.Config().TimeWait)
 			cli.agent.Poll(r.net.Now())
-			want := []CMEventType{CMEventREP, CMEventDREP, CMEventTimeWaitExit}
+			want := []EventType{EventREP, EventDREP, EventTimeWaitExit}
 			if got := cli.eventTypes(); !slices.Equal(got, want) {
 				t.Errorf("events %v, want %v", got, want)
 			}

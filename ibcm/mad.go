@@ -147,7 +147,7 @@ func (m MAD) ClassSpecific() uint16 { return binary.BigEndian.Uint16(m[6:]) }
 // TransactionID returns the transaction ID.
 func (m MAD) TransactionID() uint64 { return binary.BigEndian.Uint64(m[8:]) }
 
-// AttributeID returns the attribute ID (for the CM: which message, see CMAttribute).
+// AttributeID returns the attribute ID (for the CM: which message, see Attribute).
 func (m MAD) AttributeID() uint16 { return binary.BigEndian.Uint16(m[16:]) }
 
 // AttributeModifier returns the attribute modifier.

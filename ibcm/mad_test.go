@@ -58,7 +58,7 @@ func TestCaptureMADs(t *testing.T) {
 			if err := CheckCM(m); err != nil {
 				t.Errorf("%s MAD %d: %v", tc.capture, i, err)
 			}
-			if got := m.CMAttribute().String(); got != tc.attrs[i] {
+			if got := m.Attribute().String(); got != tc.attrs[i] {
 				t.Errorf("%s MAD %d: %s, want %s", tc.capture, i, got, tc.attrs[i])
 			}
 			if m.BaseVersion() != 1 || m.MgmtClass() != MgmtClassCM || m.MgmtClass().String() != "CM" ||
@@ -194,7 +194,7 @@ func FuzzMAD(f *testing.F) {
 		if c.Fields() != hf {
 			t.Fatalf("header not stable: %+v vs %+v", c.Fields(), hf)
 		}
-		_ = m.CMAttribute().String()
+		_ = m.Attribute().String()
 		if CheckCM(m) != nil {
 			return
 		}
@@ -207,11 +207,11 @@ func FuzzMAD(f *testing.F) {
 func exerciseCM(t *testing.T, m MAD) {
 	t.Helper()
 	out := make(MAD, MADLen)
-	switch m.CMAttribute() {
-	case CMAttrREQ:
+	switch m.Attribute() {
+	case AttrREQ:
 		r := m.REQ()
 		fl := r.Fields()
-		EncodeCM(out, CMAttrREQ, m.TransactionID())
+		EncodeCM(out, AttrREQ, m.TransactionID())
 		out.REQ().Encode(&fl)
 		if got := out.REQ().Fields(); !equalREQ(got, fl) {
 			t.Fatalf("REQ not stable:\n%+v\n%+v", got, fl)
@@ -225,44 +225,44 @@ func exerciseCM(t *testing.T, m MAD) {
 			}
 		}
 		_, _, _ = ParseCMAServiceID(r.ServiceID())
-	case CMAttrREP:
+	case AttrREP:
 		fl := m.REP().Fields()
-		EncodeCM(out, CMAttrREP, m.TransactionID())
+		EncodeCM(out, AttrREP, m.TransactionID())
 		out.REP().Encode(&fl)
 		if got := out.REP().Fields(); !equalREP(got, fl) {
 			t.Fatalf("REP not stable:\n%+v\n%+v", got, fl)
 		}
-	case CMAttrREJ:
+	case AttrREJ:
 		r := m.REJ()
 		_ = r.Reason().String()
 		_, _, _, _ = r.LocalCommID(), r.RemoteCommID(), r.MessageRejected(), r.PrivateData()
-		if len(r.ARI()) > CMREJARILen {
+		if len(r.ARI()) > REJARILen {
 			t.Fatal("ARI too long")
 		}
-	case CMAttrMRA:
+	case AttrMRA:
 		r := m.MRA()
 		_, _, _, _, _ = r.LocalCommID(), r.RemoteCommID(), r.MessageMRAed(), r.ServiceTimeout(), r.PrivateData()
-	case CMAttrRTU:
+	case AttrRTU:
 		r := m.RTU()
 		_, _, _ = r.LocalCommID(), r.RemoteCommID(), r.PrivateData()
-	case CMAttrDREQ:
+	case AttrDREQ:
 		r := m.DREQ()
 		_, _, _, _ = r.LocalCommID(), r.RemoteCommID(), r.RemoteQPN(), r.PrivateData()
-	case CMAttrDREP:
+	case AttrDREP:
 		r := m.DREP()
 		_, _, _ = r.LocalCommID(), r.RemoteCommID(), r.PrivateData()
-	case CMAttrSIDRREQ:
+	case AttrSIDRREQ:
 		r := m.SIDRREQ()
 		_, _, _, _ = r.RequestID(), r.PKey(), r.ServiceID(), r.PrivateData()
-	case CMAttrSIDRREP:
+	case AttrSIDRREP:
 		r := m.SIDRREP()
 		_, _, _, _, _, _ = r.RequestID(), r.Status(), r.QPN(), r.ServiceID(), r.QKey(), r.PrivateData()
-		if len(r.AdditionalInfo()) > CMSIDRREPInfoLen {
+		if len(r.AdditionalInfo()) > SIDRREPInfoLen {
 			t.Fatal("additional info too long")
 		}
 	}
 }
 
-func equalREQ(a, b CMREQFields) bool { return reflect.DeepEqual(a, b) }
+func equalREQ(a, b REQFields) bool { return reflect.DeepEqual(a, b) }
 
-func equalREP(a, b CMREPFields) bool { return reflect.DeepEqual(a, b) }
+func equalREP(a, b REPFields) bool { return reflect.DeepEqual(a, b) }

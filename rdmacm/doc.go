@@ -4,7 +4,7 @@
 // rdma_disconnect and the event channel) over both transports. The same calls
 // drive
 //
-//   - RoCE, through the IB CM on QP1 of a roce.Device (ibcm.CMAgent): REQ,
+//   - RoCE, through the IB CM on QP1 of a roce.Device (ibcm.Agent): REQ,
 //     REP, RTU, REJ, MRA, DREQ, DREP, and SIDR for UD, with rdma_cm's
 //     conventions — service ID 0x0000000001060000|port (TCP port space) or
 //     0x0000000001110000|port (UDP), the 36-byte CMA header with the IP
@@ -21,7 +21,7 @@
 // devices; an ID is one rdma_cm_id:
 //
 //	m := rdmacm.NewManager(rdmacm.Config{Clock: clock})
-//	m.AddRoCE(agent) // a ibcm.CMAgent on a roce.Device; or m.AddIWARP(dev, cfg)
+//	m.AddRoCE(agent) // a ibcm.Agent on a roce.Device; or m.AddIWARP(dev, cfg)
 //
 //	id, _ := m.CreateID(rdmacm.PortSpaceTCP)
 //	id.ResolveAddr(netip.Addr{}, netip.MustParseAddrPort("10.0.0.2:7174"), 2*time.Second)
@@ -57,7 +57,7 @@
 // # Driving
 //
 // The RoCE backend has no goroutine of its own: the roce.Device and the
-// ibcm.CMAgent are driven by their Run methods (real time), or stepped with
+// ibcm.Agent are driven by their Run methods (real time), or stepped with
 // Poll and NextDeadline (sim.Network.Drive in tests, deterministic in virtual
 // time). Calls never block: results come as events. The iWARP backend runs the
 // TCP and MPA work in goroutines of package iwarp and delivers its events from

@@ -25,7 +25,7 @@ type host struct {
 	ip    netip.Addr
 	port  *sim.Port
 	dev   *roce.Device
-	agent *ibcm.CMAgent
+	agent *ibcm.Agent
 	m     *rdmacm.Manager
 	pd    *ib.PD
 	cq    *ib.CQ
@@ -64,7 +64,7 @@ func (w *world) host(name string, mac [6]byte, ip netip.Addr, cfg sim.LinkConfig
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	agent, err := ibcm.NewCMAgent(ibcm.CMAgentConfig{Device: dev, Clock: w.net.Clock(), Seed: seed})
+	agent, err := ibcm.NewAgent(ibcm.AgentConfig{Device: dev, Clock: w.net.Clock(), Seed: seed})
 	if err != nil {
 		w.t.Fatal(err)
 	}

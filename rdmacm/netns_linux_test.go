@@ -120,7 +120,7 @@ type nsHost struct {
 	cq    *ib.CQ
 	mr    *ib.MR
 	buf   []byte
-	agent *ibcm.CMAgent
+	agent *ibcm.Agent
 }
 
 // openNSHost opens the device inside ns, bound to ip, as softrdma's tools
@@ -133,7 +133,7 @@ func openNSHost(t *testing.T, ns *netnstest.NS, ip netip.Addr, seed uint64) *nsH
 		dev, err = roce.Open(roce.OpenConfig{Backend: roce.BackendUDP, Addrs: []netip.Addr{ip}, Engine: ib.ContextConfig{Seed: seed}})
 		return err
 	})
-	agent, err := ibcm.NewCMAgent(ibcm.CMAgentConfig{Device: dev, Seed: seed})
+	agent, err := ibcm.NewAgent(ibcm.AgentConfig{Device: dev, Seed: seed})
 	if err != nil {
 		dev.Close()
 		t.Fatal(err)

@@ -11,57 +11,57 @@ import (
 	"github.com/softrdma/softrdma/roce"
 )
 
-// The RoCE backend: rdma_cm over the IB CM of a ibcm.CMAgent, as the kernel's
+// The RoCE backend: rdma_cm over the IB CM of a ibcm.Agent, as the kernel's
 // cma.c drives ib_cm.
 
 // Sizes of the consumer's private data in the IB CM messages, after rdma_cm's
 // CMA header where it has one (IB_CM_*_PRIVATE_DATA_SIZE - sizeof(cma_hdr)).
 const (
-	MaxREQPrivateData     = ibcm.CMREQPrivateDataLen - ibcm.CMAHeaderLen     // 56
-	MaxREPPrivateData     = ibcm.CMREPPrivateDataLen                         // 196
-	MaxREJPrivateData     = ibcm.CMREJPrivateDataLen                         // 148
-	MaxSIDRREQPrivateData = ibcm.CMSIDRREQPrivateDataLen - ibcm.CMAHeaderLen // 180
-	MaxSIDRREPPrivateData = ibcm.CMSIDRREPPrivateDataLen                     // 136
+	MaxREQPrivateData     = ibcm.REQPrivateDataLen - ibcm.CMAHeaderLen     // 56
+	MaxREPPrivateData     = ibcm.REPPrivateDataLen                         // 196
+	MaxREJPrivateData     = ibcm.REJPrivateDataLen                         // 148
+	MaxSIDRREQPrivateData = ibcm.SIDRREQPrivateDataLen - ibcm.CMAHeaderLen // 180
+	MaxSIDRREPPrivateData = ibcm.SIDRREPPrivateDataLen                     // 136
 )
 
 // roceState is the RoCE part of an ID. Guarded by Manager.mu.
 type roceState struct {
-	cm    *ibcm.CMID
+	cm    *ibcm.ID
 	ah    ibtransport.AddressHandle // the QP's path
-	path  ibcm.CMPathFields         // the REQ's primary path (active)
+	path  ibcm.PathFields           // the REQ's primary path (active)
 	mtu   int
 	psn   uint32 // the starting PSN this side expects
 	retry uint8  // the REQ's retry count (active)
-	req   *ibcm.CMREQFields
+	req   *ibcm.REQFields
 
 	// A QP the ID does not manage (rdma_connect/rdma_accept with a
 	// qp_num and no rdma_create_qp; the program moves it with
 	// rdma_init_qp_attr's attributes): see userqp.go.
 	userQPN uint32
-	psnSet  bool       // psn is chosen (passive: by InitQPAttr before the accept)
-	conn    qpConn     // the attributes for the QP, once the peer's are known
-	connSet bool       // conn is set
-	rep     *ibcm.CMID // active: the CMID whose RTU Establish sends
+	psnSet  bool     // psn is chosen (passive: by InitQPAttr before the accept)
+	conn    qpConn   // the attributes for the QP, once the peer's are known
+	connSet bool     // conn is set
+	rep     *ibcm.ID // active: the CMID whose RTU Establish sends
 }
 
 type roceTransport struct {
 	m       *Manager
-	agent   *ibcm.CMAgent
+	agent   *ibcm.Agent
 	dev     *roce.Device
-	byCM    map[*ibcm.CMID]*ID
+	byCM    map[*ibcm.ID]*ID
 	listens map[uint64]*roceListen
 }
 
 type roceListen struct {
-	l    *ibcm.CMListener
+	l    *ibcm.Listener
 	refs int
 }
 
 // AddRoCE adds a RoCE device through its CM agent. The agent and the device
 // must be driven (their Run methods, or Poll in a simulation) for anything to
 // happen; the agent must use the Manager's clock.
-func (m *Manager) AddRoCE(agent *ibcm.CMAgent) error {
-	t := &roceTransport{m: m, agent: agent, dev: agent.Device(), byCM: map[*ibcm.CMID]*ID{}, listens: map[uint64]*roceListen{}}
+func (m *Manager) AddRoCE(agent *ibcm.Agent) error {
+	t := &roceTransport{m: m, agent: agent, dev: agent.Device(), byCM: map[*ibcm.ID]*ID{}, listens: map[uint64]*roceListen{}}
 	return m.addTransport(t)
 }
 
@@ -128,7 +128,7 @@ func (t *roceTransport) resolveRoute(id *ID) error {
 	ah.FlowLabel = roce.CMFlowLabel(id.local.Port(), id.remote.Port())
 	rs.ah = ah
 	rs.mtu = t.dev.PathMTU()
-	rs.path = ibcm.CMPathFields{
+	rs.path = ibcm.PathFields{
 		LocalLID: 0xFFFF, RemoteLID: 0xFFFF,
 		LocalGID: t.dev.GIDs()[idx].As16(), RemoteGID: id.remote.Addr().As16(),
 		FlowLabel: ah.FlowLabel, TrafficClass: id.tos, HopLimit: ah.HopLimit,
@@ -260,7 +260,7 @@ func (t *roceTransport) connect(id *ID, p *ConnParam) error {
 	if id.qp == nil {
 		rs.userQPN = qpn
 	}
-	cm, err := t.agent.Connect(&ibcm.CMConnectParams{
+	cm, err := t.agent.Connect(&ibcm.ConnectParams{
 		ServiceID:          ibcm.CMAServiceID(ibcm.RDMAPortSpace(id.ps), id.remote.Port()),
 		Path:               rs.path,
 		PathMTU:            rs.mtu,
@@ -313,7 +313,7 @@ func (t *roceTransport) accept(id *ID, p *ConnParam) error {
 		if len(p.PrivateData) > MaxSIDRREPPrivateData {
 			return fmt.Errorf("rdmacm: SIDR_REP private data %d > %d: %w", len(p.PrivateData), MaxSIDRREPPrivateData, ErrInvalid)
 		}
-		if err := rs.cm.SIDRReply(&ibcm.SIDRReply{Status: ibcm.CMSIDRSuccess, QPN: id.qp.QPN(), QKey: UDPQKey, PrivateData: p.PrivateData}); err != nil {
+		if err := rs.cm.SIDRReply(&ibcm.SIDRReply{Status: ibcm.SIDRSuccess, QPN: id.qp.QPN(), QKey: UDPQKey, PrivateData: p.PrivateData}); err != nil {
 			return err
 		}
 		id.state = stateEstablished
@@ -328,7 +328,7 @@ func (t *roceTransport) accept(id *ID, p *ConnParam) error {
 		if !rs.psnSet {
 			rs.psn, rs.psnSet = t.m.randomPSN(), true
 		}
-		if err := rs.cm.Accept(&ibcm.CMReplyParams{
+		if err := rs.cm.Accept(&ibcm.ReplyParams{
 			QPN: p.QPNum, StartingPSN: rs.psn,
 			ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 			RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ, FlowControl: p.FlowControl,
@@ -354,11 +354,11 @@ func (t *roceTransport) accept(id *ID, p *ConnParam) error {
 	if err != nil {
 		// cma_accept: a QP that cannot be connected rejects the request.
 		id.qpToError()
-		rs.cm.Reject(ibcm.CMRejConsumer, nil, nil)
+		rs.cm.Reject(ibcm.RejConsumer, nil, nil)
 		id.state = stateDisconnect
 		return fmt.Errorf("rdmacm: accept: %w", err)
 	}
-	err = rs.cm.Accept(&ibcm.CMReplyParams{
+	err = rs.cm.Accept(&ibcm.ReplyParams{
 		QPN: id.qp.QPN(), StartingPSN: rs.psn,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 		RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ, FlowControl: p.FlowControl,
@@ -377,12 +377,12 @@ func (t *roceTransport) reject(id *ID, pd []byte) error {
 		if len(pd) > MaxSIDRREPPrivateData {
 			return fmt.Errorf("rdmacm: SIDR_REP private data %d > %d: %w", len(pd), MaxSIDRREPPrivateData, ErrInvalid)
 		}
-		return rs.cm.SIDRReply(&ibcm.SIDRReply{Status: ibcm.CMSIDRReject, PrivateData: pd})
+		return rs.cm.SIDRReply(&ibcm.SIDRReply{Status: ibcm.SIDRReject, PrivateData: pd})
 	}
 	if len(pd) > MaxREJPrivateData {
 		return fmt.Errorf("rdmacm: REJ private data %d > %d: %w", len(pd), MaxREJPrivateData, ErrInvalid)
 	}
-	return rs.cm.Reject(ibcm.CMRejConsumer, nil, pd)
+	return rs.cm.Reject(ibcm.RejConsumer, nil, pd)
 }
 
 func (t *roceTransport) disconnect(id *ID) error {
@@ -390,7 +390,7 @@ func (t *roceTransport) disconnect(id *ID) error {
 	if id.roce.cm == nil {
 		return id.errState("disconnect")
 	}
-	if err := id.roce.cm.Disconnect(nil); err != nil && !errors.Is(err, ibcm.ErrCMClosed) {
+	if err := id.roce.cm.Disconnect(nil); err != nil && !errors.Is(err, ibcm.ErrClosed) {
 		return err
 	}
 	return nil
@@ -405,15 +405,15 @@ func (t *roceTransport) destroy(id *ID) {
 }
 
 // handle is the handler of every CMID of the transport's agent.
-func (t *roceTransport) handle(ev *ibcm.CMEvent) {
+func (t *roceTransport) handle(ev *ibcm.Event) {
 	m := t.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch ev.Type {
-	case ibcm.CMEventREQ:
+	case ibcm.EventREQ:
 		t.onREQ(ev)
 		return
-	case ibcm.CMEventSIDRREQ:
+	case ibcm.EventSIDRREQ:
 		t.onSIDRREQ(ev)
 		return
 	}
@@ -422,28 +422,28 @@ func (t *roceTransport) handle(ev *ibcm.CMEvent) {
 		return
 	}
 	switch ev.Type {
-	case ibcm.CMEventREP:
+	case ibcm.EventREP:
 		t.onREP(id, ev)
-	case ibcm.CMEventREQError, ibcm.CMEventREPError:
+	case ibcm.EventREQError, ibcm.EventREPError:
 		id.state = stateDisconnect
 		m.push(id, Event{Type: EventUnreachable, Status: StatusTimedOut})
-	case ibcm.CMEventREJ:
+	case ibcm.EventREJ:
 		id.qpToError()
 		id.state = stateDisconnect
 		m.push(id, Event{Type: EventRejected, Status: int(ev.Reason), Param: ConnParam{PrivateData: ev.PrivateData},
 			Err: fmt.Errorf("rdmacm: rejected: %v", ev.Reason)})
-	case ibcm.CMEventRTU, ibcm.CMEventUserEstablished:
+	case ibcm.EventRTU, ibcm.EventUserEstablished:
 		id.state = stateEstablished
 		m.push(id, Event{Type: EventEstablished})
-	case ibcm.CMEventDREQ, ibcm.CMEventDREP:
+	case ibcm.EventDREQ, ibcm.EventDREP:
 		m.disconnected(id, 0)
-	case ibcm.CMEventDREQError:
+	case ibcm.EventDREQError:
 		m.disconnected(id, StatusTimedOut)
-	case ibcm.CMEventTimeWaitExit:
+	case ibcm.EventTimeWaitExit:
 		m.push(id, Event{Type: EventTimewaitExit})
-	case ibcm.CMEventSIDRREP:
+	case ibcm.EventSIDRREP:
 		t.onSIDRREP(id, ev)
-	case ibcm.CMEventSIDRREQError:
+	case ibcm.EventSIDRREQError:
 		id.state = stateDisconnect
 		m.push(id, Event{Type: EventUnreachable, Status: StatusTimedOut})
 	}
@@ -451,7 +451,7 @@ func (t *roceTransport) handle(ev *ibcm.CMEvent) {
 
 // onREP finishes an active connection as cma_rep_recv does: QP to RTR and
 // RTS, then the RTU; a QP that cannot be connected rejects the REP.
-func (t *roceTransport) onREP(id *ID, ev *ibcm.CMEvent) {
+func (t *roceTransport) onREP(id *ID, ev *ibcm.Event) {
 	rs := &id.roce
 	rep := ev.REP
 	if id.qp == nil && rs.userQPN != 0 {
@@ -459,7 +459,7 @@ func (t *roceTransport) onREP(id *ID, ev *ibcm.CMEvent) {
 		return
 	}
 	if id.qp == nil {
-		ev.ID.Reject(ibcm.CMRejConsumer, nil, nil)
+		ev.ID.Reject(ibcm.RejConsumer, nil, nil)
 		t.m.push(id, Event{Type: EventConnectError, Status: StatusInvalid, Err: errors.New("rdmacm: the QP is gone")})
 		return
 	}
@@ -473,7 +473,7 @@ func (t *roceTransport) onREP(id *ID, ev *ibcm.CMEvent) {
 	})
 	if err != nil {
 		id.qpToError()
-		ev.ID.Reject(ibcm.CMRejConsumer, nil, nil)
+		ev.ID.Reject(ibcm.RejConsumer, nil, nil)
 		id.state = stateDisconnect
 		t.m.push(id, Event{Type: EventConnectError, Status: StatusInvalid, Err: err})
 		return
@@ -509,7 +509,7 @@ func (t *roceTransport) requestTarget(serviceID uint64, pd []byte, want PortSpac
 }
 
 // onREQ makes the ID of an incoming connection (cma_ib_req_handler).
-func (t *roceTransport) onREQ(ev *ibcm.CMEvent) {
+func (t *roceTransport) onREQ(ev *ibcm.Event) {
 	m := t.m
 	req := ev.REQ
 	l, h, port, ok := t.requestTarget(req.ServiceID, req.PrivateData, PortSpaceTCP)
@@ -517,7 +517,7 @@ func (t *roceTransport) onREQ(ev *ibcm.CMEvent) {
 		// No rdma_cm ID takes it (a bad CMA header, another port space, an
 		// address no listener is bound to): the consumer's reject.
 		m.counters.RequestsRefused++
-		ev.ID.Reject(ibcm.CMRejConsumer, nil, nil)
+		ev.ID.Reject(ibcm.RejConsumer, nil, nil)
 		return
 	}
 	c := m.newConn(l, t, netip.AddrPortFrom(h.DstAddr(), port), netip.AddrPortFrom(h.SrcAddr(), h.SrcPort()))
@@ -530,7 +530,7 @@ func (t *roceTransport) onREQ(ev *ibcm.CMEvent) {
 	ah, err := t.dev.AddressHandle(peer)
 	if err != nil {
 		m.counters.RequestsRefused++
-		ev.ID.Reject(ibcm.CMRejConsumer, nil, nil)
+		ev.ID.Reject(ibcm.RejConsumer, nil, nil)
 		return
 	}
 	if idx, ok := t.sgidIndex(netip.AddrFrom16(req.Primary.RemoteGID)); ok {
@@ -553,19 +553,19 @@ func (t *roceTransport) onREQ(ev *ibcm.CMEvent) {
 }
 
 // onSIDRREQ makes the ID of an incoming UD request (cma_ib_req_handler for SIDR).
-func (t *roceTransport) onSIDRREQ(ev *ibcm.CMEvent) {
+func (t *roceTransport) onSIDRREQ(ev *ibcm.Event) {
 	m := t.m
 	r := ev.SIDRREQ
 	l, h, port, ok := t.requestTarget(r.ServiceID, r.PrivateData, PortSpaceUDP)
 	if !ok {
 		m.counters.RequestsRefused++
-		ev.ID.SIDRReply(&ibcm.SIDRReply{Status: ibcm.CMSIDRReject})
+		ev.ID.SIDRReply(&ibcm.SIDRReply{Status: ibcm.SIDRReject})
 		return
 	}
 	ah, err := t.agent.GSI().AddressHandle(ev.From)
 	if err != nil {
 		m.counters.RequestsRefused++
-		ev.ID.SIDRReply(&ibcm.SIDRReply{Status: ibcm.CMSIDRReject})
+		ev.ID.SIDRReply(&ibcm.SIDRReply{Status: ibcm.SIDRReject})
 		return
 	}
 	c := m.newConn(l, t, netip.AddrPortFrom(h.DstAddr(), port), netip.AddrPortFrom(h.SrcAddr(), h.SrcPort()))
@@ -579,10 +579,10 @@ func (t *roceTransport) onSIDRREQ(ev *ibcm.CMEvent) {
 }
 
 // onSIDRREP ends an active UD resolution (cma_sidr_rep_handler).
-func (t *roceTransport) onSIDRREP(id *ID, ev *ibcm.CMEvent) {
+func (t *roceTransport) onSIDRREP(id *ID, ev *ibcm.Event) {
 	rep := ev.SIDRREP
 	switch {
-	case rep.Status != ibcm.CMSIDRSuccess:
+	case rep.Status != ibcm.SIDRSuccess:
 		id.state = stateDisconnect
 		t.m.push(id, Event{Type: EventUnreachable, Status: int(rep.Status), UD: UDParam{PrivateData: rep.PrivateData}})
 	case rep.QKey != UDPQKey:

@@ -162,7 +162,7 @@ func TestRoCEReject(t *testing.T) {
 	req := p.request(time.Second)
 	must(t, req.ID.Reject([]byte("no you may not")))
 	ev := p.next(id, rdmacm.EventRejected, time.Second)
-	if ev.Status != int(ibcm.CMRejConsumer) || len(ev.Param.PrivateData) != rdmacm.MaxREJPrivateData || prefix(ev.Param.PrivateData, "no you may not") != nil {
+	if ev.Status != int(ibcm.RejConsumer) || len(ev.Param.PrivateData) != rdmacm.MaxREJPrivateData || prefix(ev.Param.PrivateData, "no you may not") != nil {
 		t.Errorf("REJECTED status %d private data %q", ev.Status, ev.Param.PrivateData)
 	}
 	if qa.State() != ib.QPStateErr {
@@ -183,7 +183,7 @@ func TestRoCEUnknownService(t *testing.T) {
 	id := p.resolve(p.a, rdmacm.PortSpaceTCP, netip.AddrPortFrom(ipB, 9999))
 	qa := p.a.createQP(t, id)
 	must(t, id.Connect(rdmacm.DefaultConnParam()))
-	if ev := p.next(id, rdmacm.EventRejected, time.Second); ev.Status != int(ibcm.CMRejInvalidServiceID) {
+	if ev := p.next(id, rdmacm.EventRejected, time.Second); ev.Status != int(ibcm.RejInvalidServiceID) {
 		t.Errorf("status %d", ev.Status)
 	}
 	must(t, id.Destroy())
@@ -192,7 +192,7 @@ func TestRoCEUnknownService(t *testing.T) {
 }
 
 // dropFirst drops the first n frames with a CM MAD of attribute attr.
-func dropFirst(attr ibcm.CMAttribute, n int) sim.DropFunc {
+func dropFirst(attr ibcm.Attribute, n int) sim.DropFunc {
 	return func(_ sim.Direction, frame []byte) bool {
 		var f roce.Frame
 		if n == 0 || f.DecodeEthernet(frame) != nil {
@@ -202,7 +202,7 @@ func dropFirst(attr ibcm.CMAttribute, n int) sim.DropFunc {
 		if pk.Decode(f.IB) != nil {
 			return false
 		}
-		if m, err := ibcm.MADFromPacket(&pk); err == nil && m.CMAttribute() == attr {
+		if m, err := ibcm.MADFromPacket(&pk); err == nil && m.Attribute() == attr {
 			n--
 			return true
 		}
@@ -216,8 +216,8 @@ func dropFirst(attr ibcm.CMAttribute, n int) sim.DropFunc {
 // by the client's data: the server counts it established when its REP timer
 // finds the QP has received packets.
 func TestRoCEHandshakeLoss(t *testing.T) {
-	try := ibcm.CMTimeout(ibcm.DefaultCMResponseTimeout) + 2*ibcm.CMTimeout(ibcm.DefaultPacketLifeTime)
-	for _, lost := range []ibcm.CMAttribute{ibcm.CMAttrREQ, ibcm.CMAttrREP, ibcm.CMAttrRTU} {
+	try := ibcm.Timeout(ibcm.DefaultResponseTimeout) + 2*ibcm.Timeout(ibcm.DefaultPacketLifeTime)
+	for _, lost := range []ibcm.Attribute{ibcm.AttrREQ, ibcm.AttrREP, ibcm.AttrRTU} {
 		t.Run(lost.String(), func(t *testing.T) {
 			p := newPair(t, sim.LinkConfig{DropFunc: dropFirst(lost, 1)})
 			start := p.net.Now()
@@ -225,28 +225,28 @@ func TestRoCEHandshakeLoss(t *testing.T) {
 			req := p.request(time.Minute)
 			qb := p.accept(req, "y")
 			p.next(id, rdmacm.EventEstablished, time.Minute)
-			if lost == ibcm.CMAttrRTU {
+			if lost == ibcm.AttrRTU {
 				must(t, qb.PostRecv(ib.RecvWR{WRID: 1, SGL: []ib.SGE{p.b.mr.SGE(0, 64)}}))
 				must(t, qa.PostSend(ib.SendWR{WRID: 2, Opcode: ib.WRSend, SGL: []ib.SGE{p.a.mr.SGE(0, 8)}, Signaled: true}))
 			}
 			p.next(req.ID, rdmacm.EventEstablished, time.Minute)
-			if el := p.net.Now().Sub(start); lost != ibcm.CMAttrRTU && el < try {
+			if el := p.net.Now().Sub(start); lost != ibcm.AttrRTU && el < try {
 				t.Errorf("established after %v: before the retry at %v", el, try)
 			}
 			p.settle(time.Minute)
 			noEvent(t, p.l)
 			ca, cb := p.a.agent.Counters(), p.b.agent.Counters()
 			switch lost {
-			case ibcm.CMAttrREQ:
+			case ibcm.AttrREQ:
 				if ca.Retries != 1 || cb.Duplicates != 0 {
 					t.Errorf("A %+v\nB %+v", ca, cb)
 				}
-			case ibcm.CMAttrREP:
-				if ca.Retries != 1 || cb.Duplicates == 0 || cb.Sent[ibcm.CMAttrREP-ibcm.CMAttrREQ] < 2 {
+			case ibcm.AttrREP:
+				if ca.Retries != 1 || cb.Duplicates == 0 || cb.Sent[ibcm.AttrREP-ibcm.AttrREQ] < 2 {
 					t.Errorf("A %+v\nB %+v", ca, cb)
 				}
-			case ibcm.CMAttrRTU:
-				if cb.Retries != 0 || cb.Received[ibcm.CMAttrRTU-ibcm.CMAttrREQ] != 0 {
+			case ibcm.AttrRTU:
+				if cb.Retries != 0 || cb.Received[ibcm.AttrRTU-ibcm.AttrREQ] != 0 {
 					t.Errorf("B %+v", cb)
 				}
 			}
@@ -258,8 +258,8 @@ func TestRoCEHandshakeLoss(t *testing.T) {
 // UNREACHABLE (ETIMEDOUT) on the side left waiting, after every CM retry; its
 // Destroy leaves no QP and no CM state.
 func TestRoCEPeerVanishes(t *testing.T) {
-	budget := time.Duration(ibcm.DefaultMaxCMRetries+1) *
-		(ibcm.CMTimeout(ibcm.DefaultCMResponseTimeout) + 2*ibcm.CMTimeout(ibcm.DefaultPacketLifeTime))
+	budget := time.Duration(ibcm.DefaultMaxRetries+1) *
+		(ibcm.Timeout(ibcm.DefaultResponseTimeout) + 2*ibcm.Timeout(ibcm.DefaultPacketLifeTime))
 	t.Run("server gone before the REQ", func(t *testing.T) {
 		p := newPair(t, sim.LinkConfig{})
 		p.net.Partition(p.a.port, p.b.port, p.net.Now(), time.Time{})
@@ -372,7 +372,7 @@ func TestRoCEUD(t *testing.T) {
 	id2 := w.resolve(a, rdmacm.PortSpaceUDP, netip.AddrPortFrom(ipB, 9))
 	a.createQP(t, id2)
 	must(t, id2.Connect(rdmacm.ConnParam{}))
-	if ev := w.next(id2, rdmacm.EventUnreachable, time.Second); ev.Status != int(ibcm.CMSIDRUnsupported) {
+	if ev := w.next(id2, rdmacm.EventUnreachable, time.Second); ev.Status != int(ibcm.SIDRUnsupported) {
 		t.Errorf("status %d", ev.Status)
 	}
 	// A rejected one.
@@ -381,7 +381,7 @@ func TestRoCEUD(t *testing.T) {
 	must(t, id3.Connect(rdmacm.ConnParam{}))
 	r3 := w.next(l, rdmacm.EventConnectRequest, time.Second)
 	must(t, r3.ID.Reject([]byte("full")))
-	if ev := w.next(id3, rdmacm.EventUnreachable, time.Second); ev.Status != int(ibcm.CMSIDRReject) || prefix(ev.UD.PrivateData, "full") != nil {
+	if ev := w.next(id3, rdmacm.EventUnreachable, time.Second); ev.Status != int(ibcm.SIDRReject) || prefix(ev.UD.PrivateData, "full") != nil {
 		t.Errorf("status %d %q", ev.Status, ev.UD.PrivateData)
 	}
 	for _, x := range []*rdmacm.ID{id, id2, id3, req.ID, r3.ID, l} {
@@ -439,16 +439,16 @@ func TestRoCEKernelREQ(t *testing.T) {
 	l := w.listen(srv, rdmacm.PortSpaceTCP, rpingPort)
 	var kreq, krep, krtu, kdreq, kdrep capturedFrame
 	for _, f := range frames {
-		switch f.mad.CMAttribute() {
-		case ibcm.CMAttrREQ:
+		switch f.mad.Attribute() {
+		case ibcm.AttrREQ:
 			kreq = f
-		case ibcm.CMAttrREP:
+		case ibcm.AttrREP:
 			krep = f
-		case ibcm.CMAttrRTU:
+		case ibcm.AttrRTU:
 			krtu = f
-		case ibcm.CMAttrDREQ:
+		case ibcm.AttrDREQ:
 			kdreq = f
-		case ibcm.CMAttrDREP:
+		case ibcm.AttrDREP:
 			kdrep = f
 		}
 	}
@@ -462,7 +462,7 @@ func TestRoCEKernelREQ(t *testing.T) {
 	must(t, req.ID.Accept(rdmacm.DefaultConnParam()))
 	w.settle(time.Millisecond)
 	out := readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.CMAttribute() != ibcm.CMAttrREP {
+	if len(out) != 1 || out[0].mad.Attribute() != ibcm.AttrREP {
 		t.Fatalf("the server sent %d MADs", len(out))
 	}
 	rep := out[0].mad
@@ -486,7 +486,7 @@ func TestRoCEKernelREQ(t *testing.T) {
 	must(t, req.ID.Disconnect())
 	w.settle(time.Millisecond)
 	out = readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.CMAttribute() != ibcm.CMAttrDREP {
+	if len(out) != 1 || out[0].mad.Attribute() != ibcm.AttrDREP {
 		t.Fatalf("the server sent %d MADs for the DREQ", len(out))
 	}
 	want = ibcm.MAD(bytes.Clone(kdrep.mad))
@@ -511,16 +511,16 @@ func TestRoCEKernelREP(t *testing.T) {
 	cli := w.host("client", [6]byte{0x52, 0x54, 0, 0x77, 0, 2}, ip22, sim.LinkConfig{})
 	var kreq, krep, krtu, kdreq, kdrep capturedFrame
 	for _, f := range frames {
-		switch f.mad.CMAttribute() {
-		case ibcm.CMAttrREQ:
+		switch f.mad.Attribute() {
+		case ibcm.AttrREQ:
 			kreq = f
-		case ibcm.CMAttrREP:
+		case ibcm.AttrREP:
 			krep = f
-		case ibcm.CMAttrRTU:
+		case ibcm.AttrRTU:
 			krtu = f
-		case ibcm.CMAttrDREQ:
+		case ibcm.AttrDREQ:
 			kdreq = f
-		case ibcm.CMAttrDREP:
+		case ibcm.AttrDREP:
 			kdrep = f
 		}
 	}
@@ -529,7 +529,7 @@ func TestRoCEKernelREP(t *testing.T) {
 	must(t, id.Connect(rdmacm.DefaultConnParam())) // rping's: one READ each way, 7 and 7 retries
 	w.settle(time.Millisecond)
 	out := readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.CMAttribute() != ibcm.CMAttrREQ {
+	if len(out) != 1 || out[0].mad.Attribute() != ibcm.AttrREQ {
 		t.Fatalf("the client sent %d MADs", len(out))
 	}
 	req := out[0].mad
@@ -555,7 +555,7 @@ func TestRoCEKernelREP(t *testing.T) {
 	}
 	w.settle(time.Millisecond)
 	out = readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.CMAttribute() != ibcm.CMAttrRTU {
+	if len(out) != 1 || out[0].mad.Attribute() != ibcm.AttrRTU {
 		t.Fatalf("after the REP the client sent %d MADs", len(out))
 	}
 	want = ibcm.MAD(bytes.Clone(krtu.mad))
@@ -567,7 +567,7 @@ func TestRoCEKernelREP(t *testing.T) {
 	must(t, id.Disconnect())
 	w.settle(time.Millisecond)
 	out = readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.CMAttribute() != ibcm.CMAttrDREQ {
+	if len(out) != 1 || out[0].mad.Attribute() != ibcm.AttrDREQ {
 		t.Fatalf("Disconnect sent %d MADs", len(out))
 	}
 	want = ibcm.MAD(bytes.Clone(kdreq.mad))
@@ -621,7 +621,7 @@ func TestRoCEIPv6(t *testing.T) {
 func TestRoCEBadCMAHeader(t *testing.T) {
 	var kreq capturedFrame
 	for _, f := range captureFrames(t, "rxe-rdma-cm-rping.pcap") {
-		if f.mad.CMAttribute() == ibcm.CMAttrREQ {
+		if f.mad.Attribute() == ibcm.AttrREQ {
 			kreq = f
 		}
 	}
@@ -646,11 +646,11 @@ func TestRoCEBadCMAHeader(t *testing.T) {
 			default:
 			}
 			out := readMADs(t, kernel)
-			if len(out) != 1 || out[0].mad.CMAttribute() != ibcm.CMAttrREJ {
+			if len(out) != 1 || out[0].mad.Attribute() != ibcm.AttrREJ {
 				t.Fatalf("the server sent %d MADs, want one REJ", len(out))
 			}
 			rej := out[0].mad.REJ()
-			if rej.Reason() != ibcm.CMRejConsumer || rej.RemoteCommID() != kreq.mad.REQ().LocalCommID() {
+			if rej.Reason() != ibcm.RejConsumer || rej.RemoteCommID() != kreq.mad.REQ().LocalCommID() {
 				t.Errorf("REJ reason %v, remote comm ID %#x", rej.Reason(), rej.RemoteCommID())
 			}
 			if c := srv.m.Counters(); c.RequestsRefused != 1 {
@@ -670,8 +670,8 @@ func TestRoCEQPGoneBeforeREP(t *testing.T) {
 	must(t, id.DestroyQP())
 	qb := p.accept(req, "")
 	p.next(id, rdmacm.EventConnectError, time.Second)
-	if ev := p.next(req.ID, rdmacm.EventRejected, time.Second); ev.Status != int(ibcm.CMRejConsumer) {
-		t.Errorf("server REJECTED status %d, want %d", ev.Status, ibcm.CMRejConsumer)
+	if ev := p.next(req.ID, rdmacm.EventRejected, time.Second); ev.Status != int(ibcm.RejConsumer) {
+		t.Errorf("server REJECTED status %d, want %d", ev.Status, ibcm.RejConsumer)
 	}
 	if qb.State() != ib.QPStateErr {
 		t.Errorf("server QP %v after the REJ", qb.State())

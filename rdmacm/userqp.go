@@ -121,7 +121,7 @@ func (t *roceTransport) userConn(id *ID) (qpConn, bool) {
 // onREPUserQP takes the REP of an active ID whose QP the program moves: the
 // attributes are kept for InitQPAttr and the program gets CONNECT_RESPONSE;
 // Establish sends the RTU. m.mu is held.
-func (t *roceTransport) onREPUserQP(id *ID, ev *ibcm.CMEvent) {
+func (t *roceTransport) onREPUserQP(id *ID, ev *ibcm.Event) {
 	rs := &id.roce
 	rep := ev.REP
 	rs.conn = qpConn{

@@ -63,7 +63,7 @@ func cmManager() *rdmacm.Manager {
 			}
 			switch {
 			case e.roce != nil:
-				agent, err := ibcm.NewCMAgent(ibcm.CMAgentConfig{Device: e.roce})
+				agent, err := ibcm.NewAgent(ibcm.AgentConfig{Device: e.roce})
 				if err != nil {
 					debugf("rdma_cm: device %s: CM agent: %v", d.Spec.Name, err)
 					continue

@@ -268,13 +268,13 @@ func (d *decoder) fillMAD(p *Packet, pkt *ibtransport.Packet, f *roce.Frame) (*c
 	if err := ibcm.CheckCM(mad); err != nil {
 		return nil, err
 	}
-	a := mad.CMAttribute()
+	a := mad.Attribute()
 	cm := &CMInfo{Message: cmShortName(a), Name: a.String()}
 	mi.Attribute = a.String()
 	mi.CM = cm
 	var pair *cmPair
 	switch a {
-	case ibcm.CMAttrREQ:
+	case ibcm.AttrREQ:
 		r := mad.REQ()
 		cm.LocalCommID = u32p(r.LocalCommID())
 		cm.LocalQPN = u32p(r.LocalQPN())
@@ -290,34 +290,34 @@ func (d *decoder) fillMAD(p *Packet, pkt *ibtransport.Packet, f *roce.Frame) (*c
 			}
 		}
 		pair = &cmPair{from: f.Src, to: f.Dst, localQPN: r.LocalQPN(), localComm: r.LocalCommID()}
-	case ibcm.CMAttrMRA:
+	case ibcm.AttrMRA:
 		r := mad.MRA()
 		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
-	case ibcm.CMAttrREJ:
+	case ibcm.AttrREJ:
 		r := mad.REJ()
 		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
 		cm.Reason = r.Reason().String()
-	case ibcm.CMAttrREP:
+	case ibcm.AttrREP:
 		r := mad.REP()
 		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
 		cm.LocalQPN = u32p(r.LocalQPN())
 		cm.StartingPSN = u32p(r.StartingPSN())
 		pair = &cmPair{from: f.Src, to: f.Dst, localQPN: r.LocalQPN(), localComm: r.LocalCommID(), rep: true}
-	case ibcm.CMAttrRTU:
+	case ibcm.AttrRTU:
 		r := mad.RTU()
 		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
-	case ibcm.CMAttrDREQ:
+	case ibcm.AttrDREQ:
 		r := mad.DREQ()
 		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
 		cm.RemoteQPN = u32p(r.RemoteQPN())
-	case ibcm.CMAttrDREP:
+	case ibcm.AttrDREP:
 		r := mad.DREP()
 		cm.LocalCommID, cm.RemoteCommID = u32p(r.LocalCommID()), u32p(r.RemoteCommID())
-	case ibcm.CMAttrSIDRREQ:
+	case ibcm.AttrSIDRREQ:
 		r := mad.SIDRREQ()
 		cm.RequestID = u32p(r.RequestID())
 		cm.ServiceID = u64p(r.ServiceID())
-	case ibcm.CMAttrSIDRREP:
+	case ibcm.AttrSIDRREP:
 		r := mad.SIDRREP()
 		cm.RequestID = u32p(r.RequestID())
 		cm.ServiceID = u64p(r.ServiceID())
@@ -327,31 +327,31 @@ func (d *decoder) fillMAD(p *Packet, pkt *ibtransport.Packet, f *roce.Frame) (*c
 }
 
 // cmShortName gives the IBTA abbreviation of a CM message.
-func cmShortName(a ibcm.CMAttribute) string {
+func cmShortName(a ibcm.Attribute) string {
 	switch a {
-	case ibcm.CMAttrREQ:
+	case ibcm.AttrREQ:
 		return "REQ"
-	case ibcm.CMAttrMRA:
+	case ibcm.AttrMRA:
 		return "MRA"
-	case ibcm.CMAttrREJ:
+	case ibcm.AttrREJ:
 		return "REJ"
-	case ibcm.CMAttrREP:
+	case ibcm.AttrREP:
 		return "REP"
-	case ibcm.CMAttrRTU:
+	case ibcm.AttrRTU:
 		return "RTU"
-	case ibcm.CMAttrDREQ:
+	case ibcm.AttrDREQ:
 		return "DREQ"
-	case ibcm.CMAttrDREP:
+	case ibcm.AttrDREP:
 		return "DREP"
-	case ibcm.CMAttrSIDRREQ:
+	case ibcm.AttrSIDRREQ:
 		return "SIDR_REQ"
-	case ibcm.CMAttrSIDRREP:
+	case ibcm.AttrSIDRREP:
 		return "SIDR_REP"
-	case ibcm.CMAttrLAP:
+	case ibcm.AttrLAP:
 		return "LAP"
-	case ibcm.CMAttrAPR:
+	case ibcm.AttrAPR:
 		return "APR"
-	case ibcm.CMAttrClassPortInfo:
+	case ibcm.AttrClassPortInfo:
 		return "ClassPortInfo"
 	}
 	return a.String()

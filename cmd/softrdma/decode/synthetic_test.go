@@ -286,7 +286,7 @@ func rewriteRoCE(t testing.TB, data []byte, fn func(p *ibtransport.Packet)) []by
 
 // firstFrame returns a copy of the first frame of a capture whose IB packet has opcode op
 // (and, for QP1, whose CM MAD is attribute cm when cm is not 0).
-func firstFrame(t testing.TB, name string, op ibtransport.Opcode, cm ibcm.CMAttribute) frameOut {
+func firstFrame(t testing.TB, name string, op ibtransport.Opcode, cm ibcm.Attribute) frameOut {
 	t.Helper()
 	for _, fr := range readFrames(t, readFile(t, captureDir+"/"+name)) {
 		var f roce.Frame
@@ -295,7 +295,7 @@ func firstFrame(t testing.TB, name string, op ibtransport.Opcode, cm ibcm.CMAttr
 			continue
 		}
 		if cm != 0 {
-			if mad, err := ibcm.MADFromPacket(&p); err != nil || mad.CMAttribute() != cm {
+			if mad, err := ibcm.MADFromPacket(&p); err != nil || mad.Attribute() != cm {
 				continue
 			}
 		}
@@ -357,8 +357,8 @@ func TestExtensionHeaderFields(t *testing.T) {
 // TestCMMRAAndREJ: a captured CM REP rewritten as an MRA and as a REJ decodes to lines
 // that name the message, both communication IDs and the REJ's reason.
 func TestCMMRAAndREJ(t *testing.T) {
-	rep := firstFrame(t, "rxe-rdma-cm-rping.pcap", ibtransport.OpcodeUDSendOnly, ibcm.CMAttrREP)
-	toCM := func(a ibcm.CMAttribute, fill func(m ibcm.MAD)) frameOut {
+	rep := firstFrame(t, "rxe-rdma-cm-rping.pcap", ibtransport.OpcodeUDSendOnly, ibcm.AttrREP)
+	toCM := func(a ibcm.Attribute, fill func(m ibcm.MAD)) frameOut {
 		fr := rep
 		fr.data = rewriteRoCE(t, rep.data, func(p *ibtransport.Packet) {
 			m, err := ibcm.MADFromPacket(p)
@@ -374,8 +374,8 @@ func TestCMMRAAndREJ(t *testing.T) {
 		})
 		return fr
 	}
-	mra := toCM(ibcm.CMAttrMRA, func(m ibcm.MAD) { m.MRA().SetMessageMRAed(0); m.MRA().SetServiceTimeout(20) })
-	rej := toCM(ibcm.CMAttrREJ, func(m ibcm.MAD) { m.REJ().SetMessageRejected(0); m.REJ().SetReason(ibcm.CMRejConsumer) })
+	mra := toCM(ibcm.AttrMRA, func(m ibcm.MAD) { m.MRA().SetMessageMRAed(0); m.MRA().SetServiceTimeout(20) })
+	rej := toCM(ibcm.AttrREJ, func(m ibcm.MAD) { m.REJ().SetMessageRejected(0); m.REJ().SetReason(ibcm.RejConsumer) })
 	res, out, err := decodeBytes(t, writeCapture(t, []frameOut{mra, rej}, layers.LinkTypeEthernet, false), allOn)
 	if err != nil || len(res.Errors) != 0 {
 		t.Fatalf("err %v, errors %v\n%s", err, res.Errors, out)
