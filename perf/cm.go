@@ -51,6 +51,9 @@ type cmSide struct {
 	cm    *device.CM
 	m     *rdmacm.Manager
 	iwarp bool // the device is iWARP's
+	// retry is --retry_count: the retry count of every connection's
+	// rdma_connect and rdma_accept (perftest's conn_param.retry_count).
+	retry uint8
 
 	comm    *rdmacm.ID
 	carrier *qpCarrier
@@ -226,7 +229,7 @@ func (c *cmSide) serveComm(ctx context.Context, port int, listening func(net.Add
 		id.Destroy()
 		return 0, err
 	}
-	if err := id.Accept(rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
+	if err := id.Accept(rdmacm.ConnParam{RetryCount: c.retry, RNRRetryCount: 7}); err != nil {
 		id.Destroy()
 		return 0, fmt.Errorf("Function rdma_accept failed: %w", err)
 	}
@@ -269,7 +272,7 @@ func (c *cmSide) dialCommOnce(ctx context.Context, src netip.Addr, dst netip.Add
 	if err != nil {
 		return err
 	}
-	if err := id.Connect(rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
+	if err := id.Connect(rdmacm.ConnParam{RetryCount: c.retry, RNRRetryCount: 7}); err != nil {
 		return fmt.Errorf("Function rdma_connect failed: %w", err)
 	}
 	if _, err := device.CMWait(ctx, id, device.CMStep, rdmacm.EventEstablished); err != nil {
@@ -283,7 +286,7 @@ func (c *cmSide) dialCommOnce(ctx context.Context, src netip.Addr, dst netip.Add
 
 // cmConnParam is what perftest offers for a test connection.
 func (s *session) cmConnParam(peer *rdmacm.ConnParam) rdmacm.ConnParam {
-	cp := rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7}
+	cp := rdmacm.ConnParam{RetryCount: s.p.retry, RNRRetryCount: 7}
 	if s.p.verb == verbRead || s.p.verb == verbAtomic {
 		rr, id := uint8(s.outReads), uint8(s.outReads)
 		if peer != nil {
@@ -424,13 +427,14 @@ func runCM(o *Options, p *params, res *result, stdout, stderr io.Writer) (err er
 		dev.Close()
 		return err
 	}
+	cm.retry = p.retry
 	defer func() {
 		cm.close()
 		if cerr := dev.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("closing the device: %w", cerr)
 		}
 	}()
-	s := &session{p: p, dev: dev, stdout: stdout, stderr: stderr, res: res, cm: cm, cmPort: o.Port, cmPeer: peer}
+	s := &session{p: p, dev: dev, stdout: stdout, stderr: stderr, res: res, cm: cm, cmPort: o.Port, cmPeer: peer, outJSON: newOutJSON(o, stderr)}
 	if dev.Spec().Transport != devspec.IWARP {
 		if err := s.init(); err != nil {
 			return err

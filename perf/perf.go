@@ -56,6 +56,9 @@ const (
 	defRxSend     = 512
 	defCQMod      = 100
 	DefQPTimeout  = 14
+	DefRetryCount = 7   // DEF_RETRY_COUNT
+	maxInline     = 912 // MAX_INLINE
+	maxInlineUD   = 884 // MAX_INLINE_UD
 	minIters      = 5
 	maxIters      = 100000000
 	maxSize       = 8388608 // MAX_SIZE: -a's largest message, and its buffers
@@ -93,13 +96,20 @@ type Options struct {
 	RDMACM    bool
 	UseCM     bool
 	JSON      bool
-	Transport string
-	CRC       string // iWARP's MPA CRC policy
-	Backend   string
-	Pcap      string
-	TAPPeer   string
-	TAPName   string
-	Wait      time.Duration
+	// OutJSON and OutJSONFile are perftest's --out_json and --out_json_file:
+	// perftest's report file (outjson.go).
+	OutJSON     bool
+	OutJSONFile string
+	Inline      int  // -I, perftest's --inline_size; -1: perftest's default
+	RetryCount  int  // --retry_count: the rdma_cm connections' retry count
+	ReportBoth  bool // --report-both: -b's two directions, each on its own
+	Transport   string
+	CRC         string // iWARP's MPA CRC policy
+	Backend     string
+	Pcap        string
+	TAPPeer     string
+	TAPName     string
+	Wait        time.Duration
 	// CPUProfile, if set, is where a CPU profile of the run goes.
 	CPUProfile string
 
@@ -132,13 +142,23 @@ type params struct {
 	duplex    bool
 	noPeak    bool
 	gbits     bool
-	gidIndex  int  // -x, or -1
-	mtu       int  // -m in bytes, or 0
-	rdmaCM    bool // -R: rdma_cm connects the test QPs
-	useCM     bool // -R or -z: the parameters travel over rdma_cm
+	gidIndex  int    // -x, or -1
+	mtu       int    // -m in bytes, or 0
+	rdmaCM    bool   // -R: rdma_cm connects the test QPs
+	useCM     bool   // -R or -z: the parameters travel over rdma_cm
+	conn      string // -c: RC, UC or UD
+	inline    int    // -I: sends of at most this many bytes are posted inline
+	retry     uint8  // --retry_count, at most 7 (the CM REQ's 3-bit field)
+	// reportBoth is --report-both: -b prints each direction's row too.
+	reportBoth bool
 }
 
 func (p *params) durationMode() bool { return p.duration > 0 }
+
+// inlined says whether a message of size bytes is posted inline
+// (ctx_set_send_reg_wqes: size <= inline_size; inline is 0 for READs and
+// atomics).
+func (p *params) inlined(size uint64) bool { return size <= uint64(p.inline) }
 
 // Main runs a parsed command; its exit code is perftest's idea of success.
 func Main(o *Options, stdout, stderr io.Writer) int {
@@ -202,7 +222,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&o.Conn, "connection", "c", "RC", "connection type; only RC is implemented")
 	fs.BoolVarP(&o.RDMACM, "rdma_cm", "R", false, "connect the test QPs with rdma_cm, and exchange the parameters over an rdma_cm QP (RoCE: IB CM on QP1; iWARP: TCP and MPA)")
 	fs.BoolVarP(&o.UseCM, "comm_rdma_cm", "z", false, "exchange the parameters over an rdma_cm QP; the test QPs are connected by their keys")
-	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON instead of perftest's table")
+	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON (snake_case keys) instead of perftest's table")
+	fs.BoolVar(&o.OutJSON, "out_json", false, "also write perftest's report file (perftest's own format, not strict JSON) to --out_json_file")
+	fs.StringVar(&o.OutJSONFile, "out_json_file", DefaultOutJSONFile, "the --out_json file")
+	fs.IntVarP(&o.Inline, "inline_size", "I", -1, "post WRITEs and SENDs of at most this many bytes inline (0 to 912; default 0, as perftest on rxe)")
+	fs.IntVar(&o.RetryCount, "retry_count", DefRetryCount, "-R: the transport retry count the rdma_cm connections ask for (0 or more; the CM carries at most 7)")
+	fs.BoolVar(&o.ReportBoth, "report-both", false, "-b: also print each direction's results (Local results, Remote results)")
 	fs.StringVar(&o.Transport, "transport", "roce", "roce or iwarp (iWARP over TCP, with -R: rdma_cm over MPA, as perftest over siw)")
 	fs.StringVar(&o.CRC, "crc", "accept", "--transport iwarp: MPA CRCs: accept (siw's default: if the peer asks), request or require")
 	fs.StringVar(&o.Backend, "backend", "udp", "how RoCE frames move: udp (a UDP socket on port 4791, no root), afpacket (raw frames on -d INTERFACE) or tap (a TAP device whose host has the address -d ADDR)")
@@ -275,7 +300,8 @@ func derive(o *Options) (*params, error) {
 	t := o.Test
 	p := &params{test: t, bw: t.Bandwidth(), server: o.Host == "", all: o.All, qps: o.QPs,
 		duplex: o.Duplex, noPeak: o.NoPeak, gbits: o.Gbits, gidIndex: o.GIDIndex, outReads: o.OutReads,
-		rdmaCM: o.RDMACM, useCM: o.RDMACM || o.UseCM, qpTimeout: uint8(o.QPTimeout)}
+		rdmaCM: o.RDMACM, useCM: o.RDMACM || o.UseCM, qpTimeout: uint8(o.QPTimeout), conn: strings.ToUpper(o.Conn),
+		reportBoth: o.ReportBoth}
 	switch t {
 	case perftest.WriteBW, perftest.WriteLat:
 		p.verb = verbWrite
@@ -436,6 +462,18 @@ func (p *params) parseOptions(o *Options) error {
 	if o.QPTimeout < 0 || o.QPTimeout > 31 {
 		return fmt.Errorf("-u %d: QP timeout out of range: want 0 to 31", o.QPTimeout)
 	}
+	if o.Set["inline_size"] {
+		if o.Inline < 0 || o.Inline > maxInline {
+			return fmt.Errorf("-I %d: Max inline should be between 0 and %d", o.Inline, maxInline)
+		}
+		p.inline = o.Inline
+	}
+	if o.RetryCount < 0 {
+		return fmt.Errorf("--retry_count %d: Retry Count should be a non-negative number", o.RetryCount)
+	}
+	// rdma_connect's retry_count goes into the CM REQ's 3-bit field: the
+	// kernel's cma keeps min(7, retry_count), and so does rdmacm here.
+	p.retry = uint8(min(o.RetryCount, 7))
 	if o.Port < 0 || o.Port > 65535 {
 		return fmt.Errorf("-p %d: not a TCP port", o.Port)
 	}
@@ -493,6 +531,12 @@ func (p *params) forceDependencies(o *Options) error {
 		if p.duration <= 2*p.margin {
 			return errors.New("please check that DURATION > 2*MARGIN")
 		}
+	}
+	if p.verb == verbRead || p.verb == verbAtomic {
+		p.inline = 0 // force_dependecies: READs and atomics carry no data out
+	}
+	if p.conn == "UD" && p.inline > maxInlineUD {
+		p.inline = maxInlineUD // "Setting inline size to 884 (Max inline size in UD)"
 	}
 	if p.verb == verbSend && p.rxDepth%2 == 1 && !p.all {
 		p.rxDepth++ // perftest's "WA for a bug when rx_depth is odd in SEND"

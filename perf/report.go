@@ -34,14 +34,20 @@ const (
 func tableHeader(p *params) string {
 	h := latHeader
 	switch {
-	case p.bw && p.gbits:
-		h = bwHeaderG
 	case p.bw:
-		h = bwHeader
+		h = bwTableHeader(p.gbits)
 	case p.durationMode():
 		h = latDurHeader
 	}
 	return resultLine + h + "\n"
+}
+
+// bwTableHeader is RESULT_FMT or, with --report_gbits, RESULT_FMT_G.
+func bwTableHeader(gbits bool) string {
+	if gbits {
+		return bwHeaderG
+	}
+	return bwHeader
 }
 
 // formatFactor is print_report_bw's format_factor: bytes per MB (2^20) or
@@ -83,6 +89,14 @@ func title(p *params) string {
 	return b.String()
 }
 
+// transport is transport_str's: IB for RoCE, IW for iWARP.
+func (ti *testInfo) transport() string {
+	if ti.iwarp {
+		return "IW"
+	}
+	return "IB"
+}
+
 func (ti *testInfo) write(w io.Writer) {
 	p := ti.p
 	onOff := func(b bool) string {
@@ -95,12 +109,8 @@ func (ti *testInfo) write(w io.Writer) {
 	b.WriteString(resultLine)
 	b.WriteString("                    " + title(p) + "\n")
 	fmt.Fprintf(&b, " Dual-port       : %s\t\tDevice         : %s\n", "OFF", ti.device)
-	transport := "IB"
-	if ti.iwarp {
-		transport = "IW"
-	}
-	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : %s\n", p.qps, transport)
-	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", "RC", "OFF")
+	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : %s\n", p.qps, ti.transport())
+	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", p.conn, "OFF")
 	// ib_write_lat alone turns PCIe relaxed ordering off (write_lat.c).
 	fmt.Fprintf(&b, " PCIe relax order: %s\n", onOff(p.test != perftest.WriteLat))
 	b.WriteString(" ibv_wr* API     : OFF\n")
@@ -117,7 +127,7 @@ func (ti *testInfo) write(w io.Writer) {
 	b.WriteString(" Link type       : Ethernet\n")
 	fmt.Fprintf(&b, " GID index       : %d\n", ti.gidIndex)
 	if p.verb != verbRead && p.verb != verbAtomic {
-		b.WriteString(" Max inline data : 0[B]\n")
+		fmt.Fprintf(&b, " Max inline data : %d[B]\n", p.inline)
 	} else {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", ti.outReads)
 	}
@@ -386,12 +396,20 @@ type result struct {
 	Remote       []jsonDest `json:"remote"`
 	BWUnits      string     `json:"bw_units,omitempty"`
 	Bandwidth    []jsonBW   `json:"bandwidth,omitempty"`
-	Latency      []latStats `json:"latency,omitempty"`
-	Error        string     `json:"error,omitempty"`
+	// BandwidthLocal and BandwidthRemote are --report-both's rows: each
+	// direction of a -b run.
+	BandwidthLocal  []jsonBW   `json:"bandwidth_local,omitempty"`
+	BandwidthRemote []jsonBW   `json:"bandwidth_remote,omitempty"`
+	Latency         []latStats `json:"latency,omitempty"`
+	Error           string     `json:"error,omitempty"`
 }
 
 func (r *result) addBW(rep perftest.BWReport) {
-	r.Bandwidth = append(r.Bandwidth, jsonBW{Size: rep.Size, Iters: rep.Iters, BWPeak: rep.BWPeak, BWAvg: rep.BWAvg, MsgRateAvg: rep.MsgRateAvg})
+	r.Bandwidth = append(r.Bandwidth, toJSONBW(rep))
+}
+
+func toJSONBW(rep perftest.BWReport) jsonBW {
+	return jsonBW{Size: rep.Size, Iters: rep.Iters, BWPeak: rep.BWPeak, BWAvg: rep.BWAvg, MsgRateAvg: rep.MsgRateAvg}
 }
 
 func (r *result) write(w io.Writer) error {

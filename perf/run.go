@@ -96,7 +96,7 @@ func run(o *Options, p *params, stdout, stderr io.Writer) (err error) {
 			return err
 		}
 	}
-	s := &session{p: p, dev: dev, stdout: stdout, stderr: stderr, res: res}
+	s := &session{p: p, dev: dev, stdout: stdout, stderr: stderr, res: res, outJSON: newOutJSON(o, stderr)}
 	if err := s.init(); err != nil {
 		return err
 	}
@@ -191,6 +191,10 @@ type session struct {
 	cmResult    *perftest.Result
 	keysPrinted bool
 
+	// outJSON is --out_json's file, nil without it; its test information is
+	// set by setup.
+	outJSON *outJSONFile
+
 	// credit is ib_send_bw's receive credit over iWARP (iwarp.go).
 	credit *credit
 	// noProgress, if not zero, replaces noProgress for a sender waiting
@@ -216,6 +220,9 @@ func (s *session) init() error {
 	}
 	if s.gidIndex < 0 {
 		return fmt.Errorf("no GID for the device's address %v", s.dev.Local())
+	}
+	if max := s.ctx.Config().MaxInlineData; p.inline > max {
+		return fmt.Errorf("-I %d: the device's inline limit is %d bytes", p.inline, max)
 	}
 	s.res.GIDIndex = s.gidIndex
 	active := s.dev.PathMTU()
@@ -329,7 +336,8 @@ func (s *session) setup(_ context.Context, r *perftest.Result) ([]perftest.Dest,
 			continue
 		}
 		qp, err := c.CreateQP(s.pd, ibtransport.QPInitAttr{Type: ibtransport.QPTypeRC, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
-			Cap: ibtransport.QPCap{MaxSendWR: max(p.txDepth, 1), MaxRecvWR: max(p.rxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1}})
+			Cap: ibtransport.QPCap{MaxSendWR: max(p.txDepth, 1), MaxRecvWR: max(p.rxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1,
+				MaxInlineData: p.inline}})
 		if err != nil {
 			return nil, err
 		}
@@ -357,6 +365,9 @@ func (s *session) setup(_ context.Context, r *perftest.Result) ([]perftest.Dest,
 	}
 	ti := testInfo{p: p, device: s.devName, mtu: s.mtu, gidIndex: s.gidIndex, outReads: s.outReads, iwarp: s.dev.Spec().Transport == devspec.IWARP}
 	ti.write(s.stdout)
+	if s.outJSON != nil {
+		s.outJSON.info = &ti
+	}
 	return dests, nil
 }
 
@@ -468,17 +479,38 @@ func (s *session) finish(r *perftest.Result) {
 	switch {
 	case p.bw && p.verb != verbSend && p.server && !p.duplex:
 		for _, x := range r.Reports {
-			io.WriteString(s.stdout, bwLine(x.Remote, p.gbits))
-			s.res.addBW(x.Remote)
+			s.printBW(x.Remote)
 		}
 	case p.bw && p.duplex:
 		for _, x := range r.Reports {
-			sum := sum(x.Local, x.Remote)
-			io.WriteString(s.stdout, bwLine(sum, p.gbits))
-			s.res.addBW(sum)
+			s.printBW(sum(x.Local, x.Remote))
+		}
+		// --report-both: each direction's row under a table of its own, after
+		// the sum (write_bw.c and its siblings, RUN_REGULAR only: not -a).
+		if p.reportBoth && !p.all && len(r.Reports) > 0 {
+			x := r.Reports[len(r.Reports)-1]
+			for _, dir := range []struct {
+				name string
+				rep  perftest.BWReport
+				to   *[]jsonBW
+			}{{"Local", x.Local, &s.res.BandwidthLocal}, {"Remote", x.Remote, &s.res.BandwidthRemote}} {
+				io.WriteString(s.stdout, resultLine+"\n "+dir.name+" results: \n"+resultLine)
+				io.WriteString(s.stdout, bwTableHeader(p.gbits)+"\n")
+				io.WriteString(s.stdout, bwLine(dir.rep, p.gbits))
+				s.outJSON.write(outJSONBW(dir.rep, p.gbits))
+				*dir.to = append(*dir.to, toJSONBW(dir.rep))
+			}
 		}
 	}
 	io.WriteString(s.stdout, resultLine)
+}
+
+// printBW prints a bandwidth row (print_full_bw_report): the table's line,
+// the --json result and the --out_json file.
+func (s *session) printBW(rep perftest.BWReport) {
+	io.WriteString(s.stdout, bwLine(rep, s.p.gbits))
+	s.res.addBW(rep)
+	s.outJSON.write(outJSONBW(rep, s.p.gbits))
 }
 
 // postReceives posts a send test's receives: rx depth per QP (ctx_set_recv_wqes).
@@ -511,8 +543,7 @@ func (s *session) run(ctx context.Context, size uint64) (perftest.BWReport, erro
 			return rep, err
 		}
 		if !p.duplex || (p.verb == verbSend && p.durationMode()) {
-			io.WriteString(s.stdout, bwLine(rep, p.gbits))
-			s.res.addBW(rep)
+			s.printBW(rep)
 		}
 		return rep, nil
 	case p.test == perftest.WriteLat:
@@ -621,6 +652,7 @@ func (s *session) sendWR(i int, size, k uint64, signaled bool) ibtransport.SendW
 	}
 	wr := ibtransport.SendWR{WRID: uint64(i), Signaled: signaled, SGL: []ibtransport.SGE{s.mr.SGE(int(off), int(size))},
 		RemoteAddr: raddr, RKey: s.remote[i].RKey}
+	wr.Inline = p.inlined(size)
 	switch p.verb {
 	case verbSend:
 		wr.Opcode, wr.RemoteAddr, wr.RKey = ibtransport.WRSend, 0, 0
@@ -955,6 +987,7 @@ func (r *latRun) report(rttFactor int) {
 	}
 	io.WriteString(r.s.stdout, latLine(st, r.dur))
 	r.s.res.Latency = append(r.s.res.Latency, st)
+	r.s.outJSON.write(outJSONLat(st, r.dur))
 }
 
 // waitSend waits for one send completion.
