@@ -109,12 +109,14 @@ func Open(s devspec.Spec, cfg Config) (Device, error) {
 	switch s.Transport {
 	case devspec.RoCE:
 		if d, err := openRoCE(s, cfg); err == nil {
+			d.unregister = register(d)
 			return d, nil
 		} else {
 			return nil, err
 		}
 	case devspec.IWARP:
 		if d, err := openIWARP(s, cfg); err == nil {
+			d.unregister = register(d)
 			return d, nil
 		} else {
 			return nil, err

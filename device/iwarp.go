@@ -32,6 +32,8 @@ type IWARP struct {
 	capture *pcaptap.TCP
 	once    sync.Once
 	err     error
+
+	unregister func() // takes it out of counters.Default (register)
 }
 
 var _ Device = (*IWARP)(nil)
@@ -154,7 +156,12 @@ func (d *IWARP) StartCM(cfg CMConfig) (*CM, error) {
 // Close closes the capture: the engine has nothing to send, each connection
 // is closed with its QP.
 func (d *IWARP) Close() error {
-	d.once.Do(func() { d.err = d.closeCapture() })
+	d.once.Do(func() {
+		if d.unregister != nil {
+			d.unregister()
+		}
+		d.err = d.closeCapture()
+	})
 	return d.err
 }
 

@@ -36,6 +36,8 @@ type RoCE struct {
 	done   chan error
 	once   sync.Once
 	err    error
+
+	unregister func() // takes it out of counters.Default (register)
 }
 
 var _ Device = (*RoCE)(nil)
@@ -178,6 +180,9 @@ func (d *RoCE) Close() error {
 	d.once.Do(func() {
 		if _, err := d.dev.Flush(time.Now()); err != nil && !errors.Is(err, net.ErrClosed) {
 			d.err = err
+		}
+		if d.unregister != nil {
+			d.unregister()
 		}
 		d.cancel()
 		if err := d.dev.Close(); err != nil && d.err == nil {
