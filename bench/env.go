@@ -104,7 +104,11 @@ func openRoCE(pair *netns.Pair, backend string, tap *pcaptap.Tap) (*env, error) 
 		if err != nil {
 			closeDevices(devs)
 			e.close()
-			return nil, fmt.Errorf("roce.Open %s on %s: %w", backend, s.Link, err)
+			on := s.Link
+			if on == "" {
+				on = s.IPv4.Addr().String()
+			}
+			return nil, fmt.Errorf("roce.Open %s on %s: %w", backend, on, err)
 		}
 		devs[i] = d
 	}

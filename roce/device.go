@@ -97,7 +97,8 @@ type DeviceConfig struct {
 	// returns (default RoCEv2). RoCEv1 needs a raw Ethernet endpoint.
 	Version Version
 	// Engine configures the verbs engine; a zero PortMTU is derived from the
-	// endpoint's MTU as rxe does (PathMTUFor).
+	// endpoint's MTU as rxe does (PathMTUFor); a larger one than that is an
+	// error (the endpoint could not carry its full-size packets).
 	Engine ibtransport.ContextConfig
 	// HopLimit is the IPv4 TTL / IPv6 hop limit of frames whose address handle
 	// gives none (default 64, as rxe).
@@ -219,6 +220,12 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 	}
 	if cfg.Engine.PortMTU == 0 {
 		cfg.Engine.PortMTU = mtu
+	} else if cfg.Engine.PortMTU > mtu {
+		// The endpoint would drop every packet longer than its MTU
+		// (DroppedOversize), and RC QPs at this path MTU would retry until
+		// IBV_WC_RETRY_EXC_ERR with nothing said about why.
+		return nil, fmt.Errorf("roce: Engine.PortMTU %d: above %d, the largest IB MTU that the endpoint's MTU %d carries with RoCE's headers",
+			cfg.Engine.PortMTU, mtu, cfg.Endpoint.MTU())
 	}
 	if cfg.UDPPort == 0 {
 		cfg.UDPPort = UDPPort

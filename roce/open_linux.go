@@ -74,7 +74,8 @@ type OpenConfig struct {
 	MTU int
 
 	// Engine configures the verbs engine; a zero PortMTU is derived from
-	// the interface MTU as rxe derives it (PathMTUFor).
+	// the interface MTU as rxe derives it (PathMTUFor), and one above that
+	// is refused (see DeviceConfig.Engine).
 	Engine ibtransport.ContextConfig
 
 	// Version is the encapsulation of AddressHandle's handles: RoCEv2 (the
