@@ -11,7 +11,7 @@ COMMIT   := $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff -
 # module proxy serves it) and runs it from the build cache after that.
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build lib lib-build lib-deps demo test vet staticcheck fmt-check unit race fuzz-short fuzz bench bench-go bench-kernel deps clean interop
+.PHONY: all build lib lib-build lib-deps conform-ctl conform-ctl-build demo test vet staticcheck fmt-check unit race fuzz-short fuzz bench bench-go bench-kernel deps clean interop
 
 all: build
 
@@ -21,8 +21,8 @@ all: build
 build:
 	$(GO) build -ldflags "-X main.buildCommit=$(COMMIT)" -o $(BIN) ./cmd/softrdma
 	@if command -v gcc >/dev/null 2>&1 && [ -f /usr/include/infiniband/verbs.h ]; then \
-		$(MAKE) --no-print-directory lib-build; \
-	else echo "build: lib/ not built: it needs gcc and libibverbs-dev (make lib installs them)"; fi
+		$(MAKE) --no-print-directory lib-build conform-ctl-build; \
+	else echo "build: lib/ and bin/conform-ctl not built: they need gcc and libibverbs-dev (make lib installs them)"; fi
 
 # lib/libibverbs.so.1: the drop-in libibverbs (capi/libibverbs, cgo, built
 # against rdma-core's headers, which lib-deps installs, as libsoftrdma-verbs.so,
@@ -61,6 +61,22 @@ lib-build:
 
 lib-deps:
 	@./scripts/deps.sh lib
+
+# bin/conform-ctl: the conformance control protocol (conform/CONTROL.md) served
+# for any libibverbs device (capi/conformctl, plain C against rdma-core's
+# libibverbs), so that softrdma conform --peer runs the cases that need a side
+# channel against a hardware RNIC, the kernel's rxe, or softrdma's own lib/
+# (softrdma run -- bin/conform-ctl ...). CTLDIR puts it elsewhere, CTLCFLAGS
+# adds compiler flags (the hostile-input test adds the sanitizers).
+CTLDIR ?= bin
+CTLCFLAGS ?=
+conform-ctl: lib-deps
+	@$(MAKE) --no-print-directory conform-ctl-build
+
+conform-ctl-build:
+	mkdir -p $(CTLDIR)
+	gcc -O2 -g -Wall -Wextra -Wno-unused-parameter $(CTLCFLAGS) -o $(CTLDIR)/conform-ctl \
+		capi/conformctl/conform-ctl.c capi/conformctl/json.c -libverbs
 
 demo: build
 	./$(BIN) demo
