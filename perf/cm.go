@@ -409,7 +409,7 @@ func (s *session) dialTests(ctx context.Context, attr ibtransport.QPInitAttr) er
 // runCM is run with -R or -z: the exchange over the comm QP, the test
 // QPs connected by rdma_cm (-R) or by their keys (-z).
 func runCM(o *Options, p *params, res *result, stdout, stderr io.Writer) (err error) {
-	ctx := context.Background()
+	ctx := o.context()
 	var peer netip.Addr
 	if !p.server {
 		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip4", o.Host)

@@ -12,6 +12,7 @@
 package perf
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +60,7 @@ const (
 	DefRetryCount = 7   // DEF_RETRY_COUNT
 	maxInline     = 912 // MAX_INLINE
 	maxInlineUD   = 884 // MAX_INLINE_UD
+	defDuration   = 5   // DEF_DURATION: seconds
 	minIters      = 5
 	maxIters      = 100000000
 	maxSize       = 8388608 // MAX_SIZE: -a's largest message, and its buffers
@@ -103,13 +105,19 @@ type Options struct {
 	Inline      int  // -I, perftest's --inline_size; -1: perftest's default
 	RetryCount  int  // --retry_count: the rdma_cm connections' retry count
 	ReportBoth  bool // --report-both: -b's two directions, each on its own
-	Transport   string
-	CRC         string // iWARP's MPA CRC policy
-	Backend     string
-	Pcap        string
-	TAPPeer     string
-	TAPName     string
-	Wait        time.Duration
+	// RunInfinitely is --run_infinitely: a _bw test that runs until it is
+	// stopped, printing a row every -D seconds (default 5).
+	RunInfinitely bool
+	// Context, if set, stops the run when it is done (softrdma perf
+	// --run_infinitely: SIGINT and SIGTERM; tests).
+	Context   context.Context
+	Transport string
+	CRC       string // iWARP's MPA CRC policy
+	Backend   string
+	Pcap      string
+	TAPPeer   string
+	TAPName   string
+	Wait      time.Duration
 	// CPUProfile, if set, is where a CPU profile of the run goes.
 	CPUProfile string
 
@@ -118,6 +126,14 @@ type Options struct {
 	// Listening, if set, is told the server's listening address (tests use
 	// -p 0 and learn the port from it).
 	Listening func(net.Addr)
+}
+
+// context is Options.Context, or context.Background.
+func (o *Options) context() context.Context {
+	if o.Context != nil {
+		return o.Context
+	}
+	return context.Background()
 }
 
 // params are perftest's user_param after parser and force_dependecies: the
@@ -151,6 +167,9 @@ type params struct {
 	retry     uint8  // --retry_count, at most 7 (the CM REQ's 3-bit field)
 	// reportBoth is --report-both: -b prints each direction's row too.
 	reportBoth bool
+	// infinite is --run_infinitely: duration mode with no end, a row every
+	// duration seconds (perftest's RUN_INFINITELY).
+	infinite bool
 }
 
 func (p *params) durationMode() bool { return p.duration > 0 }
@@ -228,6 +247,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVarP(&o.Inline, "inline_size", "I", -1, "post WRITEs and SENDs of at most this many bytes inline (0 to 912; default 0, as perftest on rxe)")
 	fs.IntVar(&o.RetryCount, "retry_count", DefRetryCount, "-R: the transport retry count the rdma_cm connections ask for (0 or more; the CM carries at most 7)")
 	fs.BoolVar(&o.ReportBoth, "report-both", false, "-b: also print each direction's results (Local results, Remote results)")
+	fs.BoolVar(&o.RunInfinitely, "run_infinitely", false, "_bw tests: run until stopped (Ctrl-C), printing the results of every -D seconds (default 5)")
 	fs.StringVar(&o.Transport, "transport", "roce", "roce or iwarp (iWARP over TCP, with -R: rdma_cm over MPA, as perftest over siw)")
 	fs.StringVar(&o.CRC, "crc", "accept", "--transport iwarp: MPA CRCs: accept (siw's default: if the peer asks), request or require")
 	fs.StringVar(&o.Backend, "backend", "udp", "how RoCE frames move: udp (a UDP socket on port 4791, no root), afpacket (raw frames on -d INTERFACE) or tap (a TAP device whose host has the address -d ADDR)")
@@ -495,10 +515,27 @@ func (p *params) parseOptions(o *Options) error {
 		if o.Duration < 1 {
 			return fmt.Errorf("-D %d: Duration period must be positive", o.Duration)
 		}
-		if o.All {
-			return errors.New("Duration mode currently doesn't support running on all sizes.")
-		}
 		p.duration = o.Duration
+	}
+	if o.RunInfinitely {
+		// parser and force_dependecies: RUN_INFINITELY is a DURATION test
+		// whose period (-D, DEF_DURATION 5) is the interval between rows,
+		// with no peak; BW tests only, and not ib_send_bw -b.
+		switch {
+		case !p.bw:
+			return errors.New("--run_infinitely: run_infinitely exists only in BW tests for now.")
+		case p.duplex && p.verb == verbSend:
+			return errors.New("--run_infinitely: run_infinitely mode is not supported in SEND Bidirectional BW test")
+		case o.All:
+			return errors.New("--run_infinitely runs one message size: drop -a")
+		}
+		p.infinite = true
+		if p.duration == 0 {
+			p.duration = defDuration
+		}
+	}
+	if o.Set["duration"] && o.All {
+		return errors.New("Duration mode currently doesn't support running on all sizes.")
 	}
 	return nil
 }

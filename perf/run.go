@@ -31,7 +31,7 @@ const DialWait = 5 * time.Second
 // run runs one test: the TCP connection, the device, perftest's exchange with
 // the verbs work in its hooks, and the report.
 func run(o *Options, p *params, stdout, stderr io.Writer) (err error) {
-	ctx := context.Background()
+	ctx := o.context()
 	res := &result{Test: p.test.String(), Title: title(p), Role: "client", Transport: o.Transport, Backend: o.Backend,
 		Connection: "RC", QPs: p.qps, Duration: p.duration}
 	if p.server {
@@ -48,6 +48,16 @@ func run(o *Options, p *params, stdout, stderr io.Writer) (err error) {
 		stdout = io.Discard
 	}
 
+	if p.infinite {
+		// --run_infinitely ends when it is stopped: then the table is closed
+		// and the run has succeeded (perftest itself dies by the signal).
+		defer func() {
+			if err != nil && ctx.Err() != nil {
+				io.WriteString(stdout, resultLine)
+				err = nil
+			}
+		}()
+	}
 	if o.RDMACM || o.UseCM {
 		return runCM(o, p, res, stdout, stderr)
 	}
@@ -674,6 +684,12 @@ func (s *session) sendWR(i int, size, k uint64, signaled bool) ibtransport.SendW
 // receiver's (run_iter_bw_server), or both at once (run_iter_bi, -b).
 func (s *session) runBW(ctx context.Context, size uint64) (perftest.BWReport, error) {
 	p := s.p
+	if p.infinite { // infinite.go
+		if p.verb == verbSend && p.server && !p.duplex {
+			return s.runBWReceiverInfinitely(ctx, size)
+		}
+		return s.runBWInfinitely(ctx, size)
+	}
 	if p.verb == verbSend && p.server && !p.duplex {
 		return s.runBWReceiver(ctx, size)
 	}

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/pflag"
 
@@ -20,6 +24,13 @@ func perfCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "softrdma perf: %v\n", err)
 		return 2
+	}
+	if o.RunInfinitely {
+		// --run_infinitely runs until it is stopped: Ctrl-C or SIGTERM ends
+		// it with the table closed and exit status 0.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		o.Context = ctx
 	}
 	return perf.Main(o, stdout, stderr)
 }
