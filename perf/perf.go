@@ -55,6 +55,7 @@ const (
 	defTxBW       = 128
 	defTxLat      = 1
 	defRxSend     = 512
+	ucMaxRx       = 16000 // UC_MAX_RX
 	defCQMod      = 100
 	DefQPTimeout  = 14
 	DefRetryCount = 7   // DEF_RETRY_COUNT
@@ -238,7 +239,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&o.Atomic, "atomic_type", "A", "FETCH_AND_ADD", "atomic_bw's operation: CMP_AND_SWAP or FETCH_AND_ADD")
 	fs.BoolVarP(&o.Duplex, "bidirectional", "b", false, "measure both directions at once (_bw tests)")
 	fs.BoolVarP(&o.NoPeak, "noPeak", "N", false, "do not compute the peak bandwidth")
-	fs.StringVarP(&o.Conn, "connection", "c", "RC", "connection type; only RC is implemented")
+	fs.StringVarP(&o.Conn, "connection", "c", "RC", "connection type: RC, or UC (write and send tests; not with -R or iWARP)")
 	fs.BoolVarP(&o.RDMACM, "rdma_cm", "R", false, "connect the test QPs with rdma_cm, and exchange the parameters over an rdma_cm QP (RoCE: IB CM on QP1; iWARP: TCP and MPA)")
 	fs.BoolVarP(&o.UseCM, "comm_rdma_cm", "z", false, "exchange the parameters over an rdma_cm QP; the test QPs are connected by their keys")
 	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON (snake_case keys) instead of perftest's table")
@@ -365,10 +366,7 @@ func checkOptions(o *Options) error {
 	default:
 		return fmt.Errorf("--backend %q: want udp, afpacket or tap", o.Backend)
 	}
-	if !strings.EqualFold(o.Conn, "RC") {
-		return fmt.Errorf("-c %s: only RC is implemented", o.Conn)
-	}
-	return nil
+	return checkConn(o) // conn.go
 }
 
 // setDefaults is init_perftest_params: the defaults of the test's verb and
@@ -568,6 +566,12 @@ func (p *params) forceDependencies(o *Options) error {
 		if p.duration <= 2*p.margin {
 			return errors.New("please check that DURATION > 2*MARGIN")
 		}
+	}
+	if !p.durationMode() && (p.conn == "UC" || p.conn == "UD") && p.rxDepth == defRxSend {
+		// force_dependecies: an unreliable receiver has no RNR NAK to slow
+		// the sender down, so it posts a receive for every message (up to
+		// UC_MAX_RX) unless -r says otherwise.
+		p.rxDepth = min(p.iters, ucMaxRx)
 	}
 	if p.verb == verbRead || p.verb == verbAtomic {
 		p.inline = 0 // force_dependecies: READs and atomics carry no data out

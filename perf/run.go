@@ -33,7 +33,7 @@ const DialWait = 5 * time.Second
 func run(o *Options, p *params, stdout, stderr io.Writer) (err error) {
 	ctx := o.context()
 	res := &result{Test: p.test.String(), Title: title(p), Role: "client", Transport: o.Transport, Backend: o.Backend,
-		Connection: "RC", QPs: p.qps, Duration: p.duration}
+		Connection: p.conn, QPs: p.qps, Duration: p.duration}
 	if p.server {
 		res.Role = "server"
 	}
@@ -345,7 +345,7 @@ func (s *session) setup(_ context.Context, r *perftest.Result) ([]perftest.Dest,
 			dests[i] = s.dest(i, s.qps[i], base, rkey)
 			continue
 		}
-		qp, err := c.CreateQP(s.pd, ibtransport.QPInitAttr{Type: ibtransport.QPTypeRC, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
+		qp, err := c.CreateQP(s.pd, ibtransport.QPInitAttr{Type: p.qpType(), SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
 			Cap: ibtransport.QPCap{MaxSendWR: max(p.txDepth, 1), MaxRecvWR: max(p.rxDepth, 1), MaxSendSGE: 1, MaxRecvSGE: 1,
 				MaxInlineData: p.inline}})
 		if err != nil {
@@ -423,6 +423,12 @@ func (s *session) connect(_ context.Context, local, remote []perftest.Dest) erro
 	s.remote = remote
 	for i, qp := range s.qps {
 		rd := remote[i]
+		if p.conn != "RC" {
+			if err := s.connectUnreliable(qp, local[i], rd); err != nil { // conn.go
+				return err
+			}
+			continue
+		}
 		ah := ibtransport.AddressHandle{DGID: rd.GID, SGIDIndex: uint8(s.gidIndex), HopLimit: hopLimit}
 		if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTR, AH: ah, PathMTU: s.mtu,
 			DestQPN: rd.QPN, RQPSN: rd.PSN, MaxDestRdAtomic: int(local[i].OutReads), MinRNRTimer: MinRNRTimer},
