@@ -309,8 +309,8 @@ func TestPerfDerive(t *testing.T) {
 		{args: "write_bw -u 32", wantErr: "-u 32: QP timeout out of range"},
 		{args: "write_bw -u -1", wantErr: "-u -1: QP timeout out of range"},
 		{args: "write_bw --transport iwarp", wantErr: "needs -R"},
-		{args: "write_bw -R -c UC", wantErr: "only RC"},
-		{args: "write_bw -c UD", wantErr: "only RC"},
+		{args: "write_bw -R -c UC", wantErr: "UC is not supported in librdmacm"},
+		{args: "write_bw -c UD", wantErr: "UD connection only possible in SEND verb"},
 		{args: "write_bw --backend xdp", wantErr: "--backend"},
 		{args: "read_bw -s 2K -D 3", size: 2048, iters: 1000, tx: 128, rx: 1, cqMod: 100, noPeak: true},
 	} {
