@@ -81,28 +81,51 @@ func KernelApplicable(plan map[string]KernelPlan) []string {
 }
 
 // KernelResultsTable writes rep as the Markdown table of test/conform/kernel-results.md:
-// case, section, verdict ("pass", "pass (wire only)", "FAIL", "n/a") and the reason.
+// case, citation (the section and compliance statement as the catalogue has
+// them, with MUST or SHOULD), verdict ("pass", "pass (wire only)", "FAIL",
+// "FAIL (waived)", "n/a") and the reason (a waived failure's with its waiver).
 func KernelResultsTable(rep *Report) string {
 	var b strings.Builder
 	b.WriteString("| case | section | verdict | detail |\n| --- | --- | --- | --- |\n")
-	wireOnly := 0
+	wireOnly, failed, waived := 0, 0, 0
 	for _, c := range rep.Cases {
 		v := KernelVerdict(c)
-		if v == "pass (wire only)" {
-			wireOnly++
+		switch c.Result {
+		case Pass:
+			if v == "pass (wire only)" {
+				wireOnly++
+			}
+		case Fail:
+			failed++
+		case Waived:
+			failed++
+			waived++
 		}
 		reason := strings.TrimPrefix(c.Reason, WireOnlyPrefix)
 		reason = strings.ReplaceAll(reason, " ("+ErrUnobservable.Error()+")", " are not observable")
 		reason = strings.TrimPrefix(reason, "kernel peer: ")
+		if c.Result == Waived && c.Waiver != "" {
+			reason += "; waiver: " + c.Waiver
+		}
 		reason = strings.ReplaceAll(reason, "|", "\\|")
 		reason = strings.ReplaceAll(reason, "\n", " ")
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", c.ID, c.Section, v, reason)
+		cite := c.Citation
+		if cite == "" {
+			cite = c.Section
+		}
+		if c.Level != "" {
+			cite += fmt.Sprintf(" (%s)", c.Level)
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", c.ID, cite, v, reason)
 	}
-	fmt.Fprintf(&b, "\n%d cases: %d pass (%d of them on the wire only), %d fail, %d not applicable.\n",
-		len(rep.Cases), rep.Passed, wireOnly, rep.Failed, rep.NotApplicable)
+	fmt.Fprintf(&b, "\n%d cases: %d pass (%d of them on the wire only), %d fail", len(rep.Cases), rep.Passed, wireOnly, failed)
+	if waived > 0 {
+		fmt.Fprintf(&b, " (%d of them waived)", waived)
+	}
+	fmt.Fprintf(&b, ", %d not applicable.\n", rep.NotApplicable)
 	first := true
 	for _, c := range rep.Cases {
-		if c.Result != Fail || len(c.Seen) == 0 {
+		if (c.Result != Fail && c.Result != Waived) || len(c.Seen) == 0 {
 			continue
 		}
 		if first {
@@ -125,6 +148,8 @@ func KernelVerdict(c CaseReport) string {
 		return "pass"
 	case c.Result == NotApplicable:
 		return "n/a"
+	case c.Result == Waived:
+		return "FAIL (waived)"
 	}
 	return "FAIL"
 }

@@ -202,6 +202,8 @@ func TestKernelResultsTable(t *testing.T) {
 		{ID: "a.wire", Section: "S 2", Result: Pass, Reason: WireOnlyPrefix + "its completions (" + ErrUnobservable.Error() + ")"},
 		{ID: "a.fail", Section: "S 3", Result: Fail, Reason: "got a|b", Seen: []string{"00ff"}},
 		{ID: "a.na", Section: "S 4", Result: NotApplicable, Reason: "kernel peer: needs memory"},
+		{ID: "a.waived", Section: "S 5", Citation: "S 5, C9-1", Level: Must, Result: Waived, Reason: "got NAK 3",
+			Waiver: "R3: known", Seen: []string{"0063"}},
 	}}
 	got := KernelResultsTable(rep)
 	for _, want := range []string{
@@ -209,8 +211,10 @@ func TestKernelResultsTable(t *testing.T) {
 		"| `a.wire` | S 2 | pass (wire only) | its completions are not observable |",
 		"| `a.fail` | S 3 | FAIL | got a\\|b |",
 		"| `a.na` | S 4 | n/a | needs memory |",
-		"4 cases: 2 pass (1 of them on the wire only), 1 fail, 1 not applicable.",
+		"| `a.waived` | S 5, C9-1 (MUST) | FAIL (waived) | got NAK 3; waiver: R3: known |",
+		"5 cases: 2 pass (1 of them on the wire only), 2 fail (1 of them waived), 1 not applicable.",
 		"- `a.fail` seen[0]: `00ff`",
+		"- `a.waived` seen[0]: `0063`",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)
