@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -212,4 +213,33 @@ func TestPerfReportBoth(t *testing.T) {
 	if r.srvCode != 0 || r.cliCode != 0 || strings.Contains(r.cli+r.srv, "Local results") {
 		t.Errorf("--report-both without -b:\n%s", r)
 	}
+}
+
+// TestPerfJSONKeys: --json's keys are snake_case, as every command's
+// (cmd/softrdma's TestJSONKeysSnakeCase checks the others').
+func TestPerfJSONKeys(t *testing.T) {
+	snake := regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+	var walk func(ty reflect.Type)
+	seen := map[reflect.Type]bool{}
+	walk = func(ty reflect.Type) {
+		for ty.Kind() == reflect.Pointer || ty.Kind() == reflect.Slice {
+			ty = ty.Elem()
+		}
+		if ty.Kind() != reflect.Struct || seen[ty] {
+			return
+		}
+		seen[ty] = true
+		for i := range ty.NumField() {
+			f := ty.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" {
+				name = f.Name
+			}
+			if !snake.MatchString(name) {
+				t.Errorf("%s.%s: key %q", ty.Name(), f.Name, name)
+			}
+			walk(f.Type)
+		}
+	}
+	walk(reflect.TypeOf(result{}))
 }

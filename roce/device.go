@@ -109,20 +109,22 @@ type DeviceConfig struct {
 }
 
 // DeviceCounters count what the device dropped before the engine saw it, and
-// what the engine refused.
+// what the engine refused. Their JSON keys are snake_case, as every softrdma
+// command's (pingpong --json prints them).
 type DeviceCounters struct {
-	FramesIn, FramesOut uint64
-	NotRoCE             uint64 // frames that are neither RoCEv1 nor RoCEv2
-	Malformed           uint64 // RoCE frames with bad lengths
-	NotForUs            uint64 // destination IP is none of the device's addresses
-	BadICRC             uint64 // ICRC did not verify
-	BadIPChecksum       uint64 // IPv4 header checksum did not verify (as the kernel, dropped before the ICRC: it masks the checksum)
-	EngineDrops         uint64 // the engine dropped the packet (see its counters)
-	Unroutable          uint64 // output packets with a bad source GID index or mixed address families
-	Neighbor            uint64 // ARP and NDP frames handled by the NeighborProtocol
-	Queued              uint64 // output frames that waited for their next hop's MAC
-	Unresolved          uint64 // output frames dropped: their next hop did not resolve (failed, timed out or queue full)
-	WriteErrors         uint64
+	FramesIn      uint64 `json:"frames_in"`
+	FramesOut     uint64 `json:"frames_out"`
+	NotRoCE       uint64 `json:"not_roce"`        // frames that are neither RoCEv1 nor RoCEv2
+	Malformed     uint64 `json:"malformed"`       // RoCE frames with bad lengths
+	NotForUs      uint64 `json:"not_for_us"`      // destination IP is none of the device's addresses
+	BadICRC       uint64 `json:"bad_icrc"`        // ICRC did not verify
+	BadIPChecksum uint64 `json:"bad_ip_checksum"` // IPv4 header checksum did not verify (as the kernel, dropped before the ICRC: it masks the checksum)
+	EngineDrops   uint64 `json:"engine_drops"`    // the engine dropped the packet (see its counters)
+	Unroutable    uint64 `json:"unroutable"`      // output packets with a bad source GID index or mixed address families
+	Neighbor      uint64 `json:"neighbor"`        // ARP and NDP frames handled by the NeighborProtocol
+	Queued        uint64 `json:"queued"`          // output frames that waited for their next hop's MAC
+	Unresolved    uint64 `json:"unresolved"`      // output frames dropped: their next hop did not resolve (failed, timed out or queue full)
+	WriteErrors   uint64 `json:"write_errors"`
 }
 
 // Device is a RoCE device: it joins a verbs engine (ibtransport.Context) to a
