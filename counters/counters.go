@@ -27,6 +27,10 @@ import (
 
 // Snapshot is the counters of a set of devices at one time.
 type Snapshot struct {
+	// PID and Command are the process's, when the snapshot came from a
+	// metrics endpoint (Serve writes them; zero otherwise).
+	PID     int      `json:"pid,omitempty"`
+	Command string   `json:"command,omitempty"`
 	Devices []Device `json:"devices"`
 }
 

@@ -102,6 +102,10 @@ var families = func() []family {
 func WritePrometheus(w io.Writer, s Snapshot) error {
 	devs := mergeSame(s.Devices)
 	bw := bufio.NewWriter(w)
+	if s.PID != 0 {
+		fmt.Fprintf(bw, "# HELP softrdma_process_info The process: its PID and command line; always 1.\n# TYPE softrdma_process_info gauge\n")
+		fmt.Fprintf(bw, "softrdma_process_info{pid=\"%d\",command=\"%s\"} 1\n", s.PID, esc(s.Command))
+	}
 	for _, f := range families {
 		fmt.Fprintf(bw, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.typ)
 		for i := range devs {
@@ -243,6 +247,11 @@ func ParsePrometheus(r io.Reader) (Snapshot, error) {
 		name, labels, value, err := parseSample(line)
 		if err != nil {
 			return Snapshot{}, fmt.Errorf("line %d: %w: %q", n, err, line)
+		}
+		if name == "softrdma_process_info" {
+			s.PID, _ = strconv.Atoi(labels["pid"])
+			s.Command = labels["command"]
+			continue
 		}
 		f, ok := byName[name]
 		if !ok {

@@ -2,6 +2,9 @@ package counters
 
 import (
 	"sync"
+
+	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/roce"
 )
 
 // MaxClosed is how many closed devices a Registry keeps the last counts of
@@ -100,4 +103,25 @@ func (r *Registry) Since(mark uint64) Snapshot {
 		closed = closed[1:]
 	}
 	return s
+}
+
+// RegisterRoCE registers a RoCE device opened with roce.Open in Default,
+// named name, on its first address: the engine's counts and the device's.
+// Call the returned function when it closes.
+func RegisterRoCE(name string, d *roce.Device) (closed func()) {
+	info := Info{Name: name, Transport: "roce"}
+	if as := d.Addrs(); len(as) > 0 {
+		info.Address = as[0]
+	}
+	return Default.Register(func() Device {
+		c := d.Counters()
+		return Collect(info, d.Context(), &c)
+	})
+}
+
+// RegisterEngine registers the engine of a device with no counts of its
+// own (iWARP: a TCP connection per QP) in Default. Call the returned
+// function when it closes.
+func RegisterEngine(info Info, ctx *ibtransport.Context) (closed func()) {
+	return Default.Register(func() Device { return Collect(info, ctx, nil) })
 }

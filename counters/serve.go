@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 )
@@ -40,9 +41,13 @@ type Server struct {
 	Addr net.Addr
 	srv  *http.Server
 	done chan error
+
+	unannounce func() // removes the AnnounceDir file
 }
 
-// Serve listens on addr (ListenAddr's rules) and serves r until Close.
+// Serve listens on addr (ListenAddr's rules) and serves r until Close,
+// with the process's PID and command line; it announces the address in
+// AnnounceDir (softrdma stat without --from finds it there) until Close.
 func Serve(addr string, r *Registry) (*Server, error) {
 	a, err := ListenAddr(addr)
 	if err != nil {
@@ -53,15 +58,22 @@ func Serve(addr string, r *Registry) (*Server, error) {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	mux := http.NewServeMux()
+	snap := func() Snapshot {
+		s := r.Snapshot()
+		s.PID, s.Command = os.Getpid(), strings.Join(os.Args, " ")
+		return s
+	}
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", ContentType)
-		WritePrometheus(w, r.Snapshot())
+		WritePrometheus(w, snap())
 	})
 	mux.HandleFunc("/metrics.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		WriteJSON(w, r.Snapshot())
+		WriteJSON(w, snap())
 	})
 	s := &Server{Addr: ln.Addr(), srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, done: make(chan error, 1)}
+	// Best effort: softrdma stat --from ADDR works without it.
+	s.unannounce, _ = announce(AnnounceDir(), s.Addr.String())
 	go func() { s.done <- s.srv.Serve(ln) }()
 	return s, nil
 }
@@ -71,6 +83,9 @@ func (s *Server) URL() string { return "http://" + s.Addr.String() + "/metrics" 
 
 // Close stops the server.
 func (s *Server) Close() error {
+	if s.unannounce != nil {
+		s.unannounce()
+	}
 	err := s.srv.Close()
 	if e := <-s.done; !errors.Is(e, http.ErrServerClosed) && err == nil {
 		err = e

@@ -45,6 +45,7 @@ func engineOf(i C.int, d *verbsdev.Device) (*engine, error) {
 		engines.m = map[C.int]*engine{}
 	}
 	engines.m[i] = e
+	registerCounters(d.Spec, e) // SOFTRDMA_METRICS (metrics.go)
 	go e.forwardAsync()
 	return e, nil
 }

@@ -121,7 +121,8 @@ func conformCmd(args []string, stdout, stderr io.Writer) int {
 // with --max-session-memory as the flag's byteSize.
 type conformServeOptions struct {
 	cli.ServeOptions
-	maxSessionMemory byteSize // --max-session-memory; 0: conform.DefaultMaxSessionMemory
+	maxSessionMemory byteSize      // --max-session-memory; 0: conform.DefaultMaxSessionMemory
+	metrics          *metricsFlags // --metrics, --dump-counters
 }
 
 // conformServeCmd serves the control protocol for a softrdma device.
@@ -132,7 +133,7 @@ func conformServeCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	return conformServe(ctx, o, stdout, stderr)
+	return o.metrics.run("conform serve", stderr, func() int { return conformServe(ctx, o, stdout, stderr) })
 }
 
 // conformServeParse reads conform serve's flags (parseFlags).
@@ -148,6 +149,7 @@ func conformServeParse(args []string, stderr io.Writer) (conformServeOptions, er
 	fs.StringVarP(&o.Interface, "interface", "d", "", "network interface (afpacket: required; udp: where the address comes from)")
 	fs.Uint16Var(&o.UDPPort, "udp-port", roce.UDPPort, "RoCEv2 UDP port")
 	fs.StringVar(&o.Pcap, "pcap", "", "write every frame the device sends and receives (iWARP: the TCP octets of its QPs' connections, as synthesised segments) to this pcap `FILE`")
+	o.metrics = addMetricsFlags(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return o, err
 	}

@@ -24,6 +24,8 @@ var commands = []struct {
 	summary string
 	run     func(args []string, stdout, stderr io.Writer) int
 }{
+	{"devices", "the devices a configuration gives, as ibv_devinfo -v and rdma link show them", devicesCmd},
+	{"stat", "counters per device and per QP, as rdma statistic: of a running process (--from ADDR)", statCmd},
 	{"run", "run an unmodified verbs program (ibv_*, perftest, rping...) on softrdma's libibverbs/librdmacm", runCmd},
 	{"decode", "explain a pcap/pcapng capture of RoCE and iWARP traffic, flow by flow", runDecode},
 	{"demo", "two nodes on a simulated network: SEND, WRITE, READ and atomics, verified", demoCmd},

@@ -11,12 +11,13 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/perf"
 )
 
 // perfCmd is softrdma perf: perftest's tools (package perf).
 func perfCmd(args []string, stdout, stderr io.Writer) int {
-	o, err := perfParseArgs(args, stderr)
+	o, metrics, report, err := perfParseArgs(args, stderr)
 	if err != nil {
 		var fe *flagsError
 		if errors.Is(err, pflag.ErrHelp) || errors.As(err, &fe) {
@@ -32,22 +33,33 @@ func perfCmd(args []string, stdout, stderr io.Writer) int {
 		defer stop()
 		o.Context = ctx
 	}
-	return perf.Main(o, stdout, stderr)
+	return metrics.run("perf", stderr, func() int {
+		code := perf.Main(o, stdout, stderr)
+		if *report {
+			fmt.Fprintln(stdout, "counters:")
+			counters.WriteText(stdout, metrics.snapshot())
+		}
+		return code
+	})
 }
 
 // perfParseArgs parses perftest's command line: flags, TEST, HOST.
-func perfParseArgs(args []string, stderr io.Writer) (*perf.Options, error) {
+// It adds --metrics, --dump-counters and --report-counters (print the
+// counters after the result) to perftest's flags.
+func perfParseArgs(args []string, stderr io.Writer) (*perf.Options, *metricsFlags, *bool, error) {
 	o := &perf.Options{}
 	fs := newFlagSet("perf", perf.Usage, stderr)
 	o.AddFlags(fs)
+	metrics := addMetricsFlags(fs)
+	report := fs.Bool("report-counters", false, "print the devices' counters (softrdma stat's lines) after the result")
 	if err := parseFlags(fs, args, stderr); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if err := o.SetArgs(fs); err != nil {
 		if errors.Is(err, perf.ErrNoTest) {
 			fs.Usage()
 		}
-		return nil, err
+		return nil, nil, nil, err
 	}
-	return o, nil
+	return o, metrics, report, nil
 }

@@ -66,6 +66,7 @@ func pingpongCmd(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.JSON, "json", false, "print the result as JSON instead of the tools' lines")
 	fs.DurationVar(&o.Wait, "wait", 0, "client: keep retrying the TCP connection this long (the tools try once)")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "give up after this long (0: never, as the tools)")
+	metrics := addMetricsFlags(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return flagsExit(err)
 	}
@@ -113,6 +114,11 @@ func pingpongCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Couldn't get port info (softrdma devices have port 1 only, not %d)\n", o.IBPort)
 		return 1
 	}
+	return metrics.run("pingpong", stderr, func() int { return ppRun(o, stdout, stderr) })
+}
+
+// ppRun runs pingpong and reports its result.
+func ppRun(o pingpong.Options, stdout, stderr io.Writer) int {
 	var res pingpong.Result
 	err := pingpong.Run(o, stdout, &res)
 	if o.JSON {

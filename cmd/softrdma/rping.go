@@ -38,6 +38,7 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Pcap, "pcap", "", "write the connection to this pcap file (iWARP: its TCP octets; RoCE: its frames)")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "give up after this long (0: never)")
 	fs.DurationVar(&o.Settle, "settle", rping.Settle, "iWARP client: wait this long after ESTABLISHED before the first SEND (see rping.Settle)")
+	metrics := addMetricsFlags(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return flagsExit(err)
 	}
@@ -88,13 +89,15 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
 	}
-	if err := rping.Run(ctx, o, crc, stdout, stderr); err != nil {
-		side := "client"
-		if o.Server {
-			side = "server"
+	return metrics.run("rping", stderr, func() int {
+		if err := rping.Run(ctx, o, crc, stdout, stderr); err != nil {
+			side := "client"
+			if o.Server {
+				side = "server"
+			}
+			fmt.Fprintf(stderr, "rping %s failed: %v\n", side, err)
+			return 1
 		}
-		fmt.Fprintf(stderr, "rping %s failed: %v\n", side, err)
-		return 1
-	}
-	return 0
+		return 0
+	})
 }

@@ -7,6 +7,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/conform"
+	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/device"
 	"github.com/softrdma/softrdma/devspec"
 	"github.com/softrdma/softrdma/netio"
@@ -561,6 +563,7 @@ func conformServeRoCE(ctx context.Context, listen string, maxMem int64, cfg roce
 		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
 		return 1
 	}
+	defer counters.RegisterRoCE(cmp.Or(cfg.Interface, "conform"), dev)() // softrdma stat, --metrics
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	defer func() {
