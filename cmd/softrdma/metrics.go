@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -92,4 +93,21 @@ func (m *metricsFlags) run(name string, stderr io.Writer, run func() int) int {
 		return 1
 	}
 	return m.stop(name, run(), stderr)
+}
+
+// reportCounters writes s after a command's result: "counters:" and
+// softrdma stat's lines, or, after a --json result, a second JSON document
+// {"counters": S} (a stream that jq and json.Decoder read).
+func reportCounters(w io.Writer, asJSON bool, s counters.Snapshot) error {
+	if !asJSON {
+		if _, err := fmt.Fprintln(w, "counters:"); err != nil {
+			return err
+		}
+		return counters.WriteText(w, s)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		Counters counters.Snapshot `json:"counters"`
+	}{s})
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/perf"
 )
 
@@ -36,8 +35,7 @@ func perfCmd(args []string, stdout, stderr io.Writer) int {
 	return metrics.run("perf", stderr, func() int {
 		code := perf.Main(o, stdout, stderr)
 		if *report {
-			fmt.Fprintln(stdout, "counters:")
-			counters.WriteText(stdout, metrics.snapshot())
+			reportCounters(stdout, o.JSON, metrics.snapshot())
 		}
 		return code
 	})
@@ -51,7 +49,7 @@ func perfParseArgs(args []string, stderr io.Writer) (*perf.Options, *metricsFlag
 	fs := newFlagSet("perf", perf.Usage, stderr)
 	o.AddFlags(fs)
 	metrics := addMetricsFlags(fs)
-	report := fs.Bool("report-counters", false, "print the devices' counters (softrdma stat's lines) after the result")
+	report := fs.Bool("report-counters", false, "print the devices' counters after the result (softrdma stat's lines; with --json a second JSON document, {\"counters\": ...})")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return nil, nil, nil, err
 	}

@@ -43,6 +43,15 @@ func (l *lockedBuffer) String() string {
 // each WRITE once plus what it sent again, every packet a BTH, a RETH and
 // 4096 bytes; the server received only such packets.
 func TestPerfCounters(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		t.Run(fmt.Sprintf("json=%v", asJSON), func(t *testing.T) { testPerfCounters(t, asJSON) })
+	}
+}
+
+// testPerfCounters is TestPerfCounters with the client's result as text
+// or, with asJSON, perf --json: the counters are then a second JSON
+// document.
+func testPerfCounters(t *testing.T, asJSON bool) {
 	const n, pkt = 50, 12 + 16 + 4096 // WRITEs; BTH, RETH, -s 4096
 	// Addresses of their own in each run (go test -count): this
 	// process's registry keeps the devices of the runs before, and the
@@ -100,14 +109,29 @@ func TestPerfCounters(t *testing.T) {
 	}
 
 	var out, errb bytes.Buffer
-	if code := runCommand([]string{"perf", "write_bw", "-d", cliAddr, "-p", "18531", "-s", "4096", "-n", "50",
-		"--report-counters", "--dump-counters", cliDump, srvAddr}, &out, &errb); code != 0 {
+	args := []string{"perf", "write_bw", "-d", cliAddr, "-p", "18531", "-s", "4096", "-n", "50",
+		"--report-counters", "--dump-counters", cliDump, srvAddr}
+	if asJSON {
+		args = append(args, "--json")
+	}
+	if code := runCommand(args, &out, &errb); code != 0 {
 		t.Fatalf("perf client: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 	if code := <-done; code != 0 {
 		t.Fatalf("perf server: exit %d\n%s%s", code, srvOut.String(), srvErr.String())
 	}
-	if !strings.Contains(out.String(), "counters:\nlink lo/1 transport roce address "+cliAddr+" state closed ") {
+	if asJSON {
+		// The result, then {"counters": SNAPSHOT}, the same as the dump's.
+		dec := json.NewDecoder(bytes.NewReader(out.Bytes()))
+		var result map[string]any
+		var report struct{ Counters counters.Snapshot }
+		if err := dec.Decode(&result); err != nil || result["test"] != "ib_write_bw" {
+			t.Fatalf("perf --json: %v, %v\n%s", err, result, out.String())
+		}
+		if err := dec.Decode(&report); err != nil || len(report.Counters.Devices) != 1 || report.Counters.Devices[0].Address != cliAddr {
+			t.Errorf("--report-counters --json: %v, %+v\n%s", err, report, out.String())
+		}
+	} else if !strings.Contains(out.String(), "counters:\nlink lo/1 transport roce address "+cliAddr+" state closed ") {
 		t.Errorf("--report-counters: no counters after the result:\n%s", out.String())
 	}
 	// Each dump has the devices opened in this process since its command
