@@ -25,8 +25,9 @@ import (
 // agent on its QP1. --pcap records the RoCE frames (the MADs included). The
 // server's -a names the device (its address); the client's is the peer's.
 
-// openDevice opens the device and its rdma_cm; addr is -a's address.
-func openDevice(o Options, crc iwarp.CRCPolicy, addr netip.Addr) (*cmSide, error) {
+// openDevice opens the device and its rdma_cm; addr is -a's address, src
+// the client's -I (the device's address then), or invalid.
+func openDevice(o Options, crc iwarp.CRCPolicy, addr, src netip.Addr) (*cmSide, error) {
 	var spec devspec.Spec
 	cfg := device.Config{Pcap: o.Pcap}
 	var cmc device.CMConfig
@@ -40,6 +41,9 @@ func openDevice(o Options, crc iwarp.CRCPolicy, addr netip.Addr) (*cmSide, error
 			} else if a, err := device.RouteSource(addr); err == nil {
 				spec.Addr = a
 			}
+		}
+		if src.IsValid() {
+			spec.Addr = src
 		}
 		// The calls set IRD and ORD (rping's 1 and 1) on each connection; the
 		// listener's own are those of the Reply of a request its policy rejects.
@@ -55,6 +59,9 @@ func openDevice(o Options, crc iwarp.CRCPolicy, addr netip.Addr) (*cmSide, error
 		c := device.Choice{Backend: devspec.BackendUDP, GIDIndex: -1}
 		if !o.Server {
 			c.Peer = addr
+			if src.IsValid() {
+				c.Name = src.String() // -I: the device on the source address
+			}
 		} else {
 			cfg.AddrFlag = "-a" // the server's -a names its device
 			if addr.IsValid() && !addr.IsUnspecified() {

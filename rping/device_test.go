@@ -25,7 +25,7 @@ func TestIWARPDevicesDiffer(t *testing.T) {
 		open func() *ib.Context
 	}{
 		{"rping", func() *ib.Context {
-			cm, err := openDevice(Options{Transport: "iwarp"}, iwarp.CRCAccept, netip.MustParseAddr("127.0.0.1"))
+			cm, err := openDevice(Options{Transport: "iwarp"}, iwarp.CRCAccept, netip.MustParseAddr("127.0.0.1"), netip.Addr{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -49,8 +49,19 @@ const (
 	Settle = 200 * time.Millisecond
 )
 
+// Options are rping's flags.
 type Options struct {
-	Server, Client    bool
+	Server, Client bool
+	// Persistent is rping's -P: the server accepts connection after
+	// connection, each served at once beside the others, until it is stopped.
+	Persistent bool
+	// Source is rping's -I: the client's source address (rdma_resolve_addr's
+	// src), and so its device.
+	Source string
+	// SelfQP is rping's -q: the program creates its QP with the verbs and
+	// moves it to INIT, RTR and RTS itself with rdma_init_qp_attr's
+	// attributes, naming it in conn_param.qp_num (RoCE only).
+	SelfQP            bool
 	Addr              string
 	Port              int
 	Count, Size       int
@@ -69,6 +80,8 @@ type session struct {
 	stdout, stderr io.Writer
 
 	cmID    *rdmacm.ID // rping.c's cm_id: the listener (server) or the connection (client)
+	verbs   *ib.Context
+	pd      *ib.PD
 	cq      *ib.CQ
 	qp      *ib.QP
 	conn    *cmConn // the connection, once ESTABLISHED
@@ -319,7 +332,7 @@ func (r *session) clientPings(ctx context.Context) error {
 		}
 	}
 	// rping_disconnect: an orderly close; the DISCONNECTED event follows.
-	r.conn.Close()
+	r.disconnect()
 	r.disconnectEvent()
 	return nil
 }
@@ -339,5 +352,5 @@ func (r *session) clientEnd(err error) error {
 // --crc's MPA CRC policy (iWARP).
 func Run(ctx context.Context, o Options, crc iwarp.CRCPolicy, stdout, stderr io.Writer) error {
 	r := &session{o: o, stdout: stdout, stderr: stderr}
-	return r.run(ctx, func(addr netip.Addr) (*cmSide, error) { return openDevice(o, crc, addr) })
+	return r.run(ctx, func(addr, src netip.Addr) (*cmSide, error) { return openDevice(o, crc, addr, src) })
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/softrdma/softrdma/rping"
 )
 
-const rpingUsage = `usage: softrdma rping -s [-a ADDR] [-p PORT] [flags]
-       softrdma rping -c -a ADDR [-p PORT] [-C COUNT] [-S SIZE] [-vV] [flags]
+const rpingUsage = `usage: softrdma rping -s [-P] [-q] [-a ADDR] [-p PORT] [flags]
+       softrdma rping -c [-q] [-I ADDR] -a ADDR [-p PORT] [-C COUNT] [-S SIZE] [-vV] [flags]
 
 rdma-core's rping over rdma_cm: iWARP on TCP (the default) or, with
 --transport roce, the IB CM on a RoCE device; either side may be the real tool.
@@ -27,6 +27,9 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVarP(&o.Server, "server", "s", false, "server side")
 	fs.BoolVarP(&o.Client, "client", "c", false, "client side")
 	fs.StringVarP(&o.Addr, "addr", "a", "", "address (server: to bind, default any; client: of the server)")
+	fs.BoolVarP(&o.Persistent, "persistent", "P", false, "persistent server: serve connection after connection, side by side, until stopped")
+	fs.StringVarP(&o.Source, "source", "I", "", "client: the source address to bind to (and the device on it)")
+	fs.BoolVarP(&o.SelfQP, "self-qp", "q", false, "create the QP with the verbs and move it to RTS from rdma_init_qp_attr, instead of rdma_cm (--transport roce)")
 	fs.IntVarP(&o.Port, "port", "p", 7174, "port")
 	fs.IntVarP(&o.Count, "count", "C", 0, "ping count times (0: forever)")
 	fs.IntVarP(&o.Size, "size", "S", 64, "ping data size")
@@ -48,6 +51,18 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.Client && o.Addr == "" {
 		fmt.Fprintln(stderr, "softrdma rping: the client needs -a ADDR")
+		return 2
+	}
+	if o.Persistent && !o.Server {
+		fmt.Fprintln(stderr, "softrdma rping: -P is the server's (persistent server mode)")
+		return 2
+	}
+	if o.Source != "" && !o.Client {
+		fmt.Fprintln(stderr, "softrdma rping: -I is the client's source address (the server binds -a)")
+		return 2
+	}
+	if o.SelfQP && o.Transport != "roce" {
+		fmt.Fprintln(stderr, "softrdma rping: -q needs --transport roce (on iWARP rdma_cm binds the QP to the connection's stream)")
 		return 2
 	}
 	if o.Size < rping.MinSize || o.Size > rping.MaxSize {

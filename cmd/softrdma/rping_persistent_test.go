@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/pcaptap"
+	"github.com/softrdma/softrdma/rping"
+)
+
+// TestRpingPersistentSelfQPSource runs softrdma rping -s -P -q (RoCE) and,
+// at once against it, Debian's own rping as a client twice (plain and -q)
+// over softrdma's libraries (built here with make lib) and softrdma rping -c
+// -q -I SRC: every client prints its pings and exits 0; the persistent server
+// serves them side by side, prints each one's pings and disconnect, and ends
+// with no error when stopped. The -I client's capture comes from SRC only.
+// It skips without gcc, rdma-core's headers or rdmacm-utils' rping.
+func TestRpingPersistentSelfQPSource(t *testing.T) {
+	for _, tool := range []string{"make", "gcc", "rping"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (scripts/deps.sh installs gcc and libibverbs-dev; apt-get install rdmacm-utils)", tool)
+		}
+	}
+	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+		t.Skip("needs rdma-core's headers, libibverbs-dev")
+	}
+	lib := t.TempDir()
+	if out, err := exec.Command("make", "-s", "-C", filepath.Join("..", ".."), "lib", "LIBDIR="+lib).CombinedOutput(); err != nil {
+		t.Fatalf("make lib: %v\n%s", err, out)
+	}
+	net3 := fmt.Sprintf("127.%d.83.", 1+os.Getpid()%250)
+	srvAddr := net3 + "1"
+	port := 20000 + os.Getpid()%20000
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sOut, sErr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		o := rping.Options{Server: true, Persistent: true, SelfQP: true, Transport: "roce", Addr: srvAddr, Port: port,
+			Size: 64, Verbose: true}
+		done <- rping.Run(ctx, o, iwarp.CRCAccept, &sOut, &sErr)
+	}()
+
+	debian := func(dev string, extra ...string) func(count, size int) (string, error) {
+		return func(count, size int) (string, error) {
+			args := append(append([]string{"-c"}, extra...), "-a", srvAddr, "-p", strconv.Itoa(port), "-C", strconv.Itoa(count),
+				"-S", strconv.Itoa(size), "-v")
+			cmd := exec.Command("rping", args...)
+			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, "SOFTRDMA_DEVICES=roce:"+dev)
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+	}
+	src := net3 + "4"
+	pcap := filepath.Join(t.TempDir(), "client-I.pcap")
+	clients := []struct {
+		name        string
+		count, size int
+		run         func(count, size int) (string, error)
+	}{
+		{"debian rping", 3, 30, debian(net3 + "2")},
+		{"debian rping -q", 4, 40, debian(net3+"3", "-q")},
+		{"softrdma rping -q -I", 2, 64, func(count, size int) (string, error) {
+			var out, errOut bytes.Buffer
+			code := rpingCmd([]string{"--transport", "roce", "-c", "-q", "-I", src, "-a", srvAddr, "-p", strconv.Itoa(port),
+				"-C", strconv.Itoa(count), "-S", strconv.Itoa(size), "-v", "--pcap", pcap, "--timeout", "30s"}, &out, &errOut)
+			if code != 0 {
+				return out.String() + errOut.String(), fmt.Errorf("exit %d", code)
+			}
+			return out.String(), nil
+		}},
+	}
+	var wg sync.WaitGroup
+	outs := make([]string, len(clients))
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The server may not listen yet: a REJ; retry a few times.
+			for try := 0; ; try++ {
+				out, err := c.run(c.count, c.size)
+				if err == nil || try == 50 || !strings.Contains(out, "REJECTED") && !strings.Contains(out, "reject") {
+					if err != nil {
+						t.Errorf("%s: %v\n%s", c.name, err, out)
+					}
+					outs[i] = out
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("persistent server: %v\n%s%s", err, sOut.String(), sErr.String())
+	}
+	server := sOut.String() + sErr.String()
+	for i, c := range clients {
+		for p := range c.count {
+			line := rpingLine(p, c.size)
+			if !strings.Contains(outs[i], "ping data: "+line+"\n") {
+				t.Errorf("%s did not print ping %d:\n%s", c.name, p, outs[i])
+			}
+			if !strings.Contains(server, "server ping data: "+line+"\n") {
+				t.Errorf("the server did not print %s's ping %d:\n%s", c.name, p, server)
+			}
+		}
+	}
+	if n := strings.Count(server, "server DISCONNECT EVENT...\n"); n != len(clients) {
+		t.Errorf("the server saw %d disconnects, want %d:\n%s", n, len(clients), server)
+	}
+	frames, err := pcaptap.ReadRoCEFrames(pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := netip.MustParseAddr(src)
+	sent := 0
+	for _, f := range frames {
+		s, d := netip.AddrFrom4([4]byte(f.IP[12:16])), netip.AddrFrom4([4]byte(f.IP[16:20]))
+		switch {
+		case s == want:
+			sent++
+		case d != want:
+			t.Fatalf("-I %s: a frame from %v to %v", src, s, d)
+		}
+	}
+	if sent < 10 {
+		t.Errorf("-I %s: %d frames sent from it", src, sent)
+	}
+}
+
+// TestRpingPersistentFlags: -P is the server's, -I the client's, -q RoCE's.
+func TestRpingPersistentFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-c", "-P", "-a", "127.0.0.1"}, "-P is the server's"},
+		{[]string{"-s", "-I", "127.0.0.1"}, "-I is the client's"},
+		{[]string{"-s", "-q"}, "-q needs --transport roce"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := rpingCmd(c.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), c.want) {
+			t.Errorf("rping %v: exit %d, %q; want 2 and %q", c.args, code, errOut.String(), c.want)
+		}
+	}
+}
