@@ -162,7 +162,7 @@ func blastBetween(a, b netio.Endpoint, sa, sb *netns.Side, n int, fromA bool, w 
 	if fromA {
 		tx, rx, from, to = a, b, sa, sb
 	}
-	frames, err := frames(from, to, n, tx.BatchSize())
+	frames, err := frames(from, to, n, tx)
 	if err != nil {
 		return 0, err
 	}
@@ -187,20 +187,15 @@ func pingPongBetween(a, b netio.Endpoint, sa, sb *netns.Side, req, resp int, w w
 // side, as the devices use, on the baseline port.
 type udpRaw struct{ pair *netns.Pair }
 
-// noPatch is the IPv4GSO hook of the UDP baselines: their datagrams
-// carry no ICRC to fix, but they are batched into GSO sends exactly as the
-// device's are.
-func noPatch([]byte, int, uint16) {}
-
 func (r *udpRaw) open() (a, b *netio.UDPEndpoint, err error) {
 	if err := r.pair.A.NS.Do(func() (err error) {
-		a, err = netio.NewUDP(netio.UDPConfig{LocalAddr: addrPort(&r.pair.A), MTU: r.pair.A.MTU, IPv4GSO: noPatch})
+		a, err = netio.NewUDP(netio.UDPConfig{LocalAddr: addrPort(&r.pair.A), MTU: r.pair.A.MTU})
 		return err
 	}); err != nil {
 		return nil, nil, err
 	}
 	if err := r.pair.B.NS.Do(func() (err error) {
-		b, err = netio.NewUDP(netio.UDPConfig{LocalAddr: addrPort(&r.pair.B), MTU: r.pair.B.MTU, IPv4GSO: noPatch})
+		b, err = netio.NewUDP(netio.UDPConfig{LocalAddr: addrPort(&r.pair.B), MTU: r.pair.B.MTU})
 		return err
 	}); err != nil {
 		a.Close()
@@ -212,12 +207,15 @@ func (r *udpRaw) open() (a, b *netio.UDPEndpoint, err error) {
 // frame returns an Ethernet frame from one side to the other whose UDP
 // payload is n bytes: what a RoCE packet of that length looks like (the
 // payload is a BTH of an RDMA WRITE Middle, then zeros, and an ICRC).
-func frame(from, to *netns.Side, n int) ([]byte, error) {
+func frame(from, to *netns.Side, n int) ([]byte, error) { return frameID(from, to, n, 0) }
+
+// frameID is frame with IPv4 Identification id.
+func frameID(from, to *netns.Side, n int, id uint16) ([]byte, error) {
 	if n < 16 {
 		n = 16 // BTH and ICRC
 	}
 	h := roce.FrameHeaders{SrcMAC: [6]byte(from.MAC), DstMAC: [6]byte(to.MAC),
-		Src: from.IPv4.Addr(), Dst: to.IPv4.Addr(), HopLimit: 64,
+		Src: from.IPv4.Addr(), Dst: to.IPv4.Addr(), HopLimit: 64, IPID: id,
 		SrcPort: baselinePort, DstPort: baselinePort}
 	ibLen := n - roce.ICRCLen
 	f := make([]byte, h.Len()+n)
@@ -226,14 +224,23 @@ func frame(from, to *netns.Side, n int) ([]byte, error) {
 	return f[:m], err
 }
 
-func frames(from, to *netns.Side, n, batch int) ([][]byte, error) {
-	f, err := frame(from, to, n)
-	if err != nil {
-		return nil, err
+// frames returns a batch of tx's frames from one side to the other. For a
+// UDP endpoint (a netio.DatagramWriter) their IPv4 IDs are runs 0, 1, ...
+// as long as IPv4Run allows, so that they leave in GSO sends exactly as
+// the device's datagrams do.
+func frames(from, to *netns.Side, n int, tx netio.Endpoint) ([][]byte, error) {
+	run := 1
+	if dw, ok := tx.(netio.DatagramWriter); ok {
+		k, bytes := dw.IPv4Run()
+		run = max(1, min(k, bytes/max(n, 16)))
 	}
-	frames := make([][]byte, batch)
+	frames := make([][]byte, tx.BatchSize())
 	for i := range frames {
-		frames[i] = f // Write never modifies the frames
+		f, err := frameID(from, to, n, uint16(i%run))
+		if err != nil {
+			return nil, err
+		}
+		frames[i] = f
 	}
 	return frames, nil
 }
@@ -520,7 +527,7 @@ func (r *tapRaw) open() (a *netio.TAPEndpoint, b *netio.UDPEndpoint, host, kerne
 	}
 	if err == nil {
 		err = r.ns.Do(func() (err error) {
-			b, err = netio.NewUDP(netio.UDPConfig{LocalAddr: addrPort(&kernel), MTU: a.MTU(), IPv4GSO: noPatch})
+			b, err = netio.NewUDP(netio.UDPConfig{LocalAddr: addrPort(&kernel), MTU: a.MTU()})
 			return err
 		})
 	}

@@ -556,7 +556,8 @@ func TestPacketReadFrames(t *testing.T) {
 // veth hands over unsegmented: Read and ReadFrames must return each datagram
 // as it would have been on a wire, in order, with its own lengths, a valid
 // IPv4 header checksum, and the IPv4 Identification UDP GSO gives segment j
-// (which UDPConfig.IPv4GSO was told and here writes into the payload).
+// (which the sender chose as a run of IDs, see DatagramWriter, and here
+// writes into the payload).
 func TestUDPGSOToPacketEndpoint(t *testing.T) {
 	p := netnstest.NewPair(t, netnstest.PairConfig{})
 	var raw *PacketEndpoint
@@ -583,19 +584,25 @@ func TestUDPGSOToPacketEndpoint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var u *UDPEndpoint
 			p.A.NS.MustDo(t, func() (err error) {
-				u, err = NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(tc.a, 0), LocalMAC: p.A.MAC, PeerMAC: p.B.MAC,
-					IPv4GSO: func(icrc []byte, _ int, id uint16) { be.PutUint16(icrc[2:], id) }})
+				u, err = NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(tc.a, 0), LocalMAC: p.A.MAC, PeerMAC: p.B.MAC})
 				return err
 			})
 			defer u.Close()
 			const n, size = 200, 1000
 			var sent [][]byte
 			for i := 0; i < n; i++ {
+				// sent[0] primes alone (ID 0); the rest go in Write's
+				// chunks of udpWriteChunk, each one run of IDs 0, 1, ...
+				var id uint16
+				if i > 0 && tc.hdrLen == 42 {
+					id = uint16((i - 1) % udpWriteChunk)
+				}
 				pl := roceLikePayload(i, size)
-				clear(pl[len(pl)-4:]) // where IPv4GSO writes the segment's ID
+				clear(pl[len(pl)-4:])
+				be.PutUint16(pl[len(pl)-2:], id) // the ID the sender chose
 				sent = append(sent, ipFrame{dstMAC: macOf(p.B.MAC), srcMAC: macOf(p.A.MAC),
 					src: netip.AddrPortFrom(tc.a, 0xc001), dst: netip.AddrPortFrom(tc.b, RoCEv2Port),
-					tos: 0x6a, ttl: 64, flags: ipv4FlagDF, payload: pl}.build())
+					tos: 0x6a, ttl: 64, id: id, flags: ipv4FlagDF, payload: pl}.build())
 			}
 			// Prime the neighbour entry with one datagram and drop what
 			// arrives of it, then send the rest in one Write, which the

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -191,7 +192,7 @@ func (c *CaptureWriter) Flush() error {
 //
 // NewCapture returns it as a CaptureEndpoint whose dynamic type also offers
 // each optional fast-path interface the wrapped endpoint offers
-// (DatagramReader, FrameReader, VectorWriter) and no other, so that a device
+// (DatagramReader, FrameReader, VectorWriter, DatagramWriter) and no other, so that a device
 // keeps its zero-copy path under a capture. What those paths move is
 // recorded as the frames Read and Write would have moved.
 type Capture struct {
@@ -234,8 +235,19 @@ func NewCapture(ep Endpoint, w io.Writer, format CaptureFormat, clock Clock) (Ca
 	dr, isDR := ep.(DatagramReader)
 	fr, isFR := ep.(FrameReader)
 	vw, isVW := ep.(VectorWriter)
-	d, f, v := captureDatagramReader{c, dr}, captureFrameReader{c, fr}, captureVectorWriter{c, vw}
+	dw, isDW := ep.(DatagramWriter)
+	d, f, v, g := captureDatagramReader{c, dr}, captureFrameReader{c, fr}, captureVectorWriter{c, vw}, captureDatagramWriter{c, dw}
+	// One struct type per combination: a method set cannot be built at run
+	// time, and embedding a nil interface would offer what ep does not.
 	switch {
+	case isDR && isFR && isVW && isDW:
+		return &struct {
+			*Capture
+			captureDatagramReader
+			captureFrameReader
+			captureVectorWriter
+			captureDatagramWriter
+		}{c, d, f, v, g}, nil
 	case isDR && isFR && isVW:
 		return &struct {
 			*Capture
@@ -243,6 +255,27 @@ func NewCapture(ep Endpoint, w io.Writer, format CaptureFormat, clock Clock) (Ca
 			captureFrameReader
 			captureVectorWriter
 		}{c, d, f, v}, nil
+	case isDR && isFR && isDW:
+		return &struct {
+			*Capture
+			captureDatagramReader
+			captureFrameReader
+			captureDatagramWriter
+		}{c, d, f, g}, nil
+	case isDR && isVW && isDW:
+		return &struct {
+			*Capture
+			captureDatagramReader
+			captureVectorWriter
+			captureDatagramWriter
+		}{c, d, v, g}, nil
+	case isFR && isVW && isDW:
+		return &struct {
+			*Capture
+			captureFrameReader
+			captureVectorWriter
+			captureDatagramWriter
+		}{c, f, v, g}, nil
 	case isDR && isFR:
 		return &struct {
 			*Capture
@@ -255,12 +288,30 @@ func NewCapture(ep Endpoint, w io.Writer, format CaptureFormat, clock Clock) (Ca
 			captureDatagramReader
 			captureVectorWriter
 		}{c, d, v}, nil
+	case isDR && isDW:
+		return &struct {
+			*Capture
+			captureDatagramReader
+			captureDatagramWriter
+		}{c, d, g}, nil
 	case isFR && isVW:
 		return &struct {
 			*Capture
 			captureFrameReader
 			captureVectorWriter
 		}{c, f, v}, nil
+	case isFR && isDW:
+		return &struct {
+			*Capture
+			captureFrameReader
+			captureDatagramWriter
+		}{c, f, g}, nil
+	case isVW && isDW:
+		return &struct {
+			*Capture
+			captureVectorWriter
+			captureDatagramWriter
+		}{c, v, g}, nil
 	case isDR:
 		return &struct {
 			*Capture
@@ -276,6 +327,11 @@ func NewCapture(ep Endpoint, w io.Writer, format CaptureFormat, clock Clock) (Ca
 			*Capture
 			captureVectorWriter
 		}{c, v}, nil
+	case isDW:
+		return &struct {
+			*Capture
+			captureDatagramWriter
+		}{c, g}, nil
 	}
 	return c, nil
 }
@@ -306,6 +362,8 @@ func (x captureDatagramReader) TryReadDatagrams(d []Datagram) (int, error) {
 // would return for a datagram (the UDP backend: its MAC addresses and IP version).
 type datagramFramer interface {
 	appendDatagramFrame(b []byte, d *Datagram) []byte
+	// appendOutDatagramFrame appends the frame that leaves for d.
+	appendOutDatagramFrame(b []byte, d *OutDatagram) []byte
 }
 
 func (c *Capture) recordDatagrams(d []Datagram) {
@@ -400,6 +458,87 @@ func (x captureVectorWriter) WriteVectors(frames [][][]byte) (int, error) {
 	return x.vw.WriteVectors(frames)
 }
 
+// captureDatagramWriter is a Capture's DatagramWriter, for a wrapped
+// endpoint that is one.
+type captureDatagramWriter struct {
+	c  *Capture
+	dw DatagramWriter
+}
+
+// WriteDatagrams records each datagram as the frame that leaves (the UDP
+// endpoint's addresses and MACs, the IPv4 ID the sender chose) and writes
+// them to the wrapped endpoint, recording before writing as Write does.
+func (x captureDatagramWriter) WriteDatagrams(d []OutDatagram) (int, error) {
+	if len(d) > 0 {
+		c := x.c
+		ts := c.clock.Now()
+		df, _ := c.ep.(datagramFramer)
+		c.txMu.Lock()
+		for i := range d {
+			if df != nil {
+				c.tx = df.appendOutDatagramFrame(c.tx[:0], &d[i])
+			} else {
+				c.tx = appendOutDatagramFrame(c.tx[:0], [6]byte{}, [6]byte{}, d[i].Src, &d[i])
+			}
+			_ = c.w.WriteFrame(ts, c.tx)
+		}
+		c.txMu.Unlock()
+	}
+	return x.dw.WriteDatagrams(d)
+}
+
+// IPv4Run passes on the wrapped endpoint's.
+func (x captureDatagramWriter) IPv4Run() (datagrams, bytes int) { return x.dw.IPv4Run() }
+
+// appendOutDatagramFrame appends to b the Ethernet, IP and UDP frame that
+// carries d from src (the unspecified address of d.Dst's family if src is
+// not valid): IPv4 with d.IPv4ID and DF, UDP checksum 0, flow label 0.
+func appendOutDatagramFrame(b []byte, dstMAC, srcMAC [6]byte, src netip.Addr, d *OutDatagram) []byte {
+	dst := d.Dst.Addr().Unmap()
+	v4 := dst.Is4()
+	if !src.IsValid() {
+		src = netip.IPv6Unspecified()
+		if v4 {
+			src = netip.IPv4Unspecified()
+		}
+	}
+	if v4 {
+		src = src.Unmap()
+	} else {
+		dst = d.Dst.Addr()
+	}
+	eth := header.EthernetFields{Dst: dstMAC, Src: srcMAC, Type: header.EtherTypeIPv6}
+	ipLen := header.IPv6Len
+	if v4 {
+		eth.Type, ipLen = header.EtherTypeIPv4, header.IPv4MinLen
+	}
+	plen := 0
+	for _, p := range d.Payload {
+		plen += len(p)
+	}
+	start := len(b)
+	b = append(b, make([]byte, header.EthernetLen+ipLen+header.UDPLen)...)
+	for _, p := range d.Payload {
+		b = append(b, p...)
+	}
+	f := b[start:]
+	header.Ethernet(f).Encode(&eth)
+	udpLen := uint16(header.UDPLen + plen)
+	if v4 {
+		header.IPv4(f[header.EthernetLen:]).Encode(&header.IPv4Fields{
+			TOS: d.TOS, TotalLength: uint16(ipLen) + udpLen, ID: d.IPv4ID, FlagsFragment: header.IPv4FlagDF,
+			TTL: d.TTL, Protocol: header.IPProtocolUDP, Src: src, Dst: dst,
+		})
+	} else {
+		header.IPv6(f[header.EthernetLen:]).Encode(&header.IPv6Fields{
+			TrafficClass: d.TOS, PayloadLength: udpLen, NextHeader: header.IPProtocolUDP,
+			HopLimit: d.TTL, Src: src, Dst: dst,
+		})
+	}
+	header.UDP(f[header.EthernetLen+ipLen:]).Encode(&header.UDPFields{SrcPort: d.SrcPort, DstPort: d.Dst.Port(), Length: udpLen})
+	return b
+}
+
 // Read reads from the wrapped endpoint and records the frames read.
 func (c *Capture) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	n, err := c.ep.Read(bufs, sizes, offset)
@@ -427,9 +566,7 @@ func (c *Capture) Write(bufs [][]byte, offset int) (int, error) {
 	if len(bufs) == 0 {
 		return c.ep.Write(bufs, offset)
 	}
-	// Recorded before they are written: an endpoint may change what it
-	// sends (a UDP endpoint's IPv4GSO hook changes the ICRC of GSO segments
-	// for the IDs the kernel gives them, which the capture cannot show).
+	// Recorded before they are written, as the sender made them.
 	ts := c.clock.Now()
 	valid := len(bufs)
 	for i, b := range bufs {
@@ -497,4 +634,5 @@ var (
 	_ DatagramReader  = captureDatagramReader{}
 	_ FrameReader     = captureFrameReader{}
 	_ VectorWriter    = captureVectorWriter{}
+	_ DatagramWriter  = captureDatagramWriter{}
 )

@@ -10,13 +10,21 @@ import (
 )
 
 // fastEnd is an endpoint with every fast path: ReadDatagrams and ReadFrames
-// hand out canned input, WriteVectors keeps what it was given joined.
+// hand out canned input, WriteVectors keeps what it was given joined,
+// WriteDatagrams the datagrams.
 type fastEnd struct {
 	Endpoint
 	dgs    []Datagram
 	frames [][]byte
 	wrote  [][]byte
+	sent   []OutDatagram
 }
+
+func (f *fastEnd) WriteDatagrams(d []OutDatagram) (int, error) {
+	f.sent = append(f.sent, d...)
+	return len(d), nil
+}
+func (f *fastEnd) IPv4Run() (int, int) { return 64, 65507 }
 
 func (f *fastEnd) ReadDatagrams(d []Datagram) (int, error)    { return copy(d, f.dgs), nil }
 func (f *fastEnd) TryReadDatagrams(d []Datagram) (int, error) { return copy(d, f.dgs), nil }
@@ -30,7 +38,7 @@ func (f *fastEnd) WriteVectors(frames [][][]byte) (int, error) {
 }
 
 // The endpoints below show fastEnd with only some of its fast paths, as the
-// backends have them: a UDP socket (datagrams and vectors), an AF_PACKET
+// backends have them: a UDP socket (datagrams both ways and vectors), an AF_PACKET
 // ring (frames and vectors), a plain endpoint (none).
 type (
 	epPlain struct{ Endpoint }
@@ -56,11 +64,22 @@ type (
 		FrameReader
 		VectorWriter
 	}
+	epDW struct {
+		Endpoint
+		DatagramWriter
+	}
+	epUDP struct {
+		Endpoint
+		DatagramReader
+		VectorWriter
+		DatagramWriter
+	}
 	epAll struct {
 		Endpoint
 		DatagramReader
 		FrameReader
 		VectorWriter
+		DatagramWriter
 	}
 )
 
@@ -77,18 +96,23 @@ func TestCaptureForwardsFastPaths(t *testing.T) {
 	}
 	ringFrame := testFrame(7, 80)
 	pieces := [][]byte{testFrame(8, 50), []byte("payload from the MR"), {0, 0, 0, 0}}
+	od := OutDatagram{Payload: [][]byte{[]byte("bth"), []byte(" payload "), []byte("icrc")},
+		Src: netip.MustParseAddr("10.0.0.1"), SrcPort: 0xc001, Dst: netip.MustParseAddrPort("10.0.0.2:4791"),
+		TOS: 0x2e, TTL: 63, IPv4ID: 3}
 	tests := []struct {
-		name       string
-		wrap       func(*fastEnd) Endpoint
-		dr, fr, vw bool
+		name           string
+		wrap           func(*fastEnd) Endpoint
+		dr, fr, vw, dw bool
 	}{
-		{"plain", func(f *fastEnd) Endpoint { return epPlain{f.Endpoint} }, false, false, false},
-		{"datagrams", func(f *fastEnd) Endpoint { return epDR{f.Endpoint, f} }, true, false, false},
-		{"frames", func(f *fastEnd) Endpoint { return epFR{f.Endpoint, f} }, false, true, false},
-		{"vectors", func(f *fastEnd) Endpoint { return epVW{f.Endpoint, f} }, false, false, true},
-		{"udp-like", func(f *fastEnd) Endpoint { return epDRVW{f.Endpoint, f, f} }, true, false, true},
-		{"afpacket-like", func(f *fastEnd) Endpoint { return epFRVW{f.Endpoint, f, f} }, false, true, true},
-		{"all", func(f *fastEnd) Endpoint { return epAll{f.Endpoint, f, f, f} }, true, true, true},
+		{"plain", func(f *fastEnd) Endpoint { return epPlain{f.Endpoint} }, false, false, false, false},
+		{"datagrams", func(f *fastEnd) Endpoint { return epDR{f.Endpoint, f} }, true, false, false, false},
+		{"frames", func(f *fastEnd) Endpoint { return epFR{f.Endpoint, f} }, false, true, false, false},
+		{"vectors", func(f *fastEnd) Endpoint { return epVW{f.Endpoint, f} }, false, false, true, false},
+		{"datagram writer", func(f *fastEnd) Endpoint { return epDW{f.Endpoint, f} }, false, false, false, true},
+		{"datagrams+vectors", func(f *fastEnd) Endpoint { return epDRVW{f.Endpoint, f, f} }, true, false, true, false},
+		{"udp-like", func(f *fastEnd) Endpoint { return epUDP{f.Endpoint, f, f, f} }, true, false, true, true},
+		{"afpacket-like", func(f *fastEnd) Endpoint { return epFRVW{f.Endpoint, f, f} }, false, true, true, false},
+		{"all", func(f *fastEnd) Endpoint { return epAll{f.Endpoint, f, f, f, f} }, true, true, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -102,8 +126,10 @@ func TestCaptureForwardsFastPaths(t *testing.T) {
 			dr, isDR := c.(DatagramReader)
 			fr, isFR := c.(FrameReader)
 			vw, isVW := c.(VectorWriter)
-			if isDR != tt.dr || isFR != tt.fr || isVW != tt.vw {
-				t.Fatalf("capture offers DatagramReader %v FrameReader %v VectorWriter %v, want %v %v %v", isDR, isFR, isVW, tt.dr, tt.fr, tt.vw)
+			dw, isDW := c.(DatagramWriter)
+			if isDR != tt.dr || isFR != tt.fr || isVW != tt.vw || isDW != tt.dw {
+				t.Fatalf("capture offers DatagramReader %v FrameReader %v VectorWriter %v DatagramWriter %v, want %v %v %v %v",
+					isDR, isFR, isVW, isDW, tt.dr, tt.fr, tt.vw, tt.dw)
 			}
 			var want [][]byte
 			if isDR {
@@ -130,6 +156,18 @@ func TestCaptureForwardsFastPaths(t *testing.T) {
 				}
 				want = append(want, joined)
 			}
+			if isDW {
+				if n, err := dw.WriteDatagrams([]OutDatagram{od}); n != 1 || err != nil {
+					t.Fatalf("WriteDatagrams = %d, %v", n, err)
+				}
+				if len(f.sent) != 1 || f.sent[0].SrcPort != od.SrcPort {
+					t.Fatal("WriteDatagrams did not reach the wrapped endpoint")
+				}
+				if n, b := dw.IPv4Run(); n != 64 || b != 65507 {
+					t.Fatalf("IPv4Run = %d, %d: not the wrapped endpoint's", n, b)
+				}
+				want = append(want, outDatagramFrame(od))
+			}
 			if err := c.Flush(); err != nil {
 				t.Fatal(err)
 			}
@@ -144,6 +182,25 @@ func TestCaptureForwardsFastPaths(t *testing.T) {
 			}
 		})
 	}
+}
+
+// outDatagramFrame is the frame a capture records for a datagram written to
+// an endpoint that does not know its MAC addresses: zero MACs, IPv4 with
+// the sender's ID and DF, UDP checksum 0.
+func outDatagramFrame(d OutDatagram) []byte {
+	payload := bytes.Join(d.Payload, nil)
+	n := header.EthernetLen + header.IPv4MinLen + header.UDPLen
+	b := make([]byte, n+len(payload))
+	copy(b[n:], payload)
+	header.Ethernet(b).Encode(&header.EthernetFields{Type: header.EtherTypeIPv4})
+	header.IPv4(b[header.EthernetLen:]).Encode(&header.IPv4Fields{
+		TOS: d.TOS, TotalLength: uint16(len(b) - header.EthernetLen), ID: d.IPv4ID, FlagsFragment: header.IPv4FlagDF,
+		TTL: d.TTL, Protocol: header.IPProtocolUDP, Src: d.Src, Dst: d.Dst.Addr(),
+	})
+	header.UDP(b[header.EthernetLen+header.IPv4MinLen:]).Encode(&header.UDPFields{
+		SrcPort: d.SrcPort, DstPort: d.Dst.Port(), Length: uint16(header.UDPLen + len(payload)),
+	})
+	return b
 }
 
 // datagramFrame is the frame a capture records for a datagram from an endpoint

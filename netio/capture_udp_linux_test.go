@@ -62,3 +62,43 @@ func TestCaptureUDPDatagrams(t *testing.T) {
 		})
 	}
 }
+
+// TestCaptureUDPWriteDatagrams: a capture of a UDP endpoint is a
+// DatagramWriter, and the frame it records for a datagram written through it
+// is the frame the receiver's Read returns for that datagram (same MACs,
+// addresses, ports, TOS, TTL; IPv4 ID 0 and DF).
+func TestCaptureUDPWriteDatagrams(t *testing.T) {
+	for _, c := range []udpCase{{name: "ipv4", noGRO: true}, {name: "ipv6", ipv6: true, noGRO: true}} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b, _, _ := udpPair(t, c)
+			var out bytes.Buffer
+			capA, err := NewCapture(a, &out, FormatPcap, NewManualClock(time.Unix(1, 0)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dw, ok := capA.(DatagramWriter)
+			if !ok {
+				t.Fatal("capture of a UDP endpoint is no DatagramWriter")
+			}
+			d := OutDatagram{Payload: [][]byte{[]byte("a RoCE packet, "), []byte("BTH to ICRC")}, SrcPort: 0xc0d0,
+				Dst: b.LocalAddr(), TOS: 0x68, TTL: 61}
+			if n, err := dw.WriteDatagrams([]OutDatagram{d}); n != 1 || err != nil {
+				t.Fatalf("WriteDatagrams = %d, %v", n, err)
+			}
+			read, err := readFrames(b, 1, 2048, 0, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := capA.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			got := readCapture(t, FormatPcap, out.Bytes())
+			if len(got) != 1 {
+				t.Fatalf("recorded %d frames, want 1", len(got))
+			}
+			if !bytes.Equal(got[0].data, read[0]) {
+				t.Fatalf("recorded % x\nRead gave % x", got[0].data, read[0])
+			}
+		})
+	}
+}

@@ -143,6 +143,55 @@ type VectorWriter interface {
 	WriteVectors(frames [][][]byte) (int, error)
 }
 
+// OutDatagram is a UDP datagram for a DatagramWriter to send: its payload
+// and the fields of the IP and UDP headers the sender chooses. No header is
+// written or parsed on the way; the kernel writes the real ones.
+type OutDatagram struct {
+	// Payload is the UDP payload: the concatenation of at most
+	// MaxWritePieces pieces, gathered by the kernel where they lie.
+	Payload [][]byte
+	// Src is the IP source address: the zero Addr means the endpoint's.
+	// An endpoint bound to an address sends only from it; one bound to
+	// the unspecified address sends from any local address.
+	Src netip.Addr
+	// SrcPort is the UDP source port; Dst the destination address and port.
+	SrcPort uint16
+	Dst     netip.AddrPort
+	// TOS is the IPv4 TOS or IPv6 traffic class; TTL the IPv4 TTL or IPv6
+	// hop limit, 0 for the kernel's default.
+	TOS, TTL uint8
+	// IPv4ID is the IPv4 Identification the sender means the datagram to
+	// carry (a RoCE ICRC covers it); ignored for IPv6. See DatagramWriter.
+	IPv4ID uint16
+}
+
+// DatagramWriter is implemented by endpoints that send UDP datagrams (the
+// UDP socket backend), in the shape of wireguard-go's conn.Bind: payload
+// pieces plus addresses, ports, TOS and TTL, instead of frames whose
+// headers the endpoint would parse back.
+//
+// IPv4 Identification: a UDP socket sends ID 0 (see IPv4IDPolicy), except
+// that the segments of one UDP GSO send carry 0, 1, 2, ... A datagram with
+// IPv4ID 0 leaves with ID 0. One with IPv4ID j > 0 continues a run: it
+// leaves as segment j of the GSO send that the datagram j places before it
+// in the same call (IPv4ID 0) begins, the datagrams between having IPv4IDs
+// 1 ... j-1. A run is consecutive in the slice, has one Src, SrcPort, Dst,
+// TOS and TTL, payloads of one length but the last (which may be shorter)
+// and at most IPv4Run's datagrams and bytes. A datagram that breaks these
+// rules is dropped and counted, not sent with another ID; so are the IDs
+// above 0 of a run the kernel refuses to segment (IPv4Run then reports 1).
+type DatagramWriter interface {
+	// WriteDatagrams sends each d[i] as one UDP datagram and returns how
+	// many it consumed; like Write it may lose (and count) datagrams, and
+	// an error means d[n:] were not sent. It keeps no reference to the
+	// payloads after it returns. After Close it returns net.ErrClosed.
+	WriteDatagrams(d []OutDatagram) (int, error)
+	// IPv4Run returns the most datagrams and payload bytes of a run of
+	// IPv4 IDs (one UDP GSO send): datagrams is 1 when the endpoint does
+	// not segment IPv4 (then every IPv4 datagram must have IPv4ID 0).
+	IPv4Run() (datagrams, bytes int)
+}
+
 // ErrShortBuffer reports a frame longer than the buffer offered to Read; the
 // frame has been dropped.
 var ErrShortBuffer = errors.New("netio: frame longer than read buffer")

@@ -109,21 +109,9 @@ type UDPConfig struct {
 	// DisableGSO turns off UDP generic segmentation offload on send
 	// (UDP_SEGMENT), and DisableGRO the coalescing of received datagrams
 	// (UDP_GRO); both are otherwise used where the kernel supports them.
-	// GSO is used for IPv4 only with IPv4GSO (see UDPEndpoint).
+	// IPv4 datagrams join a GSO send only as a run of IPv4 IDs 0, 1, ...
+	// (see DatagramWriter).
 	DisableGSO, DisableGRO bool
-
-	// IPv4GSO, if not nil, lets IPv4 datagrams leave as UDP GSO messages
-	// too. The kernel numbers the IPv4 Identification of the segments of one
-	// GSO send 0, 1, 2, ... (see UDPEndpoint), and RoCE's ICRC covers that
-	// field: before the datagram that will be segment id (1 and up) of a GSO
-	// send goes out, the endpoint calls IPv4GSO with its last four bytes (the
-	// ICRC, which it changes in the caller's frame), its UDP payload length
-	// and id, and IPv4GSO must change the four bytes to match Identification
-	// id instead of 0. Called again with the same arguments it must undo the
-	// change (a CRC is linear: applying the same difference twice does), as
-	// the endpoint does when the kernel refuses GSO and the datagram leaves
-	// alone with ID 0. roce.PatchICRCIPv4ID is the function for RoCE frames.
-	IPv4GSO func(icrc []byte, payloadLen int, id uint16)
 
 	// MaxSourcePorts bounds the number of send sockets, one per distinct UDP
 	// source port; 0 means DefaultMaxSourcePorts. Frames from further source
@@ -140,8 +128,8 @@ type UDPStats struct {
 	GSOSends       uint64 // messages sent as several datagrams with UDP_SEGMENT
 	GROReceives    uint64 // messages received as several coalesced datagrams
 
-	DroppedMalformed   uint64 // Write: not Ethernet + IP + UDP of the endpoint's family, or inconsistent lengths
-	DroppedIPv4ID      uint64 // Write: IPv4 Identification not 0, or flags/fragment offset not DF alone
+	DroppedMalformed   uint64 // Write: not Ethernet + IP + UDP of the endpoint's family, or inconsistent lengths; WriteDatagrams: destination of the other family, too many pieces
+	DroppedIPv4ID      uint64 // Write: IPv4 ID not 0 and no place in a GSO run (see DatagramWriter), or flags/fragment offset not DF alone
 	DroppedSourceAddr  uint64 // Write: IP source address not the endpoint's bound address
 	DroppedSourcePort  uint64 // Write: no socket could be bound to the UDP source port
 	DroppedOversize    uint64 // Write: frame longer than MaxFrameLen(MTU())
@@ -158,16 +146,20 @@ type udpCounters struct {
 	droppedOversize, droppedSendError, droppedShortBuffer atomic.Uint64
 }
 
-// UDPEndpoint carries RoCEv2 over ordinary UDP sockets, without privileges,
-// behind the Ethernet-frame Endpoint interface: the RoCE layer builds and
-// parses the same Ethernet + IP + UDP + IB frames as over a raw link.
+// UDPEndpoint carries RoCEv2 over ordinary UDP sockets, without privileges.
+// Its own shape is wireguard-go's conn.Bind: WriteDatagrams (DatagramWriter)
+// takes payload pieces with the destination, source port, TOS and TTL, and
+// ReadDatagrams (DatagramReader) returns payloads with the same fields; the
+// RoCE device uses those, so no layer parses headers another wrote. Behind
+// the Ethernet-frame Endpoint interface (Read, Write, WriteVectors) it also
+// serves frame-level users (tests, baselines, tools) with the same Ethernet
+// + IP + UDP frames as a raw link: Write reads each frame's addresses, ports,
+// TOS, TTL and IPv4 ID into such a datagram, and Read synthesises headers.
 //
-// Write reads each frame's IP destination, UDP ports and IP source, and
-// sends the UDP payload (BTH ... ICRC) with sendmmsg; the kernel writes the
-// real IP and UDP headers. It passes the frame's TOS/traffic class and
-// TTL/hop limit along per datagram (IP_TOS, IP_TTL, IPV6_TCLASS,
-// IPV6_HOPLIMIT); the IPv6 flow label and both checksums are the kernel's
-// (all four are masked out of the ICRC).
+// Datagrams are sent with sendmmsg; the kernel writes the real IP and UDP
+// headers. The TOS/traffic class and TTL/hop limit go along per datagram
+// (IP_TOS, IP_TTL, IPV6_TCLASS, IPV6_HOPLIMIT); the IPv6 flow label and
+// both checksums are the kernel's (all four are masked out of the ICRC).
 //
 // The IPv4 Identification field is covered by the ICRC but cannot be chosen
 // through a UDP socket. Linux writes 0 for datagrams with DF set from an
@@ -177,13 +169,15 @@ type udpCounters struct {
 // which the wire then matches bit for bit. UDP GSO numbers the segments
 // of one send 0, 1, 2 ... instead (inet_gso_segment: UDP GSO is not
 // SKB_GSO_TCP_FIXEDID; TestKernelIPv4GSOIdentification watches a TAP: 0,
-// 1, 2, 3), which would break the ICRC of all but the first: IPv4 uses GSO
-// only when UDPConfig.IPv4GSO is there to fix the ICRC of each segment for
-// the ID it will carry. IPv6 has no such field and uses GSO.
+// 1, 2, 3): IPv4 datagrams join a GSO send only when their sender chose
+// those IDs (a run, see DatagramWriter), as the RoCE device does, computing
+// each ICRC for the ID the datagram will carry. IPv6 has no such field and
+// uses GSO freely.
 //
-// Write gathers each datagram from the frame's bytes after the UDP header
-// with the kernel's iovecs, and WriteVectors from a frame in pieces (headers
-// in the first, the payload where it lies): nothing is copied on the way.
+// WriteDatagrams gathers each datagram from its pieces with the kernel's
+// iovecs, Write from the frame's bytes after the UDP header, and
+// WriteVectors from a frame in pieces (headers in the first): nothing is
+// copied on the way.
 // Message headers, iovecs, socket addresses and control buffers are
 // allocated once: recvmmsg and sendmmsg run on the socket's RawConn.
 //
@@ -235,7 +229,6 @@ type UDPEndpoint struct {
 	localMAC [6]byte
 	peerMAC  [6]byte
 	zone     uint32 // the IPv6 scope of a link-local address: its interface index
-	ipv4GSO  func(icrc []byte, payloadLen int, id uint16)
 
 	netns netnsHandle // where NewUDP ran: send sockets are opened there too
 
@@ -338,6 +331,7 @@ var (
 	_ IPv4IDPolicy   = (*UDPEndpoint)(nil)
 	_ DatagramReader = (*UDPEndpoint)(nil)
 	_ VectorWriter   = (*UDPEndpoint)(nil)
+	_ DatagramWriter = (*UDPEndpoint)(nil)
 )
 
 // NewUDP opens the receiving socket of a UDP endpoint. Send sockets for
@@ -363,7 +357,6 @@ func NewUDP(cfg UDPConfig) (*UDPEndpoint, error) {
 		maxPorts: cfg.MaxSourcePorts,
 		bufSize:  cfg.SocketBuffer,
 		socks:    make(map[uint16]*sourcePortSocket),
-		ipv4GSO:  cfg.IPv4GSO,
 	}
 	if z := addr.Zone(); z != "" {
 		if ifi, err := net.InterfaceByName(z); err == nil {
@@ -409,7 +402,7 @@ func NewUDP(cfg UDPConfig) (*UDPEndpoint, error) {
 	if !cfg.DisableGRO {
 		e.gro = rx.setInt(unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil
 	}
-	if !cfg.DisableGSO && (e.is6 || cfg.IPv4GSO != nil) {
+	if !cfg.DisableGSO {
 		e.gso.Store(rx.gsoSupported())
 	}
 	e.r.init(e)
@@ -556,6 +549,16 @@ func (e *UDPEndpoint) UnknownIPv4ID() bool { return true }
 // GSO reports whether sends currently use UDP_SEGMENT. It turns false for
 // good if the kernel refuses a segmented send.
 func (e *UDPEndpoint) GSO() bool { return e.gso.Load() }
+
+// IPv4Run returns the most datagrams and payload bytes of a run of IPv4 IDs
+// (one GSO send; see DatagramWriter): (1, the largest payload) for an IPv6
+// endpoint or without GSO. See DatagramWriter.
+func (e *UDPEndpoint) IPv4Run() (datagrams, bytes int) {
+	if e.is6 || !e.gso.Load() {
+		return 1, e.mtu - ipv4HeaderLen - udpHeaderLen
+	}
+	return udpMaxSegments, udpMaxGSOPayloadV4
+}
 
 // GRO reports whether the receiving socket has UDP_GRO on.
 func (e *UDPEndpoint) GRO() bool { return e.gro }
@@ -1006,9 +1009,21 @@ func (e *UDPEndpoint) appendDatagramFrame(b []byte, d *Datagram) []byte {
 	return b
 }
 
+// appendOutDatagramFrame appends to b the frame that leaves for d (a
+// datagram given to WriteDatagrams), with the endpoint's MACs and address:
+// what a capture of the endpoint records for it.
+func (e *UDPEndpoint) appendOutDatagramFrame(b []byte, d *OutDatagram) []byte {
+	src := d.Src
+	if !src.IsValid() {
+		src = e.local.Addr()
+	}
+	return appendOutDatagramFrame(b, e.peerMAC, e.localMAC, src, d)
+}
+
 // ---- send ----
 
-// txFrame is one parsed frame of a Write chunk.
+// txFrame is one datagram of a write chunk: given (WriteDatagrams) or read
+// from a frame (Write, WriteVectors).
 type txFrame struct {
 	payload []byte   // the UDP payload, or its part in the frame's first piece
 	rest    [][]byte // the frame's further pieces (WriteVectors)
@@ -1022,7 +1037,7 @@ type txFrame struct {
 	next    int        // next frame of the same socket, -1 at the end
 	iov0    int        // its iovecs: w.iov[iov0 : iov0+iovN]
 	iovN    int
-	segID   uint16 // IPv4 GSO: the Identification its ICRC was changed for
+	ipv4ID  uint16 // IPv4: the Identification its sender chose (0, or its place in a GSO run)
 }
 
 // txGroup is the frames of one Write chunk that leave through one socket.
@@ -1074,12 +1089,11 @@ func (w *udpWriter) init(e *UDPEndpoint) {
 
 // Write sends each bufs[i][offset:] as one UDP datagram. Frames are
 // dropped and counted (see UDPStats), not returned as errors, when they are
-// not IP/UDP of the endpoint's family, when an IPv4 frame's Identification
-// is not 0 or its flags not DF alone (see IPv4IDZero), when the source
-// address is not the endpoint's, when no socket can be bound to the source
-// port, and when the kernel refuses them. With UDPConfig.IPv4GSO set, the
-// last four bytes of IPv4 frames sent as segments of a GSO message are
-// changed (see there). See Endpoint.
+// not IP/UDP of the endpoint's family, when an IPv4 frame's flags are not
+// DF alone or its Identification neither 0 nor its place in a GSO run (see
+// DatagramWriter), when the source address is not the endpoint's, when no
+// socket can be bound to the source port, and when the kernel refuses them.
+// See Endpoint.
 func (e *UDPEndpoint) Write(bufs [][]byte, offset int) (int, error) {
 	if e.closed.Load() {
 		return 0, net.ErrClosed
@@ -1095,7 +1109,7 @@ func (e *UDPEndpoint) Write(bufs [][]byte, offset int) (int, error) {
 	}
 	for start := 0; start < valid; start += udpWriteChunk {
 		end := min(start+udpWriteChunk, valid)
-		if n, err := e.writeChunk(bufs[start:end], nil, offset); err != nil {
+		if n, err := e.writeChunk(bufs[start:end], nil, nil, offset); err != nil {
 			return start + n, err
 		}
 	}
@@ -1118,22 +1132,54 @@ func (e *UDPEndpoint) WriteVectors(frames [][][]byte) (int, error) {
 	defer e.writeMu.Unlock()
 	for start := 0; start < len(frames); start += udpWriteChunk {
 		end := min(start+udpWriteChunk, len(frames))
-		if n, err := e.writeChunk(nil, frames[start:end], 0); err != nil {
+		if n, err := e.writeChunk(nil, frames[start:end], nil, 0); err != nil {
 			return start + n, err
 		}
 	}
 	return len(frames), nil
 }
 
-// writeChunk sends up to udpWriteChunk frames: bufs[i][offset:], or the
-// vectors vecs[i]. On a fatal error it returns how many leading frames were
-// consumed.
-func (e *UDPEndpoint) writeChunk(bufs [][]byte, vecs [][][]byte, offset int) (int, error) {
+// WriteDatagrams sends each d[i] as one UDP datagram, gathering its
+// payload pieces with the kernel's iovecs. Datagrams are dropped and counted
+// (see UDPStats) when their destination is not of the endpoint's family,
+// they have more than MaxWritePieces pieces or a payload longer than the
+// MTU allows, their source address is not the endpoint's, no socket can be
+// bound to their source port, their IPv4ID has no place in a run, or the
+// kernel refuses them. See DatagramWriter.
+func (e *UDPEndpoint) WriteDatagrams(d []OutDatagram) (int, error) {
+	if e.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	for start := 0; start < len(d); {
+		end := min(start+udpWriteChunk, len(d))
+		// A run of IPv4 IDs is one GSO send: never cut one in two.
+		for k := end; k < len(d) && k > start+1 && !e.is6 && d[k].IPv4ID != 0; k-- {
+			if d[k-1].IPv4ID == 0 {
+				end = k - 1
+				break
+			}
+		}
+		if n, err := e.writeChunk(nil, nil, d[start:end], 0); err != nil {
+			return start + n, err
+		}
+		start = end
+	}
+	return len(d), nil
+}
+
+// writeChunk sends up to udpWriteChunk datagrams: the frames bufs[i][offset:],
+// the frames in pieces vecs[i], or the datagrams dgs[i]. On a fatal error it
+// returns how many leading ones were consumed.
+func (e *UDPEndpoint) writeChunk(bufs [][]byte, vecs [][][]byte, dgs []OutDatagram, offset int) (int, error) {
 	w := &e.w
 	w.groups = w.groups[:0]
 	count := len(bufs)
 	if vecs != nil {
 		count = len(vecs)
+	} else if dgs != nil {
+		count = len(dgs)
 	}
 	e.sockMu.Lock()
 	for i := 0; i < count; i++ {
@@ -1141,7 +1187,9 @@ func (e *UDPEndpoint) writeChunk(bufs [][]byte, vecs [][][]byte, offset int) (in
 		*f = txFrame{next: -1}
 		w.consumed[i] = true
 		var ok bool
-		if vecs != nil {
+		if dgs != nil {
+			ok = e.txDatagram(&dgs[i], f)
+		} else if vecs != nil {
 			ok = e.parseTxVector(vecs[i], f)
 		} else {
 			ok = e.parseTx(bufs[i][offset:], f)
@@ -1186,6 +1234,53 @@ func (e *UDPEndpoint) writeChunk(bufs [][]byte, vecs [][][]byte, offset int) (in
 		}
 	}
 	return count, nil
+}
+
+// txDatagram checks a datagram given to WriteDatagrams into f, or counts it
+// as dropped and returns false.
+func (e *UDPEndpoint) txDatagram(d *OutDatagram, f *txFrame) bool {
+	c := &e.stats
+	dst := netip.AddrPortFrom(d.Dst.Addr().Unmap(), d.Dst.Port())
+	if e.is6 {
+		dst = d.Dst
+	}
+	if len(d.Payload) > MaxWritePieces || !dst.Addr().IsValid() || dst.Addr().Is6() != e.is6 {
+		c.droppedMalformed.Add(1)
+		return false
+	}
+	total := 0
+	for _, p := range d.Payload {
+		total += len(p)
+	}
+	hdr := ipv4HeaderLen + udpHeaderLen
+	if e.is6 {
+		hdr = ipv6HeaderLen + udpHeaderLen
+	}
+	if hdr+total > e.mtu {
+		c.droppedOversize.Add(1)
+		return false
+	}
+	if src := d.Src; src.IsValid() {
+		if !e.is6 {
+			src = src.Unmap()
+		}
+		if e.wildcard {
+			if !src.IsUnspecified() {
+				f.src = src
+			}
+		} else if src != e.local.Addr() {
+			c.droppedSourceAddr.Add(1)
+			return false
+		}
+	}
+	f.dst, f.srcPort, f.tos, f.ttl, f.plen = dst, d.SrcPort, d.TOS, d.TTL, total
+	if !e.is6 {
+		f.ipv4ID = d.IPv4ID
+	}
+	if len(d.Payload) > 0 {
+		f.payload, f.rest = d.Payload[0], d.Payload[1:]
+	}
+	return true
 }
 
 // parseTxVector is parseTx for a frame in pieces.
@@ -1252,11 +1347,11 @@ func (e *UDPEndpoint) parseTxHeaders(first []byte, total int, f *txFrame) bool {
 			c.droppedMalformed.Add(1)
 			return false
 		}
-		if ip.ID() != 0 || ip.FlagsFragment() != ipv4FlagDF {
+		if ip.FlagsFragment() != ipv4FlagDF {
 			c.droppedIPv4ID.Add(1)
 			return false
 		}
-		f.tos, f.ttl = ip.TOS(), ip.TTL()
+		f.tos, f.ttl, f.ipv4ID = ip.TOS(), ip.TTL(), ip.ID()
 		src = ip.Src()
 		f.dst = netip.AddrPortFrom(ip.Dst(), 0)
 		udpOff, udpLen = EthernetHeaderLen+ipv4HeaderLen, tot-ipv4HeaderLen
@@ -1343,23 +1438,6 @@ func (w *udpWriter) appendIov(fi int) {
 	f.iovN = w.niov - f.iov0
 }
 
-// icrcTail returns the last four bytes of frame f's UDP payload if they lie
-// in one piece (else nil): where RoCE's ICRC is.
-func (f *txFrame) icrcTail() []byte {
-	last, covered := f.payload, len(f.payload)
-	for _, p := range f.rest {
-		if covered >= f.plen {
-			break
-		}
-		last = p[:min(len(p), f.plen-covered)]
-		covered += len(last)
-	}
-	if covered != f.plen || len(last) < 4 {
-		return nil
-	}
-	return last[len(last)-4:]
-}
-
 // sendGroup builds the messages for the frames of one socket (merging runs
 // into GSO messages when on) and sends them with as few sendmmsg calls as
 // the kernel allows. It returns an error only when the endpoint is closed.
@@ -1373,16 +1451,18 @@ func (e *UDPEndpoint) sendGroup(g txGroup) error {
 	total := 0
 	for i := g.first; i >= 0; i = w.frames[i].next {
 		f := &w.frames[i]
-		if gso && nm > 0 && seg > 0 && e.canJoin(nm-1, f, seg, total) {
+		// An IPv4 datagram joins the message before it only as the segment
+		// whose number the kernel gives the ID its sender chose.
+		join := gso && nm > 0 && seg > 0 && (e.is6 || int(f.ipv4ID) == w.msgSegs[nm-1]) && e.canJoin(nm-1, f, seg, total)
+		if !join && f.ipv4ID != 0 {
+			w.consumed[i] = true
+			e.stats.droppedIPv4ID.Add(1) // no place for that ID
+			continue
+		}
+		if join {
 			// Messages of a group are built one after another and only the
 			// last grows, so its iovecs stay contiguous.
 			k := nm - 1
-			if !e.is6 {
-				// The kernel numbers this segment's IPv4 ID; the hook
-				// makes the ICRC match.
-				f.segID = uint16(w.msgSegs[k])
-				e.ipv4GSO(f.icrcTail(), f.plen, f.segID)
-			}
 			w.appendIov(i)
 			w.order = append(w.order, i)
 			w.msgSegs[k]++
@@ -1426,9 +1506,6 @@ func (e *UDPEndpoint) sendGroup(g txGroup) error {
 func (e *UDPEndpoint) canJoin(k int, f *txFrame, seg, total int) bool {
 	w := &e.w
 	first := &w.frames[w.order[w.msgFrame[k]]]
-	if !e.is6 && (e.ipv4GSO == nil || f.icrcTail() == nil) {
-		return false
-	}
 	return f.plen <= seg && f.plen > 0 && w.niov+f.iovPieces() <= len(w.iov) &&
 		total+f.plen <= e.maxGSOPayload() &&
 		f.dst == first.dst && f.src == first.src && f.tos == first.tos && f.ttl == first.ttl
@@ -1558,16 +1635,18 @@ func (e *UDPEndpoint) consume(k int, ok bool) {
 }
 
 // sendUnsegmented resends GSO message k as one datagram per segment; the
-// ICRCs changed for IPv4 segment IDs are changed back first.
+// IPv4 segments that were to carry IDs above 0 are dropped and counted
+// instead, since alone they would leave with ID 0 (see DatagramWriter).
 func (e *UDPEndpoint) sendUnsegmented(s *udpSocket, k int) error {
 	w := &e.w
 	first := w.msgFrame[k]
 	for j := 0; j < w.msgSegs[k]; j++ {
 		fi := w.order[first+j]
 		f := &w.frames[fi]
-		if f.segID != 0 {
-			e.ipv4GSO(f.icrcTail(), f.plen, f.segID) // undo: the datagram leaves with ID 0
-			f.segID = 0
+		if f.ipv4ID != 0 {
+			w.consumed[fi] = true
+			e.stats.droppedIPv4ID.Add(1)
+			continue
 		}
 		var oob [udpOOBLen]byte
 		m := &w.single[0]

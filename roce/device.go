@@ -155,16 +155,25 @@ type Device struct {
 
 	// Scatter/gather output (a VectorWriter endpoint): the engine hands out
 	// payloads in place and each frame is written as pieces.
-	vw       netio.VectorWriter
-	vecs     [][][]byte // the frames of one write
-	pieces   [][]byte   // their pieces, maxFramePieces per frame
-	icrcIn   [][]byte   // ICRC input: headers, payload pieces, pad
-	seal     func(int)  // d.sealGathered, bound once
-	sealNow  time.Time  // the time of the Flush that seal frames for
-	ipID     uint16
-	counters DeviceCounters // output side (FramesOut, Unroutable, ...), under mu
-	pending  []pendingFrame // frames waiting for their next hop, oldest first
-	pendingN int            // their bytes
+	vw      netio.VectorWriter
+	vecs    [][][]byte // the frames of one write
+	pieces  [][]byte   // their pieces, maxFramePieces per frame
+	icrcIn  [][]byte   // ICRC input: headers, payload pieces, pad
+	seal    func(int)  // d.sealGathered or d.sealDatagrams, bound once
+	sealNow time.Time  // the time of the Flush that seal frames for
+
+	// Datagram output (a DatagramWriter endpoint: the UDP backend), also
+	// gathered: each packet leaves as its IB bytes in pieces plus the
+	// addresses, ports, TOS, TTL and IPv4 ID of its datagram.
+	dw  netio.DatagramWriter
+	dgs []netio.OutDatagram // the datagrams of one write
+	run outRun              // the IPv4 ID run of dgs' last datagram
+	// runMax and runBytes bound a run (dw.IPv4Run, read at each Flush).
+	runMax, runBytes int
+	ipID             uint16
+	counters         DeviceCounters // output side (FramesOut, Unroutable, ...), under mu
+	pending          []pendingFrame // frames waiting for their next hop, oldest first
+	pendingN         int            // their bytes
 
 	// inMu guards in, the verdicts of the frames received: not mu, which
 	// Flush holds through the send system call (and, on a veth pair, the
@@ -262,7 +271,16 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 	d.ctx = ibtransport.NewContext(cfg.Engine)
 	d.out = ibtransport.NewOutputBatch(cfg.Batch, headroom, ICRCLen)
 	d.frames = make([][]byte, 0, cfg.Batch)
-	if vw, ok := cfg.Endpoint.(netio.VectorWriter); ok {
+	if dw, ok := cfg.Endpoint.(netio.DatagramWriter); ok {
+		// The UDP backend: datagrams, their payload gathered in place, no
+		// Ethernet/IP/UDP header written for the endpoint to parse.
+		d.dw = dw
+		d.out.Gather(maxFramePieces - 2)
+		d.dgs = make([]netio.OutDatagram, 0, cfg.Batch)
+		d.pieces = make([][]byte, cfg.Batch*maxFramePieces)
+		d.icrcIn = make([][]byte, 0, maxFramePieces)
+		d.seal = d.sealDatagrams
+	} else if vw, ok := cfg.Endpoint.(netio.VectorWriter); ok {
 		// No copy of the payload: the endpoint gathers it from the memory
 		// region (the pad and ICRC go in the packet buffer after the headers).
 		d.vw = vw
@@ -756,7 +774,10 @@ func (d *Device) flushLocked(now time.Time) (int, error) {
 		d.out.Reset()
 		d.frames = d.frames[:0]
 		var seal func(int)
-		if d.vw != nil {
+		if d.dw != nil {
+			d.dgs, d.sealNow, seal = d.dgs[:0], now, d.seal
+			d.runMax, d.runBytes = d.dw.IPv4Run()
+		} else if d.vw != nil {
 			d.vecs, d.sealNow, seal = d.vecs[:0], now, d.seal
 		}
 		if d.ctx.OutputSealed(now, d.out, seal) == 0 {
@@ -764,7 +785,10 @@ func (d *Device) flushLocked(now time.Time) (int, error) {
 		}
 		var n int
 		var err error
-		if d.vw != nil {
+		if d.dw != nil {
+			n, err = d.writeDatagrams(d.dgs)
+			clear(d.pieces[:len(d.out.Packets)*maxFramePieces]) // keep no reference to the memory regions
+		} else if d.vw != nil {
 			n, err = d.writeVectors(d.vecs)
 			clear(d.pieces[:len(d.out.Packets)*maxFramePieces]) // keep no reference to the memory regions
 		} else {
@@ -823,6 +847,25 @@ func (d *Device) writeVectors(frames [][][]byte) (int, error) {
 		frames = frames[k:]
 	}
 	clear(d.vecs)
+	return total, nil
+}
+
+// writeDatagrams writes datagrams to the DatagramWriter endpoint, in batches
+// of at most cfg.Batch (where runID starts its runs anew).
+func (d *Device) writeDatagrams(dgs []netio.OutDatagram) (int, error) {
+	defer clear(d.dgs) // keep no reference to the memory regions
+	total := 0
+	for len(dgs) > 0 {
+		k := min(len(dgs), d.cfg.Batch)
+		n, err := d.dw.WriteDatagrams(dgs[:k])
+		d.counters.FramesOut += uint64(n)
+		total += n
+		if err != nil {
+			d.counters.WriteErrors++
+			return total, err
+		}
+		dgs = dgs[k:]
+	}
 	return total, nil
 }
 
@@ -1017,6 +1060,120 @@ func (d *Device) frameGathered(now time.Time, p *ibtransport.OutputPacket, h *Fr
 	pieces = append(pieces, p.Buf[start:end])
 	pieces = append(pieces, p.Payload...)
 	return nil, append(pieces, tail), true
+}
+
+// sealDatagrams turns the packets of d.out from first on into datagrams
+// (a DatagramWriter endpoint), in d.dgs. Like sealGathered it runs under the
+// engine's lock, the ICRC computed over the payload where it lies.
+func (d *Device) sealDatagrams(first int) {
+	for i := first; i < len(d.out.Packets); i++ {
+		room := d.pieces[i*maxFramePieces : i*maxFramePieces : (i+1)*maxFramePieces]
+		if dg, ok := d.datagram(&d.out.Packets[i], room); ok {
+			d.dgs = append(d.dgs, dg)
+		}
+	}
+}
+
+// datagram makes the RoCEv2 datagram of one output packet: its addresses,
+// ports, TOS, TTL and IPv4 ID, and its UDP payload as pieces (IB headers,
+// payload in place, pad and ICRC) appended to pieces. The ICRC covers IP and
+// UDP headers that are never sent (the kernel writes the real ones): roce
+// writes them, as the pseudo-header it knows, into the packet's headroom
+// and computes the ICRC over them. There is no next hop to resolve: the
+// kernel routes.
+func (d *Device) datagram(p *ibtransport.OutputPacket, pieces [][]byte) (netio.OutDatagram, bool) {
+	ah := p.AH
+	if int(ah.SGIDIndex) >= len(d.gids) || ahVersion(ah) == RoCEv1 {
+		d.counters.Unroutable++ // RoCEv1 has no UDP
+		return netio.OutDatagram{}, false
+	}
+	ib := p.Packet()
+	h := FrameHeaders{
+		Src:          d.gids[ah.SGIDIndex].Unmap(),
+		Dst:          netip.AddrFrom16(ah.DGID).Unmap(),
+		TrafficClass: ah.TrafficClass,
+		FlowLabel:    ah.FlowLabel,
+		HopLimit:     ah.HopLimit,
+		SrcPort:      d.srcPort(p, ib),
+		DstPort:      d.port,
+	}
+	if h.HopLimit == 0 {
+		h.HopLimit = d.cfg.HopLimit
+	}
+	if h.Src.Is4() != h.Dst.Is4() {
+		d.counters.Unroutable++
+		return netio.OutDatagram{}, false
+	}
+	ibLen := len(ib)
+	if p.Payload != nil {
+		ibLen = p.Len()
+	}
+	dg := netio.OutDatagram{Src: h.Src, SrcPort: h.SrcPort, Dst: netip.AddrPortFrom(h.Dst, d.port),
+		TOS: h.TrafficClass, TTL: h.HopLimit}
+	start := p.Offset - h.Len()
+	if h.Src.Is4() {
+		dg.IPv4ID = d.runID(&dg, ibLen+ICRCLen)
+		h.IPID = dg.IPv4ID
+	}
+	if p.Payload == nil {
+		// The payload was copied after the IB headers: one piece.
+		buf := p.Buf[start : p.Offset+ibLen+ICRCLen]
+		if _, err := h.EncodeFrame(buf, ibLen); err != nil {
+			d.counters.Unroutable++
+			d.run = outRun{}
+			return netio.OutDatagram{}, false
+		}
+		dg.Payload = append(pieces, p.Buf[p.Offset:p.Offset+ibLen+ICRCLen])
+		return dg, true
+	}
+	end := len(p.Buf)
+	if _, err := h.Encode(p.Buf[start:p.Offset], ibLen); err != nil || cap(p.Buf)-end < p.Pad+ICRCLen {
+		d.counters.Unroutable++
+		d.run = outRun{}
+		return netio.OutDatagram{}, false
+	}
+	tail := p.Buf[end : end+p.Pad+ICRCLen]
+	copy(tail, zeroPad[:p.Pad])
+	in := append(d.icrcIn[:0], ib)
+	in = append(in, p.Payload...)
+	in = append(in, tail[:p.Pad])
+	PutICRC(tail[p.Pad:], h.ICRC(p.Buf[start:p.Offset], in...))
+	clear(in)
+	pieces = append(pieces, p.Buf[p.Offset:end])
+	pieces = append(pieces, p.Payload...)
+	dg.Payload = append(pieces, tail)
+	return dg, true
+}
+
+// outRun is the run of IPv4 IDs 0, 1, ... that the last datagram of a
+// write belongs to (see netio.DatagramWriter): the UDP GSO send the
+// endpoint makes of it gives segment j the ID j, which the ICRC covers.
+type outRun struct {
+	n     int // datagrams in the run
+	size  int // the first one's payload length
+	last  int // the last one's
+	bytes int // the run's payload bytes
+}
+
+// runID returns the IPv4 ID of dg, a datagram of plen payload bytes about
+// to follow d.dgs: the next ID of the run of the datagram before it if dg
+// may continue that run (same addresses, port, TOS and TTL; no longer than
+// the run's first, which the one before it matches; within IPv4Run's
+// bounds and the same write), else 0, starting a run.
+func (d *Device) runID(dg *netio.OutDatagram, plen int) uint16 {
+	r := &d.run
+	k := len(d.dgs)
+	if k%d.cfg.Batch != 0 && r.n < d.runMax && r.last == r.size && plen <= r.size && r.bytes+plen <= d.runBytes {
+		prev := &d.dgs[k-1]
+		if prev.Dst == dg.Dst && prev.SrcPort == dg.SrcPort && prev.Src == dg.Src && prev.TOS == dg.TOS && prev.TTL == dg.TTL {
+			r.n++
+			r.last = plen
+			r.bytes += plen
+			return uint16(r.n - 1)
+		}
+	}
+	*r = outRun{n: 1, size: plen, last: plen, bytes: plen}
+	return 0
 }
 
 // queue keeps a copy of a frame until its next hop resolves, if there is

@@ -306,10 +306,10 @@ func openUDP(cfg *OpenConfig) (*deviceSetup, error) {
 		LocalAddr: netip.AddrPortFrom(bind, cfg.UDPPort),
 		LocalMAC:  mac[:],
 		MTU:       mtu,
-		// UDP GSO for IPv4 too, each segment's ICRC made to match the ID
-		// the kernel gives it. A veth hands the super-packet unsegmented to
-		// an AF_PACKET peer, which splits it (netio.PacketEndpoint).
-		IPv4GSO: PatchICRCIPv4ID,
+		// UDP GSO for IPv4 too: the device gives runs of datagrams the IDs
+		// the kernel gives GSO segments, and computes each ICRC for its ID.
+		// A veth hands the super-packet unsegmented to an AF_PACKET peer,
+		// which splits it (netio.PacketEndpoint).
 	})
 	if err != nil {
 		return nil, fmt.Errorf("roce: open: %w", err)

@@ -553,8 +553,8 @@ func TestOpenUDPLoopbackCapture(t *testing.T) {
 	if _, ok := a.Endpoint().(netio.DatagramReader); !ok {
 		t.Error("--pcap turned the zero-copy receive path off: the capture is no DatagramReader")
 	}
-	if _, ok := a.Endpoint().(netio.VectorWriter); !ok {
-		t.Error("--pcap turned the gathered send path off: the capture is no VectorWriter")
+	if _, ok := a.Endpoint().(netio.DatagramWriter); !ok {
+		t.Error("--pcap turned the datagram send path off: the capture is no DatagramWriter")
 	}
 	stopA := runDevice(t, a)
 	b, err := roce.Open(roce.OpenConfig{Addrs: []netip.Addr{ipB}, UDPPort: 14791, Engine: ibtransport.ContextConfig{Seed: 2}})
@@ -570,9 +570,30 @@ func TestOpenUDPLoopbackCapture(t *testing.T) {
 	if len(frames) < 20 {
 		t.Fatalf("captured %d frames", len(frames))
 	}
+	runs := 0
 	for i, fr := range frames {
 		if len(fr) < 14+20+8 || binary.BigEndian.Uint16(fr[12:]) != roce.EtherTypeIPv4 || binary.BigEndian.Uint16(fr[14+20+2:]) != 14791 {
 			t.Fatalf("frame %d is not IPv4 UDP to port 14791: % x", i, fr[:min(len(fr), 48)])
+		}
+		// What a sent: the IPv4 ID it chose (a run's, where GSO sends
+		// segment j with ID j) is the one its ICRC was computed for.
+		var f roce.Frame
+		if err := f.DecodeEthernetPort(fr, 14791); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if f.Src != ipA {
+			continue
+		}
+		if err := roce.VerifyICRC(&f); err != nil {
+			t.Fatalf("frame %d sent with IPv4 ID %d: %v", i, binary.BigEndian.Uint16(fr[14+4:]), err)
+		}
+		if binary.BigEndian.Uint16(fr[14+4:]) != 0 {
+			runs++
+		}
+	}
+	if gso, ok := a.Endpoint().(netio.DatagramWriter); ok {
+		if n, _ := gso.IPv4Run(); n > 1 && runs == 0 {
+			t.Error("no datagram of a sent as a GSO run (IPv4 ID > 0)")
 		}
 	}
 	if _, err := roce.Open(roce.OpenConfig{Addrs: []netip.Addr{ipA}, Version: roce.RoCEv1}); err == nil {
