@@ -1,7 +1,6 @@
 package roce
 
 import (
-	"encoding/binary"
 	"hash/crc32"
 	"math"
 	"sync/atomic"
@@ -70,8 +69,8 @@ func unshift(d uint32, n int) uint32 { return unshifts.mul(d, n) }
 
 // powCache multiplies by x^(±8n) modulo the polynomial, remembering the
 // powers of recent lengths n, and for lengths seen often a byte-wise table
-// that multiplies without a loop over the bits (RecoverIPv4ID and
-// PatchICRCIPv4ID run for every IPv4 packet of a UDP device). It is shared
+// that multiplies without a loop over the bits (RecoverIPv4ID runs for
+// every IPv4 packet a UDP device receives). It is shared
 // by every device's receive and send goroutines, so a hit only loads: a
 // mutex here cost 3.5% of the CPU of the bench's 64-byte message-rate rows
 // (pprof), its cache line bouncing between the cores.
@@ -192,43 +191,4 @@ func RecoverIPv4ID(f *Frame) (uint16, bool) {
 		return 0, false
 	}
 	return uint16(b0)<<8 | uint16(b1), true
-}
-
-// xPow[k] is x^(8·2^k) modulo the polynomial: 2^k zero bytes.
-var xPow = func() (t [32]uint32) {
-	t[0] = 1 << (31 - 8) // x^8 (x^0 is the top bit)
-	for k := 1; k < len(t); k++ {
-		t[k] = multModP(t[k-1], t[k-1])
-	}
-	return t
-}()
-
-// shifts remembers x^8n for recent lengths, as unshifts does x^-8n.
-var shifts = powCache{pow: &xPow}
-
-// shift returns d multiplied by x^8n: what a CRC register difference d
-// becomes after n more bytes that do not differ.
-func shift(d uint32, n int) uint32 { return shifts.mul(d, n) }
-
-// PatchICRCIPv4ID changes the ICRC of a RoCEv2-over-IPv4 packet (20-byte IPv4
-// header) for another IPv4 Identification: icrc holds its four ICRC bytes,
-// payloadLen is its UDP payload length (BTH through ICRC), and id is the
-// Identification to account for, XOR the one the ICRC was computed with. A
-// CRC is linear, so the change depends on nothing else, and applying it twice
-// undoes it. It is netio.UDPConfig.IPv4GSO for RoCE: a UDP socket cannot set
-// the ID of a datagram, but it knows that segment j of a GSO send leaves with
-// ID j where a datagram sent alone gets 0.
-func PatchICRCIPv4ID(icrc []byte, payloadLen int, id uint16) {
-	if len(icrc) < ICRCLen || id == 0 {
-		return
-	}
-	// The CRC register difference the two ID bytes make (see RecoverIPv4ID),
-	// then carried through the bytes after them: the rest of the IPv4 header
-	// (14), the UDP header (8) and the IB packet without its ICRC.
-	b0, b1 := uint8(id>>8), uint8(id)
-	t := crc32.IEEETable
-	d := t[uint8(t[b0])^b1] ^ t[b0]>>8
-	d = shift(d, IPv4Len-6+UDPLen+payloadLen-ICRCLen)
-	v := binary.LittleEndian.Uint32(icrc) ^ d
-	binary.LittleEndian.PutUint32(icrc, v)
 }

@@ -22,7 +22,7 @@ import (
 // PSN gap. Each segment's ICRC covers the IP and UDP headers the segment leaves with:
 // its own IP and UDP lengths and, for IPv4, Identification (the kernel numbers the
 // segments' IDs from the datagram's, one up per segment; the UDP backend computes the
-// ICRCs for that, roce.PatchICRCIPv4ID).
+// ICRCs for that: the RoCE device gives a run the IDs 0, 1, ..., see netio.DatagramWriter).
 
 // maxGSOCandidates bounds the segment sizes tried on one datagram: the candidates are
 // the offsets where a BTH like the first one (P_Key, transport version, destination QP)

@@ -20,7 +20,7 @@ import (
 // which may be shorter) as one UDP GSO message: one datagram with the first frame's
 // headers and all the UDP payloads back to back, each with the ICRC for the headers it
 // leaves with once segmented (its lengths and, for IPv4, Identification one up per
-// segment), as roce.PatchICRCIPv4ID makes the UDP backend compute it.
+// segment), as the RoCE device computes it for a run (netio.DatagramWriter).
 func superDatagram(t testing.TB, run []frameOut) frameOut {
 	t.Helper()
 	var first roce.Frame
