@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,56 +43,120 @@ func (f CaptureFormat) String() string {
 // records; longer frames are truncated, their original length kept.
 const CaptureSnapLen = 262144
 
-// CaptureWriter writes Ethernet frames with timestamps to a pcap or pcapng
-// stream. It is safe for concurrent use. Output is buffered: call Flush (or
-// Close) before closing the underlying writer.
+// CaptureWriter writes frames with timestamps to a pcap or pcapng stream:
+// the one capture writer of the module (netio.Capture, sim, the --pcap file
+// of every command, decode --annotate). pcapng adds what pcap cannot hold:
+// an application name and comments on the section, comments on packets,
+// and frames of several link types in one file. It is safe for concurrent
+// use. Output is buffered: call Flush (or Close) before closing the
+// underlying writer.
 type CaptureWriter struct {
 	mu      sync.Mutex
-	buf     *bufio.Writer // the pcap path's buffer; nil for pcapng (NgWriter buffers itself)
-	pcap    *pcapgo.Writer
-	ng      *pcapgo.NgWriter
+	buf     *bufio.Writer
+	pcap    *pcapgo.Writer // FormatPcap
+	ng      *ngWriter      // FormatPcapNG
+	link    LinkType
 	snaplen int
 	err     error // first write error, sticky
 	frames  uint64
 }
 
+// LinkType is a capture's link-layer header type (LINKTYPE_*,
+// tcpdump.org/linktypes): 16 bits in pcap and pcapng (gopacket's
+// layers.LinkType has 8).
+type LinkType uint16
+
+// The link types softrdma writes.
+const (
+	LinkTypeEthernet LinkType = 1
+	LinkTypeRaw      LinkType = 101 // raw IPv4 or IPv6
+)
+
+// CaptureConfig configures NewCaptureWriterConfig.
+type CaptureConfig struct {
+	Format CaptureFormat
+	// SnapLen is the most bytes of each frame recorded (tcpdump -s: the
+	// headers of a long run without its payloads); 0, or more than
+	// CaptureSnapLen, means CaptureSnapLen.
+	SnapLen int
+	// LinkType is the link type of the frames WriteFrame records (and of a
+	// pcap file, which holds one); 0 means Ethernet.
+	LinkType LinkType
+	// Application and Comments go in a pcapng section header
+	// (shb_userappl, opt_comment); Application "" means "softrdma".
+	Application string
+	Comments    []string
+}
+
 // NewCaptureWriter writes the file header for format to w and returns a
-// writer for frames.
+// writer for Ethernet frames.
 func NewCaptureWriter(w io.Writer, format CaptureFormat) (*CaptureWriter, error) {
-	return NewCaptureWriterSnapLen(w, format, CaptureSnapLen)
+	return NewCaptureWriterConfig(w, CaptureConfig{Format: format})
 }
 
 // NewCaptureWriterSnapLen is NewCaptureWriter recording at most snaplen bytes
-// of each frame (0, or more than CaptureSnapLen: CaptureSnapLen), as
-// tcpdump -s does: the headers of a long run without its payloads.
+// of each frame (see CaptureConfig.SnapLen).
 func NewCaptureWriterSnapLen(w io.Writer, format CaptureFormat, snaplen int) (*CaptureWriter, error) {
+	return NewCaptureWriterConfig(w, CaptureConfig{Format: format, SnapLen: snaplen})
+}
+
+// NewCaptureWriterConfig writes the file header cfg describes to w and
+// returns a writer for frames.
+func NewCaptureWriterConfig(w io.Writer, cfg CaptureConfig) (*CaptureWriter, error) {
+	snaplen := cfg.SnapLen
 	if snaplen <= 0 || snaplen > CaptureSnapLen {
 		snaplen = CaptureSnapLen
 	}
-	c := &CaptureWriter{snaplen: snaplen}
-	switch format {
+	link := cfg.LinkType
+	if link == 0 {
+		link = LinkTypeEthernet
+	}
+	c := &CaptureWriter{snaplen: snaplen, link: link, buf: bufio.NewWriter(w)}
+	switch cfg.Format {
 	case FormatPcap:
-		c.buf = bufio.NewWriter(w)
+		if link > 0xff {
+			return nil, fmt.Errorf("netio: capture: link type %d in a pcap file: gopacket's pcap writer holds 8 bits", link)
+		}
 		c.pcap = pcapgo.NewWriterNanos(c.buf)
-		if err := c.pcap.WriteFileHeader(uint32(snaplen), layers.LinkTypeEthernet); err != nil {
+		if err := c.pcap.WriteFileHeader(uint32(snaplen), layers.LinkType(link)); err != nil {
 			return nil, fmt.Errorf("netio: capture: writing pcap header: %w", err)
 		}
 	case FormatPcapNG:
-		intf := pcapgo.DefaultNgInterface
-		intf.Name = "softrdma"
-		intf.LinkType = layers.LinkTypeEthernet
-		intf.SnapLength = uint32(snaplen)
-		opts := pcapgo.DefaultNgWriterOptions
-		opts.SectionInfo.Application = "softrdma"
-		ng, err := pcapgo.NewNgWriterInterface(w, intf, opts)
+		app := cfg.Application
+		if app == "" {
+			app = "softrdma"
+		}
+		ng, err := newNgWriter(c.buf, snaplen, app, cfg.Comments)
 		if err != nil {
 			return nil, fmt.Errorf("netio: capture: writing pcapng header: %w", err)
 		}
 		c.ng = ng
 	default:
-		return nil, fmt.Errorf("netio: capture: unknown format %d", int(format))
+		return nil, fmt.Errorf("netio: capture: unknown format %d", int(cfg.Format))
 	}
 	return c, nil
+}
+
+// FormatForPath returns the format a capture file named path is written
+// in: pcapng if its name ends in .pcapng (in any case), else classic pcap.
+func FormatForPath(path string) CaptureFormat {
+	if strings.HasSuffix(strings.ToLower(path), ".pcapng") {
+		return FormatPcapNG
+	}
+	return FormatPcap
+}
+
+// WritePacket records data, wireLen bytes on the wire (a record of another
+// capture, already cut; at least len(data)), of link type link, with
+// timestamp ts and, in pcapng, comments (pcap has no place for them: they
+// are dropped). A pcap file holds one link type: another is an error.
+func (c *CaptureWriter) WritePacket(ts time.Time, link LinkType, data []byte, wireLen int, comments []string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pcap != nil && link != c.link {
+		return fmt.Errorf("netio: capture: link type %d in a pcap file of link type %d", link, c.link)
+	}
+	return c.writeLocked(ts, link, data, max(wireLen, len(data)), comments)
 }
 
 // WriteFrame records frame with timestamp ts. A zero ts is written as the
@@ -101,7 +166,7 @@ func NewCaptureWriterSnapLen(w io.Writer, format CaptureFormat, snaplen int) (*C
 func (c *CaptureWriter) WriteFrame(ts time.Time, frame []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.writeLocked(ts, frame, len(frame))
+	return c.writeLocked(ts, c.link, frame, len(frame), nil)
 }
 
 // WriteFrameLen is WriteFrame for a frame that was wireLen bytes on the wire,
@@ -109,7 +174,7 @@ func (c *CaptureWriter) WriteFrame(ts time.Time, frame []byte) error {
 func (c *CaptureWriter) WriteFrameLen(ts time.Time, frame []byte, wireLen int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.writeLocked(ts, frame, max(wireLen, len(frame)))
+	return c.writeLocked(ts, c.link, frame, max(wireLen, len(frame)), nil)
 }
 
 // WriteFrames records each frames[i][offset:offset+sizes[i]] (or the whole of
@@ -125,14 +190,14 @@ func (c *CaptureWriter) WriteFrames(ts time.Time, frames [][]byte, sizes []int, 
 		if sizes != nil && sizes[i] <= len(f) {
 			f = f[:sizes[i]]
 		}
-		if err := c.writeLocked(ts, f, len(f)); err != nil {
+		if err := c.writeLocked(ts, c.link, f, len(f), nil); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (c *CaptureWriter) writeLocked(ts time.Time, frame []byte, wireLen int) error {
+func (c *CaptureWriter) writeLocked(ts time.Time, link LinkType, frame []byte, wireLen int, comments []string) error {
 	if c.err != nil {
 		return c.err
 	}
@@ -140,12 +205,11 @@ func (c *CaptureWriter) writeLocked(ts time.Time, frame []byte, wireLen int) err
 		ts = time.Unix(0, 0)
 	}
 	data := frame[:min(len(frame), c.snaplen)]
-	ci := gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(data), Length: wireLen}
 	var err error
 	if c.pcap != nil {
-		err = c.pcap.WritePacket(ci, data)
+		err = c.pcap.WritePacket(gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(data), Length: wireLen}, data)
 	} else {
-		err = c.ng.WritePacket(ci, data)
+		err = c.ng.writePacket(ts, link, data, wireLen, comments)
 	}
 	if err != nil {
 		c.err = fmt.Errorf("netio: capture: %w", err)
@@ -173,13 +237,7 @@ func (c *CaptureWriter) Flush() error {
 	if c.err != nil {
 		return c.err
 	}
-	var err error
-	if c.buf != nil {
-		err = c.buf.Flush()
-	} else {
-		err = c.ng.Flush()
-	}
-	if err != nil {
+	if err := c.buf.Flush(); err != nil {
 		c.err = fmt.Errorf("netio: capture: flush: %w", err)
 	}
 	return c.err

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/softrdma/softrdma/netio"
 )
 
 // Annotate writes the capture r to w as pcapng with softrdma's verdicts as packet
@@ -43,7 +45,11 @@ func Annotate(r io.Reader, w io.Writer, res *Result) error {
 	for _, p := range res.Notes {
 		addProblem(p, "note: ")
 	}
-	nw := newNgWriter(w, "softrdma decode --annotate", fileProblems)
+	nw, err := netio.NewCaptureWriterConfig(w, netio.CaptureConfig{Format: netio.FormatPcapNG, SnapLen: maxSnaplen,
+		Application: "softrdma decode --annotate", Comments: fileProblems})
+	if err != nil {
+		return err
+	}
 	frame := 0
 	for {
 		data, ci, link, err := src.next()
@@ -55,9 +61,12 @@ func Annotate(r io.Reader, w io.Writer, res *Result) error {
 		if frame == res.Frames {
 			c = append(c, fileProblems...)
 		}
-		if err := nw.writePacket(link, ci, data, c); err != nil {
+		if err := nw.WritePacket(ci.Timestamp, netio.LinkType(link), data, ci.Length, c); err != nil {
 			return err
 		}
+	}
+	if err := nw.Flush(); err != nil {
+		return err
 	}
 	if frame != res.Frames {
 		return fmt.Errorf("capture has %d frames, the decoded one %d: not the same capture", frame, res.Frames)

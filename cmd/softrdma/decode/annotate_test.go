@@ -16,17 +16,20 @@ import (
 	"github.com/softrdma/softrdma/ibtransport"
 )
 
+// ngOptComment is pcapng's opt_comment.
+const ngOptComment = 1
+
 // ngFrame is one enhanced packet block of a pcapng file as the test reads it back.
 type ngFrame struct {
 	link     uint16
-	ts       uint64 // in the interface's units (ngWriter: nanoseconds)
+	ts       uint64 // in the interface's units (netio.CaptureWriter: nanoseconds)
 	caplen   int
 	origlen  int
 	data     []byte
 	comments []string
 }
 
-// readNg parses a little-endian pcapng file written by ngWriter: the section header's
+// readNg parses a little-endian pcapng file written by netio.CaptureWriter: the section header's
 // comments and the frames with their link types and comments.
 func readNg(t *testing.T, b []byte) (shb []string, frames []ngFrame) {
 	t.Helper()
