@@ -35,6 +35,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/netio/netns"
 	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/perf"
@@ -249,7 +250,7 @@ func Main(o *Options, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 		defer f.Close()
-		if o.tap, err = pcaptap.New(f, o.PcapSnaplen); err != nil {
+		if o.tap, err = pcaptap.New(f, netio.FormatForPath(o.Pcap), o.PcapSnaplen); err != nil {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}

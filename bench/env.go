@@ -310,7 +310,7 @@ func openIWARP(pair *netns.Pair, tap *pcaptap.Tap) (*env, error) {
 	dialParams := iwarp.ConnParams{IRD: maxRdAtomic, ORD: maxRdAtomic}
 	if tap != nil {
 		src := tap.Source(false)
-		tcp, err := pcaptap.NewTCP(src)
+		tcp, err := pcaptap.NewTCP(src, netio.FormatPcap) // into the tap: its stream is pcap
 		if err != nil {
 			src.Close()
 			e.close()

@@ -226,7 +226,7 @@ func runSim(o Options) (_ *Result, err error) {
 		if o.PcapView == "sent" {
 			point = sim.CaptureTransmitted
 		}
-		if _, err := net.CaptureLinkAt(link, f, netio.FormatPcap, point); err != nil {
+		if _, err := net.CaptureLinkAt(link, f, netio.FormatForPath(o.Pcap), point); err != nil {
 			f.Close()
 			return res, err
 		}

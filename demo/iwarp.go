@@ -10,6 +10,7 @@ import (
 	"github.com/softrdma/softrdma/device"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/pcaptap"
 )
 
@@ -63,7 +64,7 @@ func runIWARP(o Options) (*Result, error) {
 			return res, err
 		}
 		defer f.Close()
-		if capture, err = pcaptap.NewTCP(f); err != nil {
+		if capture, err = pcaptap.NewTCP(f, netio.FormatForPath(o.Pcap)); err != nil {
 			return res, err
 		}
 		// One side's view has both directions: capture the initiator's.

@@ -11,6 +11,7 @@ import (
 	"github.com/softrdma/softrdma/devspec"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/rdmacm"
 )
@@ -71,7 +72,7 @@ func openIWARP(s devspec.Spec, cfg Config) (*IWARP, error) {
 		if err != nil {
 			return nil, err
 		}
-		if d.capture, err = pcaptap.NewTCP(f); err != nil {
+		if d.capture, err = pcaptap.NewTCP(f, netio.FormatForPath(cfg.Pcap)); err != nil {
 			f.Close()
 			return nil, err
 		}

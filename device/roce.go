@@ -71,7 +71,7 @@ func openRoCE(s devspec.Spec, cfg Config) (*RoCE, error) {
 		if err != nil {
 			return nil, err
 		}
-		if d.tap, err = pcaptap.New(f, 0); err != nil {
+		if d.tap, err = pcaptap.New(f, netio.FormatForPath(cfg.Pcap), 0); err != nil {
 			f.Close()
 			return nil, err
 		}

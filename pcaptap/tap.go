@@ -1,5 +1,5 @@
-// Package pcaptap writes the --pcap file of a softrdma command: a classic pcap
-// into which several captures merge (Tap: a device's own capture stream
+// Package pcaptap writes the --pcap file of a softrdma command: a pcap, or a
+// pcapng for a FILE.pcapng (netio.FormatForPath), into which several captures merge (Tap: a device's own capture stream
 // through Source, frames written directly), the IPv4 Identification a UDP
 // socket hides put back into received RoCEv2 frames (IPv4IDRestorer), and the
 // octets of iWARP connections as synthesised TCP segments (TCP).
@@ -24,7 +24,7 @@ import (
 // file: frames written to it directly (WriteFrame), and what captures that write
 // pcap streams of their own record (a device's roce.OpenConfig.Capture, a
 // TCP of iWARP connections), merged record by record through Source. The
-// file is a netio.CaptureWriter's classic pcap, each frame cut to the snap
+// file is a netio.CaptureWriter's pcap or pcapng, each frame cut to the snap
 // length, its length on the wire kept. It is safe for concurrent use.
 type Tap struct {
 	w *netio.CaptureWriter
@@ -33,10 +33,11 @@ type Tap struct {
 	srcErr error // the first Source's stream that could not be read
 }
 
-// New writes the file header to w; snaplen 0 keeps whole frames
-// (netio.CaptureSnapLen).
-func New(w io.Writer, snaplen int) (*Tap, error) {
-	cw, err := netio.NewCaptureWriterSnapLen(w, netio.FormatPcap, snaplen)
+// New writes the file header of format to w (netio.FormatForPath gives the
+// format a --pcap FILE asks for: pcapng for FILE.pcapng); snaplen 0 keeps
+// whole frames (netio.CaptureSnapLen).
+func New(w io.Writer, format netio.CaptureFormat, snaplen int) (*Tap, error) {
+	cw, err := netio.NewCaptureWriterSnapLen(w, format, snaplen)
 	if err != nil {
 		return nil, err
 	}

@@ -8,13 +8,13 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-	"github.com/google/gopacket/pcapgo"
 
 	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/netio"
 )
 
 // TCP writes the octets of iWARP connections, as an iwarp.StreamObserver sees
-// them, as a classic pcap of Ethernet/IP/TCP segments: a three-way handshake when
+// them, as a pcap or pcapng (netio.CaptureWriter) of Ethernet/IP/TCP segments: a three-way handshake when
 // the observer is made, then one segment (at most tcpMSS octets) per chunk
 // with sequence and acknowledgement numbers that follow the stream, so that
 // softrdma decode and tshark reassemble it. The segments are synthesised (the
@@ -22,7 +22,7 @@ import (
 // byte-exact view of the stream.
 type TCP struct {
 	mu  sync.Mutex
-	w   *pcapgo.Writer
+	w   *netio.CaptureWriter
 	err error
 	buf gopacket.SerializeBuffer
 }
@@ -30,14 +30,18 @@ type TCP struct {
 // tcpMSS is the largest payload of a synthesised segment.
 const tcpMSS = 1448
 
-// NewTCP writes the pcap file header to w and returns the writer of its
-// segments.
-func NewTCP(w io.Writer) (*TCP, error) {
-	pw := pcapgo.NewWriter(w)
-	if err := pw.WriteFileHeader(65535, layers.LinkTypeEthernet); err != nil {
+// NewTCP writes the file header of format to w and returns the writer of
+// its segments. Each segment is written out at once (a Source reading the
+// stream, or a file, sees it without a Flush).
+func NewTCP(w io.Writer, format netio.CaptureFormat) (*TCP, error) {
+	cw, err := netio.NewCaptureWriter(w, format)
+	if err == nil {
+		err = cw.Flush()
+	}
+	if err != nil {
 		return nil, err
 	}
-	return &TCP{w: pw, buf: gopacket.NewSerializeBuffer()}, nil
+	return &TCP{w: cw, buf: gopacket.NewSerializeBuffer()}, nil
 }
 
 // Err returns the first write error.
@@ -129,5 +133,7 @@ func (o *tcpConn) segment(from, to *tcpEndpoint, tcp layers.TCP, payload []byte)
 		return
 	}
 	data := p.buf.Bytes()
-	p.err = p.w.WritePacket(gopacket.CaptureInfo{Timestamp: time.Now(), CaptureLength: len(data), Length: len(data)}, data)
+	if p.err = p.w.WriteFrame(time.Now(), data); p.err == nil {
+		p.err = p.w.Flush()
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
+	"github.com/softrdma/softrdma/netio"
 )
 
 // TestTCPSegments: a connection's octets become a three-way handshake and
@@ -15,7 +16,7 @@ import (
 // stream, both ways, so that the stream reassembles byte for byte.
 func TestTCPSegments(t *testing.T) {
 	var file bytes.Buffer
-	p, err := NewTCP(&file)
+	p, err := NewTCP(&file, netio.FormatPcap)
 	if err != nil {
 		t.Fatal(err)
 	}

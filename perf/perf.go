@@ -252,7 +252,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Transport, "transport", "roce", "roce or iwarp (iWARP over TCP, with -R: rdma_cm over MPA, as perftest over siw)")
 	fs.StringVar(&o.CRC, "crc", "accept", "--transport iwarp: MPA CRCs: accept (siw's default: if the peer asks), request or require")
 	fs.StringVar(&o.Backend, "backend", "udp", "how RoCE frames move: udp (a UDP socket on port 4791, no root), afpacket (raw frames on -d INTERFACE) or tap (a TAP device whose host has the address -d ADDR)")
-	fs.StringVar(&o.Pcap, "pcap", "", "write every RoCE frame sent and received to this pcap file (iWARP: each connection's TCP octets, as synthesised segments)")
+	fs.StringVar(&o.Pcap, "pcap", "", "write every RoCE frame sent and received to this pcap file (iWARP: each connection's TCP octets, as synthesised segments) (pcapng if its name ends in .pcapng)")
 	fs.StringVar(&o.TAPPeer, "tap-peer", "", "--backend tap: ADDR/PREFIX to give the kernel's side of the TAP device")
 	fs.StringVar(&o.TAPName, "tap-name", "", "--backend tap: the TAP device to create or attach to (default: the kernel picks tapN)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of this process's run to this file")

@@ -35,7 +35,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.NoBaseline, "no-baseline", false, "measure softrdma alone (to profile it): no baseline, no ratio")
 	fs.StringVar(&o.Lib, "lib", "", "clib rows: the directory of the drop-in libibverbs.so.1 (make lib; default $"+launch.LibEnvVar+", else lib/ beside bin/)")
 	fs.IntVar(&o.CLibIters, "clib-iters", 5000, "clib rows: iterations (-n) of each run of ib_write_bw, ib_send_lat and softrdma perf")
-	fs.StringVar(&o.Pcap, "pcap", "", "write every frame both devices send and receive (iWARP: the TCP octets of the connections, as synthesised segments) to this pcap `FILE`; the bench moves hundreds of MB per row, so the file gets large (a tenth of the traffic or more, cut to --pcap-snaplen; gigabytes with whole frames), and the capture slows the devices, which the numbers show")
+	fs.StringVar(&o.Pcap, "pcap", "", "write every frame both devices send and receive (iWARP: the TCP octets of the connections, as synthesised segments) to this pcap `FILE` (pcapng if its name ends in .pcapng); the bench moves hundreds of MB per row, so the file gets large (a tenth of the traffic or more, cut to --pcap-snaplen; gigabytes with whole frames), and the capture slows the devices, which the numbers show")
 	fs.IntVar(&o.PcapSnaplen, "pcap-snaplen", bench.DefaultSnaplen, "octets of each frame the --pcap file keeps (the headers: the rest is cut, the length on the wire kept; 0 keeps whole frames)")
 	qpTimeout := fs.Int("qp-timeout", perf.DefQPTimeout, "RoCE RC QPs' local ACK timeout: a request unacknowledged for 4.096 µs × 2^N is resent, 7 times (perftest's -u)")
 	if err := parseFlags(fs, args, stderr); err != nil {

@@ -29,7 +29,7 @@ func cmatoseCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVarP(&o.Size, "size", "S", 100, "message size")
 	fs.IntVarP(&o.Port, "port", "p", 0, "port (default 7471, udaddy's 7174 with --ud)")
 	fs.BoolVar(&o.UD, "ud", false, "be udaddy: UD QPs resolved by SIDR (RDMA_PS_UDP)")
-	fs.StringVar(&o.Pcap, "pcap", "", "write every RoCE frame sent and received to this pcap file")
+	fs.StringVar(&o.Pcap, "pcap", "", "write every RoCE frame sent and received to this pcap file (pcapng if its name ends in .pcapng)")
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "give up after this long")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return flagsExit(err)

@@ -106,7 +106,7 @@ func conformCmd(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Silence, "silence", 0, "how long no answer must come where the specification requires none (default 100ms)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "simulator seed (--self --backend sim)")
 	fs.Uint16Var(&o.UDPPort, "udp-port", roce.UDPPort, "RoCEv2 UDP port")
-	fs.StringVar(&o.Pcap, "pcap", "", "write every frame the tester sends and receives (iWARP: the TCP octets of its connections, as synthesised segments), the deliberately broken ones exactly as sent, to this pcap `FILE`")
+	fs.StringVar(&o.Pcap, "pcap", "", "write every frame the tester sends and receives (iWARP: the TCP octets of its connections, as synthesised segments), the deliberately broken ones exactly as sent, to this pcap `FILE` (pcapng if its name ends in .pcapng)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return flagsExit(err)
 	}
@@ -148,7 +148,7 @@ func conformServeParse(args []string, stderr io.Writer) (conformServeOptions, er
 	fs.StringVar(&o.Addr, "addr", "", "the device's RoCE address (udp: the address to bind; default the interface's first)")
 	fs.StringVarP(&o.Interface, "interface", "d", "", "network interface (afpacket: required; udp: where the address comes from)")
 	fs.Uint16Var(&o.UDPPort, "udp-port", roce.UDPPort, "RoCEv2 UDP port")
-	fs.StringVar(&o.Pcap, "pcap", "", "write every frame the device sends and receives (iWARP: the TCP octets of its QPs' connections, as synthesised segments) to this pcap `FILE`")
+	fs.StringVar(&o.Pcap, "pcap", "", "write every frame the device sends and receives (iWARP: the TCP octets of its QPs' connections, as synthesised segments) to this pcap `FILE` (pcapng if its name ends in .pcapng)")
 	o.metrics = addMetricsFlags(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return o, err

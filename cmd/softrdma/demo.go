@@ -35,7 +35,7 @@ func demoCmd(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.Bandwidth, "bandwidth", 10e9, "link bandwidth in bit/s")
 	fs.IntVar(&o.MTU, "mtu", 1500, "Ethernet MTU of the link (IB MTU as rxe derives it)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "simulator seed: the same seed gives the same run")
-	fs.StringVar(&o.Pcap, "pcap", "", "write the link's traffic to this pcap file")
+	fs.StringVar(&o.Pcap, "pcap", "", "write the link's traffic to this pcap file (pcapng if its name ends in .pcapng)")
 	fs.StringVar(&o.PcapView, "pcap-view", "received", "roce: what --pcap records: received (each frame as the other node got it: lost ones absent, corrupted ones corrupted, as a capture on the receiving host) or sent (each frame as its sender put it on the link, before loss and corruption)")
 	fs.BoolVar(&o.JSON, "json", false, "print the result as JSON")
 	fs.StringVar(&o.CRC, "crc", "accept", "iwarp: MPA CRC policy of both sides: accept, request or require")

@@ -60,7 +60,7 @@ func pingpongCmd(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVarP(&o.Check, "chk", "c", false, "validate received buffer (as rdma-core: the server checks the first byte of each page)")
 	fs.StringVar(&o.Transport, "transport", "roce", "transport: roce (iwarp: not yet)")
 	fs.StringVar(&o.Backend, "backend", "udp", "RoCE backend: udp (a UDP socket, no privileges), afpacket, tap")
-	fs.StringVar(&o.Pcap, "pcap", "", "write every RoCE frame sent and received to this pcap `file`")
+	fs.StringVar(&o.Pcap, "pcap", "", "write every RoCE frame sent and received to this pcap `file` (pcapng if its name ends in .pcapng)")
 	tapAddrs := fs.StringSlice("tap-addr", nil, "--backend tap: the device's own address `prefix` behind the TAP device, e.g. 10.99.0.2/24 (repeatable)")
 	tapKernelAddrs := fs.StringSlice("tap-kernel-addr", nil, "--backend tap: an address `prefix` for the kernel's side of the TAP device (repeatable)")
 	fs.BoolVar(&o.JSON, "json", false, "print the result as JSON instead of the tools' lines")

@@ -38,7 +38,7 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVarP(&o.Debug, "debug", "d", false, "debug printfs (to stdout, as rping), the rdma_cm events included")
 	fs.StringVar(&o.Transport, "transport", "iwarp", "iwarp, or roce (rdma_cm over the IB CM on a RoCE device)")
 	fs.StringVar(&o.CRC, "crc", "accept", "iWARP: MPA CRC policy: accept (siw's default), request or require")
-	fs.StringVar(&o.Pcap, "pcap", "", "write the connection to this pcap file (iWARP: its TCP octets; RoCE: its frames)")
+	fs.StringVar(&o.Pcap, "pcap", "", "write the connection to this pcap file (iWARP: its TCP octets; RoCE: its frames) (pcapng if its name ends in .pcapng)")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "give up after this long (0: never)")
 	fs.DurationVar(&o.Settle, "settle", rping.Settle, "iWARP client: wait this long after ESTABLISHED before the first SEND (see rping.Settle)")
 	metrics := addMetricsFlags(fs)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/softrdma/softrdma/conform"
 	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/pcaptap"
 )
 
@@ -41,7 +42,7 @@ func newConformPcap(name string) (*conformPcap, error) {
 	if err != nil {
 		return nil, err
 	}
-	tap, err := pcaptap.New(f, 0)
+	tap, err := pcaptap.New(f, netio.FormatForPath(name), 0)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -80,7 +81,7 @@ func (p *conformPcap) observer() (func(local, remote net.Addr) iwarp.StreamObser
 	defer p.mu.Unlock()
 	if p.tcp == nil {
 		p.src = p.tap.Source(false)
-		tcp, err := pcaptap.NewTCP(p.src)
+		tcp, err := pcaptap.NewTCP(p.src, netio.FormatPcap) // into the tap: its stream is pcap
 		if err != nil {
 			p.src.Close()
 			p.src = nil
