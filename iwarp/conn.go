@@ -499,7 +499,12 @@ func Dial(ctx context.Context, qp *ib.QP, addr string, p ConnParams) (*Conn, err
 	if p.LocalAddr.IsValid() {
 		d.LocalAddr = &net.TCPAddr{IP: p.LocalAddr.AsSlice(), Zone: p.LocalAddr.Zone()}
 	}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	var nc net.Conn
+	if p.Dial != nil {
+		nc, err = p.Dial(ctx, &d, addr)
+	} else {
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		w.Detach(c)
 		return nil, err

@@ -1,6 +1,7 @@
 package iwarp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -190,6 +191,12 @@ type ConnParams struct {
 	// cm_id's source address; without it the kernel picks the route's source
 	// (127.0.0.1 for any 127/8 destination).
 	LocalAddr netip.Addr
+	// Dial, if set, makes Dial's TCP connection in place of
+	// d.DialContext(ctx, "tcp", addr) (d has LocalAddr): a connection made
+	// in another network namespace than the caller's, say, as softrdma bench
+	// connects through rdma_cm, whose iWARP Connect dials in a goroutine of
+	// its own, from one namespace to another.
+	Dial func(ctx context.Context, d *net.Dialer, addr string) (net.Conn, error)
 }
 
 func (p *ConnParams) revision() uint8 {
