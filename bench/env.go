@@ -37,6 +37,8 @@ type env struct {
 	closers []func()
 	// stats describes the endpoints' counters (SOFTRDMA_BENCH_DEBUG=1).
 	stats func() string
+	// openCM starts rdma_cm on both devices (the cm setup rows).
+	openCM func() (*cmSides, error)
 }
 
 func (e *env) close() {
@@ -210,6 +212,7 @@ func (e *env) runRoCE(devs []*roce.Device, addrA, addrB netip.Addr) error {
 		return b.String()
 	}
 	e.a, e.b = da.Context(), db.Context()
+	e.openCM = func() (*cmSides, error) { return openRoCECM(da, db, addrA, addrB) }
 	e.pathMTU = min(da.PathMTU(), db.PathMTU())
 	ahA, err := da.AddressHandle(addrB)
 	if err != nil {
@@ -359,6 +362,7 @@ func openIWARP(pair *netns.Pair, tap *pcaptap.Tap) (*env, error) {
 			a.c.Close()
 		}, nil
 	}
+	e.openCM = func() (*cmSides, error) { return openIWARPCM(da, db, pair) }
 	e.raw = &tcpRaw{pair: pair}
 	return e, nil
 }

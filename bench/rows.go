@@ -81,6 +81,7 @@ func runEnv(e *env, o *Options, emit func(Row)) {
 				for _, r := range e.scaleRows(n, o) {
 					emit(r)
 				}
+				emit(e.cmSetupRow(n))
 			}
 		case "lat":
 			for _, v := range []string{"write", "read", "send"} {

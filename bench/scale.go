@@ -19,7 +19,9 @@ import (
 //     directly, no CM; iWARP: an MPA dial and accept over a TCP connection),
 //     its memory region registered and its CQs shared;
 //   - "memory n QPs": heap bytes per QP pair once set up (both ends, the
-//     4 KiB target region of each pair included), in KiB.
+//     4 KiB target region of each pair included), in KiB;
+//   - "cm setup n QPs" (cmrate.go): QP pairs connected per second through
+//     rdma_cm.
 //
 // One goroutine drives every QP through one send CQ on B: the bench adds no
 // goroutine per QP, so what grows with n is the transport's.

@@ -22,7 +22,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Warm, "warm", 200*time.Millisecond, "unmeasured warm-up before each measurement")
 	fs.StringSliceVar(&o.Transports, "transport", []string{"roce", "iwarp"}, "transports to measure: roce, iwarp")
 	fs.StringSliceVar(&o.Backends, "backend", []string{"udp", "afpacket", "tap"}, "RoCE backends to measure: udp, afpacket, tap")
-	fs.StringSliceVar(&o.Tests, "tests", bench.AllTests, "rows to run: write, read, send (bandwidth), rate (64-byte message rate), lat (latency), qps (scale: --qps QP pairs moving 4 KiB WRITEs, their setup rate and memory), clib (perftest's ib_write_bw and ib_send_lat on the drop-in libibverbs vs softrdma perf, on loopback or --addrs)")
+	fs.StringSliceVar(&o.Tests, "tests", bench.AllTests, "rows to run: write, read, send (bandwidth), rate (64-byte message rate), lat (latency), qps (scale: --qps QP pairs moving 4 KiB WRITEs, their setup rate, directly and through rdma_cm, and memory), clib (perftest's ib_write_bw and ib_send_lat on the drop-in libibverbs vs softrdma perf, on loopback or --addrs)")
 	fs.IntSliceVar(&o.QPs, "qps", []int{1, 16, 256, 4096}, "QP pairs of the scale rows (--tests qps)")
 	fs.StringSliceVar(&sizes, "sizes", []string{"4K", "64K", "1M"}, "bandwidth message sizes (K and M suffixes)")
 	fs.IntVar(&o.RateSize, "rate-size", 64, "message size of the message-rate rows")

@@ -57,9 +57,16 @@ func TestBenchRuns(t *testing.T) {
 	}
 	for _, want := range []string{"roce WRITE bw", "roce READ bw", "roce SEND bw", "roce WRITE rate", "roce READ rate",
 		"roce SEND rate", "roce WRITE_IMM lat median", "roce READ lat p99", "roce SEND lat min", "iwarp WRITE bw",
-		"roce WRITE bw 3 QPs", "roce setup 3 QPs", "roce memory 1 QPs", "iwarp WRITE bw 3 QPs", "iwarp setup 1 QPs", "iwarp memory 3 QPs"} {
+		"roce WRITE bw 3 QPs", "roce setup 3 QPs", "roce memory 1 QPs", "iwarp WRITE bw 3 QPs", "iwarp setup 1 QPs", "iwarp memory 3 QPs",
+		"roce cm setup 1 QPs", "roce cm setup 3 QPs", "iwarp cm setup 1 QPs", "iwarp cm setup 3 QPs"} {
 		if !seen[want] {
 			t.Errorf("no %q row", want)
+		}
+	}
+	for _, r := range rep.Rows {
+		// rdma_cm's connect rate (issue 22): a number on every backend.
+		if strings.HasPrefix(r.Test, "cm setup ") && (r.Note != "" || r.Samples == 0 || r.Unit != "QPs/s") {
+			t.Errorf("%s %s %s: samples %d, unit %q, note %q: want connects counted", r.Transport, r.Backend, r.Test, r.Samples, r.Unit, r.Note)
 		}
 	}
 	jumbo := map[string]bool{} // rows at MTU 9000: the bandwidth rows only
