@@ -76,7 +76,7 @@ conform-ctl: lib-deps
 conform-ctl-build:
 	mkdir -p $(CTLDIR)
 	gcc -O2 -g -Wall -Wextra -Wno-unused-parameter $(CTLCFLAGS) -o $(CTLDIR)/conform-ctl \
-		capi/conformctl/conform-ctl.c capi/conformctl/json.c -libverbs
+		capi/conformctl/conform-ctl.c capi/conformctl/json.c -lrdmacm -libverbs
 
 demo: build
 	./$(BIN) demo

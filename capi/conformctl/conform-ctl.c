@@ -16,9 +16,15 @@
  * every length, handle and value is checked, and a malformed line is answered
  * with an error, never a crash (capi/conformctl/json.c bounds the parser).
  *
- * RoCE only: on an iWARP device (siw) create_qp is refused, saying so. */
+ * On an iWARP device (siw) a QP is connected the iWARP way (CONTROL.md,
+ * "iWARP"): create_qp leaves it in INIT and listens with rdma_cm on --addr (by
+ * default the --listen host) for the tester's TCP connection and MPA Request;
+ * the first connection request is accepted onto the QP (rdma_accept with its
+ * qp_num), later ones are rejected. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
@@ -32,6 +38,7 @@
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 
 #include "json.h"
 
@@ -57,6 +64,7 @@ static const char *devname;
 static uint8_t ibport = 1;
 static int gid_index_opt = -1;
 static int iwarp;
+static char listen_host[64]; /* iWARP: the address the QPs' listeners bind */
 static struct ibv_port_attr port_attr;
 static long long max_session_memory = 256LL << 20;
 
@@ -71,6 +79,11 @@ static int ngids;
 struct sqp {
 	struct ibv_qp *qp;
 	struct ibv_cq *scq, *rcq;
+	/* iWARP: the listener, the accepted connection, what the QP asked for,
+	 * and how the connection ended. */
+	struct rdma_cm_id *listen_id, *conn_id;
+	uint8_t ird, ord;
+	char conn_error[96];
 };
 
 struct smr {
@@ -95,6 +108,7 @@ static struct {
 	long long memory;
 	struct sah ahs[MAX_AHS];
 	int nahs;
+	struct rdma_event_channel *ch; /* iWARP: the listeners' and connections' events */
 } ses;
 
 /* An error answer is built in errbuf. */
@@ -361,6 +375,10 @@ static struct smr *find_mr(uint64_t h)
 
 static void destroy_qp(struct sqp *q)
 {
+	if (q->conn_id)
+		rdma_destroy_id(q->conn_id);
+	if (q->listen_id)
+		rdma_destroy_id(q->listen_id);
 	if (q->qp)
 		ibv_destroy_qp(q->qp);
 	if (q->scq)
@@ -386,6 +404,10 @@ static void session_reset(void)
 	}
 	ses.nmrs = 0;
 	ses.memory = 0;
+	if (ses.ch) {
+		rdma_destroy_event_channel(ses.ch);
+		ses.ch = NULL;
+	}
 	if (ses.pd) {
 		ibv_dealloc_pd(ses.pd);
 		ses.pd = NULL;
@@ -443,6 +465,97 @@ static struct ibv_ah *ah(const struct jval *ip)
 	return h;
 }
 
+/* iWARP connections. */
+
+/* iw_listen makes q listen for the tester's connection on listen_host, port
+ * chosen by the system, and writes create_qp's result. */
+static int iw_listen(struct sqp *q, struct jbuf *out)
+{
+	struct addrinfo hints, *ai;
+	char port[8];
+	int r;
+
+	if (!ses.ch) {
+		if (!(ses.ch = rdma_create_event_channel()))
+			return fail("rdma_create_event_channel: %s", strerror(errno));
+		fcntl(ses.ch->fd, F_SETFL, fcntl(ses.ch->fd, F_GETFL) | O_NONBLOCK);
+	}
+	if (rdma_create_id(ses.ch, &q->listen_id, (void *)(uintptr_t)q->qp->qp_num, RDMA_PS_TCP))
+		return fail("rdma_create_id: %s", strerror(errno));
+	memset(&hints, 0, sizeof hints);
+	hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+	hints.ai_socktype = SOCK_STREAM;
+	if ((r = getaddrinfo(listen_host, "0", &hints, &ai)))
+		return fail("listen address %s: %s", listen_host, gai_strerror(r));
+	r = rdma_bind_addr(q->listen_id, ai->ai_addr);
+	freeaddrinfo(ai);
+	if (r)
+		return fail("rdma_bind_addr %s: %s", listen_host, strerror(errno));
+	if (rdma_listen(q->listen_id, 4))
+		return fail("rdma_listen %s: %s", listen_host, strerror(errno));
+	snprintf(port, sizeof port, "%u", ntohs(rdma_get_src_port(q->listen_id)));
+	jb_printf(out, "\"qpn\":%u,\"state\":\"INIT\",\"path_mtu\":%d,\"pkey\":65535,\"listen_addr\":", q->qp->qp_num,
+		  mtu_bytes(port_attr.active_mtu));
+	{
+		char a[96];
+
+		snprintf(a, sizeof a, strchr(listen_host, ':') ? "[%s]:%s" : "%s:%s", listen_host, port);
+		jb_str(out, a);
+	}
+	return 0;
+}
+
+static struct sqp *qp_by_num(uint32_t qpn)
+{
+	int k;
+
+	for (k = 0; k < ses.nqps; k++)
+		if (ses.qps[k].qp->qp_num == qpn)
+			return &ses.qps[k];
+	return NULL;
+}
+
+/* iw_events handles the connection events waiting on the session's channel:
+ * the first connection request to a QP's listener is accepted onto the QP (in
+ * INIT, its receives posted), later ones are rejected; how a connection ends
+ * is kept for query_qp's conn_error. */
+static void iw_events(void)
+{
+	struct rdma_cm_event *ev;
+
+	while (ses.ch && rdma_get_cm_event(ses.ch, &ev) == 0) {
+		struct rdma_cm_id *id = ev->id;
+		struct sqp *q = qp_by_num((uint32_t)(uintptr_t)(ev->listen_id ? ev->listen_id->context : id->context));
+
+		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			struct rdma_conn_param p;
+
+			if (!q || q->conn_id) {
+				rdma_reject(id, NULL, 0);
+				rdma_ack_cm_event(ev);
+				rdma_destroy_id(id);
+				continue;
+			}
+			memset(&p, 0, sizeof p);
+			p.responder_resources = q->ird;
+			p.initiator_depth = q->ord;
+			p.qp_num = q->qp->qp_num;
+			id->context = (void *)(uintptr_t)q->qp->qp_num;
+			if (rdma_accept(id, &p)) {
+				snprintf(q->conn_error, sizeof q->conn_error, "rdma_accept: %s", strerror(errno));
+				rdma_reject(id, NULL, 0);
+				rdma_ack_cm_event(ev);
+				rdma_destroy_id(id);
+				continue;
+			}
+			q->conn_id = id;
+		} else if (q && id == q->conn_id && ev->event != RDMA_CM_EVENT_ESTABLISHED) {
+			snprintf(q->conn_error, sizeof q->conn_error, "%s (status %d)", rdma_event_str(ev->event), ev->status);
+		}
+		rdma_ack_cm_event(ev);
+	}
+}
+
 /* Operations. Each writes its result (the members of the result object,
  * without braces; nothing for none) to out, or returns -1 with errbuf set. */
 
@@ -457,10 +570,14 @@ static int op_hello(struct jbuf *out)
 		jb_str(out, impl);
 	}
 	jb_printf(out, ",\"transport\":\"%s\",\"addrs\":[", iwarp ? "iwarp" : "roce");
-	for (k = 0; k < ngids; k++) {
+	if (iwarp) {
+		jb_str(out, listen_host);
+		first = 0;
+	}
+	for (k = 0; !iwarp && k < ngids; k++) {
 		char t[INET6_ADDRSTRLEN];
 
-		if (!iwarp && gids[k].type >= 0 && gids[k].type != IBV_GID_TYPE_ROCE_V2)
+		if (gids[k].type >= 0 && gids[k].type != IBV_GID_TYPE_ROCE_V2)
 			continue;
 		gid_text(&gids[k].gid, t, sizeof t);
 		jb_printf(out, "%s\"%s\"", first ? "" : ",", t);
@@ -520,13 +637,15 @@ static int op_create_qp(const struct jval *a, struct jbuf *out)
 		qt = IBV_QPT_UD;
 	else
 		return fail("type %s: want rc, uc or ud", quote(type));
-	if (iwarp)
-		return fail("conform-ctl serves RoCE devices; %s is iWARP (use softrdma conform --peer-kind kernel with rping)", devname);
+	if (iwarp && qt != IBV_QPT_RC)
+		return fail("type %s: an iWARP device has RC QPs only", quote(type));
+	if (iwarp && crc && !(crc->len == 0 || (crc->len == 6 && memcmp(crc->str, "accept", 6) == 0)))
+		return fail("mpa_crc %s: the verbs API cannot choose an iWARP QP's MPA CRC policy (the device's own applies): accept only", quote(crc));
 	if (sw > MAX_QUEUE_DEPTH || rw > MAX_QUEUE_DEPTH)
 		return fail("queue depths %" PRIu64 "/%" PRIu64 ": at most %d", sw, rw, MAX_QUEUE_DEPTH);
 	if (mtu && !(pmtu = mtu_enum(mtu)))
 		return fail("path_mtu %" PRIu64 ": want 256, 512, 1024, 2048 or 4096 (0: the port's)", mtu);
-	if (qt != IBV_QPT_UD) {
+	if (qt != IBV_QPT_UD && !iwarp) {
 		if (gid_of(rip, "remote_ip", &dgid))
 			return -1;
 		if ((sgid = pick_gid(&dgid)) < 0)
@@ -562,6 +681,19 @@ static int op_create_qp(const struct jval *a, struct jbuf *out)
 	at.qp_state = IBV_QPS_INIT;
 	at.pkey_index = 0;
 	at.port_num = ibport;
+	if (iwarp) {
+		q.ird = (uint8_t)(destrd ? destrd : 1);
+		q.ord = (uint8_t)(rd ? rd : 1);
+		at.qp_access_flags = access;
+		if (ibv_modify_qp(q.qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+			fail("ibv_modify_qp to INIT: %s", strerror(errno));
+			goto bad;
+		}
+		if (iw_listen(&q, out))
+			goto bad;
+		ses.qps[ses.nqps++] = q;
+		return 0;
+	}
 	if (qt == IBV_QPT_UD) {
 		at.qkey = (uint32_t)qkey;
 		if (ibv_modify_qp(q.qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)) {
@@ -661,6 +793,10 @@ static int op_qp(const struct jval *a, struct jbuf *out, int query)
 			jb_printf(out, "\"qpn\":%" PRIu64 ",\"state\":\"%s\"", qpn, states[qa.qp_state]);
 		else
 			jb_printf(out, "\"qpn\":%" PRIu64 ",\"state\":\"QPState(%d)\"", qpn, (int)qa.qp_state);
+		if (q->conn_error[0]) {
+			jb_lit(out, ",\"conn_error\":");
+			jb_str(out, q->conn_error);
+		}
 		return 0;
 	}
 	destroy_qp(q);
@@ -1048,6 +1184,7 @@ static void serve(int fd)
 			size_t ln = (size_t)(nl - buf) + 1;
 			struct jbuf out = { 0 };
 
+			iw_events();
 			dispatch(buf, ln, &out);
 			jb_raw(&out, "\n", 1);
 			if (out.oom) {
@@ -1073,6 +1210,18 @@ static void serve(int fd)
 				break;
 			buf = nb;
 			cap *= 2;
+		}
+		if (ses.ch) {
+			/* Wait for the next request while answering the
+			 * tester's connections to the QPs' listeners. */
+			struct pollfd pf[2] = { { .fd = fd, .events = POLLIN }, { .fd = ses.ch->fd, .events = POLLIN } };
+
+			if (poll(pf, 2, -1) < 0 && errno != EINTR)
+				break;
+			if (pf[1].revents)
+				iw_events();
+			if (!pf[0].revents)
+				continue;
 		}
 		ssize_t r = read(fd, buf + len, cap - len);
 		if (r < 0 && errno == EINTR)
@@ -1148,11 +1297,12 @@ static int listen_on(const char *spec, char *where, size_t wn)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: conform-ctl [--listen ADDR:PORT] [--device NAME] [--ib-port N] [--gid-index N] [--max-session-memory OCTETS]\n\n"
+	fprintf(stderr, "usage: conform-ctl [--listen ADDR:PORT] [--device NAME] [--addr IP] [--ib-port N] [--gid-index N] [--max-session-memory OCTETS]\n\n"
 			"Serves softrdma's conformance control protocol (conform/CONTROL.md) for a libibverbs\n"
 			"device (default: the first), on 127.0.0.1:%d unless --listen says otherwise\n"
 			"(port 0: any; the line printed says which). Test it from the tester with\n"
-			"softrdma conform --peer HOST:PORT --peer-ip IP.\n", DEFAULT_PORT);
+			"softrdma conform --peer HOST:PORT --peer-ip IP. On an iWARP device the QPs listen\n"
+			"for the tester's connections on --addr (default: the --listen host).\n", DEFAULT_PORT);
 }
 
 /* num parses a decimal argument in [lo, hi]. */
@@ -1192,7 +1342,13 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(a, "--listen"))
 			listen_spec = argv[++k];
-		else if (!strcmp(a, "--device") || !strcmp(a, "-d"))
+		else if (!strcmp(a, "--addr")) {
+			if (strlen(argv[k + 1]) >= sizeof listen_host) {
+				fprintf(stderr, "conform-ctl: --addr %s: too long\n", argv[k + 1]);
+				return 2;
+			}
+			strcpy(listen_host, argv[++k]);
+		} else if (!strcmp(a, "--device") || !strcmp(a, "-d"))
 			want = argv[++k];
 		else if (!strcmp(a, "--ib-port") || !strcmp(a, "-i")) {
 			if (num(a, argv[++k], 1, 255, &v))
@@ -1253,6 +1409,20 @@ int main(int argc, char **argv)
 	}
 	if ((ls = listen_on(listen_spec, where, sizeof where)) < 0)
 		return 1;
+	if (iwarp && !listen_host[0]) {
+		/* The --listen host, if it is one address. */
+		const char *c = strrchr(listen_spec, ':');
+		size_t n = c ? (size_t)(c - listen_spec) : 0;
+
+		if (n > 2 && listen_spec[0] == '[')
+			memcpy(listen_host, listen_spec + 1, n - 2);
+		else if (n < sizeof listen_host)
+			memcpy(listen_host, listen_spec, n);
+		if (!listen_host[0] || !strcmp(listen_host, "0.0.0.0") || !strcmp(listen_host, "::")) {
+			fprintf(stderr, "conform-ctl: %s is an iWARP device: give --addr IP, the address its QPs listen on\n", devname);
+			return 2;
+		}
+	}
 	printf("conform-ctl: control protocol %s on %s for %s (%s, port %u, path MTU %d)\n", PROTOCOL, where, devname,
 	       iwarp ? "iWARP" : "RoCE", ibport, mtu_bytes(port_attr.active_mtu));
 	fflush(stdout);

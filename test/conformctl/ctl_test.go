@@ -99,6 +99,13 @@ func startCtl(t *testing.T, bin, lib, devAddr string, args ...string) *ctl {
 	cmd := exec.Command(bin, append([]string{"--listen", devAddr + ":0"}, args...)...)
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, "SOFTRDMA_DEVICES=roce:"+devAddr, "SOFTRDMA_DEBUG=",
 		"ASAN_OPTIONS=detect_leaks=0")
+	return startCmd(t, cmd)
+}
+
+// startCmd starts a conform-ctl command and waits for its line saying where
+// it listens; it is killed at the end of the test.
+func startCmd(t *testing.T, cmd *exec.Cmd) *ctl {
+	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -446,9 +453,34 @@ func TestCtlHostile(t *testing.T) {
 	}
 	s.do([]byte(`{"id":1,"op":"reset"}`))
 
-	// Random bytes, and valid requests with bytes changed, dropped or repeated.
+	feedMutations(s, valid, 3000)
+
+	// A line over 4 MiB ends its session (as the Go side), not the server.
+	long := bytes.Repeat([]byte("x"), 4<<20+100)
+	s.conn.SetDeadline(time.Now().Add(20 * time.Second))
+	s.conn.Write(long)
+	if _, err := s.r.ReadBytes('\n'); err == nil {
+		t.Errorf("a line over 4 MiB was answered")
+	}
+	s2 := dial(t, c.addr)
+	if a := s2.do([]byte(valid[0])); !*a.OK {
+		t.Errorf("hello after the long line: %+v", a)
+	}
+	if !c.alive() {
+		t.Fatalf("conform-ctl exited:\n%s", c.errText())
+	}
+	if e := c.errText(); strings.Contains(e, "Sanitizer") || strings.Contains(e, "runtime error") {
+		t.Errorf("conform-ctl reported:\n%s", e)
+	}
+}
+
+// feedMutations sends n lines: random bytes, and lines of valid with bytes
+// changed, dropped or repeated (a fixed seed: the same lines every run), each
+// of which must be answered; every 100 lines a reset frees what they created.
+func feedMutations(s *session, valid []string, n int) {
+	s.t.Helper()
 	rng := rand.New(rand.NewPCG(23, 7471))
-	for k := 0; k < 3000; k++ {
+	for k := 0; k < n; k++ {
 		var line []byte
 		if k%3 == 0 {
 			line = make([]byte, rng.IntN(200))
@@ -478,17 +510,81 @@ func TestCtlHostile(t *testing.T) {
 			s.do([]byte(`{"id":1,"op":"reset"}`))
 		}
 	}
+}
 
-	// A line over 4 MiB ends its session (as the Go side), not the server.
-	long := bytes.Repeat([]byte("x"), 4<<20+100)
-	s.conn.SetDeadline(time.Now().Add(20 * time.Second))
-	s.conn.Write(long)
-	if _, err := s.r.ReadBytes('\n'); err == nil {
-		t.Errorf("a line over 4 MiB was answered")
+// TestCtlHostileIWARP is TestCtlHostile for conform-ctl on an iWARP device
+// (softrdma's iwarp device: its librdmacm refuses to accept onto a QP it does
+// not manage, so every connection is rejected, which is a path to feed too):
+// create_qp's iWARP checks, mutated requests, and connections to a QP's
+// listener that send random bytes or a valid MPA Request, then vanish. The
+// program answers every line, keeps serving, and reports no memory error.
+func TestCtlHostileIWARP(t *testing.T) {
+	dir, asan := build(t)
+	bin := filepath.Join(dir, "conform-ctl")
+	if asan != "" {
+		bin = filepath.Join(asan, "conform-ctl")
 	}
-	s2 := dial(t, c.addr)
-	if a := s2.do([]byte(valid[0])); !*a.OK {
-		t.Errorf("hello after the long line: %+v", a)
+	cmd := exec.Command(bin, "--listen", "127.0.86.12:0")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir, "SOFTRDMA_DEVICES=iwarp:127.0.86.12", "SOFTRDMA_DEBUG=",
+		"ASAN_OPTIONS=detect_leaks=0")
+	c := startCmd(t, cmd)
+	s := dial(t, c.addr)
+	if a := s.do([]byte(`{"id":1,"op":"hello"}`)); !*a.OK || !bytes.Contains(a.Result, []byte(`"transport":"iwarp"`)) ||
+		!bytes.Contains(a.Result, []byte(`"addrs":["127.0.86.12"]`)) {
+		t.Fatalf("hello: %+v %s", a, a.Result)
+	}
+	for _, b := range []struct{ line, want string }{
+		{`{"id":1,"op":"create_qp","args":{"type":"ud"}}`, "RC QPs only"},
+		{`{"id":1,"op":"create_qp","args":{"type":"rc","mpa_crc":"require"}}`, "mpa_crc"},
+		{`{"id":1,"op":"create_qp","args":{"type":"rc","mpa_crc":7}}`, "mpa_crc"},
+	} {
+		if a := s.do([]byte(b.line)); *a.OK || !strings.Contains(a.Error, b.want) {
+			t.Errorf("%s: ok %v, error %q; want an error about %q", b.line, *a.OK, a.Error, b.want)
+		}
+	}
+	create := `{"id":2,"op":"create_qp","args":{"type":"rc","access":["remote_write","remote_read"],"max_rd_atomic":4,"max_dest_rd_atomic":4,"max_recv_wr":8}}`
+	rng := rand.New(rand.NewPCG(5040, 5044))
+	for k := 0; k < 20; k++ {
+		a := s.do([]byte(create))
+		var q struct {
+			QPN        uint32 `json:"qpn"`
+			ListenAddr string `json:"listen_addr"`
+		}
+		if !*a.OK || json.Unmarshal(a.Result, &q) != nil || !strings.HasPrefix(q.ListenAddr, "127.0.86.12:") {
+			t.Fatalf("create_qp: %+v %s", a, a.Result)
+		}
+		conn, err := net.Dial("tcp", q.ListenAddr)
+		if err != nil {
+			t.Fatalf("connecting to %s: %v", q.ListenAddr, err)
+		}
+		var junk []byte
+		if k%2 == 0 {
+			// A valid MPA Request, revision 2, IRD/ORD words, CRC asked for.
+			junk = append([]byte("MPA ID Req Frame"), 0x50, 2, 0, 4, 0x80, 4, 0x80, 4)
+		} else {
+			junk = make([]byte, 1+rng.IntN(300))
+			for i := range junk {
+				junk[i] = byte(rng.IntN(256))
+			}
+		}
+		conn.Write(junk)
+		if k%4 == 0 {
+			conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			conn.Read(make([]byte, 64))
+		}
+		conn.Close()
+		if a := s.do([]byte(fmt.Sprintf(`{"id":3,"op":"query_qp","args":{"qpn":%d}}`, q.QPN))); !*a.OK {
+			t.Errorf("query_qp: %+v", a)
+		}
+		if k%5 == 4 {
+			s.do([]byte(`{"id":4,"op":"reset"}`))
+		}
+	}
+	feedMutations(s, []string{create, `{"id":5,"op":"reg_mr","args":{"length":64}}`, `{"id":6,"op":"poll_cq","args":{"qpn":1}}`,
+		`{"id":7,"op":"query_qp","args":{"qpn":1}}`}, 600)
+	s.conn.Close() // one session at a time: the next is served once this one ends
+	if a := dial(t, c.addr).do([]byte(`{"id":1,"op":"hello"}`)); !*a.OK {
+		t.Errorf("hello on a new session: %+v", a)
 	}
 	if !c.alive() {
 		t.Fatalf("conform-ctl exited:\n%s", c.errText())
