@@ -105,6 +105,25 @@ func KernelIWARPCases(e *IWARPEnv, p *RpingControl) []Case {
 	return kernelCases(IWARPCases(e), KernelIWARPPlan, func(s kernelSession) { p.cur = s })
 }
 
+// SettleDial wraps dial (nil: net.Dialer) so that on each connection the
+// tester's second write, its first FPDU after the MPA Request, waits settle:
+// siw 6.1 sends its MPA Reply before its QP is in RTS and leaves data that
+// comes in that window unread (test/interop/README.md), whatever serves its
+// side channel (rping, conform-ctl).
+func SettleDial(dial func(ctx context.Context, addr string) (net.Conn, error), settle time.Duration) func(ctx context.Context, addr string) (net.Conn, error) {
+	if dial == nil {
+		var d net.Dialer
+		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := dial(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &settlingConn{Conn: c, settle: settle}, nil
+	}
+}
+
 // settlingConn delays the second write (the first FPDU after the MPA Request) by
 // settle.
 type settlingConn struct {

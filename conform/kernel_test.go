@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -219,5 +220,46 @@ func TestKernelResultsTable(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+// SettleDial (softrdma conform --settle) dials as the dialer it wraps and
+// holds the tester's second write, its first FPDU, for the settle time; what
+// is written arrives unchanged and in order.
+func TestSettleDial(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		got <- b
+	}()
+	c, err := SettleDial(nil, time.Millisecond)(context.Background(), l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := c.(*settlingConn); !ok || s.settle != time.Millisecond {
+		t.Fatalf("SettleDial's connection %T, want a settlingConn of 1ms", c)
+	}
+	for _, w := range []string{"request", "fpdu", "more"} {
+		if _, err := c.Write([]byte(w)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	if b := <-got; string(b) != "requestfpdumore" {
+		t.Errorf("the listener read %q", b)
+	}
+	if _, err := SettleDial(nil, time.Millisecond)(context.Background(), "127.0.0.1:1"); err == nil {
+		t.Errorf("dialing a closed port: no error")
 	}
 }

@@ -38,6 +38,10 @@ back, a QP's state) from the control protocol of conform/CONTROL.md, which
 "softrdma conform serve" speaks on TCP port 7471 (of 127.0.0.1 unless told
 otherwise with its --listen); the peer's RoCE address is HOST
 (or --peer-ip). Without a control server at HOST every case is not applicable.
+conform-ctl (make conform-ctl) serves the same protocol for any libibverbs device:
+a hardware RNIC, the kernel's rxe or siw, softrdma's own libraries:
+  conform-ctl --device rxe0 --listen IP:7471        (on the peer)
+  softrdma conform --peer IP:7471                    (on the tester)
 The tester's frames go out over --backend udp (a UDP socket on port 4791 of
 --local, by default the address that routes to the peer) or afpacket (raw frames
 on --interface, CAP_NET_RAW).
@@ -104,6 +108,7 @@ func conformCmd(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVarP(&o.Verbose, "verbose", "v", false, "print each case's result as it finishes (to stderr)")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "how long to wait for an answer the specification requires (default 200ms; 1s virtual on the simulator)")
 	fs.DurationVar(&o.Silence, "silence", 0, "how long no answer must come where the specification requires none (default 100ms)")
+	fs.DurationVar(&o.Settle, "settle", 0, "iWARP: how long to wait after the MPA Reply before the first FPDU (siw 6.1 needs 300ms: test/interop/README.md)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "simulator seed (--self --backend sim)")
 	fs.Uint16Var(&o.UDPPort, "udp-port", roce.UDPPort, "RoCEv2 UDP port")
 	fs.StringVar(&o.Pcap, "pcap", "", "write every frame the tester sends and receives (iWARP: the TCP octets of its connections, as synthesised segments), the deliberately broken ones exactly as sent, to this pcap `FILE` (pcapng if its name ends in .pcapng)")

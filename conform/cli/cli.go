@@ -44,6 +44,7 @@ type Options struct {
 	Verbose   bool          // --verbose
 	Timeout   time.Duration // --timeout
 	Silence   time.Duration // --silence
+	Settle    time.Duration // --settle: iWARP, the wait after the MPA Reply
 	Seed      uint64        // --seed
 	UDPPort   uint16        // --udp-port
 	PeerKind  string        // --peer-kind: control or kernel
@@ -317,6 +318,9 @@ func conformSetupIWARP(ctx context.Context, o Options, pcap *conformPcap, stderr
 		env.Silence = o.Silence
 	}
 	env.Dial = pcap.wrapDial(env.Dial)
+	if o.Settle > 0 {
+		env.Dial = conform.SettleDial(env.Dial, o.Settle)
+	}
 	return conform.IWARPCases(env), name, cleanup, nil
 }
 
