@@ -76,3 +76,42 @@ func TestParsePerftest(t *testing.T) {
 		}
 	}
 }
+
+// TestAwaitCredit: a SEND stream's sender out of receive credits sleeps
+// (durably blocked: synctest.Wait returns only then; the runtime.Gosched
+// spin it replaced never blocked, which starved the receiver of CPU on iWARP)
+// until the reposter credits, and a credit given before it waits is not lost;
+// a measurement that ends wakes it with its cause.
+func TestAwaitCredit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := &qpPair{credited: make(chan struct{}, 1)}
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		woke := make(chan error, 1)
+		go func() { woke <- q.awaitCredit(ctx) }()
+		synctest.Wait()
+		select {
+		case err := <-woke:
+			t.Fatalf("returned %v before any credit", err)
+		default:
+		}
+		q.recvDone.Add(1)
+		q.credit()
+		if err := <-woke; err != nil {
+			t.Fatalf("after a credit: %v", err)
+		}
+
+		q.credit() // counted before the sender looks
+		q.credit() // one token holds them all
+		if err := q.awaitCredit(ctx); err != nil {
+			t.Fatalf("credit given before the wait: %v", err)
+		}
+
+		go func() { woke <- q.awaitCredit(ctx) }()
+		synctest.Wait()
+		cancel(errStall)
+		if err := <-woke; !errors.Is(err, errStall) {
+			t.Fatalf("after the measurement ended: %v, want errStall", err)
+		}
+	})
+}

@@ -32,6 +32,11 @@ type qpPair struct {
 	// seen them, so a sender must not outrun the receives posted).
 	recvDone    atomic.Uint64
 	sendsPosted uint64 // B's SENDs posted: sendsPosted-recvDone are in flight
+	// credited holds a token once the reposter has counted receive
+	// completions (or stopped) since the sender last took it: a sender out
+	// of credits sleeps on it instead of spinning (on iWARP, SENDs complete
+	// as they are written, so it may have no completion to wait for).
+	credited chan struct{}
 	// completions counts the completions B's loops polled: with recvDone,
 	// the progress the stall watchdog (watch) looks for.
 	completions atomic.Uint64
@@ -48,7 +53,7 @@ const (
 // newQPs creates and connects a QP pair whose regions hold n bytes (and, on
 // A, slots receive buffers of n bytes each for SENDs).
 func (e *env) newQPs(n, slots int) (*qpPair, error) {
-	q := &qpPair{pdA: e.a.AllocPD(), pdB: e.b.AllocPD(), recvSlots: slots, slotN: n}
+	q := &qpPair{pdA: e.a.AllocPD(), pdB: e.b.AllocPD(), recvSlots: slots, slotN: n, credited: make(chan struct{}, 1)}
 	var err error
 	mk := func(c *ibtransport.Context, depth int) *ibtransport.CQ {
 		if err != nil {
@@ -190,6 +195,7 @@ func (q *qpPair) startReposter(ctx context.Context) (stop func() error, err erro
 				q.reposterErr.Store(&err)
 				done <- err
 			}
+			q.credit() // a starved sender looks at reposterErr
 		}()
 		wc := make([]ibtransport.WC, 32)
 		sge := make([]ibtransport.SGE, 1)
@@ -221,9 +227,31 @@ func (q *qpPair) startReposter(ctx context.Context) (stop func() error, err erro
 				}
 				q.recvOut++
 			}
+			q.credit()
 		}
 	}()
 	return func() error { cancel(); return <-done }, nil
+}
+
+// awaitCredit sleeps until the reposter has counted receives (or stopped)
+// since the last call, or ctx ends. A token left from before the caller's
+// credit check only costs it one more look.
+func (q *qpPair) awaitCredit(ctx context.Context) error {
+	select {
+	case <-q.credited:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w waiting for the receiver (%d of %d SENDs received)", context.Cause(ctx),
+			q.recvDone.Load(), q.sendsPosted)
+	}
+}
+
+// credit wakes a sender waiting for credits (credited), if one is.
+func (q *qpPair) credit() {
+	select {
+	case q.credited <- struct{}{}:
+	default:
+	}
 }
 
 // stream is the result of a streaming measurement.
@@ -332,11 +360,9 @@ func (q *qpPair) streamOps(op ibtransport.WROpcode, size int, warm, measure time
 			if p := q.reposterErr.Load(); p != nil && *p != nil {
 				return res, fmt.Errorf("receiver: %w", *p)
 			}
-			if ctx.Err() != nil {
-				return res, fmt.Errorf("%w waiting for the receiver (%d of %d SENDs received)", context.Cause(ctx),
-					q.recvDone.Load(), q.sendsPosted)
+			if err := q.awaitCredit(ctx); err != nil {
+				return res, err
 			}
-			runtime.Gosched()
 			continue
 		}
 		if n == 0 {
