@@ -69,6 +69,22 @@ type QP struct {
 	inTimered bool // in Context.timered
 	commEst   bool // EventCommEst posted
 	preferReq bool // Output alternates between responder and requester packets
+
+	posterFlushes bool // SetPosterFlushes: PostSend does not signal Wake
+}
+
+// SetPosterFlushes says whether whoever posts on the QP has its device
+// flush right after PostSend returns, from the posting thread (the C
+// library's ibv_post_send does, as the kernel's rxe sends from the post's
+// system call): PostSend then queues the work for Output without signalling
+// Context.Wake. The signal would only wake the device loop, a goroutine on
+// another thread, to find nothing left to send: two context switches per
+// post. Other output (answers to received packets, timers, state changes)
+// still signals.
+func (qp *QP) SetPosterFlushes(v bool) {
+	qp.ctx.mu.Lock()
+	defer qp.ctx.mu.Unlock()
+	qp.posterFlushes = v
 }
 
 // CreateQP creates a queue pair in pd (ibv_create_qp). It starts in RESET.
@@ -278,16 +294,30 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 		wr := &wrs[i]
 		if err := qp.postSendOne(wr); err != nil {
 			if posted {
-				qp.schedule()
+				qp.schedulePosted()
 			}
 			return &PostError{Index: i, WRID: wr.WRID, Err: fmt.Errorf("post send qp 0x%x: %w", qp.qpn, err)}
 		}
 		posted = true
 	}
 	if posted {
-		qp.schedule()
+		qp.schedulePosted()
 	}
 	return nil
+}
+
+// schedulePosted is schedule after a post: without the wake-up if the
+// poster flushes (SetPosterFlushes). mu is held.
+func (qp *QP) schedulePosted() {
+	if !qp.posterFlushes || qp.wire != nil {
+		qp.schedule()
+		return
+	}
+	if qp.dead || qp.inActive {
+		return
+	}
+	qp.inActive = true
+	qp.ctx.active = append(qp.ctx.active, qp)
 }
 
 func (qp *QP) postSendOne(wr *SendWR) error {

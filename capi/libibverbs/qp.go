@@ -283,7 +283,11 @@ func srgo_create_qp(pdh C.uintptr_t, typ C.int, scq, rcq, srqh C.uintptr_t, sigA
 	a.max_send_sge, a.max_recv_sge = C.uint32_t(c.MaxSendSGE), C.uint32_t(c.MaxRecvSGE)
 	a.max_inline = C.uint32_t(c.MaxInlineData)
 	*qpn = C.uint32_t(q.QPN())
-	return C.uintptr_t(cgo.NewHandle(&qp{qp: q, eng: engineFor(pd.Context())}))
+	eng := engineFor(pd.Context())
+	if eng != nil && eng.roce != nil {
+		q.SetPosterFlushes(true) // srgo_post_send sends (sendNow)
+	}
+	return C.uintptr_t(cgo.NewHandle(&qp{qp: q, eng: eng}))
 }
 
 //export srgo_destroy_qp
