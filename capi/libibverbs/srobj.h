@@ -17,6 +17,9 @@ struct sr_cq {
 	};
 	uintptr_t h;
 	struct ibv_wc xwc; /* the extended CQ's current completion (start_poll, next_poll) */
+	/* sr_poll_cq: the engine's completion count (sr_wake.seq) read before
+	 * the last poll that left the CQ empty, +1 (0: none known) */
+	uint32_t empty_at;
 };
 
 struct sr_qp {

@@ -610,9 +610,25 @@ struct sr_wake {
 
 static int64_t sr_spin_ns = 20000, sr_sleep_ns = 100000;
 
+// Under SOFTRDMA_STATS=1 the library counts its hot path's calls and says at
+// exit how many of them went into the engine (Go): what a program's polling
+// loop costs beyond C.
+static int sr_stats_on;
+static struct {
+	uint64_t polls, polls_go;
+} sr_stats;
+
+__attribute__((destructor)) static void sr_stats_print(void)
+{
+	if (sr_stats_on)
+		fprintf(stderr, "softrdma: ibv_poll_cq: %llu calls, %llu into the engine\n",
+			(unsigned long long)sr_stats.polls, (unsigned long long)sr_stats.polls_go);
+}
+
 __attribute__((constructor)) static void sr_poll_config(void)
 {
 	const char *v;
+	sr_stats_on = (v = getenv("SOFTRDMA_STATS")) && *v;
 	if ((v = getenv("SOFTRDMA_POLL_SPIN_US")) && *v)
 		sr_spin_ns = strtoll(v, NULL, 10) * 1000;
 	if ((v = getenv("SOFTRDMA_POLL_SLEEP_US")) && *v && strtoll(v, NULL, 10) > 0)
@@ -626,11 +642,33 @@ static int64_t sr_now(void)
 	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-// sr_poll_seq is the engine's completion count before a poll (0 until known).
-static uint32_t sr_poll_seq(struct ibv_cq *cq)
+// sr_poll_seq is the engine's completion count before a poll (0 until known);
+// *known says whether it is.
+static uint32_t sr_poll_seq(struct ibv_cq *cq, int *known)
 {
 	struct sr_wake *w = __atomic_load_n(&sr_ctx(cq->context)->wake, __ATOMIC_ACQUIRE);
+	*known = w != NULL;
 	return w ? __atomic_load_n(&w->seq, __ATOMIC_SEQ_CST) : 0;
+}
+
+// sr_poll_go polls cq in the engine, unless the engine's count says nothing
+// was added since a poll that left it empty: a program spinning on an empty
+// CQ then stays in C, without a call into Go (the runtime's system-call
+// bookkeeping, two signal-mask changes, the engine's lock, which the
+// goroutine receiving the completion wants). The count is bumped after each
+// completion is in its CQ, under the engine's lock, and seq was read before
+// the poll: a completion the poll missed moved the count past seq.
+static int sr_poll_go(struct ibv_cq *cq, int want, struct sr_wc *w, uint32_t seq, int known)
+{
+	struct sr_cq *q = (struct sr_cq *)cq;
+	if (known && __atomic_load_n(&q->empty_at, __ATOMIC_RELAXED) == seq + 1)
+		return 0;
+	if (sr_stats_on)
+		__atomic_add_fetch(&sr_stats.polls_go, 1, __ATOMIC_RELAXED);
+	int got = SRGO(srgo_poll_cq, q->h, want, w);
+	if (known && got >= 0 && got < want)
+		__atomic_store_n(&q->empty_at, seq + 1, __ATOMIC_RELAXED);
+	return got;
 }
 
 // sr_poll_idle follows a first poll of cq that found got completions, seq
@@ -642,20 +680,23 @@ static int sr_poll_idle(struct ibv_cq *cq, int want, struct sr_wc *w, int got, u
 {
 	struct sr_context *c = sr_ctx(cq->context);
 	uintptr_t h = ((struct sr_cq *)cq)->h;
-	if (got != 0 || want == 0 || sr_spin_ns < 0) {
+	if (got != 0 || want == 0) {
 		if (got > 0 && __atomic_load_n(&c->idle_since, __ATOMIC_RELAXED))
 			__atomic_store_n(&c->idle_since, 0, __ATOMIC_RELAXED);
 		return got;
 	}
+	struct sr_wake *k = __atomic_load_n(&c->wake, __ATOMIC_ACQUIRE);
+	if (!k) {
+		// Known from now on (sr_poll_go's skip and the sleep use it); this
+		// poll's seq was not, so no sleep yet.
+		__atomic_store_n(&c->wake, (struct sr_wake *)SRGO(srgo_cq_wake, h), __ATOMIC_RELEASE);
+		return 0;
+	}
+	if (sr_spin_ns < 0)
+		return 0;
 	int64_t now = sr_now(), since = __atomic_load_n(&c->idle_since, __ATOMIC_RELAXED);
 	if (!since) {
 		__atomic_store_n(&c->idle_since, now, __ATOMIC_RELAXED);
-		return 0;
-	}
-	struct sr_wake *k = __atomic_load_n(&c->wake, __ATOMIC_ACQUIRE);
-	if (!k) {
-		// Known from now on; this poll's seq was not, so no sleep yet.
-		__atomic_store_n(&c->wake, (struct sr_wake *)SRGO(srgo_cq_wake, h), __ATOMIC_RELEASE);
 		return 0;
 	}
 	if (now - since < sr_spin_ns)
@@ -664,9 +705,10 @@ static int sr_poll_idle(struct ibv_cq *cq, int want, struct sr_wc *w, int got, u
 	__atomic_add_fetch(&k->waiters, 1, __ATOMIC_SEQ_CST);
 	syscall(SYS_futex, &k->seq, FUTEX_WAIT_PRIVATE, seq, &t, NULL, 0);
 	__atomic_sub_fetch(&k->waiters, 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&k->seq, __ATOMIC_SEQ_CST) == seq)
+	uint32_t now_seq = __atomic_load_n(&k->seq, __ATOMIC_SEQ_CST);
+	if (now_seq == seq)
 		return 0; // the time is up (or a signal): the program's loop runs again
-	got = SRGO(srgo_poll_cq, h, want, w);
+	got = sr_poll_go(cq, want, w, now_seq, 1);
 	if (got > 0)
 		__atomic_store_n(&c->idle_since, 0, __ATOMIC_RELAXED);
 	return got;
@@ -676,12 +718,15 @@ static int sr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	struct sr_wc w[SR_BATCH];
 	int total = 0;
+	if (sr_stats_on)
+		__atomic_add_fetch(&sr_stats.polls, 1, __ATOMIC_RELAXED);
 	if (n < 0 || (n > 0 && !wc))
 		return -1;
 	while (total < n) {
 		int want = n - total < SR_BATCH ? n - total : SR_BATCH;
-		uint32_t seq = total == 0 ? sr_poll_seq(cq) : 0;
-		int got = SRGO(srgo_poll_cq, ((struct sr_cq *)cq)->h, want, w);
+		int known = 0;
+		uint32_t seq = total == 0 ? sr_poll_seq(cq, &known) : 0;
+		int got = sr_poll_go(cq, want, w, seq, known);
 		if (total == 0)
 			got = sr_poll_idle(cq, want, w, got, seq);
 		if (got < 0)

@@ -56,3 +56,34 @@ func TestPollSleeps(t *testing.T) {
 		})
 	}
 }
+
+// TestPollStaysInC (testdata/pollwait.c spin, never sleeping): polls of a CQ
+// that nothing was added to since a poll found it empty stay in C, without a
+// call into the engine (Go: two signal-mask changes, the runtime's system-call
+// bookkeeping, the engine's lock): of 1000 polls of an empty CQ at most the
+// first two go in (the library learns the engine's completion count at the
+// first), and a completion added afterwards is still found. The count is the
+// library's SOFTRDMA_STATS line.
+func TestPollStaysInC(t *testing.T) {
+	lib := buildLib(t)
+	prog := filepath.Join(t.TempDir(), "pollwait")
+	if o, err := exec.Command("gcc", "-Wall", "-pthread", "-o", prog, "testdata/pollwait.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, o)
+	}
+	t.Setenv("SOFTRDMA_POLL_SPIN_US", "-1")
+	t.Setenv("SOFTRDMA_STATS", "1")
+	addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+	out, errOut, err := run(t, lib, addr, prog, "spin")
+	want := "connected to itself: rc=0\nspun: 0 completions\nreceived: success, through the wire and back\n"
+	if err != nil || out != want {
+		t.Fatalf("pollwait spin: %v\n%s%s\nwant\n%s", err, out, errOut, want)
+	}
+	var calls, inGo int
+	if _, err := fmt.Sscanf(errOut, "softrdma: ibv_poll_cq: %d calls, %d into the engine\n", &calls, &inGo); err != nil {
+		t.Fatalf("no SOFTRDMA_STATS line: %v\n%s", err, errOut)
+	}
+	// 1000 polls of the empty CQ, then at least one of the receive CQ.
+	if calls < 1001 || inGo-(calls-1000) > 2 {
+		t.Errorf("%d polls, %d into the engine: want at most 2 of the 1000 empty ones (the receive CQ's %d may all go in)", calls, inGo, calls-1000)
+	}
+}

@@ -5,7 +5,10 @@
  * ask for. "wake" (with a sleep of a minute): a poll of a CQ that never gets
  * anything returns as soon as another CQ of the device gets a completion
  * (one RC QP connected to itself, a SEND posted by a second thread 200 ms
- * later), then the receive is polled. One line per check. */
+ * later), then the receive is polled. "spin" (with SOFTRDMA_POLL_SPIN_US=-1:
+ * never sleep): 1000 polls of an empty CQ, then a SEND to itself whose
+ * receive is polled until it comes; the test reads how many polls went into
+ * the engine from the library's SOFTRDMA_STATS line. One line per check. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -40,6 +43,7 @@ static void *sender(void *arg)
 int main(int argc, char **argv)
 {
 	int wake = argc > 1 && !strcmp(argv[1], "wake");
+	int spin = argc > 1 && !strcmp(argv[1], "spin");
 	struct ibv_device **l = ibv_get_device_list(NULL);
 	if (!l || !l[0])
 		return 1;
@@ -51,7 +55,7 @@ int main(int argc, char **argv)
 	if (!pd || !scq || !rcq || !idle)
 		return 1;
 	struct ibv_wc wc;
-	if (!wake) {
+	if (!wake && !spin) {
 		double t0 = now();
 		int got = 0;
 		for (int i = 0; i < 10; i++)
@@ -76,6 +80,19 @@ int main(int argc, char **argv)
 	struct ibv_recv_wr rw = {.wr_id = 2, .sg_list = &rs, .num_sge = 1}, *brw;
 	rc |= ibv_post_recv(qp, &rw, &brw);
 	printf("connected to itself: rc=%d\n", rc);
+
+	if (spin) {
+		int got = 0;
+		for (int i = 0; i < 1000; i++)
+			got += ibv_poll_cq(idle, 1, &wc);
+		printf("spun: %d completions\n", got);
+		sender(NULL);
+		int n = 0;
+		while (n == 0)
+			n = ibv_poll_cq(rcq, 1, &wc);
+		printf("received: %s, %s\n", n == 1 && !wc.status ? "success" : "error", buf[1]);
+		return 0;
+	}
 
 	pthread_t t;
 	pthread_create(&t, NULL, sender, NULL);
