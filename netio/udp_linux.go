@@ -314,8 +314,14 @@ func (h *netnsHandle) close() {
 
 // udpSocket is one UDP socket with its batch reader/writer.
 type udpSocket struct {
-	conn *net.UDPConn
+	conn socketConn // *net.UDPConn; a send-only socket's *os.File (listenSend)
 	mm   mmsgConn
+}
+
+// socketConn is what a udpSocket needs of its socket.
+type socketConn interface {
+	SyscallConn() (syscall.RawConn, error)
+	Close() error
 }
 
 // sourcePortSocket is a send socket for one source port, or a record that
@@ -1401,7 +1407,7 @@ func (e *UDPEndpoint) sendSocketLocked(port uint16) *udpSocket {
 	}
 	var s *udpSocket
 	err := e.netns.do(func() (err error) {
-		s, err = e.listen(port, false)
+		s, err = e.listenSend(port)
 		return err
 	})
 	if err != nil {
