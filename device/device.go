@@ -73,6 +73,10 @@ type Config struct {
 	// address already in use gets a hint that says what to type with it
 	// (without one the hint names the address alone).
 	AddrFlag string
+	// Engine configures the verbs engine (its limits: the C libraries give
+	// rxe's or siw's, as ibv_query_device reports them); Config.Seed, not
+	// Engine.Seed, seeds it.
+	Engine ibtransport.ContextConfig
 	// IWARP are the parameters of an iWARP device's connections (the MPA
 	// CRC policy, IRD and ORD, ...); Pcap sets Observe.
 	IWARP iwarp.ConnParams

@@ -79,7 +79,9 @@ func openIWARP(s devspec.Spec, cfg Config) (*IWARP, error) {
 		d.file = f
 		d.params.Observe = d.capture.Observe
 	}
-	dev, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: cfg.Seed}})
+	eng := cfg.Engine
+	eng.Seed = cfg.Seed
+	dev, err := iwarp.Open(iwarp.DeviceConfig{Context: eng})
 	if err != nil {
 		d.closeCapture()
 		return nil, err

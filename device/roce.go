@@ -48,8 +48,9 @@ var _ Device = (*RoCE)(nil)
 // tap is the host with Config.TAPAddrs behind a TAP device named by the
 // spec's iface (the kernel picks tapN without one).
 func openRoCE(s devspec.Spec, cfg Config) (*RoCE, error) {
-	oc := roce.OpenConfig{Backend: roce.Backend(s.Backend), Interface: s.Iface, Addrs: []netip.Addr{s.Addr},
-		Engine: ibtransport.ContextConfig{Seed: cfg.Seed}}
+	eng := cfg.Engine
+	eng.Seed = cfg.Seed
+	oc := roce.OpenConfig{Backend: roce.Backend(s.Backend), Interface: s.Iface, Addrs: []netip.Addr{s.Addr}, Engine: eng}
 	switch s.Backend {
 	case devspec.BackendUDP, "":
 		oc.Backend = roce.BackendUDP

@@ -3,14 +3,13 @@ package main
 import "C"
 
 import (
-	"context"
+	"fmt"
 	"math/rand/v2"
-	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/softrdma/softrdma/capi/verbsdev"
-	"github.com/softrdma/softrdma/devspec"
+	softdevice "github.com/softrdma/softrdma/device"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/roce"
@@ -45,7 +44,6 @@ func engineOf(i C.int, d *verbsdev.Device) (*engine, error) {
 		engines.m = map[C.int]*engine{}
 	}
 	engines.m[i] = e
-	registerCounters(d.Spec, e) // SOFTRDMA_METRICS (metrics.go)
 	go e.forwardAsync()
 	return e, nil
 }
@@ -75,26 +73,20 @@ func (e *engine) flush() {
 	}
 }
 
+// openEngine opens d's device as the softrdma commands do (package device:
+// the RoCE device's loop started, the device in counters.Default for
+// SOFTRDMA_METRICS), with the engine limits ibv_query_device reports.
 func openEngine(d *verbsdev.Device) (*engine, error) {
-	s := d.Spec
-	cfg := d.Limits // rxe's or siw's, as ibv_query_device says
-	cfg.Seed = rand.Uint64()
-	if s.Transport == devspec.IWARP {
-		dev, err := iwarp.Open(iwarp.DeviceConfig{Context: cfg})
-		if err != nil {
-			return nil, err
-		}
-		return &engine{ctx: dev.Context(), iw: dev}, nil
-	}
-	dev, err := roce.Open(roce.OpenConfig{
-		Backend:   roce.Backend(s.Backend),
-		Interface: s.Iface,
-		Addrs:     []netip.Addr{s.Addr},
-		Engine:    cfg,
-	})
+	dev, err := softdevice.Open(d.Spec, softdevice.Config{Engine: d.Limits, Seed: rand.Uint64(), AddrFlag: "--device roce:"})
 	if err != nil {
-		return nil, openError(s, err)
+		return nil, openError(d.Spec, err)
 	}
-	go dev.Run(context.Background(), nil)
-	return &engine{ctx: dev.Context(), roce: dev}, nil
+	switch dev := dev.(type) {
+	case *softdevice.RoCE:
+		return &engine{ctx: dev.Context(), roce: dev.RoCE()}, nil
+	case *softdevice.IWARP:
+		return &engine{ctx: dev.Context(), iw: dev.IWARP()}, nil
+	}
+	dev.Close()
+	return nil, fmt.Errorf("open %s: device of type %T", d.Spec, dev)
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 
 	"github.com/softrdma/softrdma/counters"
-	"github.com/softrdma/softrdma/devspec"
 )
 
 // MetricsEnvVar is the environment variable that makes a program run with
@@ -30,14 +29,4 @@ func init() {
 		return
 	}
 	fmt.Fprintf(os.Stderr, "softrdma: counters on %s\n", srv.URL())
-}
-
-// registerCounters puts an engine opened for the device s in
-// counters.Default: engines stay open for the process's life.
-func registerCounters(s devspec.Spec, e *engine) {
-	if e.roce != nil {
-		counters.RegisterRoCE(s.Name, e.roce)
-		return
-	}
-	counters.RegisterEngine(counters.Info{Name: s.Name, Transport: string(s.Transport), Address: s.Addr}, e.ctx)
 }
