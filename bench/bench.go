@@ -39,6 +39,7 @@ import (
 	"github.com/softrdma/softrdma/netio/netns"
 	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/perf"
+	"github.com/softrdma/softrdma/progress"
 )
 
 // Options are softrdma bench's flags.
@@ -254,9 +255,12 @@ func Main(o *Options, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 	}
-	progress := stderr
-	if o.JSON {
-		progress = io.Discard
+	// Each row as it completes, on a terminal only: piped or redirected,
+	// stderr gets errors and the --pcap line alone.
+	onTerminal := !o.JSON && progress.IsTerminal(stderr)
+	progress := io.Discard
+	if onTerminal {
+		progress = stderr
 	}
 	var rows []Row
 	emit := func(r Row) {
@@ -299,7 +303,9 @@ func Main(o *Options, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--pcap: %w", err)
 		}
 		pcapFrames = o.tap.Frames()
-		fmt.Fprintf(progress, "softrdma bench: --pcap %s: %d frames, each cut to %d octets\n", o.Pcap, pcapFrames, o.tap.SnapLen())
+		if !o.JSON {
+			fmt.Fprintf(stderr, "softrdma bench: --pcap %s: %d frames, each cut to %d octets\n", o.Pcap, pcapFrames, o.tap.SnapLen())
+		}
 	}
 	if o.JSON {
 		rep := Report{Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),

@@ -130,12 +130,14 @@ func conformRun(o Options, pcap *conformPcap, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "softrdma conform: %s line %d: %q matches no case\n", o.Waivers, w.Line, w.Pattern)
 		}
 	}
-	if o.Verbose {
-		r.Progress = func(c conform.CaseReport) {
-			fmt.Fprintf(stderr, "%-14s %-26s %s\n", c.Result, c.ID, c.Reason)
-		}
+	total := 0
+	if sel, err := conform.Select(cases, o.Pattern); err == nil {
+		total = len(sel)
 	}
+	var progressDone func()
+	r.Progress, progressDone = caseProgress(stderr, total, o.Verbose) // progress.go
 	rep, err := r.Run(ctx)
+	progressDone()
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma conform: %v\n", err)
 		if rep == nil {
@@ -182,10 +184,10 @@ func conformKernel(ctx context.Context, o Options, pcap *conformPcap, stdout, st
 	}
 	k := conform.KernelRun{Transport: o.Transport, Peer: host, Local: o.Local, AnswerTimeout: o.Timeout,
 		Silence: o.Silence, Pattern: o.Pattern, WrapLink: pcap.linkWrapper(true), WrapConn: pcap.connWrapper()}
-	if o.Verbose {
-		k.Progress = func(c conform.CaseReport) { fmt.Fprintf(stderr, "%-14s %-26s %s\n", c.Result, c.ID, c.Reason) }
-	}
+	var progressDone func()
+	k.Progress, progressDone = caseProgress(stderr, 0, o.Verbose)
 	rep, err := k.Run(ctx)
+	progressDone()
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma conform: %v\n", err)
 		if rep == nil {

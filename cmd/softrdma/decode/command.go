@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/softrdma/softrdma/progress"
 )
 
 // CommandOptions are the flags of softrdma decode (the command's flag set fills
@@ -55,7 +57,20 @@ func Command(name string, stdin io.Reader, o CommandOptions, stdout, stderr io.W
 		in = again
 	}
 	out := bufio.NewWriterSize(stdout, 64<<10)
-	res, err := Run(in, out, opts)
+	// On a terminal, how much of the capture has been read; piped, nothing.
+	meter := progress.New(stderr)
+	src := in
+	if meter.Active() {
+		var size int64
+		if f, ok := in.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+				size = st.Size()
+			}
+		}
+		src = progress.NewReader(in, meter, "softrdma decode: "+name, size)
+	}
+	res, err := Run(src, out, opts)
+	meter.Done()
 	if ferr := out.Flush(); err == nil && ferr != nil {
 		err = ferr
 	}
