@@ -1035,19 +1035,12 @@ func (d *Device) frame(now time.Time, p *ibtransport.OutputPacket, pieces [][]by
 // wait for its next hop).
 func (d *Device) frameGathered(now time.Time, p *ibtransport.OutputPacket, h *FrameHeaders, start int, nextHop netip.Addr,
 	wait bool, pieces [][]byte) ([]byte, [][]byte, bool) {
-	ibLen := p.Len()
-	end := len(p.Buf)
-	if _, err := h.Encode(p.Buf[start:p.Offset], ibLen); err != nil || cap(p.Buf)-end < p.Pad+ICRCLen {
+	tail, ok := d.sealInPlace(p, h, start)
+	if !ok {
 		d.counters.Unroutable++
 		return nil, nil, false
 	}
-	tail := p.Buf[end : end+p.Pad+ICRCLen]
-	copy(tail, zeroPad[:p.Pad])
-	in := append(d.icrcIn[:0], p.Packet())
-	in = append(in, p.Payload...)
-	in = append(in, tail[:p.Pad])
-	PutICRC(tail[p.Pad:], h.ICRC(p.Buf[start:p.Offset], in...))
-	clear(in)
+	end := len(p.Buf)
 	if wait {
 		// The slow path: the frame waits in one piece, a copy.
 		frame := append([]byte(nil), p.Buf[start:end]...)
@@ -1126,20 +1119,13 @@ func (d *Device) datagram(p *ibtransport.OutputPacket, pieces [][]byte) (netio.O
 		dg.Payload = append(pieces, p.Buf[p.Offset:p.Offset+ibLen+ICRCLen])
 		return dg, true
 	}
-	end := len(p.Buf)
-	if _, err := h.Encode(p.Buf[start:p.Offset], ibLen); err != nil || cap(p.Buf)-end < p.Pad+ICRCLen {
+	tail, ok := d.sealInPlace(p, &h, start)
+	if !ok {
 		d.counters.Unroutable++
 		d.run = outRun{}
 		return netio.OutDatagram{}, false
 	}
-	tail := p.Buf[end : end+p.Pad+ICRCLen]
-	copy(tail, zeroPad[:p.Pad])
-	in := append(d.icrcIn[:0], ib)
-	in = append(in, p.Payload...)
-	in = append(in, tail[:p.Pad])
-	PutICRC(tail[p.Pad:], h.ICRC(p.Buf[start:p.Offset], in...))
-	clear(in)
-	pieces = append(pieces, p.Buf[p.Offset:end])
+	pieces = append(pieces, p.Buf[p.Offset:len(p.Buf)])
 	pieces = append(pieces, p.Payload...)
 	dg.Payload = append(pieces, tail)
 	return dg, true
@@ -1174,6 +1160,25 @@ func (d *Device) runID(dg *netio.OutDatagram, plen int) uint16 {
 	}
 	*r = outRun{n: 1, size: plen, last: plen, bytes: plen}
 	return 0
+}
+
+// sealInPlace writes h's headers into p's headroom from start, and after
+// p's packet headers the pad and the ICRC, computed over the headers and
+// the payload where it lies (p.Payload); it returns that tail (pad and
+// ICRC), or false if the headers or the tail do not fit.
+func (d *Device) sealInPlace(p *ibtransport.OutputPacket, h *FrameHeaders, start int) ([]byte, bool) {
+	end := len(p.Buf)
+	if _, err := h.Encode(p.Buf[start:p.Offset], p.Len()); err != nil || cap(p.Buf)-end < p.Pad+ICRCLen {
+		return nil, false
+	}
+	tail := p.Buf[end : end+p.Pad+ICRCLen]
+	copy(tail, zeroPad[:p.Pad])
+	in := append(d.icrcIn[:0], p.Packet())
+	in = append(in, p.Payload...)
+	in = append(in, tail[:p.Pad])
+	PutICRC(tail[p.Pad:], h.ICRC(p.Buf[start:p.Offset], in...))
+	clear(in)
+	return tail, true
 }
 
 // queue keeps a copy of a frame until its next hop resolves, if there is
