@@ -1,6 +1,8 @@
 package ibtransport
 
 import (
+	"time"
+
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -120,6 +122,8 @@ type Context struct {
 	mu  sync.Mutex
 	cfg ContextConfig
 	rng *rand.Rand
+
+	lastOutput time.Time // the now of the last Output (NextDeadline's watch on quiet posters)
 
 	qps     map[uint32]*QP
 	nextQPN uint32

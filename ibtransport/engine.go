@@ -396,6 +396,7 @@ func (c *Context) Output(now time.Time, out *OutputBatch) int {
 func (c *Context) OutputSealed(now time.Time, out *OutputBatch, seal func(first int)) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.lastOutput = now
 	c.runTimers(now)
 	start := out.Len()
 	burst := c.cfg.OutputBurst

@@ -81,10 +81,17 @@ type QP struct {
 // another thread, to find nothing left to send: two context switches per
 // post. Other output (answers to received packets, timers, state changes)
 // still signals.
+//
+// The QP then stays on the Context's timer list (NextDeadline), with a
+// deadline a timeout after the last Output while it has no timer running
+// (see deadline).
 func (qp *QP) SetPosterFlushes(v bool) {
 	qp.ctx.mu.Lock()
 	defer qp.ctx.mu.Unlock()
 	qp.posterFlushes = v
+	if v {
+		qp.addTimered()
+	}
 }
 
 // CreateQP creates a queue pair in pd (ibv_create_qp). It starts in RESET.

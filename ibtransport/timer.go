@@ -26,7 +26,14 @@ func (qp *QP) addTimered() {
 	}
 }
 
-// deadline returns the QP's earliest timer.
+// deadline returns the QP's earliest timer. An RC QP whose poster flushes
+// (SetPosterFlushes) and has no timer running has one a timeout after the
+// last Output: its posts do not wake the device loop, and the Output of a
+// post, on the poster's thread, may start the retransmission timer after
+// the loop has asked NextDeadline and gone to sleep. Waking by then, the
+// loop finds that timer (which ends no earlier: it started later, with the
+// same timeout), so no retransmission is late, and an idle QP costs a
+// wake-up per timeout.
 func (qp *QP) deadline() (time.Time, bool) {
 	if qp.dead {
 		return time.Time{}, false
@@ -35,6 +42,8 @@ func (qp *QP) deadline() (time.Time, bool) {
 	ok := false
 	if !qp.req.timer.IsZero() {
 		t, ok = qp.req.timer, true
+	} else if d := qp.timeout(); qp.posterFlushes && qp.typ == QPTypeRC && d > 0 {
+		t, ok = qp.ctx.lastOutput.Add(d), true
 	}
 	if qp.req.rnrWait && (!ok || qp.req.rnrUntil.Before(t)) {
 		t, ok = qp.req.rnrUntil, true
@@ -56,8 +65,12 @@ func (c *Context) NextDeadline() (time.Time, bool) {
 	keep := c.timered[:0]
 	for _, qp := range c.timered {
 		t, ok := qp.deadline()
-		if !ok {
+		if !ok && (qp.dead || !qp.posterFlushes) {
 			qp.inTimered = false
+			continue
+		}
+		if !ok {
+			keep = append(keep, qp) // a quiet poster before its timeout is set (deadline)
 			continue
 		}
 		keep = append(keep, qp)
@@ -75,7 +88,7 @@ func (c *Context) runTimers(now time.Time) {
 	keep := c.timered[:0]
 	for _, qp := range c.timered {
 		qp.fireTimers(now)
-		if _, ok := qp.deadline(); ok {
+		if _, ok := qp.deadline(); ok || (qp.posterFlushes && !qp.dead) {
 			keep = append(keep, qp)
 		} else {
 			qp.inTimered = false
