@@ -12,6 +12,7 @@ import (
 
 const decodeUsage = `usage: softrdma decode FILE|- [--json] [--flows=false] [--no-summary] [--annotate OUT.pcapng] [--html OUT.html]
                        [--flow N|ADDR|ADDR:PORT]... [--qp N]... [--opcode NAME]... [--time START:END]
+       softrdma decode -i IFACE [-c COUNT] [--duration D] [--json] [--html OUT.html] [--opcode NAME]... [--time START:END]
 
 Explains a pcap or pcapng capture (FILE, or standard input for -, as in
 'tcpdump -w - | softrdma decode -') of RoCEv1, RoCEv2 and iWARP traffic: one line per RDMA
@@ -31,6 +32,11 @@ and the verdict table.
 
 --annotate writes the capture back as pcapng, every frame kept, each RDMA frame with
 softrdma's verdict as a packet comment (Wireshark: pkt_comment / frame.comment).
+
+-i captures live from an interface instead (AF_PACKET: root or CAP_NET_RAW), both
+directions, and prints the same as for a capture file of those frames, each packet as
+it passes; it stops after -c frames (all frames counted, as tcpdump counts them),
+after --duration, or at Ctrl-C, then prints the summary.
 `
 
 // decodeStdin is what "softrdma decode -" reads: standard input (tests replace it).
@@ -53,6 +59,9 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	timeRange := fs.String("time", "", "show only the packets in START:END, seconds since the first frame")
 	htmlOut := fs.String("html", "", "write a self-contained HTML report (plots per flow) to this file")
 	annotate := fs.String("annotate", "", "write the capture with each RDMA frame's verdict as a pcapng packet comment to this file")
+	iface := fs.StringP("interface", "i", "", "capture live from this interface instead of reading FILE (root or CAP_NET_RAW)")
+	count := fs.IntP("count", "c", 0, "-i: stop after this many frames (0: no limit)")
+	duration := fs.Duration("duration", 0, "-i: stop after this long (0: no limit; Ctrl-C stops too)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -61,12 +70,20 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	if fs.NArg() != 1 {
+	want := 1 // FILE
+	if *iface != "" {
+		want = 0
+	} else if fs.Changed("count") || fs.Changed("duration") {
+		fmt.Fprintln(stderr, "softrdma decode: -c and --duration bound a live capture: use them with -i IFACE")
+		return 2
+	}
+	if fs.NArg() != want {
 		fs.Usage()
 		return 2
 	}
 	return decode.Command(fs.Arg(0), decodeStdin, decode.CommandOptions{
 		JSON: *jsonOut, Flows: *flows, NoSummary: *noSummary, Flow: *flowSel, QP: *qps, Opcode: *opcodes,
 		Time: *timeRange, TimeSet: fs.Changed("time"), HTML: *htmlOut, Annotate: *annotate,
+		Interface: *iface, Count: *count, Duration: *duration,
 	}, stdout, stderr)
 }

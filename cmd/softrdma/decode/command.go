@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/softrdma/softrdma/progress"
 )
@@ -23,6 +24,11 @@ type CommandOptions struct {
 	TimeSet   bool     // --time given (an empty range is still a filter)
 	HTML      string   // --html FILE
 	Annotate  string   // --annotate FILE
+	// Interface is -i: capture live from this interface instead of reading
+	// a file, for at most Count frames (-c) and Duration (--duration).
+	Interface string
+	Count     int
+	Duration  time.Duration
 }
 
 // Command is softrdma decode after its flags: it decodes the capture name
@@ -35,6 +41,9 @@ func Command(name string, stdin io.Reader, o CommandOptions, stdout, stderr io.W
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma decode: %v\n", err)
 		return 2
+	}
+	if o.Interface != "" {
+		return commandLive(o, filter, stdout, stderr) // command_live.go
 	}
 	in, closeIn, err := openInput(name, stdin)
 	if err != nil {
