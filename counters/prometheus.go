@@ -227,7 +227,8 @@ func ParsePrometheus(r io.Reader) (Snapshot, error) {
 	}
 	s := Snapshot{Devices: []Device{}}
 	devAt := map[[3]string]int{}
-	device := func(l map[string]string) *Device {
+	qpAt := map[qpKey]int{} // a QP's index in its device's QPs
+	device := func(l map[string]string) (int, *Device) {
 		k := [3]string{l["device"], l["transport"], l["address"]}
 		i, ok := devAt[k]
 		if !ok {
@@ -235,7 +236,7 @@ func ParsePrometheus(r io.Reader) (Snapshot, error) {
 			devAt[k] = i
 			s.Devices = append(s.Devices, Device{Name: k[0], Transport: k[1], Address: k[2], Counters: newCounters(false), QPs: []QP{}})
 		}
-		return &s.Devices[i]
+		return i, &s.Devices[i]
 	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -265,14 +266,14 @@ func ParsePrometheus(r io.Reader) (Snapshot, error) {
 			}
 			v = uint64(fv)
 		}
-		d := device(labels)
+		di, d := device(labels)
 		c := &d.Counters
 		if f.qp {
 			qpn, err := strconv.ParseUint(labels["qpn"], 10, 32)
 			if err != nil {
 				return Snapshot{}, fmt.Errorf("line %d: label qpn %q: not a QP number", n, labels["qpn"])
 			}
-			q := qpOf(d, uint32(qpn))
+			q := qpOf(d, qpKey{di, uint32(qpn)}, qpAt)
 			c = &q.Counters
 			if name == "softrdma_qp_info" {
 				q.Type, q.State = labels["type"], labels["state"]
@@ -321,15 +322,19 @@ func ParsePrometheus(r io.Reader) (Snapshot, error) {
 	return s, nil
 }
 
-// qpOf returns d's QP n, added if it is new.
-func qpOf(d *Device, n uint32) *QP {
-	for i := range d.QPs {
-		if d.QPs[i].QPN == n {
-			return &d.QPs[i]
-		}
+// qpKey is a QP of a parsed snapshot: its device's index and its QPN.
+type qpKey struct {
+	dev int
+	qpn uint32
+}
+
+// qpOf returns d's QP k.qpn, added if it is new (at: the index of each).
+func qpOf(d *Device, k qpKey, at map[qpKey]int) *QP {
+	if i, ok := at[k]; ok {
+		return &d.QPs[i]
 	}
-	c := newCounters(false)
-	d.QPs = append(d.QPs, QP{QPN: n, Counters: c})
+	at[k] = len(d.QPs)
+	d.QPs = append(d.QPs, QP{QPN: k.qpn, Counters: newCounters(false)})
 	return &d.QPs[len(d.QPs)-1]
 }
 

@@ -176,3 +176,34 @@ func serverDevice(s counters.Snapshot, addr string) *counters.Device {
 	}
 	return nil
 }
+
+// TestMetricsFlags: every long-running command takes --metrics and
+// --dump-counters; a --metrics address that cannot be listened on fails
+// the command before it starts, naming the flag.
+func TestMetricsFlags(t *testing.T) {
+	for _, cmd := range [][]string{{"perf"}, {"pingpong"}, {"rping"}, {"conform", "serve"}} {
+		var out, errb bytes.Buffer
+		runCommand(append(cmd, "--help"), &out, &errb)
+		for _, f := range []string{"--metrics string", "--dump-counters string"} {
+			if !strings.Contains(errb.String(), f) {
+				t.Errorf("softrdma %s --help: no %s", strings.Join(cmd, " "), f)
+			}
+		}
+	}
+	var out, errb bytes.Buffer
+	code := runCommand([]string{"rping", "-s", "-a", "127.0.0.1", "--timeout", "5s", "--metrics", "198.51.100.1:1"}, &out, &errb)
+	if code != 1 || !strings.HasPrefix(errb.String(), "softrdma rping: --metrics 198.51.100.1:1: metrics: listen tcp 198.51.100.1:1: ") {
+		t.Errorf("rping --metrics 198.51.100.1:1: exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// TestStatNone: softrdma stat with no process announced says how to get
+// one, exit 1.
+func TestStatNone(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	var out, errb bytes.Buffer
+	if code := runCommand([]string{"stat"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no process serves counters") ||
+		!strings.Contains(errb.String(), "--metrics ADDR") {
+		t.Errorf("stat: exit %d, stderr %q", code, errb.String())
+	}
+}
