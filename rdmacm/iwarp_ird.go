@@ -11,7 +11,10 @@ import "github.com/softrdma/softrdma/iwarp"
 // Request queue) and rdma_connect failed.
 func relaxIRD(req *iwarp.ConnRequest, cp *iwarp.ConnParams, limit int) {
 	w, enhanced := req.Request().IRDORD()
-	if o := int(w.ORD()); enhanced && o > max(cp.IRD, 0) && o <= limit {
+	if !enhanced {
+		return // no IRD/ORD words (revision 1, or no Enhanced flag): w is empty
+	}
+	if o := int(w.ORD()); o > max(cp.IRD, 0) && o <= limit {
 		cp.IRD = o
 	}
 }

@@ -1,6 +1,8 @@
 package rdmacm_test
 
 import (
+	"io"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -84,5 +86,46 @@ func TestIWARPClientSourceAddress(t *testing.T) {
 	}
 	for _, x := range []*rdmacm.ID{id, req.ID, l} {
 		x.Destroy()
+	}
+}
+
+// TestIWARPAcceptRequestWithoutIRDORD: an MPA Request without the RFC 6581
+// IRD/ORD words (revision 1, or revision 2 without the Enhanced flag), as any
+// TCP peer may send, is accepted (the reply in the request's revision): the
+// relaxed IRD negotiation read the ORD word before asking whether the request
+// had one, and the missing words were a slice bounds panic that took the
+// whole process down (conform-ctl on softrdma's library, mpa.reply.rev1).
+func TestIWARPAcceptRequestWithoutIRDORD(t *testing.T) {
+	for _, f := range []iwarp.MPAFrameFields{
+		{Request: true, Revision: iwarp.MPARevision1},
+		{Request: true, Revision: iwarp.MPARevision2, PrivateData: []byte("no words")},
+	} {
+		b := newIWHost(t)
+		port := freePort(t)
+		l := iwListen(t, b, port)
+		nc, err := net.Dial("tcp", netip.AddrPortFrom(loopback, port).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := f.Append(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nc.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		ev := wait(t, l, rdmacm.EventConnectRequest)
+		b.createQP(t, ev.ID)
+		must(t, ev.ID.Accept(rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1}))
+		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		rep := make([]byte, iwarp.MPAFrameHeaderLen)
+		if _, err := io.ReadFull(nc, rep); err != nil || string(rep[:iwarp.MPAKeyLen]) != iwarp.MPAKeyReply || iwarp.MPAFrame(rep).Reject() ||
+			iwarp.MPAFrame(rep).Revision() != f.Revision {
+			t.Errorf("revision %d request: reply %x, %v", f.Revision, rep, err)
+		}
+		nc.Close()
+		for _, x := range []*rdmacm.ID{ev.ID, l} {
+			x.Destroy()
+		}
 	}
 }
