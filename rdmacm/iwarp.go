@@ -265,6 +265,12 @@ func (t *iwarpTransport) unlisten(id *ID) {
 func (t *iwarpTransport) accept(id *ID, p *ConnParam) error {
 	m := t.m
 	req, qp, cp := id.iwarp.req, id.qp, t.params(p)
+	if qp == nil { // the program's own QP, by number (checkQP found it)
+		var err error
+		if qp, err = t.userQP(p.QPNum); err != nil {
+			return err
+		}
+	}
 	relaxIRD(req, &cp, qp.Context().Config().MaxRdAtomic)
 	id.iwarp.req = nil
 	id.state = stateAccepted

@@ -15,10 +15,16 @@ import (
 // instead of ESTABLISHED, and rdma_establish sends the RTU once the program
 // has its QP in RTS (cma_ib_handler, IB_CM_REP_RECEIVED without id->qp); the
 // passive side's REP names the program's QP and the RTU gives ESTABLISHED as
-// usual. RoCE only: iWARP binds the QP to the connection's stream.
+// usual. iWARP binds the QP itself to the connection's stream: the kernel's
+// iw_cm looks the QP up by number on the device (iw_get_qp) and the driver
+// moves it from INIT (or RESET) to RTS at the MPA exchange, keeping the access
+// flags the program gave it; so does the passive side here
+// (iwarpTransport.accept). An active iWARP connect with such a QP is not
+// supported.
 
 // checkQP reports whether op (connect or accept) has a QP to name: the ID's,
-// or on RoCE an RC QP the program gives by number. m.mu is held.
+// or on RoCE an RC QP the program gives by number, or on iWARP (accept) an RC
+// QP of the device's Context. m.mu is held.
 func (id *ID) checkQP(op string, qpn uint32) error {
 	switch {
 	case id.qp != nil:
@@ -27,10 +33,26 @@ func (id *ID) checkQP(op string, qpn uint32) error {
 		return fmt.Errorf("rdmacm: %s without a QP: %w", op, ErrInvalidState)
 	case id.qpType != ibtransport.QPTypeRC:
 		return fmt.Errorf("rdmacm: %s of a %s ID with a QP it does not manage: %w", op, id.qpType, ErrNotSupported)
-	case id.tr == nil || id.tr.kind() != TransportRoCE:
-		return fmt.Errorf("rdmacm: %s with a QP the ID does not manage: RoCE only: %w", op, ErrNotSupported)
+	case id.tr == nil:
+		return fmt.Errorf("rdmacm: %s with a QP the ID does not manage before the ID has a device: %w", op, ErrInvalidState)
+	case id.tr.kind() == TransportIWARP && op == "accept":
+		if _, err := id.tr.(*iwarpTransport).userQP(qpn); err != nil {
+			return fmt.Errorf("rdmacm: %s: %w", op, err)
+		}
+	case id.tr.kind() != TransportRoCE:
+		return fmt.Errorf("rdmacm: %s with a QP the ID does not manage: RoCE, and accept on iWARP, only: %w", op, ErrNotSupported)
 	}
 	return nil
+}
+
+// userQP returns the device's RC QP numbered qpn, which a program names in
+// rdma_accept.
+func (t *iwarpTransport) userQP(qpn uint32) (*ibtransport.QP, error) {
+	qp := t.dev.Context().QP(qpn)
+	if qp == nil || qp.Type() != ibtransport.QPTypeRC {
+		return nil, fmt.Errorf("no RC QP 0x%x on the device: %w", qpn, ErrInvalid)
+	}
+	return qp, nil
 }
 
 // InitQPAttr returns the attributes and mask that move a QP to state for
