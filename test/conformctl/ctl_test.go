@@ -165,10 +165,10 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 
 // runTester runs softrdma conform --peer against the control server at addr
 // (the peer's RoCE address peerIP) from local, and returns its report.
-func runTester(t *testing.T, addr, peerIP, local string) *conform.Report {
+func runTester(t *testing.T, transport, addr, peerIP, local string) *conform.Report {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := cli.Run(cli.Options{Transport: "roce", Peer: addr, PeerIP: peerIP, Local: local, PeerKind: "control",
+	code := cli.Run(cli.Options{Transport: transport, Peer: addr, PeerIP: peerIP, Local: local, PeerKind: "control",
 		JSON: true, UDPPort: roce.UDPPort, Timeout: 2 * time.Second}, &out, &errOut)
 	var rep conform.Report
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
@@ -177,75 +177,85 @@ func runTester(t *testing.T, addr, peerIP, local string) *conform.Report {
 	return &rep
 }
 
-// TestCtlLoopback runs the RoCE catalogue against conform-ctl over softrdma's
-// library (lib/, one device on loopback) and against softrdma's own Go control
-// side (conform serve) on the same kind of device: every case, all of which
-// need the control side (without one every case is not applicable), runs and
-// passes against both, with the same verdicts.
+// TestCtlLoopback runs the RoCE and iWARP catalogues against conform-ctl over
+// softrdma's library (lib/, one device on loopback) and against softrdma's own
+// Go control side (conform serve) on the same kind of device: every case, all
+// of which need the control side (without one every case is not applicable),
+// runs and passes against both, with the same verdicts.
 func TestCtlLoopback(t *testing.T) {
 	dir, _ := build(t)
-	n := len(conform.RoCECases(nil))
+	for _, tc := range []struct {
+		transport, spec string
+		n               int
+	}{
+		{"roce", "roce", len(conform.RoCECases(nil))},
+		{"iwarp", "iwarp", len(conform.IWARPCases(nil))},
+	} {
+		t.Run(tc.transport, func(t *testing.T) {
+			ip := map[string]string{"roce": "127.0.86.", "iwarp": "127.0.87."}[tc.transport]
+			cmd := exec.Command(filepath.Join(dir, "conform-ctl"), "--listen", ip+"3:0")
+			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir, "SOFTRDMA_DEVICES="+tc.spec+":"+ip+"3", "SOFTRDMA_DEBUG=")
+			c := startCmd(t, cmd)
+			cRep := runTester(t, tc.transport, c.addr, ip+"3", ip+"4")
 
-	c := startCtl(t, filepath.Join(dir, "conform-ctl"), dir, "127.0.86.3")
-	cRep := runTester(t, c.addr, "127.0.86.3", "127.0.86.4")
-
-	ctx, cancel := context.WithCancel(context.Background())
-	var srvOut, srvErr syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- cli.Serve(ctx, cli.ServeOptions{Listen: "127.0.86.5:0", Transport: "roce", Backend: "udp",
-			Addr: "127.0.86.5", UDPPort: roce.UDPPort}, &srvOut, &srvErr)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	var goAddr string
-	for deadline := time.Now().Add(10 * time.Second); goAddr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if m := ctlLineRE.FindStringSubmatch(srvOut.String()); m != nil {
-			goAddr = m[1]
-		}
-	}
-	if goAddr == "" {
-		t.Fatalf("conform serve did not start:\n%s%s", srvOut.String(), srvErr.String())
-	}
-	goRep := runTester(t, goAddr, "127.0.86.5", "127.0.86.6")
-
-	// Without a control side the same cases are not applicable: they are
-	// the ones that need it.
-	none := runTester(t, "127.0.86.7:1", "127.0.86.7", "127.0.86.8")
-	if none.NotApplicable != n {
-		t.Errorf("without a control server: %d of %d cases not applicable", none.NotApplicable, n)
-	}
-
-	for _, r := range []struct {
-		name string
-		rep  *conform.Report
-	}{{"conform-ctl", cRep}, {"conform serve", goRep}} {
-		if len(r.rep.Cases) != n || r.rep.Passed != n {
-			t.Errorf("%s (%s): %d cases, %d passed, %d failed, %d not applicable; want all %d passed", r.name, r.rep.Peer,
-				len(r.rep.Cases), r.rep.Passed, r.rep.Failed, r.rep.NotApplicable, n)
-		}
-		for _, cs := range r.rep.Cases {
-			if cs.Result != conform.Pass {
-				t.Errorf("%s: %s: %s: %s", r.name, cs.ID, cs.Result, cs.Reason)
+			ctx, cancel := context.WithCancel(context.Background())
+			var srvOut, srvErr syncBuffer
+			done := make(chan int, 1)
+			go func() {
+				done <- cli.Serve(ctx, cli.ServeOptions{Listen: ip + "5:0", Transport: tc.transport, Backend: "udp",
+					Addr: ip + "5", UDPPort: roce.UDPPort}, &srvOut, &srvErr)
+			}()
+			defer func() {
+				cancel()
+				<-done
+			}()
+			var goAddr string
+			for deadline := time.Now().Add(10 * time.Second); goAddr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if m := ctlLineRE.FindStringSubmatch(srvOut.String()); m != nil {
+					goAddr = m[1]
+				}
 			}
-		}
-	}
-	goVerdict := map[string]conform.Result{}
-	for _, cs := range goRep.Cases {
-		goVerdict[cs.ID] = cs.Result
-	}
-	for _, cs := range cRep.Cases {
-		if goVerdict[cs.ID] != cs.Result {
-			t.Errorf("%s: %s against conform-ctl, %s against conform serve", cs.ID, cs.Result, goVerdict[cs.ID])
-		}
-	}
-	if !strings.HasPrefix(cRep.Peer, "conform-ctl") {
-		t.Errorf("peer %q: want conform-ctl's hello", cRep.Peer)
-	}
-	if !c.alive() {
-		t.Errorf("conform-ctl exited:\n%s", c.errText())
+			if goAddr == "" {
+				t.Fatalf("conform serve did not start:\n%s%s", srvOut.String(), srvErr.String())
+			}
+			goRep := runTester(t, tc.transport, goAddr, ip+"5", ip+"6")
+
+			// Without a control side the same cases are not applicable:
+			// they are the ones that need it.
+			if none := runTester(t, tc.transport, ip+"7:1", ip+"7", ip+"8"); none.NotApplicable != tc.n {
+				t.Errorf("without a control server: %d of %d cases not applicable", none.NotApplicable, tc.n)
+			}
+
+			for _, r := range []struct {
+				name string
+				rep  *conform.Report
+			}{{"conform-ctl", cRep}, {"conform serve", goRep}} {
+				if len(r.rep.Cases) != tc.n || r.rep.Passed != tc.n {
+					t.Errorf("%s (%s): %d cases, %d passed, %d failed, %d not applicable; want all %d passed", r.name, r.rep.Peer,
+						len(r.rep.Cases), r.rep.Passed, r.rep.Failed, r.rep.NotApplicable, tc.n)
+				}
+				for _, cs := range r.rep.Cases {
+					if cs.Result != conform.Pass {
+						t.Errorf("%s: %s: %s: %s", r.name, cs.ID, cs.Result, cs.Reason)
+					}
+				}
+			}
+			goVerdict := map[string]conform.Result{}
+			for _, cs := range goRep.Cases {
+				goVerdict[cs.ID] = cs.Result
+			}
+			for _, cs := range cRep.Cases {
+				if goVerdict[cs.ID] != cs.Result {
+					t.Errorf("%s: %s against conform-ctl, %s against conform serve", cs.ID, cs.Result, goVerdict[cs.ID])
+				}
+			}
+			if !strings.HasPrefix(cRep.Peer, "conform-ctl") {
+				t.Errorf("peer %q: want conform-ctl's hello", cRep.Peer)
+			}
+			if !c.alive() {
+				t.Errorf("conform-ctl exited:\n%s", c.errText())
+			}
+		})
 	}
 }
 
@@ -513,11 +523,10 @@ func feedMutations(s *session, valid []string, n int) {
 }
 
 // TestCtlHostileIWARP is TestCtlHostile for conform-ctl on an iWARP device
-// (softrdma's iwarp device: its librdmacm refuses to accept onto a QP it does
-// not manage, so every connection is rejected, which is a path to feed too):
-// create_qp's iWARP checks, mutated requests, and connections to a QP's
-// listener that send random bytes or a valid MPA Request, then vanish. The
-// program answers every line, keeps serving, and reports no memory error.
+// (softrdma's): create_qp's iWARP checks, mutated requests, and connections to
+// a QP's listener that send random bytes or a valid MPA Request (accepted onto
+// the QP: a second one to the same QP is rejected), then vanish. The program
+// answers every line, keeps serving, and reports no memory error.
 func TestCtlHostileIWARP(t *testing.T) {
 	dir, asan := build(t)
 	bin := filepath.Join(dir, "conform-ctl")
@@ -569,8 +578,18 @@ func TestCtlHostileIWARP(t *testing.T) {
 		}
 		conn.Write(junk)
 		if k%4 == 0 {
-			conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			conn.SetReadDeadline(time.Now().Add(2 * time.Second))
 			conn.Read(make([]byte, 64))
+			// A second request to the same QP: rejected.
+			if c2, err := net.Dial("tcp", q.ListenAddr); err == nil {
+				c2.Write(junk)
+				c2.SetReadDeadline(time.Now().Add(2 * time.Second))
+				rep := make([]byte, 20)
+				if n, _ := io.ReadFull(c2, rep); n == 20 && rep[16]&0x20 == 0 {
+					t.Errorf("a second connection to QP 0x%x was accepted: %x", q.QPN, rep)
+				}
+				c2.Close()
+			}
 		}
 		conn.Close()
 		if a := s.do([]byte(fmt.Sprintf(`{"id":3,"op":"query_qp","args":{"qpn":%d}}`, q.QPN))); !*a.OK {
