@@ -2,12 +2,51 @@
 
 package main
 
+import "C"
+
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/softrdma/softrdma/counters"
 )
+
+// DumpEnvVar names the file the counters go to when the program exits
+// (exit() or a return from main): JSON if it ends in .json, else softrdma
+// stat's lines; "-" is stderr; %p in it is the PID, so that the processes
+// of one command line write a file each. The destructor that calls
+// srgo_dump_counters is in metrics_c.go.
+const DumpEnvVar = "SOFTRDMA_COUNTERS_DUMP"
+
+//export srgo_dump_counters
+func srgo_dump_counters() {
+	name := os.Getenv(DumpEnvVar)
+	if name == "" {
+		return
+	}
+	s := counters.Default.Snapshot()
+	if name == "-" {
+		counters.WriteText(os.Stderr, s)
+		return
+	}
+	name = strings.ReplaceAll(name, "%p", strconv.Itoa(os.Getpid()))
+	f, err := os.Create(name)
+	if err == nil {
+		if strings.HasSuffix(name, ".json") {
+			err = counters.WriteJSON(f, s)
+		} else {
+			err = counters.WriteText(f, s)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "softrdma: %s: %v\n", DumpEnvVar, err)
+	}
+}
 
 // MetricsEnvVar is the environment variable that makes a program run with
 // the libraries serve its devices' counters, as softrdma's --metrics ADDR
