@@ -112,15 +112,17 @@ func run(o *Options, p *params, stdout, stderr io.Writer) (err error) {
 	}
 	res.Device = s.devName
 
+	udAll := p.udSizes(s.portMTU.Bytes()) // conn.go: UD's messages are at most the MTU
 	cfg := perftest.Config{
-		Test:     p.test,
-		MTU:      s.portMTU,
-		NumQPs:   p.qps,
-		Size:     p.size,
-		RunAll:   p.all,
-		Duplex:   p.duplex,
-		Duration: p.durationMode(),
-		WithGID:  true,
+		Test:        p.test,
+		MTU:         s.portMTU,
+		NumQPs:      p.qps,
+		Size:        p.size,
+		RunAll:      p.all,
+		RunAllSizes: udAll,
+		Duplex:      p.duplex,
+		Duration:    p.durationMode(),
+		WithGID:     true,
 	}
 	hooks := perftest.Hooks{Setup: s.setup, Connect: s.connect, PostReceives: s.postReceives, Run: s.run}
 	var r *perftest.Result
@@ -200,6 +202,9 @@ type session struct {
 	cmPeer      netip.Addr
 	cmResult    *perftest.Result
 	keysPrinted bool
+
+	// ah are the UD QPs' address handles, one per QP (-c UD).
+	ah []ibtransport.AddressHandle
 
 	// outJSON is --out_json's file, nil without it; its test information is
 	// set by setup.
@@ -287,6 +292,9 @@ func (s *session) setup(_ context.Context, r *perftest.Result) ([]perftest.Dest,
 	s.cacheLine = uint64(max(r.SysData.CacheLineSize, 1))
 	s.buffSize = max(p.size, s.cycle)
 	total := inc(s.buffSize, s.cacheLine) * 2 * uint64(p.qps)
+	if p.conn == "UD" {
+		total += s.cacheLine // alloc_ctx: room for the GRH before the first receive (conn.go)
+	}
 	if total > 1<<34 {
 		return nil, fmt.Errorf("a buffer of %d bytes is too large", total)
 	}
@@ -351,8 +359,13 @@ func (s *session) setup(_ context.Context, r *perftest.Result) ([]perftest.Dest,
 		if err != nil {
 			return nil, err
 		}
-		if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, AccessFlags: qpAccess},
-			ibtransport.QPAttrState|ibtransport.QPAttrPKeyIndex|ibtransport.QPAttrPort|ibtransport.QPAttrAccessFlags); err != nil {
+		init, mask := &ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, AccessFlags: qpAccess},
+			ibtransport.QPAttrState|ibtransport.QPAttrPKeyIndex|ibtransport.QPAttrPort|ibtransport.QPAttrAccessFlags
+		if p.conn == "UD" {
+			init, mask = &ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, QKey: defQKey},
+				ibtransport.QPAttrState|ibtransport.QPAttrPKeyIndex|ibtransport.QPAttrPort|ibtransport.QPAttrQKey
+		}
+		if err := qp.Modify(init, mask); err != nil {
 			return nil, err
 		}
 		s.qps[i] = qp
@@ -546,7 +559,14 @@ func (s *session) postRecv(qp *ibtransport.QP, i int, size, k uint64) error {
 	if s.p.bw {
 		off += s.slot(size, k)
 	}
-	return qp.PostRecv(ibtransport.RecvWR{WRID: uint64(i), SGL: []ibtransport.SGE{s.mr.SGE(int(off), int(size))}})
+	n := size
+	if s.p.conn == "UD" {
+		// ctx_set_recv_wqes: the GRH's 40 bytes first, ending on the cache
+		// line where the message starts.
+		off += s.cacheLine - udGRH
+		n += udGRH
+	}
+	return qp.PostRecv(ibtransport.RecvWR{WRID: uint64(i), SGL: []ibtransport.SGE{s.mr.SGE(int(off), int(n))}})
 }
 
 // run measures one message size.
@@ -669,6 +689,9 @@ func (s *session) sendWR(i int, size, k uint64, signaled bool) ibtransport.SendW
 	wr := ibtransport.SendWR{WRID: uint64(i), Signaled: signaled, SGL: []ibtransport.SGE{s.mr.SGE(int(off), int(size))},
 		RemoteAddr: raddr, RKey: s.remote[i].RKey}
 	wr.Inline = p.inlined(size)
+	if p.conn == "UD" { // conn.go
+		wr.AH, wr.RemoteQPN, wr.RemoteQKey = &s.ah[i], s.remote[i].QPN, defQKey
+	}
 	switch p.verb {
 	case verbSend:
 		wr.Opcode, wr.RemoteAddr, wr.RKey = ibtransport.WRSend, 0, 0
