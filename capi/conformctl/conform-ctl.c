@@ -5,14 +5,15 @@
  * hardware RNIC, the kernel's rxe, or softrdma's own libraries
  * (LD_LIBRARY_PATH=lib, or softrdma run -- conform-ctl).
  *
- *   conform-ctl [--listen ADDR:PORT] [--device NAME] [--ib-port N]
- *               [--gid-index N] [--max-session-memory OCTETS]
+ *   conform-ctl [--listen ADDR:PORT] [--device NAME] [--addr IP] [--ib-port N]
+ *               [--gid-index N] [--max-session-memory OCTETS] [--idle-timeout SECONDS]
  *
  * It listens on 127.0.0.1:7471 unless --listen says otherwise (the protocol has
  * no authentication: whoever reaches it registers memory the device's peers
  * may write), prints one line saying where once it listens, and serves one
- * session (one TCP connection) at a time; what a session creates is destroyed
- * by reset and when its connection closes. Requests come from the network:
+ * session (one TCP connection) at a time, closing one that is silent for
+ * --idle-timeout seconds (600); what a session creates is destroyed by reset
+ * and when its connection closes. Requests come from the network:
  * every length, handle and value is checked, and a malformed line is answered
  * with an error, never a crash (capi/conformctl/json.c bounds the parser).
  *
@@ -67,6 +68,9 @@ static int iwarp;
 static char listen_host[64]; /* iWARP: the address the QPs' listeners bind */
 static struct ibv_port_attr port_attr;
 static long long max_session_memory = 256LL << 20;
+/* A session that sends nothing for this long is closed (ms): sessions are
+ * served one at a time, so a silent client must not hold the server. */
+static int idle_ms = 600 * 1000;
 
 struct gid {
 	int index;
@@ -1211,13 +1215,19 @@ static void serve(int fd)
 			buf = nb;
 			cap *= 2;
 		}
-		if (ses.ch) {
-			/* Wait for the next request while answering the
-			 * tester's connections to the QPs' listeners. */
-			struct pollfd pf[2] = { { .fd = fd, .events = POLLIN }, { .fd = ses.ch->fd, .events = POLLIN } };
+		{
+			/* Wait for the next request (while answering the
+			 * tester's connections to the QPs' listeners), at
+			 * most idle_ms. */
+			struct pollfd pf[2] = { { .fd = fd, .events = POLLIN }, { .fd = ses.ch ? ses.ch->fd : -1, .events = POLLIN } };
+			int n = poll(pf, 2, idle_ms);
 
-			if (poll(pf, 2, -1) < 0 && errno != EINTR)
+			if (n < 0 && errno != EINTR)
 				break;
+			if (n == 0) {
+				fprintf(stderr, "conform-ctl: closing a session idle for %d s\n", idle_ms / 1000);
+				break;
+			}
 			if (pf[1].revents)
 				iw_events();
 			if (!pf[0].revents)
@@ -1297,10 +1307,11 @@ static int listen_on(const char *spec, char *where, size_t wn)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: conform-ctl [--listen ADDR:PORT] [--device NAME] [--addr IP] [--ib-port N] [--gid-index N] [--max-session-memory OCTETS]\n\n"
+	fprintf(stderr, "usage: conform-ctl [--listen ADDR:PORT] [--device NAME] [--addr IP] [--ib-port N] [--gid-index N] [--max-session-memory OCTETS] [--idle-timeout SECONDS]\n\n"
 			"Serves softrdma's conformance control protocol (conform/CONTROL.md) for a libibverbs\n"
 			"device (default: the first), on 127.0.0.1:%d unless --listen says otherwise\n"
-			"(port 0: any; the line printed says which). Test it from the tester with\n"
+			"(port 0: any; the line printed says which), one session (connection) at a time;\n"
+			"a session silent for --idle-timeout seconds (default 600) is closed. Test it with\n"
 			"softrdma conform --peer HOST:PORT --peer-ip IP. On an iWARP device the QPs listen\n"
 			"for the tester's connections on --addr (default: the --listen host).\n", DEFAULT_PORT);
 }
@@ -1358,6 +1369,10 @@ int main(int argc, char **argv)
 			if (num(a, argv[++k], 0, 255, &v))
 				return 2;
 			gid_index_opt = (int)v;
+		} else if (!strcmp(a, "--idle-timeout")) {
+			if (num(a, argv[++k], 1, 86400, &v))
+				return 2;
+			idle_ms = (int)v * 1000;
 		} else if (!strcmp(a, "--max-session-memory")) {
 			if (num(a, argv[++k], 1, 1LL << 40, &v))
 				return 2;

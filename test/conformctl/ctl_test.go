@@ -612,3 +612,23 @@ func TestCtlHostileIWARP(t *testing.T) {
 		t.Errorf("conform-ctl reported:\n%s", e)
 	}
 }
+
+// TestCtlIdleSession: conform-ctl serves one session at a time, so a client
+// that connects and says nothing must not hold it: after --idle-timeout its
+// session is closed and the next client, waiting meanwhile, is served.
+func TestCtlIdleSession(t *testing.T) {
+	dir, _ := build(t)
+	c := startCtl(t, filepath.Join(dir, "conform-ctl"), dir, "127.0.86.13", "--idle-timeout", "1")
+	silent := dial(t, c.addr)
+	next := dial(t, c.addr)
+	if a := next.do([]byte(`{"id":1,"op":"hello"}`)); !*a.OK {
+		t.Fatalf("hello behind a silent session: %+v", a)
+	}
+	silent.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := silent.r.ReadByte(); err != io.EOF {
+		t.Errorf("the silent session: %v, want closed (EOF)", err)
+	}
+	if !strings.Contains(c.errText(), "idle") {
+		t.Errorf("conform-ctl did not say why it closed the session:\n%s", c.errText())
+	}
+}
