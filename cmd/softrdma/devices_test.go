@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/softrdma/softrdma/devinfo"
@@ -74,13 +73,6 @@ func TestDevicesFlags(t *testing.T) {
 	}
 }
 
-var devicesLib struct {
-	once sync.Once
-	dir  string
-	err  error
-	out  []byte
-}
-
 // TestDevicesAgreeWithDevinfo runs softrdma devices and, under softrdma run
 // (this test binary as softrdma, the libraries built here with make lib),
 // Debian's ibv_devinfo -v, for the same configuration given four ways: a
@@ -97,13 +89,9 @@ func TestDevicesAgreeWithDevinfo(t *testing.T) {
 	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
 		t.Skip("needs rdma-core's headers (libibverbs-dev, librdmacm-dev; scripts/deps.sh)")
 	}
-	devicesLib.once.Do(func() {
-		devicesLib.dir = filepath.Join(os.TempDir(), fmt.Sprintf("softrdma-devices-lib-%d", os.Getpid()))
-		devicesLib.out, devicesLib.err = exec.Command("make", "-s", "-C", filepath.Join("..", ".."), "lib", "LIBDIR="+devicesLib.dir).CombinedOutput()
-	})
-	defer os.RemoveAll(devicesLib.dir)
-	if devicesLib.err != nil {
-		t.Fatalf("make lib: %v\n%s", devicesLib.err, devicesLib.out)
+	lib := t.TempDir()
+	if out, err := exec.Command("make", "-s", "-C", filepath.Join("..", ".."), "lib", "LIBDIR="+lib).CombinedOutput(); err != nil {
+		t.Fatalf("make lib: %v\n%s", err, out)
 	}
 	cfg := filepath.Join(t.TempDir(), "devices")
 	if err := os.WriteFile(cfg, []byte("# two devices\nroce:127.0.0.3,name=cfg_roce\niwarp:127.0.0.3\n"), 0o644); err != nil {
@@ -144,7 +132,7 @@ func TestDevicesAgreeWithDevinfo(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &v); err != nil {
 				t.Fatalf("devices --json: %v\n%s", err, out)
 			}
-			info := softrdma(append(append([]string{"run", "--lib", devicesLib.dir}, tt.args...), "--", "ibv_devinfo", "-v")...)
+			info := softrdma(append(append([]string{"run", "--lib", lib}, tt.args...), "--", "ibv_devinfo", "-v")...)
 			blocks := strings.Split(info, "hca_id:\t")[1:]
 			if len(blocks) != len(v.Devices) || len(blocks) == 0 {
 				t.Fatalf("ibv_devinfo lists %d devices, softrdma devices %d:\n%s\n%s", len(blocks), len(v.Devices), info, out)
