@@ -8,12 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/rping"
@@ -156,5 +158,50 @@ func TestRpingPersistentFlags(t *testing.T) {
 		if code := rpingCmd(c.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), c.want) {
 			t.Errorf("rping %v: exit %d, %q; want 2 and %q", c.args, code, errOut.String(), c.want)
 		}
+	}
+}
+
+// TestRpingSourceIWARP: over iWARP, -I is the client's source address: its
+// TCP connection, and so the MPA exchange and every FPDU, comes from there.
+func TestRpingSourceIWARP(t *testing.T) {
+	port := strconv.Itoa(freePort(t))
+	src := fmt.Sprintf("127.%d.84.2", 1+os.Getpid()%250)
+	pcap := filepath.Join(t.TempDir(), "rping.pcap")
+	var sOut, sErr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- rpingCmd([]string{"-s", "-a", "127.0.0.1", "-p", port, "--timeout", "30s"}, &sOut, &sErr)
+	}()
+	var cOut, cErr bytes.Buffer
+	code := -1
+	for try := 0; try < 50; try++ { // the server may not listen yet
+		cOut.Reset()
+		cErr.Reset()
+		code = rpingCmd([]string{"-c", "-I", src, "-a", "127.0.0.1", "-p", port, "-C", "2", "-V", "--pcap", pcap, "--timeout", "30s"}, &cOut, &cErr)
+		if code == 0 || !strings.Contains(cErr.String(), "refused") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code != 0 {
+		t.Fatalf("client exit %d\n%s%s", code, cOut.String(), cErr.String())
+	}
+	if c := <-done; c != 0 {
+		t.Fatalf("server exit %d\n%s%s", c, sOut.String(), sErr.String())
+	}
+	f, err := os.Open(pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out bytes.Buffer
+	if _, err := decode.Run(f, &out, decode.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "→ "+src+":") || strings.Count(out.String(), src) < 10 {
+		t.Errorf("the connection is not from -I %s:\n%s", src, out.String())
+	}
+	if !regexp.MustCompile(` ` + regexp.QuoteMeta(src) + `:\d+ → 127\.0\.0\.1:` + port + ` iWARP MPA Request`).MatchString(out.String()) {
+		t.Errorf("no MPA Request from %s:\n%s", src, out.String())
 	}
 }
