@@ -16,7 +16,7 @@ func TestEveryCommandReportsBadFlag(t *testing.T) {
 		name string // the command as "softrdma NAME:" names it
 		want string // in the error line
 	}{
-		{[]string{"rping", "-s", "-P"}, "rping", "unknown shorthand flag: 'P' in -P"},
+		{[]string{"rping", "-s", "-Z"}, "rping", "unknown shorthand flag: 'Z' in -Z"},
 		{[]string{"pingpong", "-o"}, "pingpong", "unknown shorthand flag: 'o' in -o"},
 		{[]string{"conform", "--slef"}, "conform", "unknown flag: --slef"},
 		{[]string{"conform", "serve", "--no-such-flag"}, "conform serve", "unknown flag: --no-such-flag"},
