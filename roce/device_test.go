@@ -86,7 +86,7 @@ func newPair(t *testing.T, cfg sim.LinkConfig) *pair {
 	return p
 }
 
-func setupQP(t *testing.T, d *roce.Device) (*ibtransport.QP, *ibtransport.CQ, *ibtransport.MR) {
+func setupQP(t testing.TB, d *roce.Device) (*ibtransport.QP, *ibtransport.CQ, *ibtransport.MR) {
 	t.Helper()
 	ctx := d.Context()
 	pd := ctx.AllocPD()
@@ -106,7 +106,7 @@ func setupQP(t *testing.T, d *roce.Device) (*ibtransport.QP, *ibtransport.CQ, *i
 	return qp, cq, mr
 }
 
-func connect(t *testing.T, d *roce.Device, qp, peer *ibtransport.QP, peerIP netip.Addr, sq, rq uint32) {
+func connect(t testing.TB, d *roce.Device, qp, peer *ibtransport.QP, peerIP netip.Addr, sq, rq uint32) {
 	t.Helper()
 	// Timeout 17 (0.54 s, 4.3 s with the retries): a veth or socket path right after
 	// setup can lose the first frames for a good part of a second under load (seen in CI).
@@ -114,7 +114,7 @@ func connect(t *testing.T, d *roce.Device, qp, peer *ibtransport.QP, peerIP neti
 }
 
 // connectTimeout is connect with the QP's local ACK timeout given.
-func connectTimeout(t *testing.T, d *roce.Device, qp, peer *ibtransport.QP, peerIP netip.Addr, sq, rq uint32, timeout uint8) {
+func connectTimeout(t testing.TB, d *roce.Device, qp, peer *ibtransport.QP, peerIP netip.Addr, sq, rq uint32, timeout uint8) {
 	t.Helper()
 	ah, err := d.AddressHandle(peerIP)
 	if err != nil {
@@ -125,7 +125,7 @@ func connectTimeout(t *testing.T, d *roce.Device, qp, peer *ibtransport.QP, peer
 
 // connectAH brings qp to RTS towards peer through ah, at path MTU mtu, with
 // local ACK timeout timeout.
-func connectAH(t *testing.T, qp, peer *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, sq, rq uint32, timeout uint8) {
+func connectAH(t testing.TB, qp, peer *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, sq, rq uint32, timeout uint8) {
 	t.Helper()
 	for _, s := range []struct {
 		a ibtransport.QPAttr
