@@ -81,9 +81,7 @@ func (e *env) capture(tap *pcaptap.Tap, cfg *roce.OpenConfig) {
 	if tap == nil {
 		return
 	}
-	src := tap.Source(cfg.Backend == roce.BackendUDP)
-	cfg.Capture, cfg.CaptureFormat = src, netio.FormatPcap
-	e.closers = append(e.closers, func() { src.Close() }) // an error is the tap's, reported by Main
+	tap.Record(cfg, cfg.Backend == roce.BackendUDP) // the device's Close flushes it
 }
 
 // openRoCE opens a RoCE device on the backend in each namespace with
@@ -312,20 +310,13 @@ func openIWARP(pair *netns.Pair, tap *pcaptap.Tap) (*env, error) {
 	// transport (64 B READ rate 0.03 of the path, issue 22).
 	dialParams := iwarp.ConnParams{IRD: maxRdAtomic, ORD: maxRdAtomic}
 	if tap != nil {
-		src := tap.Source(false)
-		tcp, err := pcaptap.NewTCP(src, netio.FormatPcap) // into the tap: its stream is pcap
-		if err != nil {
-			src.Close()
-			e.close()
-			return nil, fmt.Errorf("--pcap: %w", err)
-		}
+		tcp := tap.TCP()
 		dialParams.Observe = tcp.Observe
 		// First in, so last out: after the listener, once the connections are closed.
 		e.closers = append([]func(){func() {
 			if err := tcp.Err(); err != nil {
 				tap.Fail(err)
 			}
-			src.Close()
 		}}, e.closers...)
 	}
 	e.connect = func(qa, qb *ibtransport.QP) (func(), error) {

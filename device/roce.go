@@ -28,9 +28,8 @@ type RoCE struct {
 	dev  *roce.Device
 	name string
 
-	file *os.File        // Config.Pcap
-	tap  *pcaptap.Tap    // writes file
-	src  *pcaptap.Source // the device's capture stream into tap
+	file *os.File     // Config.Pcap
+	tap  *pcaptap.Tap // writes file
 
 	cancel context.CancelFunc
 	done   chan error
@@ -79,8 +78,7 @@ func openRoCE(s devspec.Spec, cfg Config) (*RoCE, error) {
 		d.file = f
 		// A UDP socket hides the IPv4 ID of what it receives: the stream's
 		// frames get it back from their ICRCs.
-		d.src = d.tap.Source(oc.Backend == roce.BackendUDP)
-		oc.Capture, oc.CaptureFormat = d.src, netio.FormatPcap
+		d.tap.Record(&oc, oc.Backend == roce.BackendUDP)
 	}
 	dev, err := roce.Open(oc)
 	if err != nil {
@@ -199,15 +197,12 @@ func (d *RoCE) Close() error {
 	return d.err
 }
 
-// closeCapture waits for the capture stream to be in the file, and closes it.
+// closeCapture flushes the capture into the file, and closes it.
 func (d *RoCE) closeCapture() error {
 	if d.file == nil {
 		return nil
 	}
-	err := d.src.Close()
-	if ferr := d.tap.Flush(); err == nil {
-		err = ferr
-	}
+	err := d.tap.Flush()
 	if cerr := d.file.Close(); err == nil {
 		err = cerr
 	}

@@ -260,6 +260,10 @@ type Capture struct {
 
 	rx []byte // scratch for frames made from datagrams (one reader at a time)
 
+	// received, if not nil, rewrites each received frame before it is
+	// recorded (NewCaptureInto).
+	received func([]byte) []byte
+
 	txMu sync.Mutex
 	tx   []byte // scratch for frames gathered from pieces
 }
@@ -286,10 +290,20 @@ func NewCapture(ep Endpoint, w io.Writer, format CaptureFormat, clock Clock) (Ca
 	if err != nil {
 		return nil, err
 	}
+	return NewCaptureInto(ep, cw, clock, nil), nil
+}
+
+// NewCaptureInto wraps ep so that every frame it reads or writes is recorded
+// in w, which other captures may share (a command's --pcap file), with
+// timestamps from clock (SystemClock if nil). received, if not nil, is given
+// each received frame and returns the frame to record (it may return a
+// buffer of its own, used before its next call): the IPv4 Identification a
+// UDP socket hides, put back. Close flushes w but does not close its writer.
+func NewCaptureInto(ep Endpoint, w *CaptureWriter, clock Clock, received func([]byte) []byte) CaptureEndpoint {
 	if clock == nil {
 		clock = SystemClock{}
 	}
-	c := &Capture{ep: ep, clock: clock, w: cw}
+	c := &Capture{ep: ep, clock: clock, w: w, received: received}
 	dr, isDR := ep.(DatagramReader)
 	fr, isFR := ep.(FrameReader)
 	vw, isVW := ep.(VectorWriter)
@@ -305,93 +319,93 @@ func NewCapture(ep Endpoint, w io.Writer, format CaptureFormat, clock Clock) (Ca
 			captureFrameReader
 			captureVectorWriter
 			captureDatagramWriter
-		}{c, d, f, v, g}, nil
+		}{c, d, f, v, g}
 	case isDR && isFR && isVW:
 		return &struct {
 			*Capture
 			captureDatagramReader
 			captureFrameReader
 			captureVectorWriter
-		}{c, d, f, v}, nil
+		}{c, d, f, v}
 	case isDR && isFR && isDW:
 		return &struct {
 			*Capture
 			captureDatagramReader
 			captureFrameReader
 			captureDatagramWriter
-		}{c, d, f, g}, nil
+		}{c, d, f, g}
 	case isDR && isVW && isDW:
 		return &struct {
 			*Capture
 			captureDatagramReader
 			captureVectorWriter
 			captureDatagramWriter
-		}{c, d, v, g}, nil
+		}{c, d, v, g}
 	case isFR && isVW && isDW:
 		return &struct {
 			*Capture
 			captureFrameReader
 			captureVectorWriter
 			captureDatagramWriter
-		}{c, f, v, g}, nil
+		}{c, f, v, g}
 	case isDR && isFR:
 		return &struct {
 			*Capture
 			captureDatagramReader
 			captureFrameReader
-		}{c, d, f}, nil
+		}{c, d, f}
 	case isDR && isVW:
 		return &struct {
 			*Capture
 			captureDatagramReader
 			captureVectorWriter
-		}{c, d, v}, nil
+		}{c, d, v}
 	case isDR && isDW:
 		return &struct {
 			*Capture
 			captureDatagramReader
 			captureDatagramWriter
-		}{c, d, g}, nil
+		}{c, d, g}
 	case isFR && isVW:
 		return &struct {
 			*Capture
 			captureFrameReader
 			captureVectorWriter
-		}{c, f, v}, nil
+		}{c, f, v}
 	case isFR && isDW:
 		return &struct {
 			*Capture
 			captureFrameReader
 			captureDatagramWriter
-		}{c, f, g}, nil
+		}{c, f, g}
 	case isVW && isDW:
 		return &struct {
 			*Capture
 			captureVectorWriter
 			captureDatagramWriter
-		}{c, v, g}, nil
+		}{c, v, g}
 	case isDR:
 		return &struct {
 			*Capture
 			captureDatagramReader
-		}{c, d}, nil
+		}{c, d}
 	case isFR:
 		return &struct {
 			*Capture
 			captureFrameReader
-		}{c, f}, nil
+		}{c, f}
 	case isVW:
 		return &struct {
 			*Capture
 			captureVectorWriter
-		}{c, v}, nil
+		}{c, v}
 	case isDW:
 		return &struct {
 			*Capture
 			captureDatagramWriter
-		}{c, g}, nil
+		}{c, g}
 	}
-	return c, nil
+	return c
 }
 
 // captureDatagramReader is a Capture's DatagramReader, for a wrapped endpoint
@@ -436,7 +450,11 @@ func (c *Capture) recordDatagrams(d []Datagram) {
 		} else {
 			c.rx = appendDatagramFrame(c.rx[:0], &d[i])
 		}
-		_ = c.w.WriteFrame(ts, c.rx)
+		frame := c.rx
+		if c.received != nil {
+			frame = c.received(frame)
+		}
+		_ = c.w.WriteFrame(ts, frame)
 	}
 }
 
@@ -637,11 +655,27 @@ func (c *Capture) Write(bufs [][]byte, offset int) (int, error) {
 	return c.ep.Write(bufs, offset)
 }
 
+// record records received frames: bufs[i][offset:offset+sizes[i]] (all of
+// bufs[i][offset:] if sizes is nil).
 func (c *Capture) record(bufs [][]byte, sizes []int, offset int) {
 	if len(bufs) == 0 {
 		return
 	}
-	c.recordAt(c.clock.Now(), bufs, sizes, offset)
+	ts := c.clock.Now()
+	if c.received == nil {
+		c.recordAt(ts, bufs, sizes, offset)
+		return
+	}
+	for i, f := range bufs {
+		if offset > len(f) {
+			continue
+		}
+		f = f[offset:]
+		if sizes != nil && sizes[i] <= len(f) {
+			f = f[:sizes[i]]
+		}
+		_ = c.w.WriteFrame(ts, c.received(f))
+	}
 }
 
 func (c *Capture) recordAt(ts time.Time, bufs [][]byte, sizes []int, offset int) {

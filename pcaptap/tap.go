@@ -6,14 +6,10 @@
 package pcaptap
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"time"
-
-	"github.com/google/gopacket/layers"
-	"github.com/google/gopacket/pcapgo"
 
 	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/netio"
@@ -21,9 +17,9 @@ import (
 )
 
 // Tap is the --pcap file of a command that records several things into one
-// file: frames written to it directly (WriteFrame), and what captures that write
-// pcap streams of their own record (a device's roce.OpenConfig.Capture, a
-// TCP of iWARP connections), merged record by record through Source. The
+// file: frames written to it directly (WriteFrame), the frames of RoCE
+// devices (Record) and the octets of iWARP connections (TCP), each written
+// into the file's one netio.CaptureWriter as it is seen. The
 // file is a netio.CaptureWriter's pcap or pcapng, each frame cut to the snap
 // length, its length on the wire kept. It is safe for concurrent use.
 type Tap struct {
@@ -75,74 +71,21 @@ func (t *Tap) Flush() error {
 	return err
 }
 
-// Source returns a writer for a classic pcap stream (Ethernet) whose records go
-// into the tap; with restoreIDs, the stream is a UDP endpoint's, whose received
-// frames carry IPv4 ID 0 for the ID the socket hid, which is recovered
-// (IPv4IDRestorer). Close it once its capture is flushed: it
-// waits for the last record to be in the tap. A stream that cannot be read is
-// the tap's error (Flush returns it); one that never began (its capture was
-// never made) is none.
-func (t *Tap) Source(restoreIDs bool) *Source {
-	pr, pw := io.Pipe()
-	s := &Source{pw: pw, done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		defer io.Copy(io.Discard, pr) // never leave the capture blocked on the pipe
-		r, err := pcapgo.NewReader(pr)
-		if errors.Is(err, io.EOF) {
-			return
-		}
-		if err == nil && r.LinkType() != layers.LinkTypeEthernet {
-			err = fmt.Errorf("link type %v, want Ethernet", r.LinkType())
-		}
-		if err != nil {
-			s.err = err
-			t.Fail(err)
-			return
-		}
-		var ids IPv4IDRestorer
-		for {
-			data, ci, err := r.ZeroCopyReadPacketData()
-			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					s.err = err
-					t.Fail(err)
-				}
-				return
-			}
-			if restoreIDs && ci.CaptureLength == ci.Length {
-				data = ids.Restore(data)
-			}
-			if err := t.w.WriteFrameLen(ci.Timestamp, data, ci.Length); err != nil {
-				s.err = err
-				return
-			}
-		}
-	}()
-	return s
-}
-
-// Source is the writer end of a Tap.Source.
-type Source struct {
-	pw   *io.PipeWriter
-	done chan struct{}
-	err  error // set by the reading goroutine before done closes
-	once sync.Once
-}
-
-// Write takes the stream's next bytes.
-func (s *Source) Write(b []byte) (int, error) { return s.pw.Write(b) }
-
-// Close ends the stream and waits until all of it is in the tap; it returns the
-// first error of reading it.
-func (s *Source) Close() error {
-	s.once.Do(func() { s.pw.Close() })
-	<-s.done
-	if s.err != nil {
-		return fmt.Errorf("pcap: %w", s.err)
+// Record makes the device oc opens record its frames straight into the tap
+// (roce.OpenConfig.CaptureWriter: no stream of its own to parse back); with
+// restoreIDs the device is a UDP endpoint's, whose received frames carry IPv4
+// ID 0 for the ID the socket hid, which is recovered (IPv4IDRestorer). The
+// device's Close flushes what it recorded.
+func (t *Tap) Record(oc *roce.OpenConfig, restoreIDs bool) {
+	oc.Capture, oc.CaptureWriter, oc.CaptureReceived = nil, t.w, nil
+	if restoreIDs {
+		oc.CaptureReceived = new(IPv4IDRestorer).Restore
 	}
-	return nil
 }
+
+// TCP returns a writer of iWARP connections' octets as synthesised TCP
+// segments (see TCP) into the tap.
+func (t *Tap) TCP() *TCP { return newTCP(t.w, false) }
 
 // IPv4IDRestorer puts back the IPv4 Identification that a UDP socket hides
 // (netio.IPv4IDPolicy.UnknownIPv4ID: the endpoint writes 0) into a RoCEv2

@@ -21,18 +21,19 @@ import (
 // kernel's real segmentation is not visible to a socket), which is enough for a
 // byte-exact view of the stream.
 type TCP struct {
-	mu  sync.Mutex
-	w   *netio.CaptureWriter
-	err error
-	buf gopacket.SerializeBuffer
+	mu    sync.Mutex
+	w     *netio.CaptureWriter
+	flush bool // its own file: each segment written out at once
+	err   error
+	buf   gopacket.SerializeBuffer
 }
 
 // tcpMSS is the largest payload of a synthesised segment.
 const tcpMSS = 1448
 
 // NewTCP writes the file header of format to w and returns the writer of
-// its segments. Each segment is written out at once (a Source reading the
-// stream, or a file, sees it without a Flush).
+// its segments. Each segment is written out at once (a file, or a reader of
+// the stream, sees it without a Flush).
 func NewTCP(w io.Writer, format netio.CaptureFormat) (*TCP, error) {
 	cw, err := netio.NewCaptureWriter(w, format)
 	if err == nil {
@@ -41,7 +42,12 @@ func NewTCP(w io.Writer, format netio.CaptureFormat) (*TCP, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &TCP{w: cw, buf: gopacket.NewSerializeBuffer()}, nil
+	return newTCP(cw, true), nil
+}
+
+// newTCP returns a TCP writing into w, flushing each segment if it owns w.
+func newTCP(w *netio.CaptureWriter, own bool) *TCP {
+	return &TCP{w: w, flush: own, buf: gopacket.NewSerializeBuffer()}
 }
 
 // Err returns the first write error.
@@ -133,7 +139,7 @@ func (o *tcpConn) segment(from, to *tcpEndpoint, tcp layers.TCP, payload []byte)
 		return
 	}
 	data := p.buf.Bytes()
-	if p.err = p.w.WriteFrame(time.Now(), data); p.err == nil {
+	if p.err = p.w.WriteFrame(time.Now(), data); p.err == nil && p.flush {
 		p.err = p.w.Flush()
 	}
 }

@@ -93,6 +93,12 @@ type OpenConfig struct {
 	Capture       io.Writer
 	CaptureFormat netio.CaptureFormat
 	CaptureClock  netio.Clock
+	// CaptureWriter, if not nil, is where the frames are recorded instead
+	// of a stream of Capture's own: a file other captures write too (a
+	// command's --pcap file). CaptureReceived, if not nil, rewrites each
+	// received frame before it is recorded (netio.NewCaptureInto).
+	CaptureWriter   *netio.CaptureWriter
+	CaptureReceived func([]byte) []byte
 }
 
 // Open opens a RoCE device on a real link, in the network namespace of the
@@ -142,7 +148,9 @@ func Open(cfg OpenConfig) (*Device, error) {
 		}
 		return nil, err
 	}
-	if cfg.Capture != nil {
+	if cfg.CaptureWriter != nil {
+		dc.Endpoint = netio.NewCaptureInto(dc.Endpoint, cfg.CaptureWriter, cfg.CaptureClock, cfg.CaptureReceived)
+	} else if cfg.Capture != nil {
 		capture, err := netio.NewCapture(dc.Endpoint, cfg.Capture, cfg.CaptureFormat, cfg.CaptureClock)
 		if err != nil {
 			return fail(fmt.Errorf("roce: open: capture: %w", err))

@@ -23,8 +23,6 @@ import (
 	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/device"
 	"github.com/softrdma/softrdma/devspec"
-	"github.com/softrdma/softrdma/netio"
-	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -554,15 +552,8 @@ func Serve(ctx context.Context, o ServeOptions, stdout, stderr io.Writer) int {
 // (roce.OpenConfig.Capture) merged into the file, with the IPv4 IDs a UDP
 // socket hides recovered (as pingpong's ppCapture does).
 func conformServeRoCE(ctx context.Context, listen string, maxMem int64, cfg roce.OpenConfig, pcap *conformPcap, stdout, stderr io.Writer) int {
-	var src *pcaptap.Source
 	if pcap != nil {
-		src = pcap.tap.Source(cfg.Backend == "" || cfg.Backend == roce.BackendUDP)
-		cfg.Capture, cfg.CaptureFormat = src, netio.FormatPcap
-		defer func() {
-			if err := src.Close(); err != nil {
-				fmt.Fprintf(stderr, "softrdma conform serve: --pcap: %v\n", err)
-			}
-		}()
+		pcap.tap.Record(&cfg, cfg.Backend == "" || cfg.Backend == roce.BackendUDP)
 	}
 	dev, err := roce.Open(cfg)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // conformPcap is the --pcap file of softrdma conform and conform serve: for RoCE
 // the frames the tester's link (or the serving device) sends and receives, for
 // iWARP the TCP octets of the connections as synthesised segments (pcaptap.TCP), in
-// one classic pcap file (pcaptap.Tap). For a conformance run the capture is the
+// one pcap or pcapng file (pcaptap.Tap). For a conformance run the capture is the
 // evidence of each verdict, so what the tester sends is recorded exactly as it
 // went out, deliberately broken frames (a flipped ICRC bit, a wrong P_Key, TVer
 // 1 ...) included.
@@ -26,9 +26,8 @@ type conformPcap struct {
 	name string
 	file *os.File
 	tap  *pcaptap.Tap
-	tcp  *pcaptap.TCP    // iWARP, made on first use
-	src  *pcaptap.Source // tcp's stream into tap
-	mu   sync.Mutex      // guards tcp and src
+	tcp  *pcaptap.TCP // iWARP, made on first use
+	mu   sync.Mutex   // guards tcp
 	link []*conformCapture
 }
 
@@ -80,14 +79,7 @@ func (p *conformPcap) observer() (func(local, remote net.Addr) iwarp.StreamObser
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.tcp == nil {
-		p.src = p.tap.Source(false)
-		tcp, err := pcaptap.NewTCP(p.src, netio.FormatPcap) // into the tap: its stream is pcap
-		if err != nil {
-			p.src.Close()
-			p.src = nil
-			return nil, err
-		}
-		p.tcp = tcp
+		p.tcp = p.tap.TCP()
 	}
 	return p.tcp.Observe, nil
 }
@@ -152,7 +144,6 @@ func (p *conformPcap) close(w io.Writer, who string) error {
 	p.mu.Lock()
 	if p.tcp != nil {
 		keep(p.tcp.Err())
-		keep(p.src.Close())
 	}
 	p.mu.Unlock()
 	keep(p.tap.Flush())
