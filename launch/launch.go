@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/devspec"
 )
 
@@ -39,6 +40,11 @@ type Options struct {
 	// unless it contains a '/'.
 	Program string
 	Args    []string
+	// Metrics and DumpCounters are --metrics and --dump-counters: the
+	// program's counters served on http://ADDR/metrics while it runs, and
+	// written to a file when it exits (the libraries'
+	// counters.MetricsEnvVar and counters.DumpEnvVar); empty: as inherited.
+	Metrics, DumpCounters string
 }
 
 // Command is the program to execute: Path, its argv (argv[0] is the program
@@ -91,6 +97,15 @@ func Prepare(o Options, environ []string, exe string) (*Command, error) {
 			return nil, &ExitError{2, fmt.Errorf("--device: %w", err)}
 		}
 		setenv[devspec.EnvVar] = list
+	}
+	if o.Metrics != "" {
+		if _, err := counters.ListenAddr(o.Metrics); err != nil {
+			return nil, &ExitError{2, fmt.Errorf("--metrics: %w", err)}
+		}
+		setenv[counters.MetricsEnvVar] = o.Metrics
+	}
+	if o.DumpCounters != "" {
+		setenv[counters.DumpEnvVar] = o.DumpCounters
 	}
 	c.Env = mergeEnv(environ, setenv)
 	// The devices the library will see, resolved the library's way, so that
@@ -188,7 +203,8 @@ func envMap(environ []string) map[string]string {
 	return m
 }
 
-// mergeEnv returns environ with the variables of set replaced or added.
+// mergeEnv returns environ with the variables of set (those Prepare sets,
+// in a fixed order) replaced or added.
 func mergeEnv(environ []string, set map[string]string) []string {
 	out := make([]string, 0, len(environ)+len(set))
 	for _, kv := range environ {
@@ -197,7 +213,7 @@ func mergeEnv(environ []string, set map[string]string) []string {
 			out = append(out, kv)
 		}
 	}
-	for _, k := range []string{"LD_LIBRARY_PATH", devspec.EnvVar} {
+	for _, k := range []string{"LD_LIBRARY_PATH", devspec.EnvVar, counters.MetricsEnvVar, counters.DumpEnvVar} {
 		if v, ok := set[k]; ok {
 			out = append(out, k+"="+v)
 		}

@@ -128,3 +128,48 @@ func TestPrepare(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareCounters: --metrics and --dump-counters become the libraries'
+// SOFTRDMA_METRICS and SOFTRDMA_COUNTERS_DUMP; without them the inherited
+// values stay; a --metrics address that is not one is refused, naming it.
+func TestPrepareCounters(t *testing.T) {
+	dir := tree(t)
+	exe := filepath.Join(dir, "bin/softrdma")
+	base := []string{"PATH=" + filepath.Join(dir, "path"), "SOFTRDMA_DEVICES=roce:127.0.0.1"}
+	tests := []struct {
+		name          string
+		o             Options
+		env           []string
+		metrics, dump string // "-": not set
+		err           string
+	}{
+		{"none", Options{Program: "prog"}, nil, "-", "-", ""},
+		{"both", Options{Program: "prog", Metrics: "0", DumpCounters: "/tmp/c-%p.json"}, nil, "0", "/tmp/c-%p.json", ""},
+		{"inherited", Options{Program: "prog"}, []string{"SOFTRDMA_METRICS=9464", "SOFTRDMA_COUNTERS_DUMP=-"}, "9464", "-", ""},
+		{"flag over inherited", Options{Program: "prog", Metrics: "127.0.0.2:9"}, []string{"SOFTRDMA_METRICS=9464"}, "127.0.0.2:9", "-", ""},
+		{"bad address", Options{Program: "prog", Metrics: "a:b:c"}, nil, "", "", `--metrics: metrics address "a:b:c"`},
+	}
+	for _, tt := range tests {
+		c, err := Prepare(tt.o, append(append([]string{}, base...), tt.env...), exe)
+		if tt.err != "" {
+			var ee *ExitError
+			if !errors.As(err, &ee) || ee.Code != 2 || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: Prepare = %v; want exit 2, error containing %q", tt.name, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		env := envMap(c.Env)
+		get := func(k string) string {
+			if v, ok := env[k]; ok {
+				return v
+			}
+			return "-"
+		}
+		if m, d := get("SOFTRDMA_METRICS"), get("SOFTRDMA_COUNTERS_DUMP"); m != tt.metrics || d != tt.dump {
+			t.Errorf("%s: SOFTRDMA_METRICS %q SOFTRDMA_COUNTERS_DUMP %q, want %q %q", tt.name, m, d, tt.metrics, tt.dump)
+		}
+	}
+}

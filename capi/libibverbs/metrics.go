@@ -13,12 +13,12 @@ import (
 	"github.com/softrdma/softrdma/counters"
 )
 
-// DumpEnvVar names the file the counters go to when the program exits
-// (exit() or a return from main): JSON if it ends in .json, else softrdma
-// stat's lines; "-" is stderr; %p in it is the PID, so that the processes
-// of one command line write a file each. The destructor that calls
-// srgo_dump_counters is in metrics_c.go.
-const DumpEnvVar = "SOFTRDMA_COUNTERS_DUMP"
+// DumpEnvVar (counters.DumpEnvVar) names the file the counters go to when
+// the program exits (exit() or a return from main): JSON if it ends in
+// .json, else softrdma stat's lines; "-" is stderr; %p in it is the PID, so
+// that the processes of one command line write a file each. The destructor
+// that calls srgo_dump_counters is in metrics_c.go.
+const DumpEnvVar = counters.DumpEnvVar
 
 //export srgo_dump_counters
 func srgo_dump_counters() {
@@ -48,11 +48,11 @@ func srgo_dump_counters() {
 	}
 }
 
-// MetricsEnvVar is the environment variable that makes a program run with
-// the libraries serve its devices' counters, as softrdma's --metrics ADDR
-// does: Prometheus' text format on http://ADDR/metrics (ADDR is HOST:PORT,
-// or PORT on 127.0.0.1; 0 a free port), read by softrdma stat.
-const MetricsEnvVar = "SOFTRDMA_METRICS"
+// MetricsEnvVar (counters.MetricsEnvVar) makes a program run with the
+// libraries serve its devices' counters, as softrdma's --metrics ADDR does:
+// Prometheus' text format on http://ADDR/metrics (ADDR is HOST:PORT, or
+// PORT on 127.0.0.1; 0 a free port), read by softrdma stat.
+const MetricsEnvVar = counters.MetricsEnvVar
 
 // The server starts when the library loads and runs for the process's
 // life; the address goes to stderr. A failure (the port taken, say) is said
