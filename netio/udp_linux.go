@@ -1270,12 +1270,7 @@ func (e *UDPEndpoint) txDatagram(d *OutDatagram, f *txFrame) bool {
 		if !e.is6 {
 			src = src.Unmap()
 		}
-		if e.wildcard {
-			if !src.IsUnspecified() {
-				f.src = src
-			}
-		} else if src != e.local.Addr() {
-			c.droppedSourceAddr.Add(1)
+		if !e.txSource(src, f) {
 			return false
 		}
 	}
@@ -1285,6 +1280,23 @@ func (e *UDPEndpoint) txDatagram(d *OutDatagram, f *txFrame) bool {
 	}
 	if len(d.Payload) > 0 {
 		f.payload, f.rest = d.Payload[0], d.Payload[1:]
+	}
+	return true
+}
+
+// txSource checks a datagram's source address: an endpoint bound to an
+// address sends from it alone (others are dropped and counted); a wildcard
+// endpoint sends from any, passed to the kernel (f.src).
+func (e *UDPEndpoint) txSource(src netip.Addr, f *txFrame) bool {
+	if e.wildcard {
+		if !src.IsUnspecified() {
+			f.src = src
+		}
+		return true
+	}
+	if src != e.local.Addr() {
+		e.stats.droppedSourceAddr.Add(1)
+		return false
 	}
 	return true
 }
@@ -1372,12 +1384,7 @@ func (e *UDPEndpoint) parseTxHeaders(first []byte, total int, f *txFrame) bool {
 		c.droppedMalformed.Add(1)
 		return false
 	}
-	if e.wildcard {
-		if !src.IsUnspecified() {
-			f.src = src
-		}
-	} else if src != e.local.Addr() {
-		c.droppedSourceAddr.Add(1)
+	if !e.txSource(src, f) {
 		return false
 	}
 	f.srcPort = udp.SrcPort()

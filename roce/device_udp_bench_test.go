@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/ibtransport"
-	"github.com/softrdma/softrdma/netio"
-	"github.com/softrdma/softrdma/roce"
 )
 
 // BenchmarkDeviceOverUDP moves RDMA WRITEs (4 KiB and 64 KiB, IB MTU 1024
@@ -18,25 +16,8 @@ import (
 func BenchmarkDeviceOverUDP(b *testing.B) {
 	for _, size := range []int{4 << 10, 64 << 10} {
 		b.Run(map[int]string{4 << 10: "4K", 64 << 10: "64K"}[size], func(b *testing.B) {
-			ipA, ipB := netip.MustParseAddr("127.0.75.1"), netip.MustParseAddr("127.0.75.2")
-			open := func(ip netip.Addr, seed uint64) *roce.Device {
-				ep, err := netio.NewUDP(netio.UDPConfig{LocalAddr: netip.AddrPortFrom(ip, 24793)})
-				if err != nil {
-					b.Skipf("cannot open a UDP socket on %v: %v", ip, err)
-				}
-				b.Cleanup(func() { ep.Close() })
-				d, err := roce.NewDevice(roce.DeviceConfig{Endpoint: ep, Addrs: []netip.Addr{ip}, UDPPort: 24793,
-					Engine: ibtransport.ContextConfig{Seed: seed}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				return d
-			}
-			a, d := open(ipA, 1), open(ipB, 2)
-			qa, cqa, mra := setupQP(b, a)
-			qb, _, mrb := setupQP(b, d)
-			connect(b, a, qa, qb, ipB, 100, 200)
-			connect(b, d, qb, qa, ipA, 200, 100)
+			p := newUDPPollPair(b, netip.MustParseAddr("127.0.75.1"), netip.MustParseAddr("127.0.75.2"), 24793)
+			a, d, qa, cqa, mra, mrb := p.a, p.b, p.qa, p.cqa, p.mra, p.mrb
 			wr := ibtransport.SendWR{Opcode: ibtransport.WRRDMAWrite, Signaled: true,
 				SGL: []ibtransport.SGE{mra.SGE(0, size)}, RemoteAddr: mrb.Addr(), RKey: mrb.RKey()}
 			wc := make([]ibtransport.WC, 1)

@@ -281,25 +281,9 @@ func checkBadDatagrams(t *testing.T, d *roce.Device, qb *ibtransport.QP, ipA, ip
 // GSO run over IPv4; the ACK read where the kernel put it) allocates
 // nothing, driven by Poll: the datagram path reuses its buffers.
 func TestDeviceOverUDPAllocs(t *testing.T) {
-	ipA, ipB := netip.MustParseAddr("127.0.76.1"), netip.MustParseAddr("127.0.76.2")
-	open := func(ip netip.Addr, seed uint64) *roce.Device {
-		ep, err := netio.NewUDP(netio.UDPConfig{LocalAddr: netip.AddrPortFrom(ip, 24791)})
-		if err != nil {
-			t.Skipf("cannot open a UDP socket on %v: %v", ip, err)
-		}
-		t.Cleanup(func() { ep.Close() })
-		d, err := roce.NewDevice(roce.DeviceConfig{Endpoint: ep, Addrs: []netip.Addr{ip}, UDPPort: 24791,
-			Engine: ibtransport.ContextConfig{Seed: seed}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	a, b := open(ipA, 1), open(ipB, 2)
-	qa, cqa, mra := setupQP(t, a)
-	qb, _, mrb := setupQP(t, b)
-	connect(t, a, qa, qb, ipB, 100, 200)
-	connect(t, b, qb, qa, ipA, 200, 100)
+	p := newUDPPollPair(t, netip.MustParseAddr("127.0.76.1"), netip.MustParseAddr("127.0.76.2"), 24791)
+	qa, cqa, mra, mrb := p.qa, p.cqa, p.mra, p.mrb
+	a, b := p.a, p.b
 	const size = 16 << 10
 	wr := ibtransport.SendWR{Opcode: ibtransport.WRRDMAWrite, Signaled: true,
 		SGL: []ibtransport.SGE{mra.SGE(0, size)}, RemoteAddr: mrb.Addr(), RKey: mrb.RKey()}
@@ -327,4 +311,38 @@ func TestDeviceOverUDPAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(50, step); n != 0 {
 		t.Errorf("%v allocations per 16 KiB WRITE", n)
 	}
+}
+
+// udpPollPair is two devices on UDP sockets on loopback with an RC QP each,
+// connected, for tests and benchmarks that drive them with Poll.
+type udpPollPair struct {
+	a, b     *roce.Device
+	qa, qb   *ibtransport.QP
+	cqa      *ibtransport.CQ
+	mra, mrb *ibtransport.MR
+}
+
+// newUDPPollPair opens the devices on ipA and ipB, UDP port port (skipping
+// when a socket cannot be opened), and connects their QPs.
+func newUDPPollPair(tb testing.TB, ipA, ipB netip.Addr, port uint16) *udpPollPair {
+	tb.Helper()
+	open := func(ip netip.Addr, seed uint64) *roce.Device {
+		ep, err := netio.NewUDP(netio.UDPConfig{LocalAddr: netip.AddrPortFrom(ip, port)})
+		if err != nil {
+			tb.Skipf("cannot open a UDP socket on %v: %v", ip, err)
+		}
+		tb.Cleanup(func() { ep.Close() })
+		d, err := roce.NewDevice(roce.DeviceConfig{Endpoint: ep, Addrs: []netip.Addr{ip}, UDPPort: port,
+			Engine: ibtransport.ContextConfig{Seed: seed}})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return d
+	}
+	p := &udpPollPair{a: open(ipA, 1), b: open(ipB, 2)}
+	p.qa, p.cqa, p.mra = setupQP(tb, p.a)
+	p.qb, _, p.mrb = setupQP(tb, p.b)
+	connect(tb, p.a, p.qa, p.qb, ipB, 100, 200)
+	connect(tb, p.b, p.qb, p.qa, ipA, 200, 100)
+	return p
 }
