@@ -258,3 +258,22 @@ func Collect(info Info, ctx *ibtransport.Context, link *roce.DeviceCounters) Dev
 	}
 	return d
 }
+
+// Only returns s with the devices named in names (all of them when names
+// is empty), in s's order.
+func (s Snapshot) Only(names []string) Snapshot {
+	if len(names) == 0 {
+		return s
+	}
+	out := s
+	out.Devices = []Device{}
+	for _, d := range s.Devices {
+		for _, n := range names {
+			if d.Name == n {
+				out.Devices = append(out.Devices, d)
+				break
+			}
+		}
+	}
+	return out
+}

@@ -223,3 +223,21 @@ func TestKey(t *testing.T) {
 		}
 	}
 }
+
+// TestOnly keeps the devices named, in order.
+func TestOnly(t *testing.T) {
+	s := counters.Snapshot{PID: 3, Devices: []counters.Device{{Name: "a"}, {Name: "b"}, {Name: "c"}}}
+	for _, tt := range []struct {
+		names []string
+		want  string
+	}{{nil, "a b c"}, {[]string{"c", "a"}, "a c"}, {[]string{"x"}, ""}} {
+		got := s.Only(tt.names)
+		var names []string
+		for _, d := range got.Devices {
+			names = append(names, d.Name)
+		}
+		if strings.Join(names, " ") != tt.want || got.PID != 3 || got.Devices == nil {
+			t.Errorf("Only(%q) = %+v, want %s", tt.names, got, tt.want)
+		}
+	}
+}

@@ -10,7 +10,7 @@ import (
 	"github.com/softrdma/softrdma/counters"
 )
 
-const statUsage = `usage: softrdma stat [--from ADDR] [--json]
+const statUsage = `usage: softrdma stat [--from ADDR] [--json] [-d NAME]...
 
 Counters per device and per QP, as rdma statistic shows a kernel device's: packets
 and bytes each way, retransmissions, timeouts, probes, ACKs, NAKs by code, RNR NAKs,
@@ -33,6 +33,7 @@ func statCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("stat", statUsage, stderr)
 	from := fs.String("from", "", "the metrics endpoint of one process (--metrics ADDR, SOFTRDMA_METRICS=ADDR)")
 	asJSON := fs.Bool("json", false, "JSON (snake_case keys) instead of text")
+	only := fs.StringArrayP("device", "d", nil, "only the device NAME (as its link line names it; repeatable)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return flagsExit(err)
 	}
@@ -50,7 +51,7 @@ func statCmd(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "softrdma stat: --from %s: %v\n", *from, err)
 			return 1
 		}
-		snaps = append(snaps, s)
+		snaps = append(snaps, s.Only(*only))
 	} else {
 		dir := counters.AnnounceDir()
 		eps, err := counters.Announced(dir)
@@ -64,7 +65,7 @@ func statCmd(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "softrdma stat: process %d at %s: %v\n", ep.PID, ep.Addr, err)
 				continue
 			}
-			snaps = append(snaps, s)
+			snaps = append(snaps, s.Only(*only))
 		}
 		if len(snaps) == 0 {
 			fmt.Fprintf(stderr, "softrdma stat: no process serves counters (none in %s): run one with --metrics ADDR "+

@@ -107,6 +107,17 @@ func testPerfCounters(t *testing.T, asJSON bool) {
 			t.Errorf("stat --json key %q is not snake_case", m[1])
 		}
 	}
+	// -d NAME keeps that device's lines only.
+	for _, c := range []struct {
+		name string
+		want bool
+	}{{"lo", true}, {"nosuch", false}} {
+		var out, errb bytes.Buffer
+		code := runCommand([]string{"stat", "--from", addr, "-d", c.name}, &out, &errb)
+		if got := strings.Contains(out.String(), "\nlink lo/1 transport roce address "+srvAddr+" state active "); code != 0 || got != c.want {
+			t.Errorf("stat --from -d %s: exit %d, server's line there %v, want %v:\n%s%s", c.name, code, got, c.want, out.String(), errb.String())
+		}
+	}
 
 	var out, errb bytes.Buffer
 	args := []string{"perf", "write_bw", "-d", cliAddr, "-p", "18531", "-s", "4096", "-n", "50",
