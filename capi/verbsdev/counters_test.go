@@ -1,13 +1,20 @@
 package verbsdev_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/softrdma/softrdma/counters"
+	"github.com/softrdma/softrdma/devspec"
 )
 
 // TestCountersDump runs ibv_rc_pingpong at both ends on softrdma's library
@@ -50,5 +57,64 @@ func TestCountersDump(t *testing.T) {
 			t.Errorf("%s: packets_out %d bytes_out %d (ACKs and NAKs %d, retransmissions %d, probes %d): want %d SENDs of %d bytes once each",
 				f, c.PacketsOut, c.BytesOut, acks, c.Retransmissions, c.Probes, n, 12+size)
 		}
+	}
+}
+
+// TestMetricsEndpoint starts ibv_rc_pingpong's server on softrdma's library
+// with SOFTRDMA_METRICS=0: the library says on stderr where it serves the
+// counters, and counters.Fetch of that address finds the process (its PID)
+// and its device sr_roce0, active, once the program has opened it. A client
+// then ends the server.
+func TestMetricsEndpoint(t *testing.T) {
+	lib := buildLib(t)
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir()) // its announce file goes there
+	net3 := fmt.Sprintf("127.%d.%d.", 100+rand.IntN(100), 1+rand.IntN(250))
+	srvAddr, cliAddr := net3+"1", net3+"2"
+	port := fmt.Sprint(freeTCPPort(t, srvAddr))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := func(addr string, env []string, extra ...string) (*exec.Cmd, *syncBuffer) {
+		cmd := exec.CommandContext(ctx, "ibv_rc_pingpong", append([]string{"-d", "sr_roce0", "-g", "1", "-n", "5", "-p", port}, extra...)...)
+		cmd.Env = append(append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"=roce:"+addr), env...)
+		out := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, out
+	}
+	srv, so := start(srvAddr, []string{"SOFTRDMA_METRICS=0"})
+	defer srv.Process.Kill()
+	url := regexp.MustCompile(`softrdma: counters on (http://127\.0\.0\.1:\d+/metrics)`)
+	var found *counters.Device
+	var s counters.Snapshot
+	for found == nil {
+		if ctx.Err() != nil {
+			t.Fatalf("no device in the server's counters: %+v\n%s", s, so.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+		m := url.FindStringSubmatch(so.String())
+		if m == nil || !listening(t, port) {
+			continue
+		}
+		var err error
+		if s, err = counters.Fetch(ctx, m[1]); err != nil {
+			t.Fatalf("Fetch %s: %v", m[1], err)
+		}
+		for i, d := range s.Devices {
+			if d.Name == "sr_roce0" && d.Address == srvAddr && d.State == "active" {
+				found = &s.Devices[i]
+			}
+		}
+	}
+	if s.PID != srv.Process.Pid || !strings.HasPrefix(s.Command, "ibv_rc_pingpong ") || found.Transport != "roce" {
+		t.Errorf("server's counters: pid %d command %q device %+v; want pid %d, ibv_rc_pingpong", s.PID, s.Command, found, srv.Process.Pid)
+	}
+	cli, co := start(cliAddr, nil, srvAddr)
+	if err := cli.Wait(); err != nil {
+		t.Fatalf("client: %v\n%s", err, co.String())
+	}
+	if err := srv.Wait(); err != nil {
+		t.Fatalf("server: %v\n%s", err, so.String())
 	}
 }
