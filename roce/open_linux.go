@@ -205,6 +205,10 @@ func InterfaceGIDTable(name string) ([]netip.Addr, error) {
 	return GIDTable(macOf(ifi), append(v4, v6...)), nil
 }
 
+// InterfaceWithAddr returns the interface holding a, or nil: the interface
+// whose GID table (InterfaceGIDTable) a udp device bound to a has.
+func InterfaceWithAddr(a netip.Addr) *net.Interface { return interfaceWithAddr(a) }
+
 // interfaceWithAddr returns the interface holding a, or nil.
 func interfaceWithAddr(a netip.Addr) *net.Interface {
 	ifs, err := net.Interfaces()

@@ -138,16 +138,21 @@ func Describe(s devspec.Spec) (*Device, error) {
 			return nil, fmt.Errorf("device %s: iface %q: %w", s.Name, s.Iface, err)
 		}
 	} else {
-		ifi = interfaceWithAddr(s.Addr)
+		ifi = roce.InterfaceWithAddr(s.Addr)
 	}
-	addrs := []netip.Addr{s.Addr}
+	gids := roce.GIDTable(d.MAC, []netip.Addr{s.Addr})
 	if ifi != nil {
 		if len(ifi.HardwareAddr) == 6 {
 			d.MAC = [6]byte(ifi.HardwareAddr)
 		}
 		d.IfaceMTU, d.IfIndex = ifi.MTU, ifi.Index
-		v4, v6 := addrsOf(ifi)
-		addrs = append(v4, v6...)
+		if s.Transport != devspec.IWARP {
+			// The table roce.Open gives a device on ifi, from the same lister.
+			var err error
+			if gids, err = roce.InterfaceGIDTable(ifi.Name); err != nil {
+				return nil, fmt.Errorf("device %s: %w", s.Name, err)
+			}
+		}
 	} else if lo := roce.LoopbackInterface(); lo != nil && s.Addr.IsLoopback() {
 		// Linux routes all of 127.0.0.0/8 to lo: a loopback address on no
 		// interface has lo's MTU, as roce.Open gives its device; the GID
@@ -159,52 +164,11 @@ func Describe(s devspec.Spec) (*Device, error) {
 		copy(g[:], d.MAC[:])
 		d.GIDs = []netip.Addr{netip.AddrFrom16(g)}
 	} else {
-		d.GIDs = roce.GIDTable(d.MAC, addrs)
+		d.GIDs = gids
 	}
 	d.Limits = profiles[s.Transport].limits
 	cfg := d.Limits
 	cfg.PortMTU = d.ActiveMTU()
 	d.Engine = ibtransport.NewContext(cfg).Config()
 	return d, nil
-}
-
-// addrsOf returns ifi's addresses, IPv4 first, each family in the kernel's order.
-func addrsOf(ifi *net.Interface) (v4, v6 []netip.Addr) {
-	as, err := ifi.Addrs()
-	if err != nil {
-		return nil, nil
-	}
-	for _, x := range as {
-		n, ok := x.(*net.IPNet)
-		if !ok {
-			continue
-		}
-		a, ok := netip.AddrFromSlice(n.IP)
-		if !ok {
-			continue
-		}
-		if a = a.Unmap(); a.Is4() {
-			v4 = append(v4, a)
-		} else {
-			v6 = append(v6, a)
-		}
-	}
-	return v4, v6
-}
-
-// interfaceWithAddr returns the interface holding a, or nil.
-func interfaceWithAddr(a netip.Addr) *net.Interface {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil
-	}
-	for i := range ifs {
-		v4, v6 := addrsOf(&ifs[i])
-		for _, x := range append(v4, v6...) {
-			if x == a {
-				return &ifs[i]
-			}
-		}
-	}
-	return nil
 }

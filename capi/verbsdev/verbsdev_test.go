@@ -3,6 +3,7 @@ package verbsdev
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/softrdma/softrdma/devspec"
@@ -85,5 +86,31 @@ func TestMTUEnum(t *testing.T) {
 		if got := MTUEnum(n); got != want {
 			t.Errorf("MTUEnum(%d) = %d, want %d", n, got, want)
 		}
+	}
+}
+
+// TestDescribeInterfaceGIDs: the GID table the libraries report for a
+// device on an interface (lo, for 127.0.0.1) is the one roce.Open gives
+// the device, from the same netlink lister (InterfaceGIDTable), in the
+// kernel's order; iWARP keeps siw's one GID.
+func TestDescribeInterfaceGIDs(t *testing.T) {
+	want, err := roce.InterfaceGIDTable("lo")
+	if err != nil {
+		t.Skipf("no netlink view of lo: %v", err)
+	}
+	s, err := devspec.Parse("roce:127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Describe(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(d.GIDs, want) {
+		t.Errorf("GIDs %v, roce.Open's table %v", d.GIDs, want)
+	}
+	s.Transport = devspec.IWARP
+	if d, err = Describe(s); err != nil || len(d.GIDs) != 1 {
+		t.Errorf("iwarp: %v, GIDs %v", err, d.GIDs)
 	}
 }
