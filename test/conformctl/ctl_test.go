@@ -46,9 +46,11 @@ func build(t *testing.T) (dir, asan string) {
 			built.skip = "no gcc (make lib installs it)"
 			return
 		}
-		if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
-			built.skip = "no rdma-core headers (libibverbs-dev; make lib installs it)"
-			return
+		for _, h := range []string{"/usr/include/infiniband/verbs.h", "/usr/include/rdma/rdma_cma.h"} {
+			if _, err := os.Stat(h); err != nil {
+				built.skip = "no rdma-core header " + h + " (libibverbs-dev, librdmacm-dev; make lib installs them)"
+				return
+			}
 		}
 		root, err := filepath.Abs("../..")
 		if err != nil {

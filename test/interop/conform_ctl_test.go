@@ -37,8 +37,10 @@ func TestConformKernelCtl(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("needs gcc to build conform-ctl (scripts/deps.sh installs it)")
 	}
-	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
-		t.Skip("needs rdma-core's headers (libibverbs-dev) to build conform-ctl (scripts/deps.sh installs them)")
+	for _, h := range []string{"/usr/include/infiniband/verbs.h", "/usr/include/rdma/rdma_cma.h"} {
+		if _, err := os.Stat(h); err != nil {
+			t.Skip("needs rdma-core's headers (libibverbs-dev, librdmacm-dev) to build conform-ctl (scripts/deps.sh installs them)")
+		}
 	}
 	// Built before the guests boot: their root (the host's, over 9p,
 	// cache=loose) may not show files added while they run.
