@@ -663,10 +663,12 @@ func (d *Device) inputDatagrams(now time.Time, dgs []netio.Datagram, hdr *datagr
 	d.addTally(&t)
 }
 
-// datagramFrame makes f the RoCEv2 frame of a datagram: the IP and UDP
-// headers it came with (as netio.UDPEndpoint synthesises them for Read: IPv4
-// ID 0 and DF, UDP checksum 0, IPv6 flow label 0) written into hdr, and the
-// payload in place.
+// datagramFrame makes f the RoCEv2 frame of a datagram: its payload in
+// place, and in hdr the IP and UDP headers roce builds from the fields the
+// endpoint returns with it (addresses, ports, TOS, TTL), as the pseudo-header
+// the ICRC covers: IPv4 ID 0 (the socket does not report it; verify recovers
+// it) and DF, UDP checksum 0, IPv6 flow label 0 (both masked out of the
+// ICRC). Nothing the endpoint wrote is parsed back.
 func (d *Device) datagramFrame(f *Frame, dg *netio.Datagram, hdr *datagramHeaders) verdict {
 	*f = Frame{}
 	if dg.Dst.Port() != d.port {
