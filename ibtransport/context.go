@@ -147,6 +147,10 @@ type Context struct {
 	counters      ContextCounters
 	retired       QPCounters // the destroyed QPs' counters, summed (QPStats)
 
+	mcast         multicastGroups                 // UD multicast groups' QPs (multicast.go)
+	mcastAttached int                             // attachments in mcast
+	mcastHook     func(gid [16]byte, member bool) // SetMulticastHook
+
 	placing   []*Wire    // Wires with an open placement (placement.go)
 	placeDone *sync.Cond // signalled when a placement ends; made at the first wait
 }

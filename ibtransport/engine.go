@@ -293,6 +293,9 @@ func (c *Context) Input(now time.Time, pkt []byte, meta InputMeta) error {
 		c.counters.Malformed++
 		return err
 	}
+	if p.BTH.DestQP() == MulticastQPN {
+		return c.inputMulticast(now, &p, &meta, len(pkt))
+	}
 	qp := c.qps[p.BTH.DestQP()]
 	if qp == nil || qp.wire != nil { // an external QP takes no IB packets
 		c.counters.UnknownQP++

@@ -228,6 +228,7 @@ func (qp *QP) Destroy() error {
 	qp.state = QPStateReset
 	qp.notifyWire()
 	delete(c.qps, qp.qpn)
+	c.detachAllMulticastLocked(qp)
 	if c.gsi == qp {
 		c.gsi = nil
 	}
