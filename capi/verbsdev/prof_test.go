@@ -31,8 +31,8 @@ func TestCPUProfile(t *testing.T) {
 
 // TestPollSleeps (testdata/pollwait.c): a program's busy-poll loop sleeps
 // while the device's CQs are empty (ten polls of an empty CQ take the eight
-// 100 ms sleeps they ask for), and a completion on another CQ of the device
-// ends a sleep of a minute at once.
+// 100 ms sleeps they ask for, with no spin asked and by default), and a
+// completion on another CQ of the device ends a sleep of a minute at once.
 func TestPollSleeps(t *testing.T) {
 	lib := buildLib(t)
 	prog := filepath.Join(t.TempDir(), "pollwait")
@@ -40,13 +40,15 @@ func TestPollSleeps(t *testing.T) {
 		t.Fatalf("gcc: %v\n%s", err, o)
 	}
 	for _, tc := range []struct {
-		mode, sleep, want string
+		name, mode, spin, sleep, want string
 	}{
-		{"idle", "100000", "idle polls: 0 completions, slept: yes\n"},
-		{"wake", "60000000", "connected to itself: rc=0\na completion on another CQ woke the poll: yes, 0 completions on the idle CQ\nreceived: success, through the wire and back\nsent: success\n"},
+		{"idle", "idle", "0", "100000", "idle polls: 0 completions, slept: yes\n"},
+		// No spin by default: the polls sleep from the second.
+		{"idle-default", "idle", "", "100000", "idle polls: 0 completions, slept: yes\n"},
+		{"wake", "wake", "0", "60000000", "connected to itself: rc=0\na completion on another CQ woke the poll: yes, 0 completions on the idle CQ\nreceived: success, through the wire and back\nsent: success\n"},
 	} {
-		t.Run(tc.mode, func(t *testing.T) {
-			t.Setenv("SOFTRDMA_POLL_SPIN_US", "0")
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("SOFTRDMA_POLL_SPIN_US", tc.spin)
 			t.Setenv("SOFTRDMA_POLL_SLEEP_US", tc.sleep)
 			addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
 			out, errOut, err := run(t, lib, addr, prog, tc.mode)
