@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,7 +48,7 @@ func (w *rowCounter) String() string {
 
 // runInfinitePair runs a --run_infinitely pair that is stopped (both sides'
 // context cancelled) once the side named by stopOn has printed rows rows.
-func runInfinitePair(t *testing.T, test string, args []string, stopOn string, rows int) (srv, cli *rowCounter, srvCode, cliCode int, srvErr, cliErr string) {
+func runInfinitePair(t *testing.T, test string, args, cliExtra []string, stopOn string, rows int) (srv, cli *rowCounter, srvCode, cliCode int, srvErr, cliErr string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -77,7 +79,7 @@ func runInfinitePair(t *testing.T, test string, args []string, stopOn string, ro
 	case code := <-done:
 		t.Fatalf("server exited %d before listening: %s", code, se.String())
 	}
-	oc, err := parseArgs(append([]string{test, "-d", cliIP, "-p", strconv.Itoa(port), "--run_infinitely"}, append(args, srvIP)...), &ce)
+	oc, err := parseArgs(append(append([]string{test, "-d", cliIP, "-p", strconv.Itoa(port), "--run_infinitely"}, append(args, cliExtra...)...), srvIP), &ce)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +95,9 @@ func runInfinitePair(t *testing.T, test string, args []string, stopOn string, ro
 // TestPerfRunInfinitely: with --run_infinitely the sender (and ib_send_bw's
 // receiver) prints a row every -D seconds, each for the messages of its own
 // interval (no peak: 0.00, iterations a multiple of the CQ moderation for a
-// sender), until it is stopped; then it closes the table and exits 0.
+// sender), until it is stopped; then it closes the table and exits 0. The
+// client's --out_json file holds its last row, as perftest rewrites it at
+// each.
 func TestPerfRunInfinitely(t *testing.T) {
 	if testing.Short() {
 		t.Skip("rows come every second")
@@ -109,7 +113,8 @@ func TestPerfRunInfinitely(t *testing.T) {
 	} {
 		t.Run(c.test+" "+strings.Join(c.args, " "), func(t *testing.T) {
 			const rows = 3
-			srv, cli, srvCode, cliCode, se, ce := runInfinitePair(t, c.test, c.args, c.stopOn, rows)
+			outJSON := filepath.Join(t.TempDir(), "cli.json")
+			srv, cli, srvCode, cliCode, se, ce := runInfinitePair(t, c.test, c.args, []string{"--out_json", "--out_json_file", outJSON}, c.stopOn, rows)
 			if cliCode != 0 {
 				t.Errorf("client exit %d: %s\n%s", cliCode, ce, cli)
 			}
@@ -144,6 +149,16 @@ func TestPerfRunInfinitely(t *testing.T) {
 				}
 				if len(got) < min {
 					t.Fatalf("%s printed %d rows, want at least %d:\n%s", side.name, len(got), min, side.out)
+				}
+				if side.name == "client" {
+					b, err := os.ReadFile(outJSON)
+					if err != nil {
+						t.Fatal(err)
+					}
+					last := got[len(got)-1]
+					if v := outJSONValues(t, string(b)); v["n_iterations"] != last[1] || v["BW_average"] != last[3] || v["BW_peak"] != "0.00" {
+						t.Errorf("--out_json file %v, the last row %v", v, last)
+					}
 				}
 				for _, r := range got {
 					n, _ := strconv.Atoi(r[1])
