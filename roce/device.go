@@ -187,6 +187,8 @@ type Device struct {
 	// zeroIPID and unknownIPID follow the endpoint's netio.IPv4IDPolicy: a
 	// UDP socket sends IPv4 ID 0 and cannot report received IDs.
 	zeroIPID, unknownIPID bool
+
+	mc mcastState // multicast groups joined on the network (mcast.go)
 }
 
 // headroom is room for the longest header stack the device writes before a BTH:
@@ -269,6 +271,7 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 		ep = u.Unwrap()
 	}
 	d.ctx = ibtransport.NewContext(cfg.Engine)
+	d.ctx.SetMulticastHook(d.multicastChanged)
 	d.out = ibtransport.NewOutputBatch(cfg.Batch, headroom, ICRCLen)
 	d.frames = make([][]byte, 0, cfg.Batch)
 	if dw, ok := cfg.Endpoint.(netio.DatagramWriter); ok {
@@ -362,6 +365,7 @@ func (d *Device) Close() error {
 	var err error
 	d.closeOnce.Do(func() {
 		err = d.cfg.Endpoint.Close()
+		d.closeMulticast()
 		for _, c := range d.closers {
 			if e := c.Close(); err == nil {
 				err = e
@@ -626,7 +630,7 @@ func (d *Device) check(now time.Time, f *Frame, b []byte) verdict {
 // verify checks a decoded frame's destination and ICRC.
 func (d *Device) verify(f *Frame) verdict {
 	switch {
-	case !d.isOurs(f.Dst):
+	case !d.isOurs(f.Dst) && !d.isGroup(f.Dst):
 		return verdictNotForUs
 	case d.unknownIPID && f.Version == RoCEv2 && !f.IPv6:
 		// The sender's IPv4 ID is covered by the ICRC but was not
