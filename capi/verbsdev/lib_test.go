@@ -199,11 +199,15 @@ func TestStockTools(t *testing.T) {
 		"sr_roce0: pkey 0 rc=0 pkey=0xffff\n",
 		"sr_roce0: alloc_pd ok\n",
 		"sr_roce0: stub import_pd NULL errno=95\n",
+		"sr_roce0: create_qp inline 0: ok errno=0 max_inline_data=16 max_send_sge=1\n",
+		"sr_roce0: create_qp inline 81: ok errno=0 max_inline_data=81 max_send_sge=5\n",
 		"sr_roce0: dealloc_pd rc=0\n",
 		"sr_roce0: close rc=0\n",
 		"sr_iwarp0: port 1 rc=0 state=4 active_mtu=5 link_layer=2 gid_tbl_len=1\n",
 		"sr_iwarp0: gid_ex 1 rc=22 gid= type=0\n",
 		"sr_iwarp0: alloc_pd ok\n",
+		"sr_iwarp0: create_qp inline 0: ok errno=0 max_inline_data=80 max_send_sge=1\n",
+		"sr_iwarp0: create_qp inline 81: NULL errno=22 max_inline_data=0 max_send_sge=0\n",
 		"sr_iwarp0: dealloc_pd rc=0\n",
 	} {
 		if !strings.Contains(out, w) {

@@ -61,17 +61,18 @@ var profiles = map[devspec.Transport]profile{
 	},
 	devspec.IWARP: {
 		limits: ibtransport.ContextConfig{
-			MaxQP:       102400,     // SIW_MAX_QP
-			MaxQPWR:     32768,      // SIW_MAX_QP_WR
-			MaxSGE:      6,          // SIW_MAX_SGE
-			MaxCQ:       102400,     // SIW_MAX_CQ
-			MaxCQE:      3276800,    // SIW_MAX_CQE
-			MaxMR:       1024000,    // SIW_MAX_MR
-			MaxSRQ:      102400,     // SIW_MAX_SRQ
-			MaxSRQWR:    327680,     // SIW_MAX_SRQ_WR
-			MaxRdAtomic: 128,        // SIW_MAX_ORD_QP
-			MaxMsgSize:  0xffffffff, // siw_query_port: max_msg_sz -1
-			ExternalQPs: true,       // iwarp.Open's: RDMAP's limit, not IBTA's 2^31
+			MaxQP:         102400,     // SIW_MAX_QP
+			MaxQPWR:       32768,      // SIW_MAX_QP_WR
+			MaxSGE:        6,          // SIW_MAX_SGE
+			MaxInlineData: 80,         // SIW_MAX_INLINE: 16 bytes × (SIW_MAX_SGE - 1)
+			MaxCQ:         102400,     // SIW_MAX_CQ
+			MaxCQE:        3276800,    // SIW_MAX_CQE
+			MaxMR:         1024000,    // SIW_MAX_MR
+			MaxSRQ:        102400,     // SIW_MAX_SRQ
+			MaxSRQWR:      327680,     // SIW_MAX_SRQ_WR
+			MaxRdAtomic:   128,        // SIW_MAX_ORD_QP
+			MaxMsgSize:    0xffffffff, // siw_query_port: max_msg_sz -1
+			ExternalQPs:   true,       // iwarp.Open's: RDMAP's limit, not IBTA's 2^31
 		},
 		vendorPartID: 1, // siw numbers its devices from 1
 		pageSizeCap:  0x1000,
