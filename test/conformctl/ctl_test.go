@@ -91,6 +91,7 @@ type ctl struct {
 	cmd    *exec.Cmd
 	stderr *bytes.Buffer
 	mu     *sync.Mutex
+	wrote  chan struct{} // a token after each write to stderr
 }
 
 // startCtl runs bin on softrdma's library with one RoCE device at devAddr,
@@ -112,8 +113,8 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *ctl {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &ctl{cmd: cmd, stderr: &bytes.Buffer{}, mu: &sync.Mutex{}}
-	cmd.Stderr = lockedWriter{c.mu, c.stderr}
+	c := &ctl{cmd: cmd, stderr: &bytes.Buffer{}, mu: &sync.Mutex{}, wrote: make(chan struct{}, 1)}
+	cmd.Stderr = lockedWriter{c.mu, c.stderr, c.wrote}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -149,20 +150,46 @@ func (c *ctl) errText() string {
 	return c.stderr.String()
 }
 
+// waitErr waits until conform-ctl's stderr, as copied so far, contains sub,
+// for at most d; it reports whether it does. What the program wrote before an
+// event the test sees (a socket closed) is in the pipe then, but exec's
+// goroutine copies it into the buffer when it next runs: reading the buffer
+// at once can miss it.
+func (c *ctl) waitErr(sub string, d time.Duration) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for !strings.Contains(c.errText(), sub) {
+		select {
+		case <-c.wrote:
+		case <-deadline.C:
+			return strings.Contains(c.errText(), sub)
+		}
+	}
+	return true
+}
+
 // alive reports whether the process still runs.
 func (c *ctl) alive() bool {
 	return c.cmd.Process.Signal(syscall.Signal(0)) == nil
 }
 
 type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
+	mu    *sync.Mutex
+	w     io.Writer
+	wrote chan struct{} // if not nil, a token is left here after each write
 }
 
 func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	n, err := l.w.Write(p)
+	if l.wrote != nil {
+		select {
+		case l.wrote <- struct{}{}:
+		default:
+		}
+	}
+	return n, err
 }
 
 // runTester runs softrdma conform --peer against the control server at addr
@@ -630,7 +657,7 @@ func TestCtlIdleSession(t *testing.T) {
 	if _, err := silent.r.ReadByte(); err != io.EOF {
 		t.Errorf("the silent session: %v, want closed (EOF)", err)
 	}
-	if !strings.Contains(c.errText(), "idle") {
+	if !c.waitErr("idle", 30*time.Second) {
 		t.Errorf("conform-ctl did not say why it closed the session:\n%s", c.errText())
 	}
 }
