@@ -293,6 +293,7 @@ func (q *qpPair) streamOps(op ibtransport.WROpcode, size int, warm, measure time
 		defer stop()
 	}
 	wc := make([]ibtransport.WC, 32)
+	list := make([]ibtransport.SendWR, 0, txDepth) // the WRs of one post
 	w := newWindow(warm, measure)
 	var res stream
 	// SENDs keep within half the receives posted (credits, see recvDone).
@@ -332,7 +333,8 @@ func (q *qpPair) streamOps(op ibtransport.WROpcode, size int, warm, measure time
 			}
 		}
 		starved := false
-		for outstanding < txDepth && (!stopping || since > 0) {
+		list = list[:0]
+		for outstanding+len(list) < txDepth && (!stopping || since > 0) {
 			if !credit() {
 				starved = true // the receiver has not caught up
 				break
@@ -340,14 +342,17 @@ func (q *qpPair) streamOps(op ibtransport.WROpcode, size int, warm, measure time
 			since++
 			wr.Signaled = since == sigEvery || stopping
 			wr.WRID = uint64(since)
-			if err := q.qb.PostSend(wr); err != nil {
-				return res, err
-			}
-			outstanding++
+			list = append(list, wr)
 			if wr.Signaled {
 				since = 0
 				signaled++
 			}
+		}
+		if len(list) > 0 {
+			if err := q.qb.PostSend(list...); err != nil {
+				return res, err
+			}
+			outstanding += len(list)
 		}
 		if stopping && outstanding == 0 {
 			break
