@@ -10,6 +10,7 @@ import (
 	"github.com/softrdma/softrdma/bench"
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/conform"
+	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/demo"
 	"github.com/softrdma/softrdma/pingpong"
 )
@@ -58,7 +59,7 @@ func jsonKeys(t reflect.Type, path string, seen map[reflect.Type]bool, bad func(
 }
 
 // TestJSONKeysSnakeCase: every command's --json output names its keys in
-// snake_case (issue 23): pingpong, demo, bench, conform and decode here;
+// snake_case (issue 23): pingpong, demo, bench, conform, decode and stat here;
 // perf's in package perf (TestPerfJSONKeys).
 func TestJSONKeysSnakeCase(t *testing.T) {
 	for name, v := range map[string]any{
@@ -68,6 +69,7 @@ func TestJSONKeysSnakeCase(t *testing.T) {
 		"conform":       conform.Report{},
 		"decode packet": decode.Packet{},
 		"decode flows":  decode.FlowSummary{},
+		"stat":          counters.Snapshot{},
 	} {
 		jsonKeys(reflect.TypeOf(v), name, map[reflect.Type]bool{}, func(path, key string) {
 			t.Errorf("%s: key %q is not snake_case", path, key)
