@@ -326,6 +326,7 @@ type ID struct {
 	tos          uint8
 	disconnected bool
 	resolveGen   int
+	mcast        map[netip.Addr]bool // groups joined (multicast.go): true for a full member
 
 	roce  roceState
 	iwarp iwarpState
@@ -619,7 +620,9 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 	if id.state != stateIdle && id.state != stateAddrBound {
 		return id.errState("resolve address")
 	}
-	if !dst.Addr().IsValid() || dst.Port() == 0 {
+	// A multicast group needs no port (mckey resolves the group address
+	// getaddrinfo gave it, port 0, before rdma_join_multicast).
+	if !dst.Addr().IsValid() || (dst.Port() == 0 && !dst.Addr().Unmap().IsMulticast()) {
 		return fmt.Errorf("rdmacm: resolve address %v: %w", dst, ErrInvalid)
 	}
 	d := dst.Addr().Unmap()

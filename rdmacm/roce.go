@@ -93,6 +93,12 @@ func (t *roceTransport) sources() []netip.Addr {
 func (t *roceTransport) resolveAddr(id *ID, dst netip.Addr, timeout time.Duration) {
 	gen := id.resolveGen
 	m := t.m
+	if dst.IsMulticast() {
+		// A group's link address is computed, not asked for (the kernel's
+		// neighbour for it is NUD_NOARP: arp_mc_map, ndisc_mc_map).
+		m.addrResolved(id, gen, nil)
+		return
+	}
 	t.agent.ResolveNeighbor(dst, timeout, func(_ [6]byte, err error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()

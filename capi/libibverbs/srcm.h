@@ -67,6 +67,10 @@ extern int srcm_set_tos(uintptr_t h, int tos);
 struct ibv_qp_attr;
 extern int srcm_init_qp_attr(uintptr_t h, struct ibv_qp_attr *attr, int *mask);
 extern int srcm_establish(uintptr_t h);
+/* rdma_join_multicast(_ex): flags is the join_flags (0 full member, 1 send-only
+ * full member); rdma_leave_multicast. */
+extern int srcm_join_mcast(uintptr_t h, const struct sockaddr *group, int flags);
+extern int srcm_leave_mcast(uintptr_t h, const struct sockaddr *group);
 /* C helpers of libibverbs.so.1 (verbs_c.go): the objects behind its structs. */
 extern uintptr_t sr_qp_handle(struct ibv_qp *qp);
 extern int sr_context_index(struct ibv_context *ctx);

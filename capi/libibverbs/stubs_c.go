@@ -24,9 +24,7 @@ void ibv_copy_qp_attr_from_kern(void) { sr_refuse("ibv_copy_qp_attr_from_kern");
 void *ibv_get_sysfs_path(void) { sr_refuse("ibv_get_sysfs_path"); return NULL; }
 long ibv_rate_to_mult(void) { sr_refuse("ibv_rate_to_mult"); return EOPNOTSUPP; }
 long mult_to_ibv_rate(void) { sr_refuse("mult_to_ibv_rate"); return EOPNOTSUPP; }
-long ibv_attach_mcast(void) { sr_refuse("ibv_attach_mcast"); return EOPNOTSUPP; }
 void ibv_copy_ah_attr_from_kern(void) { sr_refuse("ibv_copy_ah_attr_from_kern"); }
-long ibv_detach_mcast(void) { sr_refuse("ibv_detach_mcast"); return EOPNOTSUPP; }
 long ibv_rate_to_mbps(void) { sr_refuse("ibv_rate_to_mbps"); return EOPNOTSUPP; }
 long ibv_rereg_mr(void) { sr_refuse("ibv_rereg_mr"); return EOPNOTSUPP; }
 long ibv_resize_cq(void) { sr_refuse("ibv_resize_cq"); return EOPNOTSUPP; }

@@ -72,6 +72,7 @@ extern void *srgo_cq_wake(uintptr_t h);
 extern uintptr_t srgo_create_srq(uintptr_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, int *err);
 extern int srgo_arm_srq(uintptr_t h, uint32_t limit);
 extern int srgo_resize_srq(uintptr_t h, uint32_t max_wr);
+extern int srgo_mcast(uintptr_t h, uint8_t *gid, uint16_t lid, int attach);
 extern int srgo_destroy_srq(uintptr_t h);
 extern int srgo_post_srq_recv(uintptr_t h, struct sr_rwr *w, int n, int *posted);
 extern uintptr_t srgo_create_qp(uintptr_t pd, int type, uintptr_t scq, uintptr_t rcq, uintptr_t srq, int sig_all,
@@ -885,6 +886,21 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	pthread_cond_destroy(&qp->cond);
 	free(q);
 	return 0;
+}
+
+// ibv_attach_mcast and ibv_detach_mcast: mcast.go (srgo_mcast).
+int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	if (!qp || !gid)
+		return EINVAL;
+	return SRGO(srgo_mcast, ((struct sr_qp *)qp)->h, (uint8_t *)gid->raw, lid, 1);
+}
+
+int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	if (!qp || !gid)
+		return EINVAL;
+	return SRGO(srgo_mcast, ((struct sr_qp *)qp)->h, (uint8_t *)gid->raw, lid, 0);
 }
 
 static void sr_from_ah_attr(struct sr_qpattr *o, const struct ibv_ah_attr *a)

@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <sys/eventfd.h>
+#include <infiniband/ib.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
@@ -173,6 +174,18 @@ struct sr_cmid {
 	uint8_t req_depth, req_resources;      /* a request's initiator depth and responder resources */
 	struct ibv_sa_path_rec path;
 	int events_reported, events_completed; /* taken by rdma_get_cm_event, acknowledged; sr_ev_mu */
+	struct sr_mc *mc_list;                 /* groups joined (rdma_join_multicast); sr_ev_mu */
+};
+
+/* A group an ID joined: its address, the program's context (the private data
+ * of its MULTICAST_JOIN event, as in rdma-core) and its MGID. */
+struct sr_mc {
+	struct sr_mc *next;
+	struct sockaddr_storage addr;
+	socklen_t addrlen;
+	void *context;
+	uint8_t mgid[16];
+	int reported; /* its MULTICAST_JOIN was taken */
 };
 
 struct sr_event {
@@ -348,6 +361,11 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 	pthread_mutex_unlock(&sr_ev_mu);
 	if (c->sync)
 		rdma_destroy_event_channel(id->channel);
+	while (c->mc_list) {
+		struct sr_mc *mc = c->mc_list;
+		c->mc_list = mc->next;
+		free(mc);
+	}
 	free(c->qp_init_attr);
 	free(c);
 	return 0;
@@ -773,6 +791,8 @@ int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval,
 
 /* ---- Events ---- */
 
+static void *sr_mc_context(struct sr_cmid *c, const uint8_t *mgid);
+
 static void sr_ah_attr(struct ibv_ah_attr *a, const struct srcm_event *e)
 {
 	memset(a, 0, sizeof(*a));
@@ -842,6 +862,8 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	if (e.ud) {
 		ev->ev.param.ud.private_data = e.param.private_data_len ? ev->private_data : NULL;
 		ev->ev.param.ud.private_data_len = e.param.private_data_len;
+		if (e.type == RDMA_CM_EVENT_MULTICAST_JOIN)
+			ev->ev.param.ud.private_data = sr_mc_context(c, e.ah_dgid);
 		sr_ah_attr(&ev->ev.param.ud.ah_attr, &e);
 		ev->ev.param.ud.qp_num = e.ud_qp_num;
 		ev->ev.param.ud.qkey = e.ud_qkey;
@@ -1108,4 +1130,124 @@ int rdma_establish(struct rdma_cm_id *id)
 	if (!id || id->qp)
 		return ERR(EINVAL);
 	return sr_ret(SRGO(srcm_establish, sr_id(id)->h));
+}
+
+/* ---- Multicast (UD) ---- */
+
+/* sr_mc_context returns the context of c's first group with this MGID whose
+ * MULTICAST_JOIN has not been taken yet (rdma-core hands the program the
+ * context given to rdma_join_multicast as the event's private data). */
+static void *sr_mc_context(struct sr_cmid *c, const uint8_t *mgid)
+{
+	void *ctx = NULL;
+	pthread_mutex_lock(&sr_ev_mu);
+	for (struct sr_mc *mc = c->mc_list; mc; mc = mc->next) {
+		if (!mc->reported && !memcmp(mc->mgid, mgid, 16)) {
+			mc->reported = 1;
+			ctx = mc->context;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&sr_ev_mu);
+	return ctx;
+}
+
+/* sr_addrlen is rdma-core's ucma_addrlen: 0 for a family it does not know. */
+static socklen_t sr_addrlen(const struct sockaddr *a)
+{
+	if (!a)
+		return 0;
+	switch (a->sa_family) {
+	case AF_INET:
+		return sizeof(struct sockaddr_in);
+	case AF_INET6:
+		return sizeof(struct sockaddr_in6);
+	case AF_IB:
+		return sizeof(struct sockaddr_ib);
+	}
+	return 0;
+}
+
+static int sr_join(struct rdma_cm_id *id, const struct sockaddr *addr, socklen_t len, uint16_t flags, void *context)
+{
+	struct sr_cmid *c = sr_id(id);
+	if (addr->sa_family == AF_IB) {
+		sr_debug("rdma_join_multicast: AF_IB addresses are InfiniBand's (EOPNOTSUPP)");
+		return ERR(EOPNOTSUPP);
+	}
+	struct sr_mc *mc = calloc(1, sizeof(*mc));
+	if (!mc)
+		return ERR(ENOMEM);
+	memcpy(&mc->addr, addr, len);
+	mc->addrlen = len;
+	mc->context = context;
+	if (addr->sa_family == AF_INET) {
+		/* RoCEv2's MGID: the IPv4-mapped group address (cma_iboe_set_mgid). */
+		mc->mgid[10] = mc->mgid[11] = 0xff;
+		memcpy(&mc->mgid[12], &((const struct sockaddr_in *)addr)->sin_addr, 4);
+	} else {
+		memcpy(mc->mgid, &((const struct sockaddr_in6 *)addr)->sin6_addr, 16);
+	}
+	pthread_mutex_lock(&sr_ev_mu);
+	mc->next = c->mc_list;
+	c->mc_list = mc;
+	pthread_mutex_unlock(&sr_ev_mu);
+	int rc = SRGO(srcm_join_mcast, c->h, addr, (int)flags);
+	if (rc) {
+		pthread_mutex_lock(&sr_ev_mu);
+		struct sr_mc **pos = &c->mc_list;
+		while (*pos != mc)
+			pos = &(*pos)->next;
+		*pos = mc->next;
+		pthread_mutex_unlock(&sr_ev_mu);
+		free(mc);
+		return ERR(rc);
+	}
+	return sr_complete(id);
+}
+
+int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
+{
+	socklen_t len = sr_addrlen(addr);
+	if (!id || !len)
+		return ERR(EINVAL);
+	return sr_join(id, addr, len, RDMA_MC_JOIN_FLAG_FULLMEMBER, context);
+}
+
+/* The checks are rdma-core's (cma.c rdma_join_multicast_ex). */
+int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
+{
+	if (!id || !attr)
+		return ERR(EINVAL);
+	if (attr->comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED)
+		return ERR(ENOTSUP);
+	if (!(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS))
+		return ERR(EINVAL);
+	if (!(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) || attr->join_flags >= RDMA_MC_JOIN_FLAG_RESERVED)
+		return ERR(EINVAL);
+	socklen_t len = sr_addrlen(attr->addr);
+	if (!len)
+		return ERR(EINVAL);
+	return sr_join(id, attr->addr, len, attr->join_flags, context);
+}
+
+int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	socklen_t len = sr_addrlen(addr);
+	if (!id || !len)
+		return ERR(EINVAL);
+	struct sr_cmid *c = sr_id(id);
+	pthread_mutex_lock(&sr_ev_mu);
+	struct sr_mc **pos = &c->mc_list;
+	while (*pos && memcmp(&(*pos)->addr, addr, len))
+		pos = &(*pos)->next;
+	struct sr_mc *mc = *pos;
+	if (mc)
+		*pos = mc->next;
+	pthread_mutex_unlock(&sr_ev_mu);
+	if (!mc)
+		return ERR(EADDRNOTAVAIL);
+	int rc = SRGO(srcm_leave_mcast, c->h, addr);
+	free(mc);
+	return sr_ret(rc);
 }

@@ -18,8 +18,6 @@ long raccept(void) { return sr_refuse("raccept"); }
 long rbind(void) { return sr_refuse("rbind"); }
 long rclose(void) { return sr_refuse("rclose"); }
 long rconnect(void) { return sr_refuse("rconnect"); }
-long rdma_join_multicast(void) { return sr_refuse("rdma_join_multicast"); }
-long rdma_leave_multicast(void) { return sr_refuse("rdma_leave_multicast"); }
 long rdma_notify(void) { return sr_refuse("rdma_notify"); }
 long rfcntl(void) { return sr_refuse("rfcntl"); }
 long rgetpeername(void) { return sr_refuse("rgetpeername"); }
@@ -44,7 +42,6 @@ long rshutdown(void) { return sr_refuse("rshutdown"); }
 long rsocket(void) { return sr_refuse("rsocket"); }
 long rwrite(void) { return sr_refuse("rwrite"); }
 long rwritev(void) { return sr_refuse("rwritev"); }
-long rdma_join_multicast_ex(void) { return sr_refuse("rdma_join_multicast_ex"); }
 long rdma_get_remote_ece(void) { return sr_refuse("rdma_get_remote_ece"); }
 long rdma_reject_ece(void) { return sr_refuse("rdma_reject_ece"); }
 long rdma_set_local_ece(void) { return sr_refuse("rdma_set_local_ece"); }

@@ -1,6 +1,9 @@
 package verbsdev
 
-import "github.com/softrdma/softrdma/devspec"
+import (
+	"github.com/softrdma/softrdma/devspec"
+	"github.com/softrdma/softrdma/ibtransport"
+)
 
 // Device capability flags of ibv_device_attr.device_cap_flags (enum
 // ibv_device_cap_flags), the ones the engine honours.
@@ -38,11 +41,11 @@ type Attr struct {
 }
 
 // Attr returns the device attributes: the kernel driver's (profile), whose
-// limits the engine enforces (Engine). Multicast is not offered (rxe offers
-// it: max_mcast_grp 8192).
+// limits the engine enforces (Engine). A RoCE device offers UD multicast
+// with rxe's limits (ibtransport.MaxMulticastGroups...); siw offers none.
 func (d *Device) Attr() Attr {
 	e, p := d.Engine, profiles[d.Spec.Transport]
-	return Attr{
+	a := Attr{
 		// The kernel's firmware version, 0, as libibverbs prints it.
 		FWVer:        "0.0.0",
 		NodeGUID:     d.NodeGUID(),
@@ -71,6 +74,11 @@ func (d *Device) Attr() Attr {
 		DeviceCapFlags:  p.capFlags,
 		AtomicCap:       p.atomic,
 	}
+	if d.Spec.Transport == devspec.RoCE {
+		a.MaxMcastGrp, a.MaxMcastQPAttach = ibtransport.MaxMulticastGroups, ibtransport.MaxMulticastQPAttach
+		a.MaxTotalMcastQPAttach = ibtransport.MaxTotalMulticastAttach
+	}
+	return a
 }
 
 // Port attribute values (verbs.h enums).
