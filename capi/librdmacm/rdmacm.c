@@ -494,8 +494,10 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 		sr_debug("rdma_create_qp: the ID has no device yet (bind or resolve its address first)");
 		return ERR(EINVAL);
 	}
-	if (attr->comp_mask & ~IBV_QP_INIT_ATTR_PD) {
-		sr_debug("rdma_create_qp_ex: comp_mask 0x%x: only IBV_QP_INIT_ATTR_PD is supported", attr->comp_mask);
+	uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	if (attr->comp_mask & ~known) {
+		sr_debug("rdma_create_qp_ex: comp_mask 0x%x: only PD, SEND_OPS_FLAGS and CREATE_FLAGS are supported",
+			 attr->comp_mask);
 		return ERR(EOPNOTSUPP);
 	}
 	struct ibv_pd *pd = (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : NULL;
@@ -518,19 +520,16 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 	if (!attr->recv_cq)
 		attr->recv_cq = id->recv_cq;
 
-	struct ibv_qp_init_attr ia;
-	memset(&ia, 0, sizeof(ia));
-	ia.qp_context = attr->qp_context;
-	ia.send_cq = attr->send_cq;
-	ia.recv_cq = attr->recv_cq;
-	ia.srq = attr->srq;
-	ia.cap = attr->cap;
-	ia.qp_type = attr->qp_type;
-	ia.sq_sig_all = attr->sq_sig_all;
-	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+	// As rdma-core's librdmacm (cma.c): the QP is made by ibv_create_qp_ex,
+	// so that its send_ops_flags give it the work request builders
+	// (ibv_qp_to_qp_ex) and its create_flags are checked.
+	struct ibv_qp_init_attr_ex ax = *attr;
+	ax.comp_mask |= IBV_QP_INIT_ATTR_PD;
+	ax.pd = pd;
+	struct ibv_qp *qp = ibv_create_qp_ex(id->verbs, &ax);
 	if (!qp)
 		goto err;
-	attr->cap = ia.cap;
+	attr->cap = ax.cap;
 	int rc = SRGO(srcm_attach_qp, sr_id(id)->h, sr_qp_handle(qp));
 	if (rc) {
 		ibv_destroy_qp(qp);

@@ -30,3 +30,26 @@ func TestMaxDepthParams(t *testing.T) {
 		})
 	}
 }
+
+// TestCreateQPExSendOps (testdata/cmqpex.c): rdma_create_qp_ex honours
+// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS as rdma-core's librdmacm does (the QP is
+// made by ibv_create_qp_ex): its work request builders send a message to the
+// other side of a connection one process makes to itself, over both
+// transports.
+func TestCreateQPExSendOps(t *testing.T) {
+	lib := buildLib(t)
+	prog := filepath.Join(t.TempDir(), "cmqpex")
+	if o, err := exec.Command("gcc", "-Wall", "-o", prog, "testdata/cmqpex.c",
+		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, o)
+	}
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			addr := fmt.Sprintf("127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+			out, errOut, err := run(t, lib, tr+":"+addr, prog, addr, fmt.Sprint(20000+rand.IntN(20000)))
+			if err != nil || out != "ok\n" {
+				t.Fatalf("cmqpex: %v\n%s%s", err, out, errOut)
+			}
+		})
+	}
+}
