@@ -535,8 +535,9 @@ type Agent struct {
 	rng       *rand.Rand
 	tidHigh   uint32
 	ids       map[uint32]*ID
-	byRemote  map[cmKey]*ID // passive connections by the REQ's comm ID
-	byQPN     map[cmKey]*ID // connections by the peer's QPN (stale detection)
+	timed     map[*ID]struct{} // every ID with timerOn (and some without: dropped when next looked at)
+	byRemote  map[cmKey]*ID    // passive connections by the REQ's comm ID
+	byQPN     map[cmKey]*ID    // connections by the peer's QPN (stale detection)
 	sidr      map[sidrKey]*ID
 	listeners map[uint64]*Listener
 	queries   []*neighborQuery
@@ -605,6 +606,7 @@ func NewAgent(cfg AgentConfig) (*Agent, error) {
 		cfg: cfg, dev: cfg.Device, gsi: g, guid: NodeGUID(cfg.Device.MAC()), clock: cfg.Clock,
 		rng:       rand.New(rand.NewPCG(seed, seed^0x6a09e667f3bcc908)),
 		ids:       map[uint32]*ID{},
+		timed:     map[*ID]struct{}{},
 		byRemote:  map[cmKey]*ID{},
 		byQPN:     map[cmKey]*ID{},
 		sidr:      map[sidrKey]*ID{},
@@ -654,6 +656,7 @@ func (a *Agent) Close() error {
 		id.handler = nil
 	}
 	clear(a.ids)
+	clear(a.timed)
 	clear(a.byRemote)
 	clear(a.byQPN)
 	clear(a.sidr)
@@ -693,8 +696,12 @@ func (a *Agent) NextDeadline() (time.Time, bool) {
 	defer a.mu.Unlock()
 	var t time.Time
 	ok := false
-	for _, id := range a.ids {
-		if id.timerOn && (!ok || id.deadline.Before(t)) {
+	for id := range a.timed {
+		if !id.timerOn || id.gone {
+			delete(a.timed, id)
+			continue
+		}
+		if !ok || id.deadline.Before(t) {
 			t, ok = id.deadline, true
 		}
 	}
@@ -1073,6 +1080,7 @@ func (a *Agent) sendMsg(id *ID, now time.Time) {
 func (a *Agent) arm(id *ID, now time.Time, d time.Duration) {
 	id.deadline = now.Add(d)
 	id.timerOn = true
+	a.timed[id] = struct{}{}
 }
 
 // setResp records m as id's answer to duplicates and sends it. mu is held.
@@ -1158,8 +1166,12 @@ func (a *Agent) enterTimeWait(id *ID, now time.Time) {
 func (a *Agent) runTimers(now time.Time) bool {
 	fired := a.runQueries(now)
 	var due []*ID
-	for _, id := range a.ids {
-		if id.timerOn && !id.deadline.After(now) {
+	for id := range a.timed {
+		if !id.timerOn || id.gone {
+			delete(a.timed, id) // disarmed since: only armed IDs are scanned
+			continue
+		}
+		if !id.deadline.After(now) {
 			due = append(due, id)
 		}
 	}
