@@ -460,18 +460,20 @@ func runCM(o *Options, p *params, res *result, stdout, stderr io.Writer) (err er
 		res.Device = s.devName
 	}
 
+	udAll := p.udSizes(s.portMTU.Bytes()) // conn.go: -z's UD messages are at most the MTU
 	cfg := perftest.Config{
-		Test:       p.test,
-		Role:       perftest.RoleClient,
-		MTU:        s.portMTU,
-		NumQPs:     p.qps,
-		Size:       p.size,
-		RunAll:     p.all,
-		Duplex:     p.duplex,
-		Duration:   p.durationMode(),
-		UseRDMACM:  true,
-		WorkRDMACM: o.RDMACM,
-		WithGID:    true,
+		Test:        p.test,
+		Role:        perftest.RoleClient,
+		MTU:         s.portMTU,
+		NumQPs:      p.qps,
+		Size:        p.size,
+		RunAll:      p.all,
+		RunAllSizes: udAll,
+		Duplex:      p.duplex,
+		Duration:    p.durationMode(),
+		UseRDMACM:   true,
+		WorkRDMACM:  o.RDMACM,
+		WithGID:     true,
 	}
 	if p.server {
 		cfg.Role = perftest.RoleServer

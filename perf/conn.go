@@ -12,7 +12,8 @@ import (
 // -c: perftest's connection types (change_conn_type, force_dependecies).
 // RC is every test's; UC carries WRITEs and SENDs (no READ, no atomic: UC has
 // no responder resources), and librdmacm cannot connect it (-R); UD carries
-// SENDs (send_bw, send_lat; here not with -R or -z); siw is RC only. UC QPs go to RTR with the path, the peer's QPN and PSN only and to
+// SENDs (send_bw, send_lat; here not with -R, whose UD QPs rdma_cm would
+// connect by SIDR); siw is RC only. UC QPs go to RTR with the path, the peer's QPN and PSN only and to
 // RTS with the send PSN only (no ACK timeout, retry or RNR: nothing is
 // acknowledged), as ctx_modify_qp_to_rtr/_rts leave them; a receiver posts a
 // receive for every message (force_dependecies, UC_MAX_RX).
@@ -37,8 +38,8 @@ func checkConn(o *Options) error {
 		if t != perftest.SendBW && t != perftest.SendLat {
 			return errors.New("-c UD: UD connection only possible in SEND verb")
 		}
-		if o.RDMACM || o.UseCM {
-			return errors.New("-c UD: with -R or -z not implemented (RC and UC are; UD over its keys is)")
+		if o.RDMACM {
+			return errors.New("-c UD: with -R (UD QPs connected by rdma_cm) not implemented: -z exchanges the keys over rdma_cm and connects UD")
 		}
 	case "XRC", "DC", "SRD", "RAWETH":
 		return fmt.Errorf("-c %s: softrdma has no %s QPs: want RC, UC or UD", o.Conn, o.Conn)
