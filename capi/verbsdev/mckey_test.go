@@ -19,8 +19,9 @@ import (
 // starts tcpdump on it (in the network namespace the test made), and stops it
 // at the end. A receiver's join is done when its library says the program
 // took the MULTICAST_JOIN event (SOFTRDMA_DEBUG): the sender starts then, so
-// that no message goes out before both receivers are members. Each program
-// is bounded by timeout(1).
+// that no message goes out before both receivers are members; a receiver
+// that exits before it joined ends the script. Each program is bounded by
+// timeout(1).
 const mckeyScript = `set -e
 if [ "$CAPTURE" = 1 ]; then
   ip link set lo up
@@ -32,7 +33,11 @@ for i in 1 2; do
   SOFTRDMA_DEBUG=1 timeout 120 "$SOFTRDMA" run --device roce:$NET.$i -- mckey -m $GROUP -b $NET.$i -C $COUNT -S 200 >r$i.log 2>&1 &
   eval r$i=\$!
 done
-n=0; until grep -q MULTICAST_JOIN r1.log && grep -q MULTICAST_JOIN r2.log; do n=$((n+1)); [ $n -lt 3000 ] || exit 5; sleep 0.01; done
+n=0; until grep -qs MULTICAST_JOIN r1.log && grep -qs MULTICAST_JOIN r2.log; do
+  n=$((n+1)); [ $n -lt 3000 ] || exit 5
+  kill -0 $r1 2>/dev/null && kill -0 $r2 2>/dev/null || exit 6 # a receiver failed before it joined
+  sleep 0.01
+done
 SOFTRDMA_DEBUG=1 timeout 120 "$SOFTRDMA" run --device roce:$NET.3 -- mckey -m $GROUP -b $NET.3 -s -C $COUNT -S 200 >s.log 2>&1
 wait $r1
 wait $r2
