@@ -64,6 +64,8 @@ func (c *cq) forward(wfd int, ptr uint64) {
 		case <-c.done:
 			return
 		case <-c.cq.Events():
+			mu := chanLock(wfd)
+			mu.Lock()
 			for {
 				_, err := syscall.Write(wfd, b[:])
 				if err != syscall.EINTR {
@@ -73,6 +75,7 @@ func (c *cq) forward(wfd int, ptr uint64) {
 					break
 				}
 			}
+			mu.Unlock()
 		}
 	}
 }

@@ -68,6 +68,7 @@ extern uintptr_t srgo_create_cq(int i, int cqe, int wfd, uint64_t cqptr, int *de
 extern int srgo_req_notify_cq(uintptr_t h, int solicited_only);
 extern int srgo_destroy_cq(uintptr_t h);
 extern int srgo_poll_cq(uintptr_t h, int n, struct sr_wc *wc);
+extern int srgo_drop_cq_events(int rfd, int wfd, uint64_t ptr);
 extern void *srgo_cq_wake(uintptr_t h);
 extern uintptr_t srgo_create_srq(uintptr_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, int *err);
 extern int srgo_arm_srq(uintptr_t h, uint32_t limit);
@@ -571,6 +572,8 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 		return rc;
 	SRGO(srgo_async_forget, cq, 2);
 	if (cq->channel) {
+		struct sr_channel *ch = (struct sr_channel *)cq->channel;
+		SRGO(srgo_drop_cq_events, ch->ch.fd, ch->wfd, (uint64_t)(uintptr_t)cq);
 		pthread_mutex_lock(&cq->context->mutex);
 		cq->channel->refcnt--;
 		pthread_mutex_unlock(&cq->context->mutex);

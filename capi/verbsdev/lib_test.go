@@ -267,6 +267,10 @@ poll: 1
 event: rc=0 cq=ours context=ours
 completions: 2, success
 received: through the wire and back
+second QP: rc=0, 16 bytes of events pending
+send CQ destroyed: 8 bytes pending
+event: rc=0 cq=the receive CQ
+receive CQ destroyed: 0 bytes pending, readable 0
 destroy: 0 0 0 0
 `
 	if out != want {

@@ -2,13 +2,14 @@
  * to itself (its own GID and QPN): the channel's fd is a real file descriptor
  * that honours O_NONBLOCK and that poll() watches; ibv_get_cq_event returns the
  * CQ and its context after ibv_req_notify_cq and a completion;
- * ibv_destroy_comp_channel refuses while a CQ uses the channel. One line per
- * check. */
+ * ibv_destroy_comp_channel refuses while a CQ uses the channel; destroying a
+ * CQ drops its unread events. One line per check. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <infiniband/verbs.h>
 #include "rcconnect.h"
 
@@ -66,6 +67,42 @@ int main(void)
 		n += ibv_poll_cq(cq, 2 - n, wc + n);
 	printf("completions: %d, %s\n", n, n == 2 && !wc[0].status && !wc[1].status ? "success" : "error");
 	printf("received: %s\n", buf[1]);
+
+	// Destroying a CQ drops its events nobody read, as the kernel does
+	// (ib_uverbs_release_ucq): a second QP on two CQs of the channel, both
+	// armed, a message through it; with the two events pending, the send
+	// CQ goes: one event is left, the receive CQ's; with that CQ gone too,
+	// the channel is not readable.
+	struct ibv_cq *scq2 = ibv_create_cq(ctx, 4, NULL, ch, 0), *rcq2 = ibv_create_cq(ctx, 4, &cq_ctx_tag, ch, 0);
+	struct ibv_qp_init_attr ia2 = {.send_cq = scq2, .recv_cq = rcq2, .qp_type = IBV_QPT_RC,
+		.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *qp2 = scq2 && rcq2 ? ibv_create_qp(pd, &ia2) : NULL;
+	if (!qp2)
+		return 1;
+	rc = rc_connect(qp2, qp2->qp_num, gid, (struct rc_params){.psn = 9, .min_rnr_timer = 12, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7});
+	rc |= ibv_req_notify_cq(scq2, 0) | ibv_req_notify_cq(rcq2, 0);
+	rc |= ibv_post_recv(qp2, &rw, &brw) | ibv_post_send(qp2, &sw, &bsw);
+	int pending = 0;
+	for (int tries = 0; pending < 16 && tries < 1000; tries++) {
+		poll(&pfd, 1, 10);
+		ioctl(ch->fd, FIONREAD, &pending);
+	}
+	printf("second QP: rc=%d, %d bytes of events pending\n", rc, pending);
+	ibv_destroy_qp(qp2);
+	ibv_destroy_cq(scq2);
+	ioctl(ch->fd, FIONREAD, &pending);
+	printf("send CQ destroyed: %d bytes pending\n", pending);
+	if (pending == 8) {
+		rc = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+		printf("event: rc=%d cq=%s\n", rc, ev_cq == rcq2 ? "the receive CQ" : "other");
+		if (rc == 0)
+			ibv_ack_cq_events(rcq2, 1);
+	}
+	ibv_req_notify_cq(rcq2, 0);
+	ibv_poll_cq(rcq2, 2, wc);
+	ibv_destroy_cq(rcq2);
+	ioctl(ch->fd, FIONREAD, &pending);
+	printf("receive CQ destroyed: %d bytes pending, readable %d\n", pending, poll(&pfd, 1, 0));
 	int r1 = ibv_destroy_qp(qp);
 	int r2 = ibv_dereg_mr(mr);
 	int r3 = ibv_destroy_cq(cq);
