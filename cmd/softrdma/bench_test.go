@@ -198,7 +198,8 @@ func TestBenchFlags(t *testing.T) {
 // baseline (any number: benchMeasured), and the table says what it ran
 // between.
 func TestBenchAddrs(t *testing.T) {
-	args := []string{"--addrs", "127.0.0.1,127.0.0.2", "--time", "60ms", "--warm", "10ms", "--sizes", "4K", "--tests", "write"}
+	net3 := loopbackNet()
+	args := []string{"--addrs", net3 + "1," + net3 + "2", "--time", "60ms", "--warm", "10ms", "--sizes", "4K", "--tests", "write"}
 	var stdout, stderr bytes.Buffer
 	if code := benchCmd(append(args, "--json"), &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, stdout.String(), stderr.String())
@@ -223,7 +224,7 @@ func TestBenchAddrs(t *testing.T) {
 	if code := benchCmd(args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
-	if !strings.HasPrefix(stdout.String(), "softrdma bench: addresses 127.0.0.1 and 127.0.0.2 of this host") {
+	if !strings.HasPrefix(stdout.String(), "softrdma bench: addresses "+net3+"1 and "+net3+"2 of this host") {
 		t.Errorf("table heading: %q", strings.SplitN(stdout.String(), "\n", 2)[0])
 	}
 }

@@ -12,7 +12,7 @@ import (
 // other over UDP on loopback, RC (ucmatose's exchange) and --ud (udaddy's):
 // both exit 0 and print the tools' lines in their order.
 func TestCmatoseLoopback(t *testing.T) {
-	for i, c := range []struct {
+	for _, c := range []struct {
 		ud       bool
 		srv, cli string
 	}{
@@ -24,7 +24,8 @@ func TestCmatoseLoopback(t *testing.T) {
 			"udaddy: starting client\nudaddy: connecting\ninitiating data transfers\nreceiving data transfers\ndata transfers complete\ntest complete\nreturn status 0\n"},
 	} {
 		t.Run(strconv.FormatBool(c.ud), func(t *testing.T) {
-			srvIP := "127.0.85." + strconv.Itoa(i+1)
+			net3 := loopbackNet()
+			srvIP, cliIP := net3+"1", net3+"2"
 			port := strconv.Itoa(21000 + int(time.Now().UnixNano()%5000))
 			extra := []string{"-p", port, "--timeout", "20s", "-C", "7", "-S", "300"}
 			if c.ud {
@@ -38,7 +39,7 @@ func TestCmatoseLoopback(t *testing.T) {
 			for try := 0; try < 50; try++ { // until the server listens
 				cOut.Reset()
 				cErr.Reset()
-				if code = cmatoseCmd(append([]string{"-s", srvIP}, extra...), &cOut, &cErr); code == 0 ||
+				if code = cmatoseCmd(append([]string{"-s", srvIP, "-b", cliIP}, extra...), &cOut, &cErr); code == 0 ||
 					!strings.Contains(cErr.String(), "REJECTED") && !strings.Contains(cErr.String(), "UNREACHABLE") {
 					break
 				}

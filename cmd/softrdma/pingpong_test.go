@@ -164,6 +164,7 @@ func TestPingpongJSON(t *testing.T) {
 // TestPingpongFlags checks the refusals: bad flags exit like the tools (1),
 // iWARP says "not yet" (2).
 func TestPingpongFlags(t *testing.T) {
+	dev := loopbackNet() + "1" // the MTU row opens its device
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -175,7 +176,7 @@ func TestPingpongFlags(t *testing.T) {
 		{[]string{"a", "b"}, 1, ""},
 		{[]string{"--backend", "carrier-pigeon", "-d", "127.0.0.1", "-p", "1"}, 1, "want udp"},
 		{[]string{"-d", "no-such-interface0", "-p", "1"}, 1, "not found"},
-		{[]string{"ud", "-s", "5000", "-d", "127.0.0.1", "-g", "1", "-p", "1"}, 1, "larger than port MTU"},
+		{[]string{"ud", "-s", "5000", "-d", dev, "-g", "1", "-p", "1"}, 1, "larger than port MTU"},
 		{[]string{"-d", "127.0.0.1", "-g", "0", "-p", "1"}, 1, "link-local"},
 		{[]string{"-d", "127.0.0.1", "-g", "7", "-p", "1"}, 1, "can't read sgid of index 7"},
 	} {

@@ -21,18 +21,20 @@ import (
 func TestRpingRoCE(t *testing.T) {
 	const count, size = 10, 64
 	port := strconv.Itoa(20000 + int(time.Now().UnixNano()%10000))
+	net3 := loopbackNet()
+	srv, cli := net3+"1", net3+"2"
 	pcap := filepath.Join(t.TempDir(), "rping.pcap")
 	var sOut, sErr bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- rpingCmd([]string{"--transport", "roce", "-s", "-a", "127.0.82.1", "-p", port, "-v", "--timeout", "30s"}, &sOut, &sErr)
+		done <- rpingCmd([]string{"--transport", "roce", "-s", "-a", srv, "-p", port, "-v", "--timeout", "30s"}, &sOut, &sErr)
 	}()
 	var cOut, cErr bytes.Buffer
 	var code int
 	for try := 0; try < 50; try++ { // the server may not listen yet: a REJ
 		cOut.Reset()
 		cErr.Reset()
-		code = rpingCmd([]string{"--transport", "roce", "-c", "-a", "127.0.82.1", "-p", port, "-C", strconv.Itoa(count),
+		code = rpingCmd([]string{"--transport", "roce", "-c", "-a", srv, "-I", cli, "-p", port, "-C", strconv.Itoa(count),
 			"-S", strconv.Itoa(size), "-v", "-V", "--pcap", pcap, "--timeout", "30s"}, &cOut, &cErr)
 		if code == 0 || !strings.Contains(cErr.String(), "REJECTED") {
 			break

@@ -141,9 +141,10 @@ var rpingCMEventLine = regexp.MustCompile(`(?m)^cma_event type RDMA_CM_EVENT_(\w
 func TestRpingCMEvents(t *testing.T) {
 	wantClient := []string{"ADDR_RESOLVED parent", "ROUTE_RESOLVED parent", "ESTABLISHED parent", "DISCONNECTED parent"}
 	wantServer := []string{"CONNECT_REQUEST child", "ESTABLISHED child", "DISCONNECTED child"}
-	for _, tr := range []struct{ name, addr, retry string }{
-		{"iwarp", "127.0.0.1", "refused"},
-		{"roce", "127.0.82.1", "REJECTED"},
+	net3 := loopbackNet()
+	for _, tr := range []struct{ name, addr, src, retry string }{
+		{"iwarp", "127.0.0.1", "", "refused"},
+		{"roce", net3 + "1", net3 + "2", "REJECTED"},
 	} {
 		t.Run(tr.name, func(t *testing.T) {
 			port := strconv.Itoa(freePort(t))
@@ -159,7 +160,11 @@ func TestRpingCMEvents(t *testing.T) {
 			for try := 0; try < 50; try++ { // the server may not listen yet
 				cOut.Reset()
 				cErr.Reset()
-				code = rpingCmd(append([]string{"-c", "-C", "2", "-V"}, common...), &cOut, &cErr)
+				cli := []string{"-c", "-C", "2", "-V"}
+				if tr.src != "" {
+					cli = append(cli, "-I", tr.src)
+				}
+				code = rpingCmd(append(cli, common...), &cOut, &cErr)
 				if code == 0 || !strings.Contains(cErr.String(), tr.retry) {
 					break
 				}
