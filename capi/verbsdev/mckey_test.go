@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 )
@@ -136,4 +137,22 @@ func TestMckeyCapture(t *testing.T) {
 		t.Errorf("decode: %d RDMA frames, want at least the 30 sent to the group", res.RDMAFrames)
 	}
 	t.Logf("%d frames, %d RDMA frames, 0 errors", res.Frames, res.RDMAFrames)
+}
+
+// TestAttachMcast (testdata/mcast.c) calls ibv_attach_mcast and
+// ibv_detach_mcast as a program does, on a RoCE and an iWARP device of one
+// process: the kernel's errnos for an RC QP, a unicast GID and a detach of
+// a QP not attached (EINVAL), a second attach of the same QP (0), iWARP
+// (EOPNOTSUPP); then a UD QP of the RoCE device sends to the group and the
+// attached QP gets every message (through the device's own member socket:
+// IP_MULTICAST_LOOP), the one that detached gets none.
+func TestAttachMcast(t *testing.T) {
+	lib := buildLib(t)
+	prog := compile(t, lib, "mcast")
+	net3 := randomNet()
+	group := fmt.Sprintf("239.%d.%d.%d", 1+rand.IntN(250), 1+rand.IntN(250), 1+rand.IntN(250))
+	out, errOut, err := runBounded(t, lib, "roce:"+net3+"1;iwarp:"+net3+"1", time.Minute, prog, net3+"1", group)
+	if err != nil || strings.Contains(out, "BAD") || !strings.Contains(out, "bad: 0") {
+		t.Fatalf("mcast: %v\n%s\nstderr:\n%s", err, out, errOut)
+	}
 }
