@@ -334,9 +334,12 @@ func (s *session) connectCM(ctx context.Context) error {
 
 func (s *session) acceptTests(ctx context.Context, attr ibtransport.QPInitAttr) error {
 	l := s.cm.listen
+	if s.p.conn == "UD" {
+		l = nil // UD's test QPs are rdma_cm's UDP port space (conn.go)
+	}
 	if l == nil {
 		var err error
-		if l, err = s.cm.m.CreateID(rdmacm.PortSpaceTCP); err != nil {
+		if l, err = s.cm.m.CreateID(s.testPortSpace()); err != nil {
 			return err
 		}
 		defer l.Destroy()
@@ -358,10 +361,21 @@ func (s *session) acceptTests(ctx context.Context, attr ibtransport.QPInitAttr) 
 			return fmt.Errorf("Failed to create QP: %w", err)
 		}
 		s.cm.tests = append(s.cm.tests, ev.ID)
+		if s.p.udParams() { // conn.go
+			if err := s.postUDParamsRecv(qp); err != nil {
+				return fmt.Errorf("Failed to post receive for RDMA CM UD request connection parameters: %w", err)
+			}
+		}
 		if err := ev.ID.Accept(s.cmConnParam(&ev.Param)); err != nil {
 			return fmt.Errorf("Failed to accept RDMA CM connection: %w", err)
 		}
 		s.qps = append(s.qps, qp)
+		if s.p.conn == "UD" {
+			s.ah = append(s.ah, ev.UD.AH) // the client, for the server's sends (send_lat)
+		}
+	}
+	if s.p.udParams() {
+		return s.takeUDParams(ctx, s.recvCQ, len(s.qps))
 	}
 	return nil
 }
@@ -378,7 +392,7 @@ func (s *session) acceptTests(ctx context.Context, attr ibtransport.QPInitAttr) 
 func (s *session) dialTests(ctx context.Context, attr ibtransport.QPInitAttr) error {
 	dst := netip.AddrPortFrom(s.cmPeer, uint16(s.cmPort))
 	for range s.p.qps {
-		id, err := s.cm.m.CreateID(rdmacm.PortSpaceTCP)
+		id, err := s.cm.m.CreateID(s.testPortSpace())
 		if err != nil {
 			return err
 		}
@@ -398,8 +412,17 @@ func (s *session) dialTests(ctx context.Context, attr ibtransport.QPInitAttr) er
 		if err := id.Connect(s.cmConnParam(nil)); err != nil {
 			return fmt.Errorf("Failed to connect through RDMA CM: %w", err)
 		}
-		if _, err := device.CMWait(ctx, id, device.CMStep, rdmacm.EventEstablished); err != nil {
+		ev, err := device.CMWait(ctx, id, device.CMStep, rdmacm.EventEstablished)
+		if err != nil {
 			return err
+		}
+		if s.p.conn == "UD" {
+			s.ah = append(s.ah, ev.UD.AH) // the SIDR reply's path to the server's QP
+			if s.p.udParams() {
+				if err := s.sendUDParams(ctx, qp, ev.UD); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	s.cm.settle()
@@ -505,7 +528,7 @@ func runCM(o *Options, p *params, res *result, stdout, stderr io.Writer) (err er
 	s.finish(r)
 	// rdma_cm_disconnect_nodes: both sides disconnect every test connection
 	// and wait for their DISCONNECTED events.
-	if len(cm.tests) > 0 {
+	if len(cm.tests) > 0 && p.conn != "UD" { // a UD ID has no connection to end
 		if err := device.CMDisconnect(cm.tests, device.CMStep); err != nil {
 			fmt.Fprintf(stderr, "softrdma perf: disconnecting: %v\n", err)
 		}

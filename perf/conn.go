@@ -1,19 +1,23 @@
 package perf
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/oob/perftest"
+	"github.com/softrdma/softrdma/rdmacm"
 )
 
 // -c: perftest's connection types (change_conn_type, force_dependecies).
 // RC is every test's; UC carries WRITEs and SENDs (no READ, no atomic: UC has
 // no responder resources), and librdmacm cannot connect it (-R); UD carries
-// SENDs (send_bw, send_lat; here not with -R, whose UD QPs rdma_cm would
-// connect by SIDR); siw is RC only. UC QPs go to RTR with the path, the peer's QPN and PSN only and to
+// SENDs (send_bw, send_lat); with -R rdma_cm makes the UD QPs in its UDP
+// port space (SIDR: the reply gives the client the server's QP and Q_Key);
+// siw is RC only. UC QPs go to RTR with the path, the peer's QPN and PSN only and to
 // RTS with the send PSN only (no ACK timeout, retry or RNR: nothing is
 // acknowledged), as ctx_modify_qp_to_rtr/_rts leave them; a receiver posts a
 // receive for every message (force_dependecies, UC_MAX_RX).
@@ -38,9 +42,7 @@ func checkConn(o *Options) error {
 		if t != perftest.SendBW && t != perftest.SendLat {
 			return errors.New("-c UD: UD connection only possible in SEND verb")
 		}
-		if o.RDMACM {
-			return errors.New("-c UD: with -R (UD QPs connected by rdma_cm) not implemented: -z exchanges the keys over rdma_cm and connects UD")
-		}
+
 	case "XRC", "DC", "SRD", "RAWETH":
 		return fmt.Errorf("-c %s: softrdma has no %s QPs: want RC, UC or UD", o.Conn, o.Conn)
 	default:
@@ -50,6 +52,24 @@ func checkConn(o *Options) error {
 		return fmt.Errorf("-c %s: iWARP connections are RC only", conn)
 	}
 	return nil
+}
+
+// testPortSpace is the rdma_cm port space of -R's test QPs: UDP for UD (as
+// perftest's rdma_create_id), TCP otherwise.
+func (s *session) testPortSpace() rdmacm.PortSpace {
+	if s.p.conn == "UD" {
+		return rdmacm.PortSpaceUDP
+	}
+	return rdmacm.PortSpaceTCP
+}
+
+// udQKey is the Q_Key of the UD test QPs: perftest's own, or with -R
+// rdma_cm's (RDMA_UDP_QKEY, which it gives the QPs it makes).
+func (s *session) udQKey() uint32 {
+	if s.p.rdmaCM {
+		return rdmacm.UDPQKey
+	}
+	return defQKey
 }
 
 // qpType is -c's QP type.
@@ -119,6 +139,78 @@ func (s *session) connectUnreliable(qp *ibtransport.QP, local, remote perftest.D
 	if err := qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: local.PSN},
 		ibtransport.QPAttrState|ibtransport.QPAttrSQPSN); err != nil {
 		return fmt.Errorf("Failed to modify QP to RTS: %w", err)
+	}
+	return nil
+}
+
+// UD with -R, latency tests and -b: perftest's client tells the server its
+// QP with one SEND with immediate data (its QPN, 4 bytes of payload) right
+// after the SIDR reply (rdma_cm_establish_ud_connection,
+// rdma_cm_send_ud_connection_parameters); the server posted a receive of 44
+// bytes for it before accepting (rdma_cm_request_ud_connection_parameters)
+// and takes it before the test (rdma_cm_initialize_ud_connection_parameters).
+// softrdma knows the peer's QP from the exchange's keys; it sends and takes
+// the message all the same, so that either side may be perftest.
+
+// udParamsWRID is the work request ID of that message's SEND and receive.
+const udParamsWRID = 1 << 40
+
+// udParams reports whether the UD -R connection parameters message is
+// exchanged.
+func (p *params) udParams() bool {
+	return p.conn == "UD" && p.rdmaCM && (!p.bw || p.duplex)
+}
+
+// udParamsMR returns the small buffer of that message, registered once.
+func (s *session) udParamsMR() (*ibtransport.MR, error) {
+	if s.udMR == nil {
+		mr, err := s.pd.RegMR(make([]byte, udGRH+4), ibtransport.AccessLocalWrite)
+		if err != nil {
+			return nil, err
+		}
+		s.udMR = mr
+	}
+	return s.udMR, nil
+}
+
+// postUDParamsRecv is the server's receive for the client's message on qp.
+func (s *session) postUDParamsRecv(qp *ibtransport.QP) error {
+	mr, err := s.udParamsMR()
+	if err != nil {
+		return err
+	}
+	return qp.PostRecv(ibtransport.RecvWR{WRID: udParamsWRID, SGL: []ibtransport.SGE{mr.SGE(0, udGRH+4)}})
+}
+
+// sendUDParams is the client's message on qp to the server's QP that the
+// SIDR reply named, and waits for its completion.
+func (s *session) sendUDParams(ctx context.Context, qp *ibtransport.QP, peer rdmacm.UDParam) error {
+	mr, err := s.udParamsMR()
+	if err != nil {
+		return err
+	}
+	ah := peer.AH
+	if err := qp.PostSend(ibtransport.SendWR{WRID: udParamsWRID, Opcode: ibtransport.WRSendWithImm, Signaled: true,
+		Imm: qp.QPN(), SGL: []ibtransport.SGE{mr.SGE(0, 4)}, AH: &ah, RemoteQPN: peer.QPNum, RemoteQKey: peer.QKey}); err != nil {
+		return fmt.Errorf("Failed to post send for RDMA CM UD send connection parameters: %w", err)
+	}
+	return s.takeUDParams(ctx, s.sendCQ, 1)
+}
+
+// takeUDParams waits for n completions of the parameters message on cq.
+func (s *session) takeUDParams(ctx context.Context, cq *ibtransport.CQ, n int) error {
+	wc := make([]ibtransport.WC, 1)
+	for got := 0; got < n; {
+		if cq.Poll(wc) == 0 {
+			if err := WaitCQ(ctx, cq, time.Time{}); err != nil {
+				return fmt.Errorf("UD connection parameters in RDMA CM: %w", err)
+			}
+			continue
+		}
+		if wc[0].Status != ibtransport.WCSuccess || wc[0].WRID != udParamsWRID {
+			return fmt.Errorf("Bad WQE status for UD connection parameters in RDMA CM: %v, wr %d", wc[0].Status, wc[0].WRID)
+		}
+		got++
 	}
 	return nil
 }

@@ -34,7 +34,10 @@ func TestPerfConnectionType(t *testing.T) {
 		{"UD", "send_bw", []string{"-n", "40", "-s", "5000", "-m", "1024"}, 0, "1024"},
 		{"UD", "send_bw", []string{"-n", "20", "-a", "-m", "512"}, 9, ""}, // 2 to 512
 		{"UD", "send_lat", []string{"-n", "30", "-s", "100"}, 0, ""},
-		{"UD", "send_bw", []string{"-n", "50", "-s", "6000", "-z"}, 0, "4096"}, // parameters over rdma_cm
+		{"UD", "send_bw", []string{"-n", "50", "-s", "6000", "-z"}, 0, "4096"},        // parameters over rdma_cm
+		{"UD", "send_bw", []string{"-n", "50", "-s", "2000", "-R", "-q", "2"}, 0, ""}, // rdma_cm's UD QPs (SIDR)
+		{"UD", "send_lat", []string{"-n", "30", "-s", "100", "-R"}, 0, ""},
+		{"UD", "send_bw", []string{"-n", "40", "-s", "1000", "-R", "-b"}, 0, ""},
 		{"UC", "write_bw", []string{"-n", "50", "-s", "3000", "-z"}, 0, ""},
 	} {
 		t.Run(c.conn+" "+c.test+" "+strings.Join(c.args, " "), func(t *testing.T) {
@@ -53,7 +56,7 @@ func TestPerfConnectionType(t *testing.T) {
 					t.Errorf("%s has no row of %s bytes:\n%s", name, c.size, out)
 				}
 			}
-			zflag := slices.Contains(c.args, "-z")
+			zflag := slices.Contains(c.args, "-z") || slices.Contains(c.args, "-R")
 			class := ibtransport.Opcode(0x20) // UC
 			if c.conn == "UD" {
 				class = 0x60
@@ -62,25 +65,37 @@ func TestPerfConnectionType(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			requests := 0
+			requests, withImm := 0, 0
 			for _, f := range frames {
 				var pk ibtransport.Packet
 				if err := pk.Decode(f.IB); err != nil {
 					t.Fatal(err)
 				}
 				op := pk.BTH.Opcode()
-				// With -z the parameters travel on an RC QP that rdma_cm
-				// connects (its MADs on QP1): not the test's.
+				// With -z and -R the parameters travel on an RC QP that
+				// rdma_cm connects (its MADs on QP1): not the test's.
 				if zflag && (pk.BTH.DestQP() == 1 || op&0xe0 == 0) {
 					continue
 				}
 				if op&0xe0 != class {
 					t.Fatalf("%v (%#x) in a %s run", op, uint8(op), c.conn)
 				}
+				if op == 0x65 { // UD SEND Only with Immediate
+					withImm++
+				}
 				requests++
 			}
 			if requests < 30 {
 				t.Errorf("%d %s packets captured", requests, c.conn)
+			}
+			// -R's UD latency and -b runs: the client's QPN in one SEND with
+			// immediate per QP, as perftest's client sends it.
+			wantImm := 0
+			if c.conn == "UD" && slices.Contains(c.args, "-R") && (c.test == "send_lat" || slices.Contains(c.args, "-b")) {
+				wantImm = 1
+			}
+			if withImm != wantImm {
+				t.Errorf("%d UD SENDs with immediate, want %d", withImm, wantImm)
 			}
 		})
 	}
@@ -102,7 +117,7 @@ func TestPerfConnectionTypeChecks(t *testing.T) {
 		{args: "write_bw -c UC -R", err: "UC is not supported in librdmacm"},
 		{args: "write_bw -c UD", err: "UD connection only possible in SEND verb"},
 		{args: "send_bw -c XRC", err: "no XRC QPs"},
-		{args: "send_bw -c UD -R", err: "-c UD: with -R (UD QPs connected by rdma_cm) not implemented"},
+		{args: "send_bw -c UD -R -n 100", rx: 100},
 		{args: "send_bw -c UD -z -n 100", rx: 100},
 		{args: "send_lat -c UD -n 1000", rx: 1000},
 		{args: "send_bw -c UD -n 1000", rx: 1000},

@@ -203,8 +203,10 @@ type session struct {
 	cmResult    *perftest.Result
 	keysPrinted bool
 
-	// ah are the UD QPs' address handles, one per QP (-c UD).
-	ah []ibtransport.AddressHandle
+	// ah are the UD QPs' address handles, one per QP (-c UD); udMR is the
+	// buffer of -R's UD connection parameters message (conn.go).
+	ah   []ibtransport.AddressHandle
+	udMR *ibtransport.MR
 
 	// outJSON is --out_json's file, nil without it; its test information is
 	// set by setup.
@@ -690,7 +692,7 @@ func (s *session) sendWR(i int, size, k uint64, signaled bool) ibtransport.SendW
 		RemoteAddr: raddr, RKey: s.remote[i].RKey}
 	wr.Inline = p.inlined(size)
 	if p.conn == "UD" { // conn.go
-		wr.AH, wr.RemoteQPN, wr.RemoteQKey = &s.ah[i], s.remote[i].QPN, defQKey
+		wr.AH, wr.RemoteQPN, wr.RemoteQKey = &s.ah[i], s.remote[i].QPN, s.udQKey()
 	}
 	switch p.verb {
 	case verbSend:
