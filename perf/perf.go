@@ -239,7 +239,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&o.Atomic, "atomic_type", "A", "FETCH_AND_ADD", "atomic_bw's operation: CMP_AND_SWAP or FETCH_AND_ADD")
 	fs.BoolVarP(&o.Duplex, "bidirectional", "b", false, "measure both directions at once (_bw tests)")
 	fs.BoolVarP(&o.NoPeak, "noPeak", "N", false, "do not compute the peak bandwidth")
-	fs.StringVarP(&o.Conn, "connection", "c", "RC", "connection type: RC; UC (write and send tests) or UD (send tests), not with -R or iWARP")
+	fs.StringVarP(&o.Conn, "connection", "c", "RC", "connection type: RC; UC (write and send tests; not with -R) or UD (send tests); iWARP is RC only")
 	fs.BoolVarP(&o.RDMACM, "rdma_cm", "R", false, "connect the test QPs with rdma_cm, and exchange the parameters over an rdma_cm QP (RoCE: IB CM on QP1; iWARP: TCP and MPA)")
 	fs.BoolVarP(&o.UseCM, "comm_rdma_cm", "z", false, "exchange the parameters over an rdma_cm QP; the test QPs are connected by their keys")
 	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON (snake_case keys) instead of perftest's table")
