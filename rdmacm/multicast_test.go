@@ -41,7 +41,6 @@ func TestRoCEMulticast(t *testing.T) {
 		id  *rdmacm.ID
 		qp  *ib.QP
 		ev  rdmacm.Event
-		buf int // where its receives land in h.buf
 	}
 	join := func(h *host, flag rdmacm.JoinFlag) *member {
 		t.Helper()
