@@ -175,8 +175,9 @@ func TestDecodeLiveCommand(t *testing.T) {
 		})
 		done <- code
 	}()
-	// Traffic until the capture has its 12 frames (one rping is well over).
-	for {
+	// Traffic until the capture has its 12 frames (one rping is well over:
+	// the capture may not be open for the first).
+	for round := 0; round < 20; round++ {
 		rpingAcross(t, p, 3, "")
 		select {
 		case code := <-done:
@@ -187,4 +188,5 @@ func TestDecodeLiveCommand(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	t.Fatalf("decode -i -c 12 did not stop after 20 rping runs\n%s%s", out.String(), errOut.String())
 }
