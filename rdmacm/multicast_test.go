@@ -37,10 +37,10 @@ func TestRoCEMulticast(t *testing.T) {
 	must(t, idle.Destroy())
 
 	type member struct {
-		h   *host
-		id  *rdmacm.ID
-		qp  *ib.QP
-		ev  rdmacm.Event
+		h  *host
+		id *rdmacm.ID
+		qp *ib.QP
+		ev rdmacm.Event
 	}
 	join := func(h *host, flag rdmacm.JoinFlag) *member {
 		t.Helper()
