@@ -6,6 +6,7 @@ import "C"
 import (
 	"bytes"
 	"encoding/binary"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -78,4 +79,14 @@ func dropEvents(rfd, wfd int, ptr uint64) {
 		}
 		keep = keep[m:]
 	}
+}
+
+// srgo_mallocs is the number of heap allocations the Go side has made
+// (SOFTRDMA_STATS): what a program's messages cost beyond their setup.
+//
+//export srgo_mallocs
+func srgo_mallocs() C.uint64_t {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return C.uint64_t(m.Mallocs)
 }

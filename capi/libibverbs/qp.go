@@ -88,6 +88,11 @@ type qp struct {
 	recv  []ib.RecvWR
 	sges  []ib.SGE
 	rsges []ib.SGE
+	// inline holds the inline data of a post's WRs, copied from the
+	// program's memory; the engine copies it again at PostSend (into the
+	// WQE), so it is reused: no allocation per message.
+	inline []byte
+	inl    [][2]int // each WR's inline data in inline: start, end (-1: none)
 }
 
 func value[T any](h C.uintptr_t) (T, bool) {
@@ -445,6 +450,7 @@ func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C
 		return C.EINVAL
 	}
 	q.send, q.sges = q.send[:0], q.sges[:0]
+	q.inline, q.inl = q.inline[:0], q.inl[:0]
 	in := unsafe.Slice(w, int(n))
 	for k := range in {
 		c := &in[k]
@@ -474,27 +480,33 @@ func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C
 			}
 			wr.AH = ah
 		}
+		span := [2]int{-1, -1}
 		if c.flags&sendInline != 0 {
 			// The SGEs name unregistered memory the program may reuse at once:
 			// copy the bytes now. Their addresses are the program's (C memory).
-			var data []byte
+			span[0] = len(q.inline)
 			for _, s := range q.sges[start:] {
 				if s.Length > 0 {
-					data = append(data, unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(s.Addr))), int(s.Length))...)
+					q.inline = append(q.inline, unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(s.Addr))), int(s.Length))...)
 				}
 			}
-			if data == nil {
-				data = []byte{}
-			}
-			wr.Inline, wr.InlineData = true, data
+			span[1] = len(q.inline)
+			wr.Inline = true
 			q.sges = q.sges[:start]
 		}
 		q.send = append(q.send, wr)
+		q.inl = append(q.inl, span)
 	}
-	// The SGL slices are cut once q.sges stops growing.
+	// The SGL and inline slices are cut once q.sges and q.inline stop
+	// growing. Inline data is never nil: nil would mean "the SGL's bytes".
+	if q.inline == nil {
+		q.inline = make([]byte, 0, 256)
+	}
 	off := 0
 	for k := range q.send {
 		if q.send[k].Inline {
+			st, end := q.inl[k][0], q.inl[k][1]
+			q.send[k].InlineData = q.inline[st:end:end]
 			continue
 		}
 		m := int(in[k].num_sge)
@@ -513,6 +525,7 @@ func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C
 		return postErr(err)
 	}
 	*posted = n
+	clear(q.send) // keep no reference to the program's memory or q.inline
 	q.eng.sendNow()
 	return 0
 }

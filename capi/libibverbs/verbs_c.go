@@ -69,6 +69,7 @@ extern int srgo_req_notify_cq(uintptr_t h, int solicited_only);
 extern int srgo_destroy_cq(uintptr_t h);
 extern int srgo_poll_cq(uintptr_t h, int n, struct sr_wc *wc);
 extern int srgo_drop_cq_events(int rfd, int wfd, uint64_t ptr);
+extern uint64_t srgo_mallocs(void);
 extern void *srgo_cq_wake(uintptr_t h);
 extern uintptr_t srgo_create_srq(uintptr_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, int *err);
 extern int srgo_arm_srq(uintptr_t h, uint32_t limit);
@@ -631,9 +632,11 @@ static struct {
 
 __attribute__((destructor)) static void sr_stats_print(void)
 {
-	if (sr_stats_on)
-		fprintf(stderr, "softrdma: ibv_poll_cq: %llu calls, %llu into the engine\n",
-			(unsigned long long)sr_stats.polls, (unsigned long long)sr_stats.polls_go);
+	if (!sr_stats_on)
+		return;
+	fprintf(stderr, "softrdma: ibv_poll_cq: %llu calls, %llu into the engine\n",
+		(unsigned long long)sr_stats.polls, (unsigned long long)sr_stats.polls_go);
+	fprintf(stderr, "softrdma: Go heap allocations: %llu\n", (unsigned long long)SRGO(srgo_mallocs));
 }
 
 __attribute__((constructor)) static void sr_poll_config(void)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -87,5 +88,37 @@ func TestPollStaysInC(t *testing.T) {
 	// 1000 polls of the empty CQ, then at least one of the receive CQ.
 	if calls < 1001 || inGo-(calls-1000) > 2 {
 		t.Errorf("%d polls, %d into the engine: want at most 2 of the 1000 empty ones (the receive CQ's %d may all go in)", calls, inGo, calls-1000)
+	}
+}
+
+// TestInlineSendAllocs (testdata/pollwait.c sends N): an inline send, its
+// receive and their completions allocate nothing on the Go side: 1100
+// messages cost fewer than 100 heap allocations more than 100 do (the
+// library's SOFTRDMA_STATS count). The inline data was copied into a new
+// slice at every ibv_post_send.
+func TestInlineSendAllocs(t *testing.T) {
+	lib := buildLib(t)
+	prog := filepath.Join(t.TempDir(), "pollwait")
+	if o, err := exec.Command("gcc", "-Wall", "-pthread", "-o", prog, "testdata/pollwait.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, o)
+	}
+	t.Setenv("SOFTRDMA_STATS", "1")
+	allocs := func(n int) int {
+		addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+		out, errOut, err := run(t, lib, addr, prog, "sends", fmt.Sprint(n))
+		want := fmt.Sprintf("connected to itself: rc=0\nsent inline and received: %d of %d\n", n, n)
+		if err != nil || out != want {
+			t.Fatalf("pollwait sends %d: %v\n%s%s\nwant\n%s", n, err, out, errOut, want)
+		}
+		_, line, ok := strings.Cut(errOut, "softrdma: Go heap allocations: ")
+		var a int
+		if _, err := fmt.Sscanf(line, "%d", &a); !ok || err != nil {
+			t.Fatalf("no allocation count: %v\n%s", err, errOut)
+		}
+		return a
+	}
+	few, many := allocs(100), allocs(1100)
+	if many-few >= 100 {
+		t.Errorf("1000 more messages made %d more heap allocations (%d for 100 messages, %d for 1100)", many-few, few, many)
 	}
 }

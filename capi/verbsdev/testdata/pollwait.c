@@ -8,9 +8,12 @@
  * later), then the receive is polled. "spin" (with SOFTRDMA_POLL_SPIN_US=-1:
  * never sleep): 1000 polls of an empty CQ, then a SEND to itself whose
  * receive is polled until it comes; the test reads how many polls went into
- * the engine from the library's SOFTRDMA_STATS line. One line per check. */
+ * the engine from the library's SOFTRDMA_STATS line. "sends N": N inline
+ * SENDs of 16 bytes to itself, one at a time (the test compares the Go heap
+ * allocations of two counts). One line per check. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +47,7 @@ int main(int argc, char **argv)
 {
 	int wake = argc > 1 && !strcmp(argv[1], "wake");
 	int spin = argc > 1 && !strcmp(argv[1], "spin");
+	int sends = argc > 2 && !strcmp(argv[1], "sends") ? atoi(argv[2]) : 0;
 	struct ibv_device **l = ibv_get_device_list(NULL);
 	if (!l || !l[0])
 		return 1;
@@ -55,7 +59,7 @@ int main(int argc, char **argv)
 	if (!pd || !scq || !rcq || !idle)
 		return 1;
 	struct ibv_wc wc;
-	if (!wake && !spin) {
+	if (!wake && !spin && !sends) {
 		double t0 = now();
 		int got = 0;
 		for (int i = 0; i < 10; i++)
@@ -81,6 +85,32 @@ int main(int argc, char **argv)
 	rc |= ibv_post_recv(qp, &rw, &brw);
 	printf("connected to itself: rc=%d\n", rc);
 
+	if (sends) {
+		// N inline SENDs of 16 bytes to itself, one at a time.
+		struct ibv_sge ss = {.addr = (uintptr_t)buf[0], .length = 16, .lkey = mr->lkey};
+		struct ibv_send_wr sw = {.wr_id = 1, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+			.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE}, *bsw;
+		int ok = 0;
+		for (int i = 0; i < sends; i++) {
+			if (i > 0 && ibv_post_recv(qp, &rw, &brw))
+				break;
+			snprintf(buf[0], 16, "message %d", i);
+			if (ibv_post_send(qp, &sw, &bsw))
+				break;
+			int got = 0;
+			while (got < 2) {
+				int n = ibv_poll_cq(got == 0 ? rcq : scq, 1, &wc);
+				if (n < 0 || (n == 1 && wc.status))
+					break;
+				got += n;
+			}
+			if (got < 2)
+				break;
+			ok += strcmp(buf[1], buf[0]) == 0;
+		}
+		printf("sent inline and received: %d of %d\n", ok, sends);
+		return 0;
+	}
 	if (spin) {
 		int got = 0;
 		for (int i = 0; i < 1000; i++)
