@@ -258,7 +258,8 @@ type Capture struct {
 	clock Clock
 	w     *CaptureWriter
 
-	rx []byte // scratch for frames made from datagrams (one reader at a time)
+	rx   []byte     // scratch for frames made from datagrams
+	rxMu sync.Mutex // serialises recordDatagrams (the endpoint's reader, multicast member sockets)
 
 	// received, if not nil, rewrites each received frame before it is
 	// recorded (NewCaptureInto).
@@ -442,6 +443,8 @@ func (c *Capture) recordDatagrams(d []Datagram) {
 	if len(d) == 0 {
 		return
 	}
+	c.rxMu.Lock()
+	defer c.rxMu.Unlock()
 	ts := c.clock.Now()
 	df, _ := c.ep.(datagramFramer)
 	for i := range d {

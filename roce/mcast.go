@@ -29,8 +29,8 @@ import (
 //     backends see whatever frames their link delivers.
 //
 // A member socket's datagrams are read by a goroutine of its own and handed
-// to the engine at the wall clock's time (UD receives use no timers). The
-// --pcap capture does not see them (it wraps the endpoint's own socket).
+// to the engine at the wall clock's time (UD receives use no timers); a
+// capture wrapping the endpoint (--pcap) records them as the endpoint's own.
 
 // groupJoiner is implemented by endpoints that must join an IP multicast
 // group to receive it (netio.UDPEndpoint).
@@ -100,16 +100,26 @@ func (d *Device) multicastChanged(gid [16]byte, member bool) {
 	go d.readGroup(g)
 }
 
+// datagramRecorder is implemented by a capture wrapping the endpoint
+// (netio.Capture): it records what the member sockets receive.
+type datagramRecorder interface {
+	RecordDatagrams(d []netio.Datagram)
+}
+
 // readGroup hands a member socket's datagrams to the engine until the
-// socket is closed.
+// socket is closed, recording each in the endpoint's capture, if any.
 func (d *Device) readGroup(g *netio.UDPGroup) {
 	var hdr datagramHeaders
 	dg := make([]netio.Datagram, 1)
+	rec, _ := d.cfg.Endpoint.(datagramRecorder)
 	for {
 		var err error
 		dg[0], err = g.ReadDatagram()
 		if err != nil {
 			return
+		}
+		if rec != nil {
+			rec.RecordDatagrams(dg)
 		}
 		d.inputDatagrams(time.Now(), dg, &hdr)
 	}

@@ -1,6 +1,7 @@
 package roce_test
 
 import (
+	"bytes"
 	"context"
 	"net/netip"
 	"testing"
@@ -62,17 +63,27 @@ func newMcastQP(t *testing.T, d *roce.Device, qkey uint32) *mcastQP {
 // every QP attached to the group on B and C receives each one, with its
 // payload; B's QP that attached and detached again, and B's QP never
 // attached, receive nothing. When B's last QP detaches B leaves the group:
-// the next message reaches C alone.
+// the next message reaches C alone. C's endpoint is wrapped in a capture
+// (--pcap), which records the 4 messages its member socket received.
 func TestMulticastOverUDP(t *testing.T) {
 	ips := []netip.Addr{netip.MustParseAddr("127.0.79.1"), netip.MustParseAddr("127.0.79.2"), netip.MustParseAddr("127.0.79.3")}
 	group := netip.MustParseAddr("::ffff:239.77.1.1").As16()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	devs := make([]*roce.Device, len(ips))
+	var capC bytes.Buffer // C's capture (--pcap)
+	var cw *netio.CaptureWriter
 	for i, ip := range ips {
-		ep, err := netio.NewUDP(netio.UDPConfig{LocalAddr: netip.AddrPortFrom(ip, netio.RoCEv2Port)})
+		udp, err := netio.NewUDP(netio.UDPConfig{LocalAddr: netip.AddrPortFrom(ip, netio.RoCEv2Port)})
 		if err != nil {
 			t.Skipf("cannot open a UDP socket on %v: %v", ip, err)
+		}
+		var ep netio.Endpoint = udp
+		if i == 2 {
+			if cw, err = netio.NewCaptureWriter(&capC, netio.FormatPcap); err != nil {
+				t.Fatal(err)
+			}
+			ep = netio.NewCaptureInto(udp, cw, nil, nil)
 		}
 		d, err := roce.NewDevice(roce.DeviceConfig{Endpoint: ep, Addrs: []netip.Addr{ip}, Engine: ibtransport.ContextConfig{Seed: uint64(i + 1)}})
 		if err != nil {
@@ -180,5 +191,21 @@ func TestMulticastOverUDP(t *testing.T) {
 	}
 	if after := b.Counters(); after.NotForUs != before.NotForUs || after.FramesIn != before.FramesIn {
 		t.Errorf("b saw a frame after leaving the group: %+v -> %+v", before, after)
+	}
+
+	// C's capture holds the 4 messages its member socket received, as
+	// frames to the group.
+	if err := cw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	toGroup := 0
+	for _, fr := range readCapture(t, bytes.NewReader(capC.Bytes())) {
+		var f roce.Frame
+		if f.DecodeEthernet(fr) == nil && f.Dst == netip.AddrFrom16(group).Unmap() && f.DstPort == netio.RoCEv2Port {
+			toGroup++
+		}
+	}
+	if toGroup != 4 {
+		t.Errorf("C's capture has %d frames to the group, want the 4 it received", toGroup)
 	}
 }
