@@ -352,7 +352,15 @@ func atMTU(o *Options, progress io.Writer, emit func(Row)) error {
 // a veth pair, or with --addrs two addresses of this namespace.
 func pair(o *Options) (*netns.Pair, error) {
 	if len(o.Addrs) == 0 {
-		return netns.NewPair(netns.PairConfig{MTU: o.mtu, Prefix: "softrdma-bench-"})
+		p, err := netns.NewPair(netns.PairConfig{MTU: o.mtu, Prefix: "softrdma-bench-"})
+		if err != nil {
+			return p, err
+		}
+		if err := staticNeighbors(p); err != nil {
+			p.Close()
+			return nil, err
+		}
+		return p, nil
 	}
 	cur := netns.Current()
 	side := func(a netip.Addr) netns.Side {
