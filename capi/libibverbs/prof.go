@@ -14,6 +14,7 @@ import "C"
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"sync"
 )
@@ -22,8 +23,23 @@ import (
 const profileEnvVar = "SOFTRDMA_CPUPROFILE"
 
 var profile struct {
-	mu sync.Mutex
-	f  *os.File
+	mu    sync.Mutex
+	f     *os.File
+	block string // SOFTRDMA_BLOCKPROFILE
+}
+
+// blockProfileEnvVar names the file a profile of where the library's
+// goroutines wait goes to (Go's block and mutex profiles in one file,
+// written at exit like the CPU profile): the verbs' Go halves run on the
+// program's threads, and a wait on a lock there is a sleep of the program's
+// thread.
+const blockProfileEnvVar = "SOFTRDMA_BLOCKPROFILE"
+
+func init() {
+	if profile.block = os.Getenv(blockProfileEnvVar); profile.block != "" {
+		runtime.SetBlockProfileRate(1)
+		runtime.SetMutexProfileFraction(1)
+	}
 }
 
 func init() {
@@ -48,6 +64,10 @@ func init() {
 func srgo_stop_profile() {
 	profile.mu.Lock()
 	defer profile.mu.Unlock()
+	if profile.block != "" {
+		writeBlockProfile(profile.block)
+		profile.block = ""
+	}
 	if profile.f == nil {
 		return
 	}
@@ -56,4 +76,21 @@ func srgo_stop_profile() {
 		fmt.Fprintf(os.Stderr, "softrdma: %s: %v\n", profileEnvVar, err)
 	}
 	profile.f = nil
+}
+
+// writeBlockProfile writes the block profile to name and the mutex profile
+// to name.mutex.
+func writeBlockProfile(name string) {
+	for _, p := range []struct{ kind, file string }{{"block", name}, {"mutex", name + ".mutex"}} {
+		f, err := os.Create(p.file)
+		if err == nil {
+			err = pprof.Lookup(p.kind).WriteTo(f, 0)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "softrdma: %s: %v\n", blockProfileEnvVar, err)
+		}
+	}
 }

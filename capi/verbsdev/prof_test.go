@@ -30,6 +30,27 @@ func TestCPUProfile(t *testing.T) {
 	}
 }
 
+// TestBlockProfile runs ibv_devices with SOFTRDMA_BLOCKPROFILE set: the
+// library writes Go's block profile to the file and the mutex profile beside
+// it (FILE.mutex) when the program exits, both gzipped protocol buffers.
+func TestBlockProfile(t *testing.T) {
+	lib := buildLib(t)
+	file := filepath.Join(t.TempDir(), "block.prof")
+	t.Setenv("SOFTRDMA_BLOCKPROFILE", file)
+	if _, stderr, err := run(t, lib, "roce:127.0.0.1", "ibv_devices"); err != nil {
+		t.Fatalf("ibv_devices: %v\n%s", err, stderr)
+	}
+	for _, f := range []string{file, file + ".mutex"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatalf("no profile: %v", err)
+		}
+		if !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+			t.Errorf("%s: %d bytes, not a gzipped profile: % x", f, len(b), b[:min(len(b), 16)])
+		}
+	}
+}
+
 // TestPollSleeps (testdata/pollwait.c): a program's busy-poll loop sleeps
 // while the device's CQs are empty (ten polls of an empty CQ take the eight
 // 100 ms sleeps they ask for, with no spin asked and by default), and a
