@@ -274,11 +274,24 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 	d.ctx.SetMulticastHook(d.multicastChanged)
 	d.out = ibtransport.NewOutputBatch(cfg.Batch, headroom, ICRCLen)
 	d.frames = make([][]byte, 0, cfg.Batch)
+	// A capture records what it is given to write after the seal, outside
+	// the engine's lock, when the memory regions are no longer the engine's
+	// alone: the input path may scatter into a buffer a packet is sent from
+	// (a buffer posted both to send and to receive, as ibv_rc_pingpong's) and
+	// the application may reuse a buffer whose request completed. A gathered
+	// payload would then be recorded as it is by then, not as its ICRC was
+	// computed (and, under the race detector, the capture's copy races with
+	// the scatter). So under a capture the engine copies each payload after
+	// the packet's headers when it seals it: one copy, which the capture
+	// makes anyway.
+	_, capturing := cfg.Endpoint.(netio.CaptureEndpoint)
 	if dw, ok := cfg.Endpoint.(netio.DatagramWriter); ok {
 		// The UDP backend: datagrams, their payload gathered in place, no
 		// Ethernet/IP/UDP header written for the endpoint to parse.
 		d.dw = dw
-		d.out.Gather(maxFramePieces - 2)
+		if !capturing {
+			d.out.Gather(maxFramePieces - 2)
+		}
 		d.dgs = make([]netio.OutDatagram, 0, cfg.Batch)
 		d.pieces = make([][]byte, cfg.Batch*maxFramePieces)
 		d.icrcIn = make([][]byte, 0, maxFramePieces)
@@ -287,7 +300,9 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 		// No copy of the payload: the endpoint gathers it from the memory
 		// region (the pad and ICRC go in the packet buffer after the headers).
 		d.vw = vw
-		d.out.Gather(maxFramePieces - 2)
+		if !capturing {
+			d.out.Gather(maxFramePieces - 2)
+		}
 		d.vecs = make([][][]byte, 0, cfg.Batch)
 		d.pieces = make([][]byte, cfg.Batch*maxFramePieces)
 		d.icrcIn = make([][]byte, 0, maxFramePieces)
