@@ -39,6 +39,16 @@ var built struct {
 	out       []byte
 }
 
+// TestMain removes what build made: a directory of about 15 MB under the
+// system's temporary directory, which every run of this package left behind.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
 func build(t *testing.T) (dir, asan string) {
 	t.Helper()
 	built.once.Do(func() {
