@@ -167,7 +167,7 @@ func Run(o Options, stdout io.Writer, res *Result) (err error) {
 	var remote oobpp.Dest
 	if o.Server != "" {
 		text("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n", local.LID, local.QPN, local.PSN, gidSep, netip.AddrFrom16(local.GID))
-		conn, err := dial(ctx, o.Server, o.Port, o.Wait)
+		conn, err := dial(ctx, o.Server, o.Port, o.Wait, dialSource(o, dev.Local(), peer))
 		if err != nil {
 			return err
 		}
@@ -473,12 +473,36 @@ func resolve(ctx context.Context, host string) (netip.Addr, error) {
 	return ips[0].Unmap(), nil
 }
 
-// dial connects to the server, retrying refused connections for up to wait.
-func dial(ctx context.Context, host string, port int, wait time.Duration) (net.Conn, error) {
+// dialSource is the address the client's TCP connection comes from, or the
+// zero Addr for the route's choice. Without -g the client sends no GID and
+// the server addresses its packets to the connection's source address
+// (addressHandle), so that must be the client's RoCE address: on one host, a
+// client on -d 127.0.0.2 towards a server on 127.0.0.1 would otherwise
+// connect from 127.0.0.1 (the route's source for all of 127/8), and the
+// server's ACKs would go to the server's own address, the client's requests
+// retried until the QP failed ("transport retry counter exceeded"). The udp
+// backend's address is bound by its socket, so it is this host's; a link-local
+// address (which needs a zone) or another family is left to the route.
+func dialSource(o Options, local, peer netip.Addr) netip.Addr {
+	if o.GIDIndex >= 0 || (o.Backend != "" && o.Backend != string(devspec.BackendUDP)) {
+		return netip.Addr{}
+	}
+	if local = local.Unmap(); !local.IsValid() || local.IsLinkLocalUnicast() || local.Is4() != peer.Unmap().Is4() {
+		return netip.Addr{}
+	}
+	return local
+}
+
+// dial connects to the server from src (any address if zero), retrying
+// refused connections for up to wait.
+func dial(ctx context.Context, host string, port int, wait time.Duration, src netip.Addr) (net.Conn, error) {
 	deadline := time.Now().Add(wait)
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	for {
 		var d net.Dialer
+		if src.IsValid() {
+			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
+		}
 		conn, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			return conn, nil

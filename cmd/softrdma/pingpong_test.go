@@ -340,3 +340,38 @@ func readPPFrames(t *testing.T, name string) []roce.Frame {
 	}
 	return frames
 }
+
+// TestPingpongNoGIDOneHost: the README's two terminals on one host without -g
+// (pingpong -d A; pingpong -d B A). The client sends no GID, so the server
+// answers the address its TCP connection came from: the client connects from
+// its own device's address B, not from the route's 127.0.0.1, and both sides
+// finish (before, the server's ACKs went to 127.0.0.1 and the client failed
+// with "transport retry counter exceeded").
+func TestPingpongNoGIDOneHost(t *testing.T) {
+	for _, mode := range []string{"rc", "uc", "ud"} {
+		t.Run(mode, func(t *testing.T) {
+			net := loopbackNet()
+			srvIP, cliIP := net+"1", net+"2"
+			port := strconv.Itoa(freeTCPPort(t))
+			common := []string{mode, "-n", "20", "-s", "1024", "-p", port, "--timeout", "30s"}
+			var srvOut, srvErr safeBuffer
+			srvDone := make(chan int, 1)
+			go func() { srvDone <- pingpongCmd(append(common, "-d", srvIP), &srvOut, &srvErr) }()
+			deadline := time.Now().Add(10 * time.Second)
+			for !strings.Contains(srvOut.String(), "local address") && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			var cliOut, cliErr bytes.Buffer
+			code := pingpongCmd(append(common, "-d", cliIP, srvIP), &cliOut, &cliErr)
+			srvCode := <-srvDone
+			if code != 0 || srvCode != 0 {
+				t.Fatalf("client exit %d:\n%s%s\nserver exit %d:\n%s%s", code, cliOut.String(), cliErr.String(), srvCode, srvOut.String(), srvErr.String())
+			}
+			for name, out := range map[string]string{"client": cliOut.String(), "server": srvOut.String()} {
+				if m := ppItersRE.FindStringSubmatch(out); m == nil || m[1] != "20" {
+					t.Errorf("%s: no result of 20 iterations:\n%s", name, out)
+				}
+			}
+		})
+	}
+}
