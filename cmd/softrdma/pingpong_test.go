@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/pingpong"
@@ -158,6 +159,23 @@ func TestPingpongJSON(t *testing.T) {
 	}
 	if cli.Bytes != 5*64*2 || cli.Iters != 5 || cli.Mode != "ud" || cli.Local.GID != "::ffff:127.0.78.102" {
 		t.Errorf("client %+v", cli)
+	}
+	// The counters of the run's device, as softrdma stat --json gives them:
+	// each side sent its 5 UD SENDs of 64 bytes (and received the other's).
+	for name, out := range map[string][]byte{"client": cliOut.Bytes(), "server": []byte(srvOut.String())} {
+		var c struct {
+			Counters *counters.Snapshot `json:"counters"`
+		}
+		if err := json.Unmarshal(out, &c); err != nil || c.Counters == nil {
+			t.Fatalf("%s: no counters (%v):\n%s", name, err, out)
+		}
+		if len(c.Counters.Devices) != 1 {
+			t.Fatalf("%s: %d devices in the counters, want the run's one: %+v", name, len(c.Counters.Devices), c.Counters)
+		}
+		d := c.Counters.Devices[0]
+		if d.Transport != "roce" || d.Counters.PacketsOut < 5 || d.Counters.PacketsIn < 5 {
+			t.Errorf("%s: counters %+v, want roce with 5 packets or more each way", name, d)
+		}
 	}
 }
 
