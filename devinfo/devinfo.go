@@ -16,6 +16,7 @@ import (
 
 	"github.com/softrdma/softrdma/capi/verbsdev"
 	"github.com/softrdma/softrdma/devspec"
+	"github.com/softrdma/softrdma/roce"
 )
 
 // Device is one device's description.
@@ -30,8 +31,8 @@ type Device struct {
 	TransportType string `json:"transport_type"`
 	// Backend is the RoCE backend: udp, afpacket or tap ("" for iWARP).
 	Backend string `json:"backend,omitempty"`
-	// Interface is the network interface holding the address ("" on none:
-	// a loopback address lo does not list), InterfaceMTU its MTU.
+	// Interface is the network interface holding the address (lo for any
+	// loopback address, listed or not; "" on none), InterfaceMTU its MTU.
 	Interface    string `json:"interface"`
 	InterfaceMTU int    `json:"interface_mtu"`
 	Address      string `json:"address"`
@@ -136,6 +137,14 @@ func describe(d *verbsdev.Device, verbose bool) Device {
 	if dev.Interface == "" && d.IfIndex > 0 {
 		if ifi, err := net.InterfaceByIndex(d.IfIndex); err == nil {
 			dev.Interface = ifi.Name
+		}
+	}
+	if dev.Interface == "" && s.Addr.IsLoopback() {
+		// A loopback address on no interface (127.0.0.2): Linux routes all
+		// of 127/8 over lo, whose MTU the device has, and perf's "Device"
+		// says lo too; "-" told a user it was on none.
+		if lo := roce.LoopbackInterface(); lo != nil {
+			dev.Interface = lo.Name
 		}
 	}
 	typ := "RoCE v2"

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/softrdma/softrdma/devinfo"
+	"github.com/softrdma/softrdma/roce"
 )
 
 // devicesJSON runs softrdma devices --json ARGS in this process.
@@ -45,6 +46,11 @@ func TestDevicesFlags(t *testing.T) {
 	}
 	if r := devs[2]; r.Transport != "roce" || r.Address != "127.0.0.2" || len(r.GIDs) < 2 || r.GIDs[1].GID != "::ffff:127.0.0.2" || r.GIDs[1].Type != "RoCE v2" {
 		t.Errorf("right: %+v", r)
+	}
+	// 127.0.0.2 is on no interface's list, but Linux routes it over lo, as
+	// the device's MTU (lo's) and perf's "Device: lo" say.
+	if lo := roce.LoopbackInterface(); lo != nil && (devs[2].Interface != lo.Name || devs[2].InterfaceMTU != lo.MTU) {
+		t.Errorf("right: interface %q (mtu %d), want %s (mtu %d)", devs[2].Interface, devs[2].InterfaceMTU, lo.Name, lo.MTU)
 	}
 	var out, errb bytes.Buffer
 	runCommand([]string{"devices", "-v", "--json", "--device", "roce:127.0.0.1"}, &out, &errb)
