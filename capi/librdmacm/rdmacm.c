@@ -184,6 +184,7 @@ struct sr_mc {
 	struct sockaddr_storage addr;
 	socklen_t addrlen;
 	void *context;
+	uint16_t flags; /* join_flags: full or send-only member */
 	uint8_t mgid[16];
 	int reported; /* its MULTICAST_JOIN was taken */
 };
@@ -790,7 +791,7 @@ int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval,
 
 /* ---- Events ---- */
 
-static void *sr_mc_context(struct sr_cmid *c, const uint8_t *mgid);
+static void sr_mc_join_event(struct sr_cmid *c, struct rdma_cm_event *ev, const uint8_t *mgid);
 
 static void sr_ah_attr(struct ibv_ah_attr *a, const struct srcm_event *e)
 {
@@ -862,7 +863,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 		ev->ev.param.ud.private_data = e.param.private_data_len ? ev->private_data : NULL;
 		ev->ev.param.ud.private_data_len = e.param.private_data_len;
 		if (e.type == RDMA_CM_EVENT_MULTICAST_JOIN)
-			ev->ev.param.ud.private_data = sr_mc_context(c, e.ah_dgid);
+			sr_mc_join_event(c, &ev->ev, e.ah_dgid);
 		sr_ah_attr(&ev->ev.param.ud.ah_attr, &e);
 		ev->ev.param.ud.qp_num = e.ud_qp_num;
 		ev->ev.param.ud.qkey = e.ud_qkey;
@@ -1133,22 +1134,38 @@ int rdma_establish(struct rdma_cm_id *id)
 
 /* ---- Multicast (UD) ---- */
 
-/* sr_mc_context returns the context of c's first group with this MGID whose
- * MULTICAST_JOIN has not been taken yet (rdma-core hands the program the
- * context given to rdma_join_multicast as the event's private data). */
-static void *sr_mc_context(struct sr_cmid *c, const uint8_t *mgid)
+/* sr_mc_join_event completes a MULTICAST_JOIN event of c, for its first group
+ * with this MGID whose event has not been taken yet, as rdma-core's
+ * ucma_process_join does: the event's private data is the context given to
+ * the join, and the ID's QP, unless the group was joined send-only, is
+ * attached to the group. The engine attached the QP the ID had when it
+ * joined; this attaches one created since (attaching again is harmless). A
+ * failed attach makes the event MULTICAST_ERROR. */
+static void sr_mc_join_event(struct sr_cmid *c, struct rdma_cm_event *ev, const uint8_t *mgid)
 {
 	void *ctx = NULL;
+	int sendonly = 0;
 	pthread_mutex_lock(&sr_ev_mu);
 	for (struct sr_mc *mc = c->mc_list; mc; mc = mc->next) {
 		if (!mc->reported && !memcmp(mc->mgid, mgid, 16)) {
 			mc->reported = 1;
 			ctx = mc->context;
+			sendonly = mc->flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
 			break;
 		}
 	}
 	pthread_mutex_unlock(&sr_ev_mu);
-	return ctx;
+	ev->param.ud.private_data = ctx;
+	if (c->id.qp && !sendonly) {
+		union ibv_gid gid;
+		memcpy(gid.raw, mgid, 16);
+		int rc = ibv_attach_mcast(c->id.qp, &gid, 0);
+		if (rc) {
+			sr_debug("MULTICAST_JOIN: attaching the ID's QP: %s", strerror(rc));
+			ev->event = RDMA_CM_EVENT_MULTICAST_ERROR;
+			ev->status = -rc;
+		}
+	}
 }
 
 /* sr_addrlen is rdma-core's ucma_addrlen: 0 for a family it does not know. */
@@ -1180,6 +1197,7 @@ static int sr_join(struct rdma_cm_id *id, const struct sockaddr *addr, socklen_t
 	memcpy(&mc->addr, addr, len);
 	mc->addrlen = len;
 	mc->context = context;
+	mc->flags = flags;
 	if (addr->sa_family == AF_INET) {
 		/* RoCEv2's MGID: the IPv4-mapped group address (cma_iboe_set_mgid). */
 		mc->mgid[10] = mc->mgid[11] = 0xff;

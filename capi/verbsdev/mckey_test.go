@@ -156,3 +156,23 @@ func TestAttachMcast(t *testing.T) {
 		t.Fatalf("mcast: %v\n%s\nstderr:\n%s", err, out, errOut)
 	}
 }
+
+// TestJoinBeforeQP (testdata/cmjoin.c): rdma_join_multicast, then
+// rdma_create_qp, then the MULTICAST_JOIN event: taking the event attaches
+// the QP made after the join, as rdma-core's ucma_process_join does; the
+// event's context, QPN, Q_Key and MGID; leave detaches, a second leave is
+// EADDRNOTAVAIL.
+func TestJoinBeforeQP(t *testing.T) {
+	lib := buildLib(t)
+	prog := filepath.Join(t.TempDir(), "cmjoin")
+	if o, err := exec.Command("gcc", "-Wall", "-o", prog, filepath.Join("testdata", "cmjoin.c"),
+		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc cmjoin: %v\n%s", err, o)
+	}
+	net3 := randomNet()
+	group := fmt.Sprintf("239.%d.%d.%d", 1+rand.IntN(250), 1+rand.IntN(250), 1+rand.IntN(250))
+	out, errOut, err := runBounded(t, lib, "roce:"+net3+"1", time.Minute, prog, net3+"1", group)
+	if err != nil || strings.Contains(out, "BAD") || !strings.Contains(out, "bad: 0") {
+		t.Fatalf("cmjoin: %v\n%s\nstderr:\n%s", err, out, errOut)
+	}
+}
