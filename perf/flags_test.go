@@ -2,8 +2,13 @@ package perf
 
 import (
 	"io"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/softrdma/softrdma/ibtransport"
 )
 
 // TestPerfInlineAndRetryFlags: -I (perftest's --inline_size, 0 to 912;
@@ -73,5 +78,17 @@ func TestPerfInlineLoopback(t *testing.T) {
 				t.Errorf("%s %s: no 'Max inline data : 100[B]':\n%s", test, name, out)
 			}
 		}
+	}
+}
+
+// TestPerfInlineHelp: -I's help names the devices' inline limit (the engine's
+// MaxInlineData), which a larger -I is refused with, not only perftest's 912.
+func TestPerfInlineHelp(t *testing.T) {
+	fs := pflag.NewFlagSet("perf", pflag.ContinueOnError)
+	var o Options
+	o.AddFlags(fs)
+	max := ibtransport.NewContext(ibtransport.ContextConfig{}).Config().MaxInlineData
+	if u := fs.Lookup("inline_size").Usage; !strings.Contains(u, "at most "+strconv.Itoa(max)+" bytes") {
+		t.Errorf("-I's help %q does not say the devices' limit, %d bytes", u, max)
 	}
 }

@@ -245,7 +245,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON (snake_case keys) instead of perftest's table")
 	fs.BoolVar(&o.OutJSON, "out_json", false, "also write perftest's report file (perftest's own format, not strict JSON) to --out_json_file")
 	fs.StringVar(&o.OutJSONFile, "out_json_file", DefaultOutJSONFile, "the --out_json file")
-	fs.IntVarP(&o.Inline, "inline_size", "I", 0, "post WRITEs and SENDs of at most this many bytes inline (0 to 912; 0, as perftest on rxe, unless given)")
+	fs.IntVarP(&o.Inline, "inline_size", "I", 0, "post WRITEs and SENDs of at most this many bytes inline (0 to 912 as perftest takes it, but softrdma's devices inline at most 512 bytes; 0, as perftest on rxe, unless given)")
 	fs.IntVar(&o.RetryCount, "retry_count", DefRetryCount, "-R: the transport retry count the rdma_cm connections ask for (0 or more; the CM carries at most 7)")
 	fs.BoolVar(&o.ReportBoth, "report-both", false, "-b: also print each direction's results (Local results, Remote results)")
 	fs.BoolVar(&o.RunInfinitely, "run_infinitely", false, "_bw tests: run until stopped (Ctrl-C), printing the results of every -D seconds (default 5)")
