@@ -78,6 +78,12 @@ func Command(name string, stdin io.Reader, o CommandOptions, stdout, stderr io.W
 		}
 		src = progress.NewReader(in, meter, "softrdma decode: "+name, size)
 	}
+	if isStream(in) {
+		// tcpdump -U -w - | softrdma decode -: each packet's line shows as the
+		// stream brings it, not at the end of the stream (64 KiB later, or
+		// never if the pipeline is interrupted).
+		src = &flushBeforeRead{r: src, w: out}
+	}
 	res, err := Run(src, out, opts)
 	meter.Done()
 	if ferr := out.Flush(); err == nil && ferr != nil {
@@ -196,4 +202,33 @@ func writeHTMLReport(name string, res *Result, capture string) error {
 		err = cerr
 	}
 	return err
+}
+
+// isStream reports whether in is a stream whose next bytes may be a while
+// coming (a pipe, a terminal, a socket), not a regular file or a reader that
+// can seek (which holds its bytes already).
+func isStream(in io.Reader) bool {
+	if f, ok := in.(*os.File); ok {
+		st, err := f.Stat()
+		return err != nil || !st.Mode().IsRegular()
+	}
+	_, seeks := in.(io.Seeker)
+	return !seeks
+}
+
+// flushBeforeRead flushes w before each read of r: whatever the decoder has
+// printed goes out before it waits for more input, and a file read in large
+// blocks costs a flush per block.
+type flushBeforeRead struct {
+	r io.Reader
+	w *bufio.Writer
+}
+
+func (f *flushBeforeRead) Read(p []byte) (int, error) {
+	if f.w.Buffered() > 0 {
+		if err := f.w.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	return f.r.Read(p)
 }
