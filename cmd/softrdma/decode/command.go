@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/softrdma/softrdma/progress"
@@ -83,6 +85,7 @@ func Command(name string, stdin io.Reader, o CommandOptions, stdout, stderr io.W
 		// stream brings it, not at the end of the stream (64 KiB later, or
 		// never if the pipeline is interrupted).
 		src = &flushBeforeRead{r: src, w: out}
+		defer outlastInterrupt()()
 	}
 	res, err := Run(src, out, opts)
 	meter.Done()
@@ -231,4 +234,25 @@ func (f *flushBeforeRead) Read(p []byte) (int, error) {
 		}
 	}
 	return f.r.Read(p)
+}
+
+// outlastInterrupt makes the first SIGINT or SIGTERM not end the process: a
+// Ctrl-C of 'tcpdump -w - | softrdma decode -' reaches both, tcpdump ends the
+// stream, and decode prints the summary of what came, as decode -i does at a
+// Ctrl-C. A second one ends it as usual. The returned func undoes it.
+func outlastInterrupt() (stop func()) {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-c:
+			signal.Reset(os.Interrupt, syscall.SIGTERM)
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(c)
+		close(done)
+	}
 }

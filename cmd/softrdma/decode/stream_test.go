@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -81,5 +82,62 @@ func TestCommandStdinStream(t *testing.T) {
 	}
 	if stdout.String() != want.String() {
 		t.Errorf("streamed output differs from the file's:\n%s\nwant\n%s", stdout.String(), want.String())
+	}
+}
+
+// streamHelperEnv makes the test binary run softrdma decode - on its own
+// standard input (TestCommandStdinInterrupt's child).
+const streamHelperEnv = "SOFTRDMA_DECODE_STREAM_HELPER"
+
+func init() {
+	if os.Getenv(streamHelperEnv) == "1" {
+		os.Exit(Command("-", os.Stdin, CommandOptions{Flows: true}, os.Stdout, os.Stderr))
+	}
+}
+
+// TestCommandStdinInterrupt: a Ctrl-C of 'tcpdump -w - | softrdma decode -'
+// reaches both; decode (this test binary as it, in a child process) outlives
+// the first SIGINT, reads the stream to its end, which the writer then closes,
+// and prints the summary, exit 0 (it died at the signal with nothing more).
+func TestCommandStdinInterrupt(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(captureDir, "rxe-rc-pingpong.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), streamHelperEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	half := len(b) / 2
+	if _, err := stdin.Write(b[:half]); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stdout.String(), "RoCEv2") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	// The writer ends the stream after the same Ctrl-C; a write to a child
+	// that died fails, which the wait below reports.
+	stdin.Write(b[half:])
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("decode - after a SIGINT: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "Flows:") {
+		t.Errorf("no summary after the stream ended:\n%s", stdout.String())
 	}
 }
