@@ -30,3 +30,18 @@ raw_results() {
 	/"note":/ { note = $0; sub(/^ *"note": *"/, "", note); sub(/",?$/, "", note) }
 	END { flush() }' "$1"
 }
+
+# wait_listen [PORT]: wait until a TCP socket listens on PORT (perftest's and
+# softrdma perf's 18515), at most 120 s; status 1 if none did. A server
+# started in the background is ready to be connected to only then: a 1-vCPU
+# guest under TCG on a loaded host can take more than the 2 s the scripts
+# slept (the link table's rxe client once got "Couldn't connect to
+# 10.77.0.92:18515"). siw's and rdma_cm's listeners are TCP sockets too.
+wait_listen() {
+	local port=${1:-18515} i
+	for i in $(seq 600); do
+		[ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ] && return 0
+		sleep 0.2
+	done
+	return 1
+}

@@ -92,7 +92,7 @@ perftest_run() { # TOOL DEV-ARGS SIZE N
 	for try in 1 2 3; do
 		ib_write_bw $args -s "$size" -n "$n" -F >/tmp/srv.out 2>&1 &
 		local srv=$!
-		sleep 2
+		wait_listen
 		timeout 300 ib_write_bw $args -s "$size" -n "$n" -F "$IP" >/tmp/cli.out 2>&1
 		rc=$?
 		wait $srv
@@ -109,7 +109,7 @@ softrdma_run() { # TOOL TRANSPORT SIZE N
 	[ "$tr" = iwarp ] && cm=-R
 	/project/softrdma perf write_bw --transport "$tr" $cm -d "$IP" -s "$size" -n "$n" -F --json >/tmp/ssrv.json 2>/tmp/ssrv.err &
 	local srv=$!
-	sleep 2
+	wait_listen
 	timeout 300 /project/softrdma perf write_bw --transport "$tr" $cm -d "$IP2" -s "$size" -n "$n" -F --json "$IP" >/tmp/scli.json 2>/tmp/scli.err
 	local rc=$?
 	wait $srv
@@ -141,8 +141,8 @@ if want raw; then
 fi
 EOF
 
-# The link table's guest part: bash link.sh prep | server TOOL SIZE N |
-# client TOOL SIZE N PEER. The client prints "BW MB/s", or "BW -" and why.
+# The link table's guest part: bash link.sh prep | listening | server TOOL
+# SIZE N | client TOOL SIZE N PEER. The client prints "BW MB/s", or "BW -" and why.
 cat >"$WORK/link.sh" <<'EOF'
 set -u
 . /project/parse.sh
@@ -152,6 +152,10 @@ if [ "$role" = prep ]; then
 	rdma link delete rxe0 2>/dev/null
 	modprobe -r rdma_rxe 2>/dev/null || rmmod rdma_rxe
 	exit 0
+fi
+if [ "$role" = listening ]; then
+	wait_listen
+	exit
 fi
 tool=$2 size=$3 n=$4 peer=${5:-}
 self=$SOFTRDMA_GUEST_IP
@@ -207,7 +211,8 @@ link_table() {
 				echo "RESULT link-$tool $s -"
 				continue
 			fi
-			sleep 2
+			"$vm" exec "$a" -t 150 -c "bash /project/link.sh listening" >>"$WORK/link.log" 2>&1 ||
+				echo "NOTE link-$tool $s: no server listening after 120 s"
 			out=$("$vm" exec "$b" -t 330 -c "bash /project/link.sh client $tool $s $n $LINK_A" 2>>"$WORK/link.log")
 			"$vm" wait "$a" "$job" -t 60 >/dev/null 2>&1 || "$vm" kill "$a" "$job" KILL >/dev/null 2>&1 || true
 			bw=$(echo "$out" | sed -n 's/^BW //p' | tail -1)
