@@ -23,8 +23,8 @@ capture or cannot be read.
 --flow, --qp, --opcode and --time restrict the packets printed and summarized (the
 flows keep the numbers they have without a filter; verdicts such as PSN gaps are
 found over every packet). --opcode matches a part of the opcode name, any case
-("write", "Read Request", "RC Acknowledge"); --time is in seconds since the first
-frame, either end may be left out.
+("write", "Read Request", "RC Acknowledge"; "nak" and "rnr" find the NAKs by their
+AETH); --time is in seconds since the first frame, either end may be left out.
 
 --html writes one self-contained HTML report: per flow a PSN-over-time plot (sends,
 retransmissions, ACKs, NAKs, RNR NAKs), the throughput over time, the RTT distribution

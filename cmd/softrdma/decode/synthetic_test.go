@@ -532,3 +532,63 @@ func TestRoCEv1AndVLAN(t *testing.T) {
 }
 
 func ipToGID(a netip.Addr) netip.Addr { return netip.AddrFrom16(a.As16()) }
+
+// TestOpcodeFilterNAKs: --opcode nak shows the NAKs and RNR NAKs (Acknowledges
+// whose AETH says so: no opcode of their own), --opcode rnr the RNR NAK alone,
+// --opcode "sequence error" the PSN sequence error NAK; --opcode acknowledge
+// still shows every Acknowledge.
+func TestOpcodeFilterNAKs(t *testing.T) {
+	frames := readFrames(t, readFile(t, captureDir+"/rxe-send-lat.pcap"))
+	var acks int
+	for i, fr := range frames {
+		var f roce.Frame
+		var p ibtransport.Packet
+		if f.DecodeEthernet(fr.data) != nil || p.Decode(f.IB) != nil || p.BTH.Opcode() != ibtransport.OpcodeRCAcknowledge {
+			continue
+		}
+		switch acks++; acks {
+		case 8:
+			frames[i].data = rewriteRoCE(t, fr.data, func(p *ibtransport.Packet) {
+				p.AETH.SetSyndrome(ibtransport.NewNAKSyndrome(ibtransport.NAKPSNSequenceError))
+			})
+		case 9:
+			frames[i].data = rewriteRoCE(t, fr.data, func(p *ibtransport.Packet) {
+				p.AETH.SetSyndrome(ibtransport.NewRNRNAKSyndrome(14))
+			})
+		}
+	}
+	capture := writeCapture(t, frames, layers.LinkTypeEthernet, false)
+	for _, c := range []struct {
+		opcode string
+		want   []string // what each line shown contains, in order
+	}{
+		{"nak", []string{"AETH NAK PSN sequence error", "AETH RNR NAK"}},
+		{"NAK", []string{"AETH NAK PSN sequence error", "AETH RNR NAK"}},
+		{"rnr", []string{"AETH RNR NAK"}},
+		{"sequence error", []string{"AETH NAK PSN sequence error"}},
+	} {
+		f := Filter{Opcodes: []string{c.opcode}}
+		_, out, err := decodeBytes(t, capture, Options{Filter: &f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := shownLines(out)
+		if len(got) != len(c.want) {
+			t.Errorf("--opcode %q: %d lines, want %d:\n%s", c.opcode, len(got), len(c.want), strings.Join(got, "\n"))
+			continue
+		}
+		for i, w := range c.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("--opcode %q: line %q, want one with %q", c.opcode, got[i], w)
+			}
+		}
+	}
+	f := Filter{Opcodes: []string{"acknowledge"}}
+	_, out, err := decodeBytes(t, capture, Options{Filter: &f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(shownLines(out)); n != acks {
+		t.Errorf("--opcode acknowledge: %d lines, want every Acknowledge, %d", n, acks)
+	}
+}

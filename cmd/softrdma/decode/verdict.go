@@ -32,13 +32,24 @@ func (d *decoder) emit(p *Packet, sel, isPacket bool) {
 	d.out.packet(p)
 }
 
+// opcodeFilterName is the name --opcode matches p by: its opcode, and for
+// an Acknowledge that is a NAK or RNR NAK, the AETH's syndrome and NAK code
+// too ("RC Acknowledge NAK PSN sequence error"), so that --opcode nak or
+// --opcode rnr finds the NAKs, which are no opcode of their own.
+func opcodeFilterName(p *Packet) string {
+	if a := p.AETH; a != nil && strings.Contains(a.Syndrome, "NAK") {
+		return p.Opcode + " " + a.Syndrome + " " + a.NAKCode
+	}
+	return p.Opcode
+}
+
 // selects reports whether the filter shows packet p of flow (0: not known).
 func (d *decoder) selects(p *Packet, flow int) bool {
 	f := d.filter
 	if f == nil {
 		return true
 	}
-	if !f.inTime(p.Time) || !f.opcodeMatch(p.Opcode) {
+	if !f.inTime(p.Time) || !f.opcodeMatch(opcodeFilterName(p)) {
 		return false
 	}
 	if !f.needsFlows() || d.selectedFlows[flow] {
