@@ -168,6 +168,16 @@ func (d *IWARP) Close() error {
 	return d.err
 }
 
+// FlushCapture returns the capture's first write error: each segment is
+// written out as it is seen (pcaptap.NewTCP), nothing is buffered. Without
+// a capture it does nothing.
+func (d *IWARP) FlushCapture() error {
+	if d.capture == nil {
+		return nil
+	}
+	return d.capture.Err()
+}
+
 func (d *IWARP) closeCapture() error {
 	if d.file == nil {
 		return nil

@@ -197,6 +197,17 @@ func (d *RoCE) Close() error {
 	return d.err
 }
 
+// FlushCapture writes out what the capture (Config.Pcap) still buffers,
+// leaving the device running: what a program that exits without closing its
+// device (the verbs libraries') needs for a complete file. Without a
+// capture it does nothing.
+func (d *RoCE) FlushCapture() error {
+	if d.tap == nil {
+		return nil
+	}
+	return d.tap.Flush()
+}
+
 // closeCapture flushes the capture into the file, and closes it.
 func (d *RoCE) closeCapture() error {
 	if d.file == nil {

@@ -137,3 +137,10 @@ func readConfig(path string) ([]Spec, error) {
 	defer f.Close()
 	return ParseConfig(path, f)
 }
+
+// PcapEnvVar names the capture file of a program run on softrdma's verbs
+// libraries (softrdma run --pcap): each device the program opens writes its
+// frames there as every command's --pcap does, pcapng for a FILE.pcapng and
+// classic pcap otherwise; %p in it is the program's PID, so that both ends
+// of one command line write a file each.
+const PcapEnvVar = "SOFTRDMA_PCAP"

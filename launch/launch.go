@@ -45,6 +45,9 @@ type Options struct {
 	// written to a file when it exits (the libraries'
 	// counters.MetricsEnvVar and counters.DumpEnvVar); empty: as inherited.
 	Metrics, DumpCounters string
+	// Pcap is --pcap: the file the program's traffic is captured into (the
+	// libraries' devspec.PcapEnvVar; %p: its PID); empty: as inherited.
+	Pcap string
 }
 
 // Command is the program to execute: Path, its argv (argv[0] is the program
@@ -106,6 +109,15 @@ func Prepare(o Options, environ []string, exe string) (*Command, error) {
 	}
 	if o.DumpCounters != "" {
 		setenv[counters.DumpEnvVar] = o.DumpCounters
+	}
+	if o.Pcap != "" {
+		// Absolute, so that a program that changes directory writes it
+		// where the user meant.
+		p, err := filepath.Abs(o.Pcap)
+		if err != nil {
+			return nil, &ExitError{2, fmt.Errorf("--pcap: %w", err)}
+		}
+		setenv[devspec.PcapEnvVar] = p
 	}
 	c.Env = mergeEnv(environ, setenv)
 	// The devices the library will see, resolved the library's way, so that
@@ -213,7 +225,7 @@ func mergeEnv(environ []string, set map[string]string) []string {
 			out = append(out, kv)
 		}
 	}
-	for _, k := range []string{"LD_LIBRARY_PATH", devspec.EnvVar, counters.MetricsEnvVar, counters.DumpEnvVar} {
+	for _, k := range []string{"LD_LIBRARY_PATH", devspec.EnvVar, counters.MetricsEnvVar, counters.DumpEnvVar, devspec.PcapEnvVar} {
 		if v, ok := set[k]; ok {
 			out = append(out, k+"="+v)
 		}

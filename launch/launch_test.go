@@ -173,3 +173,40 @@ func TestPrepareCounters(t *testing.T) {
 		}
 	}
 }
+
+// TestPreparePcap: --pcap FILE sets the libraries' SOFTRDMA_PCAP to FILE made
+// absolute (%p kept for the library); without it the inherited value stays.
+func TestPreparePcap(t *testing.T) {
+	dir := tree(t)
+	exe := filepath.Join(dir, "bin/softrdma")
+	base := []string{"PATH=" + filepath.Join(dir, "path"), "SOFTRDMA_DEVICES=roce:127.0.0.1"}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		o    Options
+		env  []string
+		want string // "-": not set
+	}{
+		{"none", Options{Program: "prog"}, nil, "-"},
+		{"absolute", Options{Program: "prog", Pcap: "/tmp/t-%p.pcapng"}, nil, "/tmp/t-%p.pcapng"},
+		{"relative", Options{Program: "prog", Pcap: "t.pcap"}, nil, filepath.Join(wd, "t.pcap")},
+		{"inherited", Options{Program: "prog"}, []string{"SOFTRDMA_PCAP=x.pcap"}, "x.pcap"},
+		{"flag over inherited", Options{Program: "prog", Pcap: "/y.pcap"}, []string{"SOFTRDMA_PCAP=x.pcap"}, "/y.pcap"},
+	}
+	for _, tt := range tests {
+		c, err := Prepare(tt.o, append(append([]string{}, base...), tt.env...), exe)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		got, ok := envMap(c.Env)["SOFTRDMA_PCAP"]
+		if !ok {
+			got = "-"
+		}
+		if got != tt.want {
+			t.Errorf("%s: SOFTRDMA_PCAP %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}

@@ -75,11 +75,15 @@ func (e *engine) flush() {
 
 // openEngine opens d's device as the softrdma commands do (package device:
 // the RoCE device's loop started, the device in counters.Default for
-// SOFTRDMA_METRICS), with the engine limits ibv_query_device reports.
+// SOFTRDMA_METRICS, its capture SOFTRDMA_PCAP's), with the engine limits ibv_query_device reports.
 func openEngine(d *verbsdev.Device) (*engine, error) {
-	dev, err := softdevice.Open(d.Spec, softdevice.Config{Engine: d.Limits, Seed: rand.Uint64(), AddrFlag: "--device roce:"})
+	pcap := pcapFile() // SOFTRDMA_PCAP (pcap.go)
+	dev, err := softdevice.Open(d.Spec, softdevice.Config{Engine: d.Limits, Seed: rand.Uint64(), AddrFlag: "--device roce:", Pcap: pcap})
 	if err != nil {
 		return nil, openError(d.Spec, err)
+	}
+	if pcap != "" {
+		addCapture(dev)
 	}
 	switch dev := dev.(type) {
 	case *softdevice.RoCE:

@@ -10,7 +10,7 @@ import (
 	"github.com/softrdma/softrdma/launch"
 )
 
-const runUsage = `usage: softrdma run [--device SPEC]... [--lib DIR] [--metrics ADDR] [--dump-counters FILE] [--] PROGRAM [ARGS]
+const runUsage = `usage: softrdma run [--device SPEC]... [--lib DIR] [--metrics ADDR] [--dump-counters FILE] [--pcap FILE] [--] PROGRAM [ARGS]
 
 Runs PROGRAM, an unmodified verbs program (ibv_devices, ibv_devinfo, ibv_rc_pingpong,
 ib_write_bw, rping...), on softrdma: its libibverbs.so.1 and librdmacm.so.1 (make lib)
@@ -41,6 +41,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Lib, "lib", "", "the directory holding libibverbs.so.1 (default: $SOFTRDMA_LIB, else BIN/../lib)")
 	fs.StringVar(&o.Metrics, "metrics", "", "serve PROGRAM's counters on http://ADDR/metrics (SOFTRDMA_METRICS; PORT alone is on 127.0.0.1)")
 	fs.StringVar(&o.DumpCounters, "dump-counters", "", "write PROGRAM's counters to FILE when it exits (SOFTRDMA_COUNTERS_DUMP; %p: its PID)")
+	fs.StringVar(&o.Pcap, "pcap", "", "capture PROGRAM's traffic into FILE, pcapng for FILE.pcapng, else pcap (SOFTRDMA_PCAP; %p: its PID)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return flagsExit(err)
 	}
