@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -42,5 +43,39 @@ exec rping "$@"
 	}
 	if !strings.Contains(co, "ping data: rdma-ping-1: ") {
 		t.Errorf("the second client did not ping:\n%s", co)
+	}
+}
+
+// TestPairClockSampling: pair (the perftest runs without rdma_cm) starts a
+// new pair when the client could not sample the CPU clock for its report,
+// as cmPair does: prog is a script that is ib_write_bw at both ends but, the
+// first time it is the client, fails as perftest then does.
+func TestPairClockSampling(t *testing.T) {
+	lib := buildLib(t)
+	needTools(t, "ib_write_bw")
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "ib_write_bw")
+	script := fmt.Sprintf(`#!/bin/sh
+for last; do :; done
+case $last in
+127.*)
+	if [ ! -e %[1]s/failed ]; then
+		: >%[1]s/failed
+		echo 'Correlation coefficient r^2: 0.899412 < 0.9' >&2
+		echo "Can't produce a report" >&2
+		exit 1
+	fi
+esac
+exec ib_write_bw "$@"
+`, dir)
+	if err := os.WriteFile(prog, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, co, _, _ := pair(t, lib, prog, "-n", "20")
+	if _, err := os.Stat(filepath.Join(dir, "failed")); err != nil {
+		t.Errorf("the first client did not fail: %v", err)
+	}
+	if !regexp.MustCompile(`(?m)^ 65536\s+20\s+[0-9.]+`).MatchString(co) {
+		t.Errorf("no result row in\n%s", co)
 	}
 }
