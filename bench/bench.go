@@ -35,6 +35,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/netio/netns"
 	"github.com/softrdma/softrdma/pcaptap"
@@ -72,6 +73,9 @@ type Options struct {
 	// 2^QPTimeout, 0 to 31); nil is perftest's default, perf.DefQPTimeout.
 	QPTimeout *int
 	tap       *pcaptap.Tap // the --pcap file while it runs
+	// counters are the devices' counters of every transport and backend
+	// measured, each taken before it closed (Report.Counters).
+	counters []counters.Device
 }
 
 // qpTimeout is the local ACK timeout the RoCE QPs get.
@@ -210,10 +214,16 @@ type Report struct {
 	// PcapFrames is how many frames the --pcap file holds, cut to PcapSnaplen octets.
 	PcapFrames  uint64 `json:"pcap_frames,omitempty"`
 	PcapSnaplen int    `json:"pcap_snaplen,omitempty"`
+	// Counters are the counters of each transport's, backend's and MTU's
+	// two devices (named TRANSPORT-BACKEND-MTU-a and -b, a the passive
+	// side) after their last row, as softrdma stat gives them: what was
+	// retransmitted, NAKed or dropped while the rows ran.
+	Counters counters.Snapshot `json:"counters"`
 }
 
 func Main(o *Options, stdout, stderr io.Writer) error {
 	start := time.Now()
+	o.counters = nil
 	if o.CPUProfile != "" {
 		f, err := os.Create(o.CPUProfile)
 		if err != nil {
@@ -309,7 +319,8 @@ func Main(o *Options, stdout, stderr io.Writer) error {
 	}
 	if o.JSON {
 		rep := Report{Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-			VethMTU: o.mtu, Measure: o.Measure.String(), Rows: rows, Elapsed: elapsed.Round(time.Millisecond).String()}
+			VethMTU: o.mtu, Measure: o.Measure.String(), Rows: rows, Elapsed: elapsed.Round(time.Millisecond).String(),
+			Counters: counters.Snapshot{Devices: append([]counters.Device{}, o.counters...)}}
 		if o.tap != nil {
 			rep.PcapFrames, rep.PcapSnaplen = pcapFrames, o.tap.SnapLen()
 		}
@@ -342,6 +353,9 @@ func atMTU(o *Options, progress io.Writer, emit func(Row)) error {
 				continue
 			}
 			runEnv(env, o, emit)
+			if env.devices != nil {
+				o.counters = append(o.counters, env.devices(o.mtu)...)
+			}
 			env.close()
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/netio"
@@ -37,6 +38,9 @@ type env struct {
 	closers []func()
 	// stats describes the endpoints' counters (SOFTRDMA_BENCH_DEBUG=1).
 	stats func() string
+	// devices are the two engines' counters, A's then B's, named for the
+	// transport, backend and MTU (envCounters).
+	devices func(mtu int) []counters.Device
 	// openCM starts rdma_cm on both devices (the cm setup rows).
 	openCM func() (*cmSides, error)
 }
@@ -193,10 +197,11 @@ func (e *env) runRoCE(devs []*roce.Device, addrA, addrB netip.Addr) error {
 		})
 	}
 	da, db := devs[0], devs[1]
+	e.envCounters([2]*ibtransport.Context{da.Context(), db.Context()}, [2]netip.Addr{addrA, addrB}, [2]*roce.Device{da, db})
 	e.stats = func() string {
 		var b strings.Builder
+		counters.WriteText(&b, counters.Snapshot{Devices: e.devices(0)})
 		for i, d := range devs {
-			fmt.Fprintf(&b, "dev %c: %+v\n", 'A'+i, d.Counters())
 			if u, ok := d.Endpoint().(*netio.UDPEndpoint); ok {
 				fmt.Fprintf(&b, "  udp %c: %+v\n  last send error: %v\n", 'A'+i, u.Stats(), u.LastSendError())
 			}
@@ -296,6 +301,12 @@ func openIWARP(pair *netns.Pair, tap *pcaptap.Tap) (*env, error) {
 		return nil, err
 	}
 	e.a, e.b = da.Context(), db.Context()
+	e.envCounters([2]*ibtransport.Context{e.a, e.b}, [2]netip.Addr{pair.A.IPv4.Addr(), pair.B.IPv4.Addr()}, [2]*roce.Device{})
+	e.stats = func() string {
+		var b strings.Builder
+		counters.WriteText(&b, counters.Snapshot{Devices: e.devices(0)})
+		return b.String()
+	}
 	addr := net.JoinHostPort(pair.A.IPv4.Addr().String(), strconv.Itoa(iwarpPort))
 	var ln *iwarp.Listener
 	if err := pair.A.NS.Do(func() (err error) {

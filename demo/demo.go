@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/roce"
@@ -54,6 +55,11 @@ type Result struct {
 	Error       string        `json:"error,omitempty"`
 	// Notes are transport-specific lines (iwarp: what MPA negotiated).
 	Notes []string `json:"notes,omitempty"`
+	// Counters are both nodes' counters after the last operation, node a
+	// (the requester) and node b, as softrdma stat, --dump-counters and
+	// perf --report-counters give them (package counters: per device and
+	// per QP, NAKs by code, RNR, retransmissions, drops by reason).
+	Counters counters.Snapshot `json:"counters"`
 }
 
 // OpStats is one row of the demo's table.
@@ -98,6 +104,10 @@ func (r *Result) Print(w io.Writer) {
 		fmt.Fprintf(w, "\nframes on the link %d, dropped %d, corrupted %d (ICRC rejected %d)\n", r.Frames, r.Dropped, r.Corrupted, r.BadICRC)
 		fmt.Fprintf(w, "virtual time %v, wall time %v\n", r.VirtualTime.Round(time.Microsecond), r.WallTime.Round(time.Millisecond))
 	}
+	if len(r.Counters.Devices) > 0 {
+		fmt.Fprintln(w, "\ncounters (as softrdma stat):")
+		counters.WriteText(w, r.Counters)
+	}
 	if r.Verified {
 		fmt.Fprintln(w, "every byte verified")
 	} else {
@@ -108,7 +118,8 @@ func (r *Result) Print(w io.Writer) {
 // node is one side of the demo: a RoCE device on a simulated port, with
 // one RC QP, its CQ and the memory regions the operations use.
 type node struct {
-	dev   *roce.Device
+	dev   *roce.Device // RoCE; nil for iWARP
+	ctx   *ibtransport.Context
 	pd    *ibtransport.PD
 	cq    *ibtransport.CQ
 	qp    *ibtransport.QP
@@ -130,7 +141,7 @@ func newNode(port netio.Endpoint, mac [6]byte, ip netip.Addr, nbrs roce.StaticNe
 		return nil, err
 	}
 	ctx := dev.Context()
-	n := &node{dev: dev, pd: ctx.AllocPD(), wcBuf: make([]ibtransport.WC, 64)}
+	n := &node{dev: dev, ctx: ctx, pd: ctx.AllocPD(), wcBuf: make([]ibtransport.WC, 64)}
 	if n.cq, err = ctx.CreateCQ(4 * o.Depth); err != nil {
 		return nil, err
 	}
@@ -281,10 +292,32 @@ func runSim(o Options) (_ *Result, err error) {
 		res.Dropped += s.TotalDropped()
 		res.Corrupted += s.Corrupted
 	}
-	res.BadICRC = a.dev.Counters().BadICRC + b.dev.Counters().BadICRC
+	ca, cb := a.dev.Counters(), b.dev.Counters()
+	res.Counters = nodeCounters("roce", []*node{a, b}, []*roce.DeviceCounters{&ca, &cb}, []netip.Addr{ipA, ipB})
+	for _, d := range res.Counters.Devices {
+		res.BadICRC += d.Counters.Drops["bad_icrc"]
+	}
 	res.VirtualTime = net.Now().Sub(sim.Epoch)
 	res.WallTime = time.Since(start)
 	return res, nil
+}
+
+// nodeCounters is the counters snapshot of the demo's nodes, named a and b
+// (links: the RoCE devices' frame counts, nil for iWARP).
+func nodeCounters(transport string, nodes []*node, links []*roce.DeviceCounters, addrs []netip.Addr) counters.Snapshot {
+	s := counters.Snapshot{Devices: []counters.Device{}}
+	for i, n := range nodes {
+		info := counters.Info{Name: string(rune('a' + i)), Transport: transport}
+		if i < len(addrs) {
+			info.Address = addrs[i]
+		}
+		var link *roce.DeviceCounters
+		if i < len(links) {
+			link = links[i]
+		}
+		s.Devices = append(s.Devices, counters.Collect(info, n.ctx, link))
+	}
+	return s
 }
 
 // runPhase posts every message of one phase, keeping o.Depth in flight, and

@@ -24,7 +24,7 @@ func newIWARPNode(o Options, seed uint64) (*node, error) {
 		return nil, err
 	}
 	ctx := dev.Context()
-	n := &node{pd: ctx.AllocPD(), wcBuf: make([]ibtransport.WC, 64)}
+	n := &node{ctx: ctx, pd: ctx.AllocPD(), wcBuf: make([]ibtransport.WC, 64)}
 	recvDepth := max(o.Depth, o.Messages)
 	if n.cq, err = ctx.CreateCQ(2*o.Depth + recvDepth); err != nil {
 		return nil, err
@@ -132,6 +132,7 @@ func runIWARP(o Options) (*Result, error) {
 			break
 		}
 	}
+	res.Counters = nodeCounters("iwarp", []*node{a, b}, nil, nil)
 	aConn.Close()
 	select {
 	case <-bConn.Done():

@@ -220,6 +220,21 @@ func TestBenchAddrs(t *testing.T) {
 	if strings.Join(got, " ") != "roce/udp iwarp/tcp" {
 		t.Errorf("rows %v, want roce/udp and iwarp/tcp", got)
 	}
+	// The counters of each transport's two devices, as softrdma stat's:
+	// B, the requester, sent WRITEs, A received them.
+	var names []string
+	for i, d := range rep.Counters.Devices {
+		names = append(names, d.Name)
+		if i%2 == 0 && d.Counters.PacketsIn == 0 || i%2 == 1 && d.Counters.PacketsOut == 0 {
+			t.Errorf("device %s: %d packets in, %d out", d.Name, d.Counters.PacketsIn, d.Counters.PacketsOut)
+		}
+		if (d.Link != nil) != (d.Transport == "roce") {
+			t.Errorf("device %s (%s): link counts %+v", d.Name, d.Transport, d.Link)
+		}
+	}
+	if want := "roce-udp-1500-a roce-udp-1500-b iwarp-tcp-1500-a iwarp-tcp-1500-b"; strings.Join(names, " ") != want {
+		t.Errorf("counters' devices %v, want %s", names, want)
+	}
 	stdout.Reset()
 	if code := benchCmd(args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())

@@ -204,3 +204,66 @@ func TestDemoPcapViews(t *testing.T) {
 		t.Errorf("--pcap-view both: exit %d, stderr %q; want 2 naming it", code, errOut.String())
 	}
 }
+
+// TestDemoCounters: demo reports both nodes' counters as the counters
+// snapshot softrdma stat gives (issue 23), in --json under "counters" and in
+// the text as `rdma statistic` lines: node a's retransmissions are the
+// table's, its packets out are node b's packets in (RoCE: on a link that
+// loses none), and the ICRC drops the summary names are the snapshot's.
+func TestDemoCounters(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"roce clean", []string{"-n", "20"}},
+		{"roce loss", []string{"-n", "20", "--loss", "0.05"}},
+		{"roce corrupt", []string{"-n", "20", "--corrupt", "0.02", "-s", "4096"}},
+		{"iwarp", []string{"-n", "10", "--transport", "iwarp"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			if code := demoCmd(append(tc.args, "--json"), &out, &errOut); code != 0 {
+				t.Fatalf("exit %d\n%s%s", code, out.String(), errOut.String())
+			}
+			var res demo.Result
+			if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+				t.Fatalf("--json output: %v\n%s", err, out.String())
+			}
+			devs := res.Counters.Devices
+			if len(devs) != 2 || devs[0].Name != "a" || devs[1].Name != "b" {
+				t.Fatalf("counters has devices %+v, want a and b", devs)
+			}
+			a, b := devs[0], devs[1]
+			var retrans uint64
+			for _, op := range res.Operations {
+				retrans += op.Retransmissions
+			}
+			if a.Counters.Retransmissions != retrans {
+				t.Errorf("node a's retransmissions %d, the table's %d", a.Counters.Retransmissions, retrans)
+			}
+			roce := strings.HasPrefix(tc.name, "roce")
+			if a.Counters.PacketsOut == 0 || len(a.QPs) != 1 || len(b.QPs) != 1 || roce && a.QPs[0].DestQPN != b.QPs[0].QPN {
+				t.Errorf("node a: %d packets out, QPs %+v; node b QPs %+v", a.Counters.PacketsOut, a.QPs, b.QPs)
+			}
+			if res.Dropped == 0 && res.Corrupted == 0 && a.Counters.PacketsOut != b.Counters.PacketsIn {
+				t.Errorf("node a sent %d packets, node b received %d, on a link that lost none", a.Counters.PacketsOut, b.Counters.PacketsIn)
+			}
+			if icrc := a.Counters.Drops["bad_icrc"] + b.Counters.Drops["bad_icrc"]; icrc != res.BadICRC {
+				t.Errorf("bad_icrc_dropped %d, the counters' drops.bad_icrc %d", res.BadICRC, icrc)
+			}
+			if roce && (a.Link == nil || a.Link.FramesOut == 0) {
+				t.Errorf("node a's link counts %+v", a.Link)
+			}
+
+			out.Reset()
+			if code := demoCmd(tc.args, &out, &errOut); code != 0 {
+				t.Fatalf("exit %d\n%s%s", code, out.String(), errOut.String())
+			}
+			for _, line := range []string{"\nlink a/1 transport ", "\nqp a/1 lqpn ", "\nlink b/1 transport ", "\nqp b/1 lqpn "} {
+				if !strings.Contains(out.String(), line) {
+					t.Errorf("text output lacks %q:\n%s", line, out.String())
+				}
+			}
+		})
+	}
+}

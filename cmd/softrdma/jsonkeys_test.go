@@ -12,7 +12,6 @@ import (
 	"github.com/softrdma/softrdma/conform"
 	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/demo"
-	"github.com/softrdma/softrdma/pingpong"
 )
 
 // snakeKey is a JSON key in snake_case: lower-case words of letters and
@@ -60,10 +59,12 @@ func jsonKeys(t reflect.Type, path string, seen map[reflect.Type]bool, bad func(
 
 // TestJSONKeysSnakeCase: every command's --json output names its keys in
 // snake_case (issue 23): pingpong, demo, bench, conform, decode and stat here;
-// perf's in package perf (TestPerfJSONKeys).
+// perf's in package perf (TestPerfJSONKeys). pingpong's, demo's and bench's
+// "counters" are the one counters.Snapshot stat --json gives, walked here
+// with the rest of them.
 func TestJSONKeysSnakeCase(t *testing.T) {
 	for name, v := range map[string]any{
-		"pingpong":      pingpong.Result{},
+		"pingpong":      ppJSON{},
 		"demo":          demo.Result{},
 		"bench":         bench.Report{},
 		"conform":       conform.Report{},
@@ -74,5 +75,11 @@ func TestJSONKeysSnakeCase(t *testing.T) {
 		jsonKeys(reflect.TypeOf(v), name, map[reflect.Type]bool{}, func(path, key string) {
 			t.Errorf("%s: key %q is not snake_case", path, key)
 		})
+	}
+	for name, v := range map[string]any{"pingpong": ppJSON{}, "demo": demo.Result{}, "bench": bench.Report{}} {
+		f, ok := reflect.TypeOf(v).FieldByName("Counters")
+		if !ok || f.Type != reflect.TypeFor[counters.Snapshot]() || f.Tag.Get("json") != "counters" {
+			t.Errorf("%s's JSON has no \"counters\" of type counters.Snapshot", name)
+		}
 	}
 }
