@@ -305,6 +305,14 @@ func NewCaptureInto(ep Endpoint, w *CaptureWriter, clock Clock, received func([]
 		clock = SystemClock{}
 	}
 	c := &Capture{ep: ep, clock: clock, w: w, received: received}
+	if _, wall := clock.(SystemClock); wall {
+		// Frames received in one batch keep the kernel's time of each
+		// (Datagram.Stamp) instead of sharing the time the batch is
+		// recorded at. A failure leaves the batch time.
+		if ts, ok := ep.(RxTimestamper); ok {
+			_ = ts.EnableRxTimestamps()
+		}
+	}
 	dr, isDR := ep.(DatagramReader)
 	fr, isFR := ep.(FrameReader)
 	vw, isVW := ep.(VectorWriter)
@@ -457,7 +465,11 @@ func (c *Capture) recordDatagrams(d []Datagram) {
 		if c.received != nil {
 			frame = c.received(frame)
 		}
-		_ = c.w.WriteFrame(ts, frame)
+		at := ts
+		if d[i].Stamp != 0 {
+			at = time.Unix(0, d[i].Stamp)
+		}
+		_ = c.w.WriteFrame(at, frame)
 	}
 }
 

@@ -95,6 +95,21 @@ type Datagram struct {
 	// TOS is the IPv4 TOS or IPv6 traffic class byte, TTL the IPv4 TTL or
 	// IPv6 hop limit.
 	TOS, TTL uint8
+	// Stamp is when the kernel received the datagram, in nanoseconds since
+	// the Unix epoch (SO_TIMESTAMPNS), if the endpoint was asked for
+	// receive timestamps (RxTimestamper: a capture asks); 0 otherwise.
+	Stamp int64
+}
+
+// RxTimestamper is implemented by endpoints that can give each received
+// datagram the kernel's receive time (Datagram.Stamp): the UDP backend,
+// with SO_TIMESTAMPNS. A capture turns it on, so that frames read in one
+// batch keep their own times; without a capture nothing asks for them and
+// nothing is spent on them.
+type RxTimestamper interface {
+	// EnableRxTimestamps asks the kernel for each datagram's receive time
+	// from now on.
+	EnableRxTimestamps() error
 }
 
 // DatagramReader is implemented by endpoints that receive UDP datagrams

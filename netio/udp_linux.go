@@ -536,6 +536,16 @@ func (s *udpSocket) gsoSupported() bool {
 	return err == nil
 }
 
+// EnableRxTimestamps sets SO_TIMESTAMPNS on the receiving socket: each
+// datagram ReadDatagrams returns from then on carries the kernel's receive
+// time in Stamp. See RxTimestamper.
+func (e *UDPEndpoint) EnableRxTimestamps() error {
+	if err := e.rx.setInt(unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		return fmt.Errorf("netio: udp: SO_TIMESTAMPNS: %w", err)
+	}
+	return nil
+}
+
 // LocalAddr returns the address and port the endpoint receives on.
 func (e *UDPEndpoint) LocalAddr() netip.AddrPort { return e.local }
 
@@ -648,7 +658,8 @@ type rxMeta struct {
 	haveDst bool
 	ttl     uint8
 	tos     uint8
-	gsoSize int // UDP_GRO segment size; 0 if not coalesced
+	gsoSize int   // UDP_GRO segment size; 0 if not coalesced
+	stamp   int64 // SO_TIMESTAMPNS, Unix ns; 0 without
 }
 
 // pendingDatagram is a received message (possibly several coalesced
@@ -673,7 +684,8 @@ type udpReader struct {
 	head    int
 }
 
-// udpOOBLen holds PKTINFO, TTL, TOS and UDP_GRO control messages.
+// udpOOBLen holds PKTINFO, TTL, TOS, UDP_GRO and SO_TIMESTAMPNS control
+// messages (32+24+24+24+32 octets on 64-bit Linux).
 const udpOOBLen = 160
 
 func (r *udpReader) init(e *UDPEndpoint) {
@@ -905,7 +917,7 @@ func (e *UDPEndpoint) readDatagrams(d []Datagram, flags int) (int, error) {
 				dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(p.meta.dst[:4])), e.local.Port())
 			}
 		}
-		d[out] = Datagram{Payload: p.data[:l:l], Src: p.src, Dst: dst, TOS: p.meta.tos, TTL: p.meta.ttl}
+		d[out] = Datagram{Payload: p.data[:l:l], Src: p.src, Dst: dst, TOS: p.meta.tos, TTL: p.meta.ttl, Stamp: p.meta.stamp}
 		out++
 		p.data = p.data[l:]
 		if len(p.data) == 0 {
@@ -919,7 +931,7 @@ func (e *UDPEndpoint) readDatagrams(d []Datagram, flags int) (int, error) {
 // parseRxControl reads the control messages of one received datagram
 // without allocating.
 func parseRxControl(b []byte, m *rxMeta) {
-	m.ttl, m.tos = 64, 0
+	m.ttl, m.tos, m.stamp = 64, 0, 0
 	ne := binary.NativeEndian
 	for len(b) >= unix.SizeofCmsghdr {
 		h, data, rest, err := unix.ParseOneSocketControlMessage(b)
@@ -942,6 +954,14 @@ func parseRxControl(b []byte, m *rxMeta) {
 			m.ttl = uint8(ne.Uint32(data))
 		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
 			m.tos = uint8(ne.Uint32(data))
+		case h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS:
+			// struct timespec: two longs.
+			switch {
+			case unsafe.Sizeof(unix.Timespec{}) == 16 && len(data) >= 16:
+				m.stamp = int64(ne.Uint64(data))*1e9 + int64(ne.Uint64(data[8:]))
+			case unsafe.Sizeof(unix.Timespec{}) == 8 && len(data) >= 8:
+				m.stamp = int64(int32(ne.Uint32(data)))*1e9 + int64(ne.Uint32(data[4:]))
+			}
 		case h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO:
 			switch {
 			case len(data) >= 4:
