@@ -368,11 +368,13 @@ func TestUDPLoopbackFramesRoundTrip(t *testing.T) {
 			if sa.SendCalls >= total/4 {
 				t.Errorf("%d sendmmsg calls for %d frames: not batched", sa.SendCalls, total)
 			}
-			// The reader raced the sender, so how many frames each
-			// recvmmsg found depends on scheduling, but one call per
-			// frame means the receive side does not batch.
-			if sb.RecvCalls == 0 || sb.RecvCalls >= sb.FramesReceived {
-				t.Errorf("%d recvmmsg calls for %d frames: not batched", sb.RecvCalls, sb.FramesReceived)
+			// The reader raced the sender: how many frames each recvmmsg
+			// found depends on scheduling alone (on a loaded machine every
+			// call can find one frame, the reader woken for each as the
+			// sender's softirq queues it), so this round checks delivery;
+			// the next, with the frames queued first, checks batching.
+			if sb.RecvCalls == 0 {
+				t.Errorf("no recvmmsg call for %d frames", sb.FramesReceived)
 			}
 
 			// Again with every frame queued on the receiving socket
