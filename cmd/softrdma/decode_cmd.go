@@ -12,7 +12,8 @@ import (
 
 const decodeUsage = `usage: softrdma decode FILE|- [--json] [--flows=false] [--no-summary] [--annotate OUT.pcapng] [--html OUT.html]
                        [--flow N|ADDR|ADDR:PORT]... [--qp N]... [--opcode NAME]... [--time START:END]
-       softrdma decode -i IFACE [-c COUNT] [--duration D] [--json] [--html OUT.html] [--opcode NAME]... [--time START:END]
+       softrdma decode -i IFACE [-w FILE] [-c COUNT] [--duration D] [--json] [--html OUT.html]
+                       [--flow ADDR|ADDR:PORT]... [--qp N]... [--opcode NAME]... [--time START:END]
 
 Explains a pcap or pcapng capture (FILE, or standard input for -, as in
 'tcpdump -w - | softrdma decode -') of RoCEv1, RoCEv2 and iWARP traffic: one line per RDMA
@@ -36,7 +37,11 @@ softrdma's verdict as a packet comment (Wireshark: pkt_comment / frame.comment).
 -i captures live from an interface instead (AF_PACKET: root or CAP_NET_RAW), both
 directions, and prints the same as for a capture file of those frames, each packet as
 it passes; it stops after -c frames (all frames counted, as tcpdump counts them),
-after --duration, or at Ctrl-C, then prints the summary.
+after --duration, or at Ctrl-C, then prints the summary. The filters work as on a
+file, each packet matched as it passes: --flow by address (ADDR or ADDR:PORT; the flow
+numbers are given at the end), --qp by the packet's QP, its UD source QP, or its QP
+pair as the CM REQ and REP seen before it give it. -w FILE also writes every frame
+read, filtered or not, to FILE (as tcpdump -w; pcapng if FILE ends in .pcapng).
 `
 
 // decodeStdin is what "softrdma decode -" reads: standard input (tests replace it).
@@ -62,6 +67,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	iface := fs.StringP("interface", "i", "", "capture live from this interface instead of reading FILE (root or CAP_NET_RAW)")
 	count := fs.IntP("count", "c", 0, "-i: stop after this many frames (0: no limit)")
 	duration := fs.Duration("duration", 0, "-i: stop after this long (0: no limit; Ctrl-C stops too)")
+	write := fs.StringP("write", "w", "", "-i: also write every frame read to this `FILE` (pcapng if it ends in .pcapng, else pcap)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -73,8 +79,8 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	want := 1 // FILE
 	if *iface != "" {
 		want = 0
-	} else if fs.Changed("count") || fs.Changed("duration") {
-		fmt.Fprintln(stderr, "softrdma decode: -c and --duration bound a live capture: use them with -i IFACE")
+	} else if fs.Changed("count") || fs.Changed("duration") || fs.Changed("write") {
+		fmt.Fprintln(stderr, "softrdma decode: -c, --duration and -w are for a live capture: use them with -i IFACE")
 		return 2
 	}
 	if fs.NArg() != want {
@@ -84,6 +90,6 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	return decode.Command(fs.Arg(0), decodeStdin, decode.CommandOptions{
 		JSON: *jsonOut, Flows: *flows, NoSummary: *noSummary, Flow: *flowSel, QP: *qps, Opcode: *opcodes,
 		Time: *timeRange, TimeSet: fs.Changed("time"), HTML: *htmlOut, Annotate: *annotate,
-		Interface: *iface, Count: *count, Duration: *duration,
+		Interface: *iface, Count: *count, Duration: *duration, Write: *write,
 	}, stdout, stderr)
 }

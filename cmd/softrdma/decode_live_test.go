@@ -5,6 +5,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/gopacket/pcapgo"
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/netio/netnstest"
@@ -147,10 +151,10 @@ func TestDecodeLive(t *testing.T) {
 
 // TestDecodeLiveCommand: softrdma decode -i IFACE -c N stops by itself after
 // N frames with the usual summary and exit status; -c without -i, and
-// --annotate or --flow with -i, are refused; without root the capture says
+// --annotate with -i, are refused; without root the capture says
 // it needs it.
 func TestDecodeLiveCommand(t *testing.T) {
-	for _, args := range [][]string{{"-c", "3", "x.pcap"}, {"-i", "lo", "--annotate", "a.pcapng"}, {"-i", "lo", "--flow", "1"},
+	for _, args := range [][]string{{"-c", "3", "x.pcap"}, {"-i", "lo", "--annotate", "a.pcapng"},
 		{"-i", "lo", "x.pcap"}, {"-i", "no-such-interface-x"}} {
 		var out, errOut bytes.Buffer
 		if code := runDecode(args, &out, &errOut); code != 2 || errOut.Len() == 0 {
@@ -189,4 +193,129 @@ func TestDecodeLiveCommand(t *testing.T) {
 		}
 	}
 	t.Fatalf("decode -i -c 12 did not stop after 20 rping runs\n%s%s", out.String(), errOut.String())
+}
+
+// pcapFrames is a decode.FrameReader over a capture file: what a live
+// capture of its frames reads, then io.EOF.
+type pcapFrames struct{ r *pcapgo.NgReader }
+
+func (p *pcapFrames) ReadFrame() ([]byte, time.Time, int, error) {
+	data, ci, err := p.r.ReadPacketData()
+	return data, ci.Timestamp, ci.Length, err
+}
+func (p *pcapFrames) TryReadFrame() ([]byte, time.Time, int, bool, error) {
+	return nil, time.Time{}, 0, false, nil
+}
+func (p *pcapFrames) SetReadDeadline(time.Time) error { return nil }
+
+// TestDecodeLiveFilterWrite: decode -i IFACE -w FILE.pcapng --flow ADDR, in a
+// namespace the test creates while softrdma rping runs across it, writes every
+// frame it read to FILE (pcapng), and prints the packets that a decode of FILE
+// with the same --flow prints (the same frames: the same lines). --qp on those
+// frames, read as a live capture, shows what the file's --qp shows: both
+// directions of the QP pair, the other QP's by the CM REQ and REP.
+// Skips, saying why, without root.
+func TestDecodeLiveFilterWrite(t *testing.T) {
+	for _, args := range [][]string{{"-w", "x.pcapng", "x.pcap"}, {"-i", "lo", "--flow", "1"}} {
+		var out, errOut bytes.Buffer
+		if code := runDecode(args, &out, &errOut); code != 2 || errOut.Len() == 0 {
+			t.Errorf("decode %v: exit %d, stderr %q", args, code, errOut.String())
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("live capture needs root (CAP_NET_RAW)")
+	}
+	p := netnstest.NewPair(t, netnstest.PairConfig{})
+	file := filepath.Join(t.TempDir(), "live.pcapng")
+	client := p.B.IPv4.Addr().String()
+	const frames = 150 // several rping runs: one whole, CM REQ and REP with it
+	var out, errOut bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		code := -1
+		p.A.NS.MustDo(t, func() error {
+			code = runDecode([]string{"-i", p.A.Link, "-w", file, "--flow", client, "-c", strconv.Itoa(frames)}, &out, &errOut)
+			return nil
+		})
+		done <- code
+	}()
+	var code int
+wait:
+	for round := 0; ; round++ {
+		if round == 20 {
+			t.Fatalf("decode -i -c %d did not stop after 20 rping runs\n%s%s", frames, out.String(), errOut.String())
+		}
+		rpingAcross(t, p, 3, "")
+		select {
+		case code = <-done:
+			break wait
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	var fileOut, fileErr bytes.Buffer
+	if code := runDecode([]string{file, "--flow", client}, &fileOut, &fileErr); code != 0 {
+		t.Fatalf("decode of the -w file: exit %d\n%s", code, fileErr.String())
+	}
+	live, saved := packetLines(out.String()), packetLines(fileOut.String())
+	if len(live) == 0 || !slices.Equal(live, saved) || !strings.Contains(fileOut.String(), strconv.Itoa(frames)+" frames (pcapng)") {
+		t.Errorf("live --flow %s:\n%s\nthe -w file, --flow %s:\n%s", client, out.String(), client, fileOut.String())
+	}
+
+	// --qp: the file's frames read as a live capture.
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// A QP pair whose CM REQ and REP the capture holds (it may have begun
+	// in the middle of an rping): REQ's sender QP qa, REP's qb.
+	var js bytes.Buffer
+	if _, err := decode.Run(f, &js, decode.Options{JSON: true}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := map[uint32]uint32{} // REQ's LocalCommID: its QPN
+	var qa, qb uint32
+	for _, line := range strings.Split(js.String(), "\n") {
+		var pk decode.Packet
+		if json.Unmarshal([]byte(line), &pk) != nil || pk.MAD == nil || pk.MAD.CM == nil || pk.MAD.CM.LocalQPN == nil {
+			continue
+		}
+		switch cm := pk.MAD.CM; cm.Message {
+		case "REQ":
+			if cm.LocalCommID != nil {
+				reqs[*cm.LocalCommID] = *cm.LocalQPN
+			}
+		case "REP":
+			if cm.RemoteCommID == nil || qa != 0 {
+				continue
+			}
+			if q, ok := reqs[*cm.RemoteCommID]; ok && q != *cm.LocalQPN {
+				qa, qb = q, *cm.LocalQPN
+			}
+		}
+	}
+	if qa == 0 {
+		t.Fatalf("no CM REQ and REP of two QPs in the capture:\n%s", fileOut.String())
+	}
+	filter := &decode.Filter{QPs: []uint32{qa}}
+	var fromFile, fromLive bytes.Buffer
+	f.Seek(0, io.SeekStart)
+	if _, err := decode.Run(f, &fromFile, decode.Options{Filter: filter}); err != nil {
+		t.Fatal(err)
+	}
+	f.Seek(0, io.SeekStart)
+	ng, err := pcapgo.NewNgReader(f, pcapgo.DefaultNgReaderOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decode.RunLive(context.Background(), &pcapFrames{ng}, &fromLive, decode.Options{Filter: filter}, decode.LiveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := packetLines(fromFile.String())
+	if got := packetLines(fromLive.String()); !slices.Equal(got, want) || !strings.Contains(fromLive.String(), fmt.Sprintf("QP=0x%06x", qb)) {
+		t.Errorf("--qp 0x%06x (pair of 0x%06x) live:\n%s\nfile:\n%s", qa, qb, fromLive.String(), fromFile.String())
+	}
 }

@@ -31,6 +31,9 @@ type CommandOptions struct {
 	Interface string
 	Count     int
 	Duration  time.Duration
+	// Write is -w: with -i, every frame read is also written to this file
+	// (as tcpdump -w; pcapng if its name ends in .pcapng, else pcap).
+	Write string
 }
 
 // Command is softrdma decode after its flags: it decodes the capture name

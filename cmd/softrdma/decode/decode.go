@@ -265,6 +265,9 @@ type decoder struct {
 	connFlow      map[int]int
 	selectedFlows map[int]bool
 	shownFrames   map[int]bool
+	// live: a live capture (RunLive), where --flow and --qp match each
+	// packet as it passes (liveSelects).
+	live bool
 }
 
 func newDecoder(w io.Writer, opts Options) *decoder {

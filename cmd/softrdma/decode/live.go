@@ -94,15 +94,15 @@ func (s *liveSource) next() (data []byte, ci gopacket.CaptureInfo, link linkType
 func (s *liveSource) format() string { return "live" }
 
 // RunLive decodes the frames fr reads, as Run decodes a capture's, until
-// lo's bound or ctx ends. A filter that needs a first pass over the whole
-// capture (--flow, --qp) cannot be used.
+// lo's bound or ctx ends. --flow and --qp match each packet as it passes
+// (live_filter.go); a flow number, given when a capture ends, cannot be used.
 func RunLive(ctx context.Context, fr FrameReader, w io.Writer, opts Options, lo LiveOptions) (Result, error) {
 	if f := opts.Filter; f != nil {
 		if err := f.Check(); err != nil {
 			return Result{}, err
 		}
-		if f.needsFlows() {
-			return Result{}, errors.New("--flow and --qp need a capture file (they number the flows over all of it): write one with tcpdump -w, then decode it")
+		if err := f.checkLive(); err != nil {
+			return Result{}, err
 		}
 	}
 	src := &liveSource{fr: fr, o: lo}
@@ -124,6 +124,7 @@ func RunLive(ctx context.Context, fr FrameReader, w io.Writer, opts Options, lo 
 		src.stop()
 	}()
 	d := newDecoder(w, opts)
+	d.live = true
 	d.run(src)
 	return d.res, d.out.err
 }

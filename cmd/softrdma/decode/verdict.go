@@ -55,6 +55,9 @@ func (d *decoder) selects(p *Packet, flow int) bool {
 	if !f.needsFlows() || d.selectedFlows[flow] {
 		return true
 	}
+	if d.live {
+		return d.liveSelects(p)
+	}
 	// A packet to a QP asked for, in no flow selected (one with a wrong ICRC).
 	if len(f.Flows) == 0 && p.DestQP != nil {
 		for _, q := range f.QPs {
