@@ -93,6 +93,12 @@ func openIWARP(s devspec.Spec, cfg Config) (*IWARP, error) {
 // IWARP returns the iwarp device.
 func (d *IWARP) IWARP() *iwarp.Device { return d.dev }
 
+// Params are the parameters of the device's connections: Config.IWARP, with
+// Observe recording them into the capture (Config.Pcap). An rdma_cm manager
+// made outside StartCM (the verbs libraries') gives them to AddIWARP, so that
+// its connections are captured too.
+func (d *IWARP) Params() iwarp.ConnParams { return d.params }
+
 // Spec returns the device's description, with the address Attach bound.
 func (d *IWARP) Spec() devspec.Spec { return d.spec }
 

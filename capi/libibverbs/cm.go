@@ -75,7 +75,7 @@ func cmManager() *rdmacm.Manager {
 					continue
 				}
 			case e.iw != nil:
-				if err := m.AddIWARP(e.iw, rdmacm.IWARPConfig{Addrs: []netip.Addr{d.Spec.Addr}}); err != nil {
+				if err := m.AddIWARP(e.iw, rdmacm.IWARPConfig{Addrs: []netip.Addr{d.Spec.Addr}, Params: e.iwParams}); err != nil {
 					debugf("rdma_cm: device %s: %v", d.Spec.Name, err)
 					continue
 				}

@@ -23,6 +23,9 @@ type engine struct {
 	ctx  *ibtransport.Context
 	roce *roce.Device
 	iw   *iwarp.Device // an iWARP device: its connections are rdma_cm's (cm.go)
+	// iwParams are the iWARP device's connection parameters (with
+	// SOFTRDMA_PCAP, the hook that captures them), for rdma_cm (cm.go).
+	iwParams iwarp.ConnParams
 }
 
 var engines struct {
@@ -89,7 +92,7 @@ func openEngine(d *verbsdev.Device) (*engine, error) {
 	case *softdevice.RoCE:
 		return &engine{ctx: dev.Context(), roce: dev.RoCE()}, nil
 	case *softdevice.IWARP:
-		return &engine{ctx: dev.Context(), iw: dev.IWARP()}, nil
+		return &engine{ctx: dev.Context(), iw: dev.IWARP(), iwParams: dev.Params()}, nil
 	}
 	dev.Close()
 	return nil, fmt.Errorf("open %s: device of type %T", d.Spec, dev)
