@@ -422,6 +422,11 @@ func value(r Row) string {
 	if r.Note != "" {
 		return r.Note
 	}
+	if r.Base == 0 {
+		// No baseline (--no-baseline, or a row with none): no ratio, as the
+		// table's "-".
+		return fmt.Sprintf("%s %s (%s allocs/msg)", num(r.Value), r.Unit, num(r.Allocs))
+	}
 	return fmt.Sprintf("%s %s vs %s: %.2f (%s allocs/msg)", num(r.Value), r.Unit, num(r.Base), r.Ratio, num(r.Allocs))
 }
 
