@@ -32,35 +32,19 @@ type IWARPEnv struct {
 
 // NewIWARPEnv returns an environment asking peer (which may be nil) for its hello.
 func NewIWARPEnv(ctx context.Context, peer Control) (*IWARPEnv, error) {
-	e := &IWARPEnv{Peer: peer}
-	if peer != nil {
-		h, err := peer.Hello(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if h.Protocol != ControlProtocol {
-			return nil, fmt.Errorf("conform: peer speaks %q, want %q", h.Protocol, ControlProtocol)
-		}
-		if h.Transport != "iwarp" {
-			return nil, fmt.Errorf("conform: the peer's transport is %q, not iwarp", h.Transport)
-		}
-		e.Hello = h
+	h, err := peerHello(ctx, peer, "iwarp")
+	if err != nil {
+		return nil, err
 	}
-	return e, nil
+	return &IWARPEnv{Peer: peer, Hello: h}, nil
 }
 
 func (e *IWARPEnv) answerTimeout() time.Duration {
-	if e.AnswerTimeout > 0 {
-		return e.AnswerTimeout
-	}
-	return 2 * time.Second
+	return orDefault(e.AnswerTimeout, 2*time.Second)
 }
 
 func (e *IWARPEnv) silence() time.Duration {
-	if e.Silence > 0 {
-		return e.Silence
-	}
-	return 100 * time.Millisecond
+	return orDefault(e.Silence, 100*time.Millisecond)
 }
 
 // iwt is one run of an iWARP case.
@@ -73,13 +57,8 @@ type iwt struct {
 }
 
 func (e *IWARPEnv) run(ctx context.Context, ops []string, body func(t *iwt) error) Verdict {
-	if e.Peer == nil || e.Hello == nil {
-		return NotApplicablef("the peer offers no control protocol (the case needs %s)", strings.Join(ops, ", "))
-	}
-	for _, op := range ops {
-		if !e.Hello.Has(op) {
-			return NotApplicablef("the peer's control protocol lacks %s", op)
-		}
+	if v, lacks := peerLacks(e.Peer, e.Hello, ops); lacks {
+		return v
 	}
 	t := &iwt{e: e, ctx: ctx}
 	defer func() {

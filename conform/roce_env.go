@@ -36,32 +36,19 @@ type RoCEEnv struct {
 // NewRoCEEnv returns an environment on wire, asking peer (which may be nil) for
 // its hello.
 func NewRoCEEnv(ctx context.Context, wire *Wire, peer Control) (*RoCEEnv, error) {
-	e := &RoCEEnv{Wire: wire, Peer: peer, nextQPN: 0xc0de00, nextPSN: 0x10000}
-	if peer != nil {
-		h, err := peer.Hello(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if h.Protocol != ControlProtocol {
-			return nil, fmt.Errorf("conform: peer speaks %q, want %q", h.Protocol, ControlProtocol)
-		}
-		e.Hello = h
+	h, err := peerHello(ctx, peer, "")
+	if err != nil {
+		return nil, err
 	}
-	return e, nil
+	return &RoCEEnv{Wire: wire, Peer: peer, Hello: h, nextQPN: 0xc0de00, nextPSN: 0x10000}, nil
 }
 
 func (e *RoCEEnv) answerTimeout() time.Duration {
-	if e.AnswerTimeout > 0 {
-		return e.AnswerTimeout
-	}
-	return 200 * time.Millisecond
+	return orDefault(e.AnswerTimeout, 200*time.Millisecond)
 }
 
 func (e *RoCEEnv) silence() time.Duration {
-	if e.Silence > 0 {
-		return e.Silence
-	}
-	return 100 * time.Millisecond
+	return orDefault(e.Silence, 100*time.Millisecond)
 }
 
 // rt is one run of a case.
@@ -76,13 +63,8 @@ type rt struct {
 // run runs body as one case needing the control operations ops, and turns its
 // result into a verdict. Whatever the case created on the peer is reset after.
 func (e *RoCEEnv) run(ctx context.Context, ops []string, body func(t *rt) error) Verdict {
-	if e.Peer == nil || e.Hello == nil {
-		return NotApplicablef("the peer offers no control protocol (the case needs %s)", strings.Join(ops, ", "))
-	}
-	for _, op := range ops {
-		if !e.Hello.Has(op) {
-			return NotApplicablef("the peer's control protocol lacks %s", op)
-		}
+	if v, lacks := peerLacks(e.Peer, e.Hello, ops); lacks {
+		return v
 	}
 	t := &rt{e: e, ctx: ctx, qpn: e.nextQPN}
 	e.nextQPN = (e.nextQPN + 0x11) & ib.QPNMask
