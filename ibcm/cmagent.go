@@ -922,32 +922,22 @@ func (a *Agent) Connect(p *ConnectParams, h Handler) (*ID, error) {
 	a.mu.Lock()
 	defer a.signal()
 	defer a.mu.Unlock()
-	if a.closed {
-		return nil, ErrClosed
+	id, err := a.allocActive(h, p.ServiceID, to, ah)
+	if err != nil {
+		return nil, err
 	}
-	id := a.allocID(h)
-	id.active = true
-	id.serviceID = p.ServiceID
 	id.localQPN = p.QPN
-	id.peer, id.ah = to, ah
 	rt := p.ResponseTimeout
 	if rt == 0 {
 		rt = a.cfg.CMResponseTimeout
 	}
-	retries := p.MaxCMRetries
-	if retries == 0 {
-		retries = a.cfg.MaxCMRetries
-	}
+	retries := a.cmRetries(p.MaxCMRetries)
 	id.peerTimeout, id.plt = rt, a.cfg.PacketLifeTime
 	path := p.Path
 	if path.LocalACKTimeout == 0 {
 		path.LocalACKTimeout = LocalACKTimeout(a.cfg.PacketLifeTime, a.cfg.CAACKDelay)
 	}
 	id.ackTimeout = path.LocalACKTimeout
-	pkey := p.PKey
-	if pkey == 0 {
-		pkey = 0xFFFF
-	}
 	m := MAD(id.msg)
 	EncodeCM(m, AttrREQ, id.tid)
 	m.REQ().Encode(&REQFields{
@@ -963,7 +953,7 @@ func (a *Agent) Connect(p *ConnectParams, h Handler) (*ID, error) {
 		StartingPSN:             p.StartingPSN & ibtransport.PSNMask,
 		LocalCMResponseTimeout:  a.cfg.CMResponseTimeout,
 		RetryCount:              min(p.RetryCount, 7),
-		PKey:                    pkey,
+		PKey:                    pkeyOrDefault(p.PKey),
 		PathMTU:                 code,
 		RNRRetryCount:           min(p.RNRRetryCount, 7),
 		MaxCMRetries:            retries,
@@ -990,29 +980,18 @@ func (a *Agent) SIDRRequest(p *SIDRRequestParams, h Handler) (*ID, error) {
 	a.mu.Lock()
 	defer a.signal()
 	defer a.mu.Unlock()
-	if a.closed {
-		return nil, ErrClosed
-	}
-	id := a.allocID(h)
-	id.active = true
-	id.serviceID = p.ServiceID
-	id.peer, id.ah = p.To, ah
-	pkey := p.PKey
-	if pkey == 0 {
-		pkey = 0xFFFF
+	id, err := a.allocActive(h, p.ServiceID, p.To, ah)
+	if err != nil {
+		return nil, err
 	}
 	m := MAD(id.msg)
 	EncodeCM(m, AttrSIDRREQ, id.tid)
 	r := m.SIDRREQ()
 	r.SetRequestID(id.localID)
-	r.SetPKey(pkey)
+	r.SetPKey(pkeyOrDefault(p.PKey))
 	r.SetServiceID(p.ServiceID)
 	copy(r.PrivateData(), p.PrivateData)
-	retries := p.MaxCMRetries
-	if retries == 0 {
-		retries = a.cfg.MaxCMRetries
-	}
-	id.maxRetries = int(retries)
+	id.maxRetries = int(a.cmRetries(p.MaxCMRetries))
 	id.timeout = p.Timeout
 	if id.timeout <= 0 {
 		id.timeout = a.sidrTimeout()
@@ -1020,6 +999,37 @@ func (a *Agent) SIDRRequest(p *SIDRRequestParams, h Handler) (*ID, error) {
 	id.state = StateSIDRREQSent
 	a.sendMsg(id, a.clock.Now())
 	return id, nil
+}
+
+// allocActive makes the ID of an active exchange (Connect's REQ, SIDRRequest's
+// SIDR_REQ) for service serviceID with the peer at to, reached through ah; or
+// ErrClosed once the agent is closed. mu is held.
+func (a *Agent) allocActive(h Handler, serviceID uint64, to MADAddress, ah *ibtransport.AddressHandle) (*ID, error) {
+	if a.closed {
+		return nil, ErrClosed
+	}
+	id := a.allocID(h)
+	id.active = true
+	id.serviceID = serviceID
+	id.peer, id.ah = to, ah
+	return id, nil
+}
+
+// cmRetries is a request's MaxCMRetries: its own, or the agent's for 0.
+func (a *Agent) cmRetries(n uint8) uint8 {
+	if n == 0 {
+		return a.cfg.MaxCMRetries
+	}
+	return n
+}
+
+// pkeyOrDefault is a request's P_Key: its own, or the default full-member
+// 0xFFFF for 0.
+func pkeyOrDefault(pkey uint16) uint16 {
+	if pkey == 0 {
+		return 0xFFFF
+	}
+	return pkey
 }
 
 // mtuCode returns the IBTA MTU code of an MTU in bytes.
