@@ -40,8 +40,7 @@ func (t *rt) rcPsnGapOnce() error {
 	if err := t.silence("the gap was NAKed already"); err != nil {
 		return err
 	}
-	t.send(c.pkt(ib.OpcodeRCSendOnly, c.psn, true, data))
-	if _, err := t.expectAck(ib.AETHKindACK, 0, c.psn, 1); err != nil {
+	if err := t.sendAcked(c.pkt(ib.OpcodeRCSendOnly, c.psn, true, data), c.psn, 1); err != nil {
 		return err
 	}
 	if _, err := c.expectCompletions(true, 1, "IBV_WC_SUCCESS"); err != nil {
@@ -59,8 +58,7 @@ func (t *rt) rcDupSend() error {
 	}
 	p := c.pkt(ib.OpcodeRCSendOnly, c.psn, true, pattern(48, 3))
 	for i := 0; i < 2; i++ {
-		t.send(p)
-		if _, err := t.expectAck(ib.AETHKindACK, 0, c.psn, 1); err != nil {
+		if err := t.sendAcked(p, c.psn, 1); err != nil {
 			return err
 		}
 	}
@@ -79,19 +77,17 @@ func (t *rt) rcDupWrite() error {
 	}
 	data := pattern(64, 4)
 	p := c.write(c.psn, 128, data)
-	t.send(p)
-	if _, err := t.expectAck(ib.AETHKindACK, 0, c.psn, 1); err != nil {
+	if err := t.sendAcked(p, c.psn, 1); err != nil {
 		return err
 	}
 	if err := c.expectMem(128, data, "the WRITE"); err != nil {
 		return err
 	}
 	zero := make([]byte, len(data))
-	if err := t.e.Peer.WriteMR(t.ctx, c.mr.MR, 128, zero); err != nil {
+	if err := c.setMem(128, zero); err != nil {
 		return err
 	}
-	t.send(p)
-	if _, err := t.expectAck(ib.AETHKindACK, 0, c.psn, 1); err != nil {
+	if err := t.sendAcked(p, c.psn, 1); err != nil {
 		return err
 	}
 	if err := c.expectMem(128, zero, "a duplicate WRITE must not be executed"); err != nil {
@@ -103,16 +99,11 @@ func (t *rt) rcDupWrite() error {
 
 // rcDupRead runs case rc.dup.read: a duplicate RDMA READ is answered again, packet for packet.
 func (t *rt) rcDupRead() error {
-	c, err := t.rc(rcOpts{})
+	c, data, err := t.rcReadable(0, 100, 5)
 	if err != nil {
 		return err
 	}
-	n := 2*c.mtu + 100
-	data := pattern(n, 5)
-	if err := t.e.Peer.WriteMR(t.ctx, c.mr.MR, 0, data); err != nil {
-		return err
-	}
-	req := c.read(c.psn, 0, n)
+	req := c.read(c.psn, 0, len(data))
 	t.send(req)
 	first, err := t.readResponses(c, c.psn, data, 1)
 	if err != nil {
@@ -203,8 +194,7 @@ func (t *rt) rcRnrSend() error {
 	if err := c.postRecv(1, 40); err != nil {
 		return err
 	}
-	t.send(p)
-	if _, err := t.expectAck(ib.AETHKindACK, 0, c.psn, 1); err != nil {
+	if err := t.sendAcked(p, c.psn, 1); err != nil {
 		return err
 	}
 	wcs, err := c.expectCompletions(true, 1, "IBV_WC_SUCCESS")
@@ -234,8 +224,7 @@ func (t *rt) rcRnrWriteImm() error {
 	if err := c.postRecv(1, 50); err != nil {
 		return err
 	}
-	t.send(p)
-	if _, err := t.expectAck(ib.AETHKindACK, 0, c.psn, 1); err != nil {
+	if err := t.sendAcked(p, c.psn, 1); err != nil {
 		return err
 	}
 	wcs, err := c.expectCompletions(true, 1, "IBV_WC_SUCCESS")
@@ -255,12 +244,10 @@ func (t *rt) rcWriteRecvUntouched() error {
 	if err != nil {
 		return err
 	}
-	t.send(c.write(c.psn, 0, pattern(64, 11)))
-	if _, err := t.expectAck(ib.AETHKindACK, 0, c.psn, 1); err != nil {
+	if err := t.sendAcked(c.write(c.psn, 0, pattern(64, 11)), c.psn, 1); err != nil {
 		return err
 	}
-	t.send(c.pkt(ib.OpcodeRCSendOnly, add(c.psn, 1), true, pattern(32, 12)))
-	if _, err := t.expectAck(ib.AETHKindACK, 0, add(c.psn, 1), 2); err != nil {
+	if err := t.sendAcked(c.pkt(ib.OpcodeRCSendOnly, add(c.psn, 1), true, pattern(32, 12)), add(c.psn, 1), 2); err != nil {
 		return err
 	}
 	wcs, err := c.expectCompletions(true, 1, "IBV_WC_SUCCESS")
@@ -282,8 +269,7 @@ func (t *rt) rcWriteZeroLen() error {
 	}
 	p := c.pkt(ib.OpcodeRCRDMAWriteOnly, c.psn, true, []byte{})
 	p.Fields.RETH = ib.RETHFields{RKey: 0x00badd00}
-	t.send(p)
-	if _, err := t.expectAck(ib.AETHKindACK, 0, c.psn, 1); err != nil {
+	if err := t.sendAcked(p, c.psn, 1); err != nil {
 		return err
 	}
 	t.note = "ACKed"
@@ -292,16 +278,11 @@ func (t *rt) rcWriteZeroLen() error {
 
 // rcReadMulti runs case rc.read.multi: an RDMA READ is answered by First/Middle/Last responses, one PSN each, AETH on First and Last.
 func (t *rt) rcReadMulti() error {
-	c, err := t.rc(rcOpts{})
+	c, data, err := t.rcReadable(64, 5, 13)
 	if err != nil {
 		return err
 	}
-	n := 2*c.mtu + 5
-	data := pattern(n, 13)
-	if err := t.e.Peer.WriteMR(t.ctx, c.mr.MR, 64, data); err != nil {
-		return err
-	}
-	t.send(c.read(c.psn, 64, n))
+	t.send(c.read(c.psn, 64, len(data)))
 	rs, err := t.readResponses(c, c.psn, data, 1)
 	if err != nil {
 		return err
@@ -455,8 +436,7 @@ func (t *rt) rcQpnUnknown() error {
 	if err != nil {
 		return err
 	}
-	t.send(c.pkt(ib.OpcodeRCSendOnly, c.psn, true, pattern(40, 33)))
-	if _, err := t.expectAck(ib.AETHKindACK, 0, c.psn, 1); err != nil {
+	if err := t.sendAcked(c.pkt(ib.OpcodeRCSendOnly, c.psn, true, pattern(40, 33)), c.psn, 1); err != nil {
 		return err
 	}
 	bad := c.pkt(ib.OpcodeRCSendOnly, add(c.psn, 1), true, pattern(40, 34))
@@ -465,8 +445,7 @@ func (t *rt) rcQpnUnknown() error {
 	if err := t.silence("no such QP"); err != nil {
 		return err
 	}
-	t.send(c.pkt(ib.OpcodeRCSendOnly, add(c.psn, 1), true, pattern(40, 34)))
-	if _, err := t.expectAck(ib.AETHKindACK, 0, add(c.psn, 1), 2); err != nil {
+	if err := t.sendAcked(c.pkt(ib.OpcodeRCSendOnly, add(c.psn, 1), true, pattern(40, 34)), add(c.psn, 1), 2); err != nil {
 		return err
 	}
 	if _, err := c.expectCompletions(true, 2, "IBV_WC_SUCCESS"); err != nil {
@@ -516,8 +495,7 @@ func (t *rt) rcAckMsnRead() error {
 	if err != nil {
 		return err
 	}
-	t.send(c.write(c.psn, 0, pattern(16, 25)))
-	if _, err := t.expectAck(ib.AETHKindACK, 0, c.psn, 1); err != nil {
+	if err := t.sendAcked(c.write(c.psn, 0, pattern(16, 25)), c.psn, 1); err != nil {
 		return err
 	}
 	t.send(c.read(add(c.psn, 1), 0, 16))
@@ -771,8 +749,7 @@ func (t *rt) dropThenDeliver(c *rcConn, spoil func(*Packet), why string) error {
 	if err := t.silence(why); err != nil {
 		return err
 	}
-	t.send(c.pkt(ib.OpcodeRCSendOnly, c.psn, true, data))
-	if _, err := t.expectAck(ib.AETHKindACK, 0, c.psn, 1); err != nil {
+	if err := t.sendAcked(c.pkt(ib.OpcodeRCSendOnly, c.psn, true, data), c.psn, 1); err != nil {
 		return err
 	}
 	if _, err := c.expectCompletions(true, 1, "IBV_WC_SUCCESS"); err != nil {
@@ -792,7 +769,7 @@ func (t *rt) dupAtomic(op ib.Opcode, swapAdd, compare, want uint64) error {
 	const off = 64
 	var b [8]byte
 	t.order().PutUint64(b[:], 1000)
-	if err := t.e.Peer.WriteMR(t.ctx, c.mr.MR, off, b[:]); err != nil {
+	if err := c.setMem(off, b[:]); err != nil {
 		return err
 	}
 	p := c.atomic(op, c.psn, off, swapAdd, compare)

@@ -344,6 +344,14 @@ func (t *rt) expectAck(kind ib.AETHKind, value uint8, psn uint32, msn int) (*Cap
 	return c, nil
 }
 
+// sendAcked sends p and waits for its ACK at psn with msn (msn < 0: any): the
+// step most RC cases take for a request the peer must execute.
+func (t *rt) sendAcked(p *Packet, psn uint32, msn int) error {
+	t.send(p)
+	_, err := t.expectAck(ib.AETHKindACK, 0, psn, msn)
+	return err
+}
+
 // expectNAK waits for a NAK with code at psn.
 func (t *rt) expectNAK(code ib.NAKCode, psn uint32) (*Captured, error) {
 	return t.expectAck(ib.AETHKindNAK, uint8(code), psn, -1)
@@ -411,6 +419,26 @@ func pattern(n int, seed byte) []byte {
 		b[i] = seed + byte(i*7) + byte(i>>8)
 	}
 	return b
+}
+
+// rcReadable makes an RC connection whose region holds, at off, two MTUs and
+// extra bytes of pattern seed: what a READ answered in several packets reads.
+// It returns the connection and those bytes.
+func (t *rt) rcReadable(off, extra int, seed byte) (*rcConn, []byte, error) {
+	c, err := t.rc(rcOpts{})
+	if err != nil {
+		return nil, nil, err
+	}
+	data := pattern(2*c.mtu+extra, seed)
+	if err := c.setMem(off, data); err != nil {
+		return nil, nil, err
+	}
+	return c, data, nil
+}
+
+// setMem writes data into the peer's region at off.
+func (c *rcConn) setMem(off int, data []byte) error {
+	return c.t.e.Peer.WriteMR(c.t.ctx, c.mr.MR, off, data)
 }
 
 // expectMem checks the peer's region bytes at off.
