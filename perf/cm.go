@@ -445,6 +445,10 @@ func runCM(o *Options, p *params, res *result, stdout, stderr io.Writer) (err er
 	if err != nil {
 		return err
 	}
+	if err := checkInline(dev, p); err != nil {
+		dev.Close()
+		return err
+	}
 	cm, err := startCM(dev)
 	if err != nil {
 		dev.Close()

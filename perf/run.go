@@ -81,6 +81,9 @@ func run(o *Options, p *params, stdout, stderr io.Writer) (err error) {
 		if dev, err = openDevice(o, p, netip.Addr{}); err != nil {
 			return err
 		}
+		if err := checkInline(dev, p); err != nil {
+			return err
+		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(o.Port)))
 		if err != nil {
 			return fmt.Errorf("Couldn't listen to port %d: %w", o.Port, err)
@@ -238,8 +241,8 @@ func (s *session) init() error {
 	if s.gidIndex < 0 {
 		return fmt.Errorf("no GID for the device's address %v", s.dev.Local())
 	}
-	if max := s.ctx.Config().MaxInlineData; p.inline > max {
-		return fmt.Errorf("-I %d: the device's inline limit is %d bytes", p.inline, max)
+	if err := checkInline(s.dev, p); err != nil {
+		return err
 	}
 	s.res.GIDIndex = s.gidIndex
 	active := s.dev.PathMTU()

@@ -59,3 +59,49 @@ func TestPerfServerOpensDeviceFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestPerfServerInlineFirst: a perf server given an -I above its device's
+// inline limit (512 bytes; perftest allows up to 912) fails at start with the
+// limit, before it listens for a client, over the plain exchange and rdma_cm
+// (-R), RoCE and iWARP: the device, open before the server listens, knows it.
+// Without the check at start the server listens, and the test connects and
+// hangs up as a client would, and fails.
+func TestPerfServerInlineFirst(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"roce", []string{"--transport", "roce"}},
+		{"roce -R", []string{"--transport", "roce", "-R"}},
+		{"iwarp -R", []string{"--transport", "iwarp", "-R"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			o, err := parseArgs(append([]string{"send_bw", "-d", nextPerfIP(), "-p", "0", "-n", "5", "-I", "600"}, c.args...), &stderr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			listening := make(chan net.Addr, 1)
+			o.Listening = func(a net.Addr) { listening <- a }
+			done := make(chan int, 1)
+			go func() { done <- Main(o, &stdout, &stderr) }()
+			var code int
+			select {
+			case code = <-done:
+			case a := <-listening:
+				// Failed: the server waits for a client. One that connects and
+				// hangs up may not end an rdma_cm server: the test does not
+				// wait for it (Main's goroutine is left to the process's end).
+				if conn, err := net.Dial("tcp", a.String()); err == nil {
+					conn.Close()
+				}
+				t.Fatalf("the server listened (on %v) before refusing -I 600", a)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the server neither failed nor listened")
+			}
+			if want := "-I 600: the device's inline limit is 512 bytes"; code != 1 || !strings.Contains(stderr.String(), want) {
+				t.Errorf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), want)
+			}
+		})
+	}
+}
