@@ -1,5 +1,10 @@
 package header
 
+import (
+	"encoding/binary"
+	"net/netip"
+)
+
 // Checksum returns the 16-bit one's complement sum (RFC 1071) of b added to
 // initial, not complemented: chain it over a pseudo-header and a message, then
 // complement the result. An odd final byte counts as its high half.
@@ -33,4 +38,29 @@ func IPv4Checksum(hdr []byte) uint16 {
 		return ^Checksum(hdr, 0)
 	}
 	return ^Checksum(hdr[12:], Checksum(hdr[:10], 0))
+}
+
+// PseudoHeaderChecksum returns the sum (not complemented) of the pseudo-header
+// an upper-layer checksum covers for a message of length octets of protocol
+// proto from src to dst: the IPv4 one (RFC 9293 section 3.1: addresses, zero,
+// protocol, 16-bit length) when both addresses are IPv4, else the IPv6 one
+// (RFC 8200 section 8.1: addresses, 32-bit length, zeros, next header). Pass
+// it as Checksum's initial value over the message.
+func PseudoHeaderChecksum(proto uint8, src, dst netip.Addr, length int) uint16 {
+	if src.Is4() && dst.Is4() {
+		var p [12]byte
+		s, d := src.As4(), dst.As4()
+		copy(p[0:4], s[:])
+		copy(p[4:8], d[:])
+		p[9] = proto
+		binary.BigEndian.PutUint16(p[10:], uint16(length))
+		return Checksum(p[:], 0)
+	}
+	var p [40]byte
+	s, d := src.As16(), dst.As16()
+	copy(p[0:16], s[:])
+	copy(p[16:32], d[:])
+	binary.BigEndian.PutUint32(p[32:], uint32(length))
+	p[39] = proto
+	return Checksum(p[:], 0)
 }

@@ -106,11 +106,5 @@ func putAddr16(dst []byte, a netip.Addr) {
 // checksum field zero it is the value to store; over a message carrying its
 // checksum it is zero if the checksum is right.
 func ICMPv6Checksum(src, dst netip.Addr, msg []byte) uint16 {
-	var pseudo [40]byte
-	s, d := src.As16(), dst.As16()
-	copy(pseudo[0:16], s[:])
-	copy(pseudo[16:32], d[:])
-	binary.BigEndian.PutUint32(pseudo[32:], uint32(len(msg)))
-	pseudo[39] = IPProtocolICMPv6
-	return ^Checksum(msg, Checksum(pseudo[:], 0))
+	return ^Checksum(msg, PseudoHeaderChecksum(IPProtocolICMPv6, src, dst, len(msg)))
 }

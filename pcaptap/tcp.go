@@ -3,12 +3,11 @@ package pcaptap
 import (
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
-
+	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/netio"
 )
@@ -25,7 +24,7 @@ type TCP struct {
 	w     *netio.CaptureWriter
 	flush bool // its own file: each segment written out at once
 	err   error
-	buf   gopacket.SerializeBuffer
+	buf   []byte // the frame being built: Ethernet, IP, TCP, payload
 }
 
 // tcpMSS is the largest payload of a synthesised segment.
@@ -47,7 +46,7 @@ func NewTCP(w io.Writer, format netio.CaptureFormat) (*TCP, error) {
 
 // newTCP returns a TCP writing into w, flushing each segment if it owns w.
 func newTCP(w *netio.CaptureWriter, own bool) *TCP {
-	return &TCP{w: w, flush: own, buf: gopacket.NewSerializeBuffer()}
+	return &TCP{w: w, flush: own}
 }
 
 // Err returns the first write error.
@@ -64,25 +63,30 @@ func (p *TCP) Observe(local, remote net.Addr) iwarp.StreamObserver {
 	o.local.seq, o.remote.seq = 0x1000_0000, 0x2000_0000
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	o.segment(&o.local, &o.remote, layers.TCP{SYN: true}, nil)
+	o.segment(&o.local, &o.remote, header.TCPFlagSYN, nil)
 	o.local.seq++
-	o.segment(&o.remote, &o.local, layers.TCP{SYN: true, ACK: true}, nil)
+	o.segment(&o.remote, &o.local, header.TCPFlagSYN|header.TCPFlagACK, nil)
 	o.remote.seq++
-	o.segment(&o.local, &o.remote, layers.TCP{ACK: true}, nil)
+	o.segment(&o.local, &o.remote, header.TCPFlagACK, nil)
 	return o
 }
 
 type tcpEndpoint struct {
-	ip   net.IP
+	ip   netip.Addr // IPv4 (an IPv4-mapped IPv6 address unmapped) or IPv6
 	port uint16
-	mac  net.HardwareAddr
+	mac  [6]byte
 	seq  uint32 // next sequence number this end sends
 }
 
+// newTCPEndpoint returns the end at a (127.0.0.1 if a is not a *net.TCPAddr
+// with an IP), with a made-up locally administered MAC ending in macByte.
 func newTCPEndpoint(a net.Addr, macByte byte) tcpEndpoint {
-	e := tcpEndpoint{ip: net.IPv4(127, 0, 0, 1), mac: net.HardwareAddr{0x02, 0, 0, 0, 0, macByte}}
+	e := tcpEndpoint{ip: netip.AddrFrom4([4]byte{127, 0, 0, 1}), mac: [6]byte{0x02, 0, 0, 0, 0, macByte}}
 	if t, ok := a.(*net.TCPAddr); ok {
-		e.ip, e.port = t.IP, uint16(t.Port)
+		if ip, ok := netip.AddrFromSlice(t.IP); ok {
+			e.ip = ip.Unmap()
+		}
+		e.port = uint16(t.Port)
 	}
 	return e
 }
@@ -103,43 +107,59 @@ func (o *tcpConn) data(from, to *tcpEndpoint, b []byte) {
 	defer o.p.mu.Unlock()
 	for len(b) > 0 {
 		n := min(len(b), tcpMSS)
-		o.segment(from, to, layers.TCP{ACK: true, PSH: n == len(b)}, b[:n])
+		flags := uint8(header.TCPFlagACK)
+		if n == len(b) {
+			flags |= header.TCPFlagPSH
+		}
+		o.segment(from, to, flags, b[:n])
 		from.seq += uint32(n)
 		b = b[n:]
 	}
 }
 
-// segment writes one segment from → to; the caller holds p.mu.
-func (o *tcpConn) segment(from, to *tcpEndpoint, tcp layers.TCP, payload []byte) {
+// segment writes one segment from → to with the given TCP flags (the
+// acknowledgement number set when they hold TCPFlagACK); the caller holds p.mu.
+// The IP version is the sender's: if the two ends differ (which a real
+// connection cannot), the receiver's address is written in the sender's
+// family, as zeros when it has no form there.
+func (o *tcpConn) segment(from, to *tcpEndpoint, flags uint8, payload []byte) {
 	p := o.p
 	if p.err != nil {
 		return
 	}
-	tcp.SrcPort, tcp.DstPort = layers.TCPPort(from.port), layers.TCPPort(to.port)
-	tcp.Seq, tcp.Window = from.seq, 65535
-	if tcp.ACK {
-		tcp.Ack = to.seq
+	src, dst := from.ip, to.ip
+	v4 := src.Is4()
+	ipLen, etherType := header.IPv4MinLen, uint16(header.EtherTypeIPv4)
+	if !v4 {
+		ipLen, etherType = header.IPv6Len, header.EtherTypeIPv6
+		if dst.Is4() {
+			dst = netip.AddrFrom16(dst.As16())
+		}
 	}
-	eth := &layers.Ethernet{SrcMAC: from.mac, DstMAC: to.mac}
-	var ipLayer gopacket.SerializableLayer
-	if v4 := from.ip.To4(); v4 != nil {
-		eth.EthernetType = layers.EthernetTypeIPv4
-		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: v4, DstIP: to.ip.To4(), Flags: layers.IPv4DontFragment}
-		tcp.SetNetworkLayerForChecksum(ip)
-		ipLayer = ip
+	tcpLen := header.TCPMinLen + len(payload)
+	n := header.EthernetLen + ipLen + tcpLen
+	if cap(p.buf) < n {
+		p.buf = make([]byte, n)
+	}
+	frame := p.buf[:n]
+	header.Ethernet(frame).Encode(&header.EthernetFields{Dst: to.mac, Src: from.mac, Type: etherType})
+	ip := frame[header.EthernetLen:]
+	if v4 {
+		header.IPv4(ip).Encode(&header.IPv4Fields{TotalLength: uint16(ipLen + tcpLen), FlagsFragment: header.IPv4FlagDF,
+			TTL: 64, Protocol: header.IPProtocolTCP, Src: src, Dst: dst})
 	} else {
-		eth.EthernetType = layers.EthernetTypeIPv6
-		ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolTCP, SrcIP: from.ip, DstIP: to.ip}
-		tcp.SetNetworkLayerForChecksum(ip)
-		ipLayer = ip
+		header.IPv6(ip).Encode(&header.IPv6Fields{PayloadLength: uint16(tcpLen), NextHeader: header.IPProtocolTCP,
+			HopLimit: 64, Src: src, Dst: dst})
 	}
-	if err := gopacket.SerializeLayers(p.buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
-		eth, ipLayer, &tcp, gopacket.Payload(payload)); err != nil {
-		p.err = err
-		return
+	seg := header.TCP(ip[ipLen:])
+	f := header.TCPFields{SrcPort: from.port, DstPort: to.port, Seq: from.seq, Flags: flags, Window: 65535}
+	if flags&header.TCPFlagACK != 0 {
+		f.Ack = to.seq
 	}
-	data := p.buf.Bytes()
-	if p.err = p.w.WriteFrame(time.Now(), data); p.err == nil && p.flush {
+	seg.Encode(&f)
+	copy(seg[header.TCPMinLen:], payload)
+	seg.SetChecksum(seg.CalculateChecksum(src, dst))
+	if p.err = p.w.WriteFrame(time.Now(), frame); p.err == nil && p.flush {
 		p.err = p.w.Flush()
 	}
 }
