@@ -20,6 +20,26 @@ const (
 	secErrors    = "9.9.3"
 )
 
+// invalidRequest completes a row whose request the responder must refuse as an
+// invalid request (IBTA Vol. 1 9.9.3): Must, the outcome every such row expects,
+// and the QP-state query that checks the error state.
+func invalidRequest(d caseDef[rt]) caseDef[rt] {
+	d.Level = Must
+	d.Expects = "NAK invalid request with its PSN; the responder QP goes to the error state"
+	d.Needs = needsState
+	return d
+}
+
+// droppedThenAcked completes a row that sends a bad packet the responder must drop
+// silently, then the same packet made good: Must, the outcome every such row
+// expects, and a posted receive for the good one.
+func droppedThenAcked(d caseDef[rt]) caseDef[rt] {
+	d.Level = Must
+	d.Expects = "no answer to the first; ACK with MSN 1 to the second and exactly one receive completion"
+	d.Needs = needsRecv
+	return d
+}
+
 // add is 24-bit PSN addition.
 func add(psn uint32, n int) uint32 { return ib.PSNAdd(psn, n) }
 
@@ -138,31 +158,27 @@ var roceCatalogue = []caseDef[rt]{
 		Needs:   needsRC, Body: (*rt).rcReadZeroLen},
 
 	// Opcode sequence and lengths.
-	{ID: "rc.seq.middle", Section: secResponder + " (opcode sequence), " + secErrors, Level: Must,
+	invalidRequest(caseDef[rt]{ID: "rc.seq.middle", Section: secResponder + " (opcode sequence), " + secErrors,
 		Summary: "a SEND Middle without a SEND First is an invalid request",
 		Sends:   "SEND Middle of one MTU at the expected PSN, no message in progress",
-		Expects: "NAK invalid request with its PSN; the responder QP goes to the error state",
-		Needs:   needsState, Body: (*rt).rcSeqMiddle},
+		Body:    (*rt).rcSeqMiddle}),
 	{ID: "rc.seq.last-missing", Section: secResponder + " (opcode sequence), " + secErrors, Level: Must,
 		Summary: "a new message inside an unfinished SEND is an invalid request",
 		Sends:   "SEND First of one MTU at p, then SEND Only at p+1",
 		Expects: "NAK invalid request with PSN p+1; the responder QP goes to the error state",
 		Needs:   needsState, Body: (*rt).rcSeqLastMissing},
-	{ID: "rc.len.oversize", Section: secResponder + " (length check), " + secErrors, Level: Must,
+	invalidRequest(caseDef[rt]{ID: "rc.len.oversize", Section: secResponder + " (length check), " + secErrors,
 		Summary: "a payload longer than the path MTU is an invalid request",
 		Sends:   "SEND Only with path MTU + 4 bytes (a receive of 4096 bytes posted)",
-		Expects: "NAK invalid request with its PSN; the responder QP goes to the error state",
-		Needs:   needsState, Body: (*rt).rcLenOversize},
-	{ID: "rc.len.first-short", Section: secResponder + " (length check), " + secErrors, Level: Must,
+		Body:    (*rt).rcLenOversize}),
+	invalidRequest(caseDef[rt]{ID: "rc.len.first-short", Section: secResponder + " (length check), " + secErrors,
 		Summary: "a SEND First shorter than the path MTU is an invalid request",
 		Sends:   "SEND First with path MTU - 4 bytes",
-		Expects: "NAK invalid request with its PSN; the responder QP goes to the error state",
-		Needs:   needsState, Body: (*rt).rcLenFirstShort},
-	{ID: "rc.pad.write", Section: "IBTA Vol. 1 9.2 (PadCnt), 9.7.5.1 (length check)", Level: Must,
+		Body:    (*rt).rcLenFirstShort}),
+	invalidRequest(caseDef[rt]{ID: "rc.pad.write", Section: "IBTA Vol. 1 9.2 (PadCnt), 9.7.5.1 (length check)",
 		Summary: "a pad count that makes the payload disagree with the DMA length is an invalid request",
 		Sends:   "RDMA WRITE Only, DMA length 6: 6 data bytes and 2 pad bytes but BTH pad count 3 (payload 5)",
-		Expects: "NAK invalid request with its PSN; the responder QP goes to the error state",
-		Needs:   needsState, Body: (*rt).rcPadWrite},
+		Body:    (*rt).rcPadWrite}),
 	{ID: "rc.recv.too-long", Section: "IBTA Vol. 1 " + secErrors + " (message longer than the receive buffer)", Level: Must,
 		Summary: "a SEND longer than the posted receive buffer is an invalid request and a local length error",
 		Sends:   "SEND Only of 64 bytes into a 16-byte receive",
@@ -170,26 +186,23 @@ var roceCatalogue = []caseDef[rt]{
 		Needs:   needsRecv, Body: (*rt).rcRecvTooLong},
 
 	// Header and integrity checks: silent drops.
-	{ID: "roce.icrc.bad", Section: "IBTA Vol. 1 7.8.1 (ICRC), Annex A17 (RoCEv2)", Level: Must,
+	droppedThenAcked(caseDef[rt]{ID: "roce.icrc.bad", Section: "IBTA Vol. 1 7.8.1 (ICRC), Annex A17 (RoCEv2)",
 		Summary: "a packet with a bad ICRC is dropped silently, and later traffic still works",
 		Sends:   "SEND Only with one ICRC bit flipped, then the same SEND with a good ICRC",
-		Expects: "no answer to the first; ACK with MSN 1 to the second and exactly one receive completion",
-		Needs:   needsRecv, Body: (*rt).roceIcrcBad},
+		Body:    (*rt).roceIcrcBad}),
 	{ID: "roce.icrc.answers", Section: "IBTA Vol. 1 7.8.1 (ICRC), Annex A17 (RoCEv2)", Level: Must,
 		Summary: "every answer of the peer carries a valid ICRC and RoCEv2 headers addressed to the tester",
 		Sends:   "RDMA WRITE Only, RDMA READ request, FetchAdd",
 		Expects: "ACK, READ response Only, ATOMIC Acknowledge: each with a good ICRC, to the RoCEv2 UDP port (4791), from the peer's IP",
 		Needs:   needsRC, Body: (*rt).roceIcrcAnswers},
-	{ID: "rc.pkey.wrong", Section: "IBTA Vol. 1 9.6 (P_Key check)", Statement: "C9-43", Level: Must,
+	droppedThenAcked(caseDef[rt]{ID: "rc.pkey.wrong", Section: "IBTA Vol. 1 9.6 (P_Key check)", Statement: "C9-43",
 		Summary: "a packet with another partition's P_Key is dropped silently",
 		Sends:   "SEND Only with P_Key 0x8001 (the QP's is 0xffff), then with the right P_Key",
-		Expects: "no answer to the first; ACK with MSN 1 to the second and exactly one receive completion",
-		Needs:   needsRecv, Body: (*rt).rcPkeyWrong},
-	{ID: "rc.tver.bad", Section: "IBTA Vol. 1 9.6, 9.2 (TVer)", Level: Must,
+		Body:    (*rt).rcPkeyWrong}),
+	droppedThenAcked(caseDef[rt]{ID: "rc.tver.bad", Section: "IBTA Vol. 1 9.6, 9.2 (TVer)",
 		Summary: "a packet with an unsupported transport header version is dropped silently",
 		Sends:   "SEND Only with BTH TVer 1, then with TVer 0",
-		Expects: "no answer to the first; ACK with MSN 1 to the second and exactly one receive completion",
-		Needs:   needsRecv, Body: (*rt).rcTverBad},
+		Body:    (*rt).rcTverBad}),
 	{ID: "rc.qpn.unknown", Section: "IBTA Vol. 1 9.6 (destination QP check)", Level: Must,
 		Summary: "a packet to a QP that does not exist is dropped silently, and the connection goes on",
 		Sends:   "SEND Only at p to the real QP; SEND Only at p+1 to QP 0xfffffe; SEND Only at p+1 to the real QP",
