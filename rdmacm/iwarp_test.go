@@ -2,8 +2,10 @@ package rdmacm_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -276,8 +278,7 @@ func TestIWARPPeerVanishes(t *testing.T) {
 // moves to another port, as bind picks. It failed with EADDRINUSE. The same
 // seed picks the same first port, which the test takes before listening.
 func TestListenEphemeralPortTaken(t *testing.T) {
-	const seed = 19
-	bindZero := func() (*rdmacm.Manager, *rdmacm.ID) {
+	bindZero := func(seed uint64) (*rdmacm.Manager, *rdmacm.ID) {
 		dev, err := iwarp.Open(iwarp.DeviceConfig{})
 		if err != nil {
 			t.Fatal(err)
@@ -289,17 +290,31 @@ func TestListenEphemeralPortTaken(t *testing.T) {
 		must(t, id.BindAddr(netip.AddrPortFrom(loopback, 0)))
 		return m, id
 	}
-	m, id := bindZero()
-	picked := id.LocalAddr().Port()
-	id.Destroy()
-	m.Close()
-	taken, err := net.Listen("tcp", netip.AddrPortFrom(loopback, picked).String())
-	if err != nil {
-		t.Fatalf("taking port %d: %v", picked, err)
+	// The test takes the port a seed picks; another process (a parallel
+	// package's test) may hold it already, so the first seed whose port this
+	// test can take is used.
+	var (
+		seed   uint64
+		picked uint16
+		taken  net.Listener
+	)
+	for seed = 19; ; seed++ {
+		m, id := bindZero(seed)
+		picked = id.LocalAddr().Port()
+		id.Destroy()
+		m.Close()
+		var err error
+		taken, err = net.Listen("tcp", netip.AddrPortFrom(loopback, picked).String())
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || seed == 19+50 {
+			t.Fatalf("taking port %d (seed %d): %v", picked, seed, err)
+		}
 	}
 	defer taken.Close()
 
-	m, id = bindZero()
+	m, id := bindZero(seed)
 	defer m.Close()
 	defer id.Destroy()
 	if got := id.LocalAddr().Port(); got != picked {

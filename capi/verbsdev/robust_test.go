@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -282,7 +283,23 @@ func TestManyProcesses(t *testing.T) {
 		srvAddr, cliAddr string
 	}
 	var ps [pairs]pp
+	// ibv_rc_pingpong's server listens on the wildcard address, so the
+	// pairs need distinct ports: each is picked on the wildcard with the
+	// earlier picks still held (a port picked and released by one call
+	// could be handed out again by the next).
 	var ports [pairs]string
+	var held [pairs]net.Listener
+	for i := range ports {
+		l, err := net.Listen("tcp", ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[i] = l
+		ports[i] = fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range held {
+		l.Close()
+	}
 	args := func(i int) []string {
 		return []string{"-d", "sr_roce0", "-g", "1", "-n", "1000", "-c", "-p", ports[i]}
 	}
@@ -291,7 +308,6 @@ func TestManyProcesses(t *testing.T) {
 	for i := range ps {
 		p := &ps[i]
 		p.srvAddr, p.cliAddr = fmt.Sprintf("%s%d", net3, 2*i+1), fmt.Sprintf("%s%d", net3, 2*i+2)
-		ports[i] = fmt.Sprint(freeTCPPort(t, p.srvAddr))
 		p.srv = startOn(t, ctx, lib, p.srvAddr, "ibv_rc_pingpong", args(i)...)
 	}
 	for i := range ps {
