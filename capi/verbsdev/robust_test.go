@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/softrdma/softrdma/internal/syncbuf"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -11,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -186,23 +186,8 @@ type started struct {
 	out *lockedBuffer
 }
 
-// lockedBuffer is a bytes.Buffer a test may read while the program writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is a buffer the test reads while the command writes it.
+type lockedBuffer = syncbuf.Buffer
 
 // startOn starts prog with the library and one RoCE device on addr, under ctx.
 func startOn(t *testing.T, ctx context.Context, lib, addr, prog string, args ...string) *started {

@@ -4,34 +4,19 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/softrdma/softrdma/internal/syncbuf"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/softrdma/softrdma/counters"
 )
 
-// lockedBuffer is a bytes.Buffer a command writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is a buffer the test reads while the command writes it.
+type lockedBuffer = syncbuf.Buffer
 
 // TestPerfCounters runs softrdma perf write_bw, server and client, in this
 // process on two loopback addresses: 50 WRITEs of 4096 bytes. The server

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/softrdma/softrdma/internal/syncbuf"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -298,22 +299,8 @@ func TestCtlLoopback(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer the test reads while the command writes it.
+type syncBuffer = syncbuf.Buffer
 
 // session is a raw connection to conform-ctl.
 type session struct {

@@ -2,34 +2,18 @@ package decode
 
 import (
 	"bytes"
+	"github.com/softrdma/softrdma/internal/syncbuf"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
 
-// lockedBuffer is a bytes.Buffer written by the command's goroutine and read
-// by the test's.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is a buffer the test reads while the command writes it.
+type lockedBuffer = syncbuf.Buffer
 
 // TestCommandStdinStream: softrdma decode - reading a stream that is still
 // coming (tcpdump -U -w - | softrdma decode -) prints each packet's line once
