@@ -46,11 +46,15 @@ import (
 
 // cq is a CQ handed to C, with the buffer Poll fills and, for a CQ with a
 // completion channel, the goroutine that forwards its events (done stops it).
+// ibv_poll_cq is thread-safe (rxe's provider polls under the CQ's lock):
+// pollMu keeps two threads polling the CQ from sharing wc, which gave both
+// the same completions and lost others.
 type cq struct {
-	cq   *ib.CQ
-	wc   []ib.WC
-	done chan struct{}
-	fwd  chan struct{} // closed when the forwarder has returned
+	cq     *ib.CQ
+	pollMu sync.Mutex
+	wc     []ib.WC
+	done   chan struct{}
+	fwd    chan struct{} // closed when the forwarder has returned
 }
 
 // forward writes the C CQ pointer to the channel's pipe for every event of c,
@@ -80,14 +84,20 @@ func (c *cq) forward(wfd int, ptr uint64) {
 	}
 }
 
-// qp is a QP handed to C, with scratch space for posting.
+// qp is a QP handed to C, with scratch space for posting. ibv_post_send and
+// ibv_post_recv are thread-safe (rxe's provider posts under the queue's
+// lock): sendMu guards the send scratch (send, sges, inline, inl), recvMu
+// the receive scratch (recv, rsges), so that threads posting on one QP at
+// once neither post each other's WRs twice nor index past them.
 type qp struct {
-	qp    *ib.QP
-	eng   *engine
-	send  []ib.SendWR
-	recv  []ib.RecvWR
-	sges  []ib.SGE
-	rsges []ib.SGE
+	qp     *ib.QP
+	eng    *engine
+	sendMu sync.Mutex
+	recvMu sync.Mutex
+	send   []ib.SendWR
+	recv   []ib.RecvWR
+	sges   []ib.SGE
+	rsges  []ib.SGE
 	// inline holds the inline data of a post's WRs, copied from the
 	// program's memory; the engine copies it again at PostSend (into the
 	// WQE), so it is reused: no allocation per message.
@@ -222,6 +232,8 @@ func srgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_sr_wc) C.int {
 	if !ok || n < 0 {
 		return -1
 	}
+	c.pollMu.Lock()
+	defer c.pollMu.Unlock()
 	return c.poll(n, unsafe.Pointer(out))
 }
 
@@ -449,6 +461,8 @@ func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C
 	if !ok || n <= 0 {
 		return C.EINVAL
 	}
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
 	q.send, q.sges = q.send[:0], q.sges[:0]
 	q.inline, q.inl = q.inline[:0], q.inl[:0]
 	in := unsafe.Slice(w, int(n))
@@ -629,6 +643,8 @@ func srgo_post_recv(h C.uintptr_t, w *C.struct_sr_rwr, n C.int, posted *C.int) C
 	if !ok || n <= 0 {
 		return C.EINVAL
 	}
+	q.recvMu.Lock()
+	defer q.recvMu.Unlock()
 	q.recv, q.rsges = recvWRs(q.recv, q.rsges, w, n)
 	if err := q.qp.PostRecv(q.recv...); err != nil {
 		var pe *ib.PostError
