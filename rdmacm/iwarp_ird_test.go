@@ -8,6 +8,7 @@ import (
 	"time"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/internal/tcploop"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/rdmacm"
 )
@@ -22,7 +23,7 @@ import (
 func TestIWARPAcceptNoResponderResources(t *testing.T) {
 	for _, depth := range []uint8{1, 4} {
 		a, b := newIWHost(t), newIWHost(t)
-		port := freePort(t)
+		port := uint16(tcploop.FreePort(t))
 		l := iwListen(t, b, port)
 		id := iwResolve(t, a, port)
 		a.createQP(t, id)
@@ -65,7 +66,7 @@ func TestIWARPClientSourceAddress(t *testing.T) {
 	if a.cq, err = dev.Context().CreateCQ(64); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := uint16(tcploop.FreePort(t))
 	l := iwListen(t, b, port)
 	id := iwResolve(t, a, port)
 	if id.LocalAddr().Addr() != src {
@@ -101,7 +102,7 @@ func TestIWARPAcceptRequestWithoutIRDORD(t *testing.T) {
 		{Request: true, Revision: iwarp.MPARevision2, PrivateData: []byte("no words")},
 	} {
 		b := newIWHost(t)
-		port := freePort(t)
+		port := uint16(tcploop.FreePort(t))
 		l := iwListen(t, b, port)
 		nc, err := net.Dial("tcp", netip.AddrPortFrom(loopback, port).String())
 		if err != nil {

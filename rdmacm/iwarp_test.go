@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/internal/tcploop"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/rdmacm"
 )
@@ -72,17 +73,6 @@ func wait(t *testing.T, id *rdmacm.ID, want rdmacm.EventType) rdmacm.Event {
 	return rdmacm.Event{}
 }
 
-// freePort returns a TCP port free on loopback now.
-func freePort(t *testing.T) uint16 {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return uint16(l.Addr().(*net.TCPAddr).Port)
-}
-
 func iwListen(t *testing.T, h *iwHost, port uint16) *rdmacm.ID {
 	t.Helper()
 	l, _ := h.m.CreateID(rdmacm.PortSpaceTCP)
@@ -104,7 +94,7 @@ func iwResolve(t *testing.T, h *iwHost, port uint16) *rdmacm.ID {
 // TestIWARPConnectTrafficDisconnect: the calls of the RoCE test, over iWARP.
 func TestIWARPConnectTrafficDisconnect(t *testing.T) {
 	a, b := newIWHost(t), newIWHost(t)
-	port := freePort(t)
+	port := uint16(tcploop.FreePort(t))
 	l := iwListen(t, b, port)
 	id := iwResolve(t, a, port)
 	if id.Transport() != rdmacm.TransportIWARP || id.Context() != a.dev.Context() {
@@ -163,7 +153,7 @@ func TestIWARPConnectTrafficDisconnect(t *testing.T) {
 // A port nobody listens on is refused by TCP: REJECTED too.
 func TestIWARPReject(t *testing.T) {
 	a, b := newIWHost(t), newIWHost(t)
-	port := freePort(t)
+	port := uint16(tcploop.FreePort(t))
 	l := iwListen(t, b, port)
 	id := iwResolve(t, a, port)
 	a.createQP(t, id)
@@ -175,7 +165,7 @@ func TestIWARPReject(t *testing.T) {
 		t.Errorf("REJECTED status %d %q", ev.Status, ev.Param.PrivateData)
 	}
 	must(t, l.Destroy())
-	id2 := iwResolve(t, a, freePort(t))
+	id2 := iwResolve(t, a, uint16(tcploop.FreePort(t)))
 	a.createQP(t, id2)
 	must(t, id2.Connect(rdmacm.ConnParam{}))
 	if ev := wait(t, id2, rdmacm.EventRejected); ev.Status != rdmacm.StatusConnRefused {
@@ -239,7 +229,7 @@ func TestIWARPPeerVanishes(t *testing.T) {
 	})
 	t.Run("initiator resets", func(t *testing.T) {
 		srv := newIWHost(t)
-		port := freePort(t)
+		port := uint16(tcploop.FreePort(t))
 		l, err := srv.m.CreateID(rdmacm.PortSpaceTCP)
 		must(t, err)
 		must(t, l.BindAddr(netip.AddrPortFrom(loopback, port)))

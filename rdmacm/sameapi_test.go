@@ -8,6 +8,7 @@ import (
 	"time"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/internal/tcploop"
 	"github.com/softrdma/softrdma/rdmacm"
 	"github.com/softrdma/softrdma/sim"
 )
@@ -58,7 +59,7 @@ func TestSameCodeBothTransports(t *testing.T) {
 		a, b := newIWHost(t), newIWHost(t)
 		// MPA v2: the initiator keeps its own IRD/ORD when the reply's are compatible
 		// (ORD 2 <= the responder's IRD 3, the responder's ORD 1 <= IRD 4), as siw does.
-		connectSendDisconnect(t, cmEnd{a.m, a.pd, a.cq, a.mr, a.buf, loopback}, cmEnd{b.m, b.pd, b.cq, b.mr, b.buf, loopback}, freePort(t), activeDepths{4, 2})
+		connectSendDisconnect(t, cmEnd{a.m, a.pd, a.cq, a.mr, a.buf, loopback}, cmEnd{b.m, b.pd, b.cq, b.mr, b.buf, loopback}, uint16(tcploop.FreePort(t)), activeDepths{4, 2})
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/internal/tcploop"
 	"github.com/softrdma/softrdma/rdmacm"
 )
 
@@ -19,7 +20,7 @@ import (
 // active connect with a QP the ID does not manage stays unsupported.
 func TestIWARPAcceptUserQP(t *testing.T) {
 	a, b := newIWHost(t), newIWHost(t)
-	port := freePort(t)
+	port := uint16(tcploop.FreePort(t))
 	l := iwListen(t, b, port)
 	id := iwResolve(t, a, port)
 	qa := a.createQP(t, id)

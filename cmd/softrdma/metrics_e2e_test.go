@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/counters"
+	"github.com/softrdma/softrdma/internal/tcploop"
 )
 
 // TestMetricsLongRunning: pingpong's and rping's servers, run with --metrics
@@ -45,7 +46,7 @@ func TestMetricsLongRunning(t *testing.T) {
 			t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
 			net := loopbackNet()
 			srv, cli := net+"1", net+"2"
-			port := strconv.Itoa(freeTCPPort(t))
+			port := strconv.Itoa(tcploop.FreePort(t))
 			dump := filepath.Join(t.TempDir(), "counters.json")
 			var srvOut, srvErr safeBuffer
 			done := make(chan int, 1)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,21 +16,11 @@ import (
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/internal/tcploop"
 	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/pingpong"
 	"github.com/softrdma/softrdma/roce"
 )
-
-// freeTCPPort returns a TCP port that was free a moment ago.
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // safeBuffer is a bytes.Buffer for one writer goroutine and a polling reader.
 type safeBuffer struct {
@@ -75,7 +64,7 @@ func TestPingpongLoopback(t *testing.T) {
 	} {
 		t.Run(tc.mode+strings.Join(tc.extra, ""), func(t *testing.T) {
 			srvIP, cliIP := fmt.Sprintf("127.0.78.%d", 2*i+1), fmt.Sprintf("127.0.78.%d", 2*i+2)
-			port := strconv.Itoa(freeTCPPort(t))
+			port := strconv.Itoa(tcploop.FreePort(t))
 			dir := t.TempDir()
 			common := append([]string{tc.mode, "-g", "1", "-n", "20", "-c", "-p", port, "--timeout", "60s"}, tc.extra...)
 			var srvOut, srvErr safeBuffer
@@ -137,7 +126,7 @@ func TestPingpongLoopback(t *testing.T) {
 // TestPingpongJSON checks --json: one object with both addresses and the
 // figures, and nothing else on stdout.
 func TestPingpongJSON(t *testing.T) {
-	port := strconv.Itoa(freeTCPPort(t))
+	port := strconv.Itoa(tcploop.FreePort(t))
 	common := []string{"ud", "-g", "1", "-n", "5", "-s", "64", "-p", port, "--timeout", "30s", "--json"}
 	var srvOut, srvErr safeBuffer
 	srvDone := make(chan int, 1)
@@ -222,7 +211,7 @@ func (r ppPairRun) String() string {
 // cliExtra on one each.
 func runPingpongPair(t *testing.T, srvIP, cliIP string, common, srvExtra, cliExtra []string) ppPairRun {
 	t.Helper()
-	port := strconv.Itoa(freeTCPPort(t))
+	port := strconv.Itoa(tcploop.FreePort(t))
 	common = append(append([]string(nil), common...), "-p", port, "--timeout", "60s")
 	var srvOut, srvErr safeBuffer
 	srvDone := make(chan int, 1)
@@ -299,7 +288,7 @@ func TestPingpongRxDepth(t *testing.T) {
 	}
 	t.Run("above MaxQPWR", func(t *testing.T) {
 		var out, errOut bytes.Buffer
-		code := pingpongCmd([]string{"ud", "-g", "1", "-d", "127.0.78.140", "-p", strconv.Itoa(freeTCPPort(t)), "-r", "16385", "--timeout", "10s"}, &out, &errOut)
+		code := pingpongCmd([]string{"ud", "-g", "1", "-d", "127.0.78.140", "-p", strconv.Itoa(tcploop.FreePort(t)), "-r", "16385", "--timeout", "10s"}, &out, &errOut)
 		if code != 1 || !strings.Contains(errOut.String(), "Couldn't create QP") || !strings.Contains(errOut.String(), "MaxRecvWR 16385") {
 			t.Errorf("-r 16385: exit %d, stderr %q; want 1, Couldn't create QP ... MaxRecvWR 16385", code, errOut.String())
 		}
@@ -370,7 +359,7 @@ func TestPingpongNoGIDOneHost(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			net := loopbackNet()
 			srvIP, cliIP := net+"1", net+"2"
-			port := strconv.Itoa(freeTCPPort(t))
+			port := strconv.Itoa(tcploop.FreePort(t))
 			common := []string{mode, "-n", "20", "-s", "1024", "-p", port, "--timeout", "30s"}
 			var srvOut, srvErr safeBuffer
 			srvDone := make(chan int, 1)

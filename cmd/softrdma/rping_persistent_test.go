@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/internal/tcploop"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/rping"
@@ -164,7 +165,7 @@ func TestRpingPersistentFlags(t *testing.T) {
 // TestRpingSourceIWARP: over iWARP, -I is the client's source address: its
 // TCP connection, and so the MPA exchange and every FPDU, comes from there.
 func TestRpingSourceIWARP(t *testing.T) {
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(tcploop.FreePort(t))
 	src := fmt.Sprintf("127.%d.84.2", 1+os.Getpid()%250)
 	pcap := filepath.Join(t.TempDir(), "rping.pcap")
 	var sOut, sErr bytes.Buffer

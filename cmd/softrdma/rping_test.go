@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/internal/tcploop"
 )
 
 // rpingLine is the ping data rping.c prints for ping i of size octets.
@@ -29,16 +29,6 @@ func rpingLine(i, size int) string {
 	return string(b)
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // TestRping runs softrdma rping server and client against each other over
 // loopback: both exit 0, both print rping.c's lines, and the client's capture
 // decodes with no error and holds the MPA exchange rdma_cm makes on iWARP
@@ -48,7 +38,7 @@ func TestRping(t *testing.T) {
 	for _, crc := range []string{"accept", "require"} {
 		t.Run(crc, func(t *testing.T) {
 			const count, size = 10, 64
-			port := strconv.Itoa(freePort(t))
+			port := strconv.Itoa(tcploop.FreePort(t))
 			pcap := filepath.Join(t.TempDir(), "rping.pcap")
 			var sOut, sErr bytes.Buffer
 			done := make(chan int, 1)
@@ -147,7 +137,7 @@ func TestRpingCMEvents(t *testing.T) {
 		{"roce", net3 + "1", net3 + "2", "REJECTED"},
 	} {
 		t.Run(tr.name, func(t *testing.T) {
-			port := strconv.Itoa(freePort(t))
+			port := strconv.Itoa(tcploop.FreePort(t))
 			if tr.name == "roce" {
 				port = strconv.Itoa(30000 + int(time.Now().UnixNano()%10000))
 			}

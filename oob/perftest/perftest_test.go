@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/tcploop"
 	"github.com/softrdma/softrdma/oob"
 )
 
@@ -392,22 +393,6 @@ func TestPlanShapes(t *testing.T) {
 	}
 }
 
-// tcpPair returns a connected loopback TCP pair.
-func tcpPair(t *testing.T) (net.Conn, net.Conn) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Skip(err)
-	}
-	defer ln.Close()
-	ch := make(chan net.Conn, 1)
-	go func() { c, _ := ln.Accept(); ch <- c }()
-	c, err := net.Dial("tcp4", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, <-ch
-}
-
 // side records what a simulated tool does in its hooks.
 type side struct {
 	mu     sync.Mutex
@@ -471,7 +456,7 @@ func TestRoundTrip(t *testing.T) {
 					defer b.Close()
 					cc, sc = NewStreamCarrier(a), NewStreamCarrier(b)
 				case "tcp":
-					a, b := tcpPair(t)
+					a, b := tcploop.Pair(t, "tcp4")
 					defer a.Close()
 					defer b.Close()
 					cc, sc = NewStreamCarrier(a), NewStreamCarrier(b)

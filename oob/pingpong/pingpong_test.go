@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/tcploop"
 	"github.com/softrdma/softrdma/oob"
 	"github.com/softrdma/softrdma/oob/internal/capture"
 )
@@ -191,20 +192,7 @@ func testDests(n int, base uint32) []Dest {
 func TestRoundTrip(t *testing.T) {
 	pipes := map[string]func(t *testing.T) (net.Conn, net.Conn){
 		"pipe": func(*testing.T) (net.Conn, net.Conn) { return net.Pipe() },
-		"tcp": func(t *testing.T) (net.Conn, net.Conn) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Skip(err)
-			}
-			defer ln.Close()
-			ch := make(chan net.Conn, 1)
-			go func() { c, _ := ln.Accept(); ch <- c }()
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c, <-ch
-		},
+		"tcp":  func(t *testing.T) (net.Conn, net.Conn) { return tcploop.Pair(t, "tcp") },
 	}
 	for pname, mk := range pipes {
 		for _, n := range []int{1, 16} {
