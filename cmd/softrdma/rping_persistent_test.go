@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/internal/rpingtext"
 	"github.com/softrdma/softrdma/internal/tcploop"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/pcaptap"
@@ -113,7 +114,7 @@ func TestRpingPersistentSelfQPSource(t *testing.T) {
 	server := sOut.String() + sErr.String()
 	for i, c := range clients {
 		for p := range c.count {
-			line := rpingLine(p, c.size)
+			line := rpingtext.Data(p, c.size)
 			if !strings.Contains(outs[i], "ping data: "+line+"\n") {
 				t.Errorf("%s did not print ping %d:\n%s", c.name, p, outs[i])
 			}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/internal/rpingtext"
 )
 
 // TestRpingRoCE runs softrdma rping --transport roce server and client
@@ -52,16 +52,12 @@ func TestRpingRoCE(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("server did not end")
 	}
-	var wantC, wantS strings.Builder
-	for i := range count {
-		fmt.Fprintf(&wantC, "ping data: %s\n", rpingLine(i, size))
-		fmt.Fprintf(&wantS, "server ping data: %s\n", rpingLine(i, size))
+	wantC, wantS := rpingtext.Lines("ping data: ", count, size), rpingtext.Lines("server ping data: ", count, size)
+	if cOut.String() != wantC {
+		t.Errorf("client printed\n%s\nwant\n%s", cOut.String(), wantC)
 	}
-	if cOut.String() != wantC.String() {
-		t.Errorf("client printed\n%s\nwant\n%s", cOut.String(), wantC.String())
-	}
-	if sOut.String() != wantS.String() {
-		t.Errorf("server printed\n%s\nwant\n%s", sOut.String(), wantS.String())
+	if sOut.String() != wantS {
+		t.Errorf("server printed\n%s\nwant\n%s", sOut.String(), wantS)
 	}
 	f, err := os.Open(pcap)
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,21 +12,9 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/internal/rpingtext"
 	"github.com/softrdma/softrdma/internal/tcploop"
 )
-
-// rpingLine is the ping data rping.c prints for ping i of size octets.
-func rpingLine(i, size int) string {
-	b := []byte(fmt.Sprintf("rdma-ping-%d: ", i))
-	c := byte(65 + i%58)
-	for len(b) < size-1 {
-		b = append(b, c)
-		if c++; c > 122 {
-			c = 65
-		}
-	}
-	return string(b)
-}
 
 // TestRping runs softrdma rping server and client against each other over
 // loopback: both exit 0, both print rping.c's lines, and the client's capture
@@ -63,16 +50,12 @@ func TestRping(t *testing.T) {
 			if sc := <-done; sc != 0 {
 				t.Fatalf("server exit %d\n%s%s", sc, sOut.String(), sErr.String())
 			}
-			var wantC, wantS strings.Builder
-			for i := range count {
-				fmt.Fprintf(&wantC, "ping data: %s\n", rpingLine(i, size))
-				fmt.Fprintf(&wantS, "server ping data: %s\n", rpingLine(i, size))
+			wantC, wantS := rpingtext.Lines("ping data: ", count, size), rpingtext.Lines("server ping data: ", count, size)
+			if cOut.String() != wantC {
+				t.Errorf("client output:\n%s\nwant:\n%s", cOut.String(), wantC)
 			}
-			if cOut.String() != wantC.String() {
-				t.Errorf("client output:\n%s\nwant:\n%s", cOut.String(), wantC.String())
-			}
-			if sOut.String() != wantS.String() {
-				t.Errorf("server output:\n%s\nwant:\n%s", sOut.String(), wantS.String())
+			if sOut.String() != wantS {
+				t.Errorf("server output:\n%s\nwant:\n%s", sOut.String(), wantS)
 			}
 			f, err := os.Open(pcap)
 			if err != nil {

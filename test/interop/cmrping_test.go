@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/rpingtext"
 	"github.com/softrdma/softrdma/test/interop"
 )
 
@@ -39,7 +40,7 @@ func TestRXERping(t *testing.T) {
 		}
 		guest := job.Wait(t, 3*time.Minute)
 		stop()
-		rpingCheck(t, host, guest, rpingLines("ping data: ", count, size), rpingLines("server ping data: ", count, size))
+		rpingCheck(t, host, guest, rpingtext.Lines("ping data: ", count, size), rpingtext.Lines("server ping data: ", count, size))
 		rpingCheckRoCECapture(t, tap, -1)
 		rpingCheckRoCECapture(t, own, count)
 	})
@@ -52,7 +53,7 @@ func TestRXERping(t *testing.T) {
 		guest := g.Exec(t, 3*time.Minute, "rping", "-c", "-a", interop.HostIPv4, "-C", "10", "-S", "64", "-v", "-V")
 		host := p.Wait(3 * time.Minute)
 		stop()
-		rpingCheck(t, guest, host, rpingLines("ping data: ", count, size), rpingLines("server ping data: ", count, size))
+		rpingCheck(t, guest, host, rpingtext.Lines("ping data: ", count, size), rpingtext.Lines("server ping data: ", count, size))
 		rpingCheckRoCECapture(t, tap, -1)
 		rpingCheckRoCECapture(t, own, count)
 	})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/rpingtext"
 	"github.com/softrdma/softrdma/test/interop"
 )
 
@@ -135,7 +136,7 @@ func runCMCase(t *testing.T, h *interop.Harness, g *interop.Guest, spec, filter 
 		client, server = lib, kern
 	}
 	if c.tool() == "rping" {
-		rpingCheck(t, client, server, rpingLines("ping data: ", rpingCount, rpingSize), rpingLines("server ping data: ", rpingCount, rpingSize))
+		rpingCheck(t, client, server, rpingtext.Lines("ping data: ", rpingCount, rpingSize), rpingtext.Lines("server ping data: ", rpingCount, rpingSize))
 		return pcap
 	}
 	// perftest over rdma_cm: both print their result row with the

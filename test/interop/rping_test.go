@@ -2,38 +2,14 @@ package interop_test
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/rpingtext"
 	"github.com/softrdma/softrdma/test/interop"
 )
-
-// rpingData is the ping data rping.c prints for ping i of size octets (its
-// "rdma-ping-%d: " and the letters from 'A'+i%58 up, 'z' wrapping to 'A').
-func rpingData(i, size int) string {
-	b := []byte(fmt.Sprintf("rdma-ping-%d: ", i))
-	c := byte(65 + i%58)
-	for len(b) < size-1 {
-		b = append(b, c)
-		if c++; c > 122 {
-			c = 65
-		}
-	}
-	return string(b)
-}
-
-// rpingLines is what rping -v prints for count pings: prefix is "ping data: "
-// (client) or "server ping data: " (server).
-func rpingLines(prefix string, count, size int) string {
-	var s strings.Builder
-	for i := range count {
-		fmt.Fprintf(&s, "%s%s\n", prefix, rpingData(i, size))
-	}
-	return s.String()
-}
 
 // TestSiwRping runs softrdma rping against rdma-core's rping over the kernel's
 // siw (rdma_cm over iWARP), both directions, -C 10 -S 64 -v (-V on the
@@ -69,7 +45,7 @@ func TestSiwRping(t *testing.T) {
 				}
 				guest := job.Wait(t, 3*time.Minute)
 				stop()
-				rpingCheck(t, host, guest, rpingLines("ping data: ", count, size), rpingLines("server ping data: ", count, size))
+				rpingCheck(t, host, guest, rpingtext.Lines("ping data: ", count, size), rpingtext.Lines("server ping data: ", count, size))
 				rpingCheckCapture(t, pcap, v.crc != "accept")
 			})
 			t.Run("softrdma-server", func(t *testing.T) {
@@ -80,7 +56,7 @@ func TestSiwRping(t *testing.T) {
 				guest := g.Exec(t, 3*time.Minute, "rping", "-c", "-a", interop.HostIPv4, "-C", "10", "-S", "64", "-v", "-V")
 				host := p.Wait(3 * time.Minute)
 				stop()
-				rpingCheck(t, guest, host, rpingLines("ping data: ", count, size), rpingLines("server ping data: ", count, size))
+				rpingCheck(t, guest, host, rpingtext.Lines("ping data: ", count, size), rpingtext.Lines("server ping data: ", count, size))
 				rpingCheckCapture(t, pcap, v.crc != "accept")
 			})
 		})
