@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/conform"
+	"github.com/softrdma/softrdma/internal/syncbuf"
 )
 
 // TestConformServeDefaults: conform serve listens on loopback unless --listen
@@ -47,7 +48,7 @@ func TestConformServeDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var srvOut, srvErr safeBuffer
+	var srvOut, srvErr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() { done <- conformServe(ctx, o, &srvOut, &srvErr) }()
 	defer func() {

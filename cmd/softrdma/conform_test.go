@@ -22,6 +22,7 @@ import (
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/conform"
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/internal/syncbuf"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -391,7 +392,7 @@ func TestConformServePcap(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
-			var srvOut, srvErr safeBuffer
+			var srvOut, srvErr syncbuf.Buffer
 			done := make(chan int, 1)
 			go func() { done <- conformServe(ctx, o, &srvOut, &srvErr) }()
 			var addr string

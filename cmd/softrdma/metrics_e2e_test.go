@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/counters"
+	"github.com/softrdma/softrdma/internal/syncbuf"
 	"github.com/softrdma/softrdma/internal/tcploop"
 )
 
@@ -48,7 +49,7 @@ func TestMetricsLongRunning(t *testing.T) {
 			srv, cli := net+"1", net+"2"
 			port := strconv.Itoa(tcploop.FreePort(t))
 			dump := filepath.Join(t.TempDir(), "counters.json")
-			var srvOut, srvErr safeBuffer
+			var srvOut, srvErr syncbuf.Buffer
 			done := make(chan int, 1)
 			go func() {
 				done <- runCommand(append(c.server(srv, cli, port), "--metrics", "0", "--dump-counters", dump), &srvOut, &srvErr)

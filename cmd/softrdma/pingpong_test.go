@@ -9,36 +9,18 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/internal/syncbuf"
 	"github.com/softrdma/softrdma/internal/tcploop"
 	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/pingpong"
 	"github.com/softrdma/softrdma/roce"
 )
-
-// safeBuffer is a bytes.Buffer for one writer goroutine and a polling reader.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var (
 	ppLocalRE  = regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x([0-9a-f]{6}), PSN 0x([0-9a-f]{6})[,:] GID (\S+)$`)
@@ -67,7 +49,7 @@ func TestPingpongLoopback(t *testing.T) {
 			port := strconv.Itoa(tcploop.FreePort(t))
 			dir := t.TempDir()
 			common := append([]string{tc.mode, "-g", "1", "-n", "20", "-c", "-p", port, "--timeout", "60s"}, tc.extra...)
-			var srvOut, srvErr safeBuffer
+			var srvOut, srvErr syncbuf.Buffer
 			srvDone := make(chan int, 1)
 			go func() {
 				srvDone <- pingpongCmd(append(common, "-d", srvIP, "--pcap", filepath.Join(dir, "server.pcap")), &srvOut, &srvErr)
@@ -128,7 +110,7 @@ func TestPingpongLoopback(t *testing.T) {
 func TestPingpongJSON(t *testing.T) {
 	port := strconv.Itoa(tcploop.FreePort(t))
 	common := []string{"ud", "-g", "1", "-n", "5", "-s", "64", "-p", port, "--timeout", "30s", "--json"}
-	var srvOut, srvErr safeBuffer
+	var srvOut, srvErr syncbuf.Buffer
 	srvDone := make(chan int, 1)
 	go func() { srvDone <- pingpongCmd(append(common, "-d", "127.0.78.101"), &srvOut, &srvErr) }()
 	var cliOut, cliErr bytes.Buffer
@@ -213,7 +195,7 @@ func runPingpongPair(t *testing.T, srvIP, cliIP string, common, srvExtra, cliExt
 	t.Helper()
 	port := strconv.Itoa(tcploop.FreePort(t))
 	common = append(append([]string(nil), common...), "-p", port, "--timeout", "60s")
-	var srvOut, srvErr safeBuffer
+	var srvOut, srvErr syncbuf.Buffer
 	srvDone := make(chan int, 1)
 	go func() {
 		srvDone <- pingpongCmd(append(append(append([]string(nil), common...), "-d", srvIP), srvExtra...), &srvOut, &srvErr)
@@ -361,7 +343,7 @@ func TestPingpongNoGIDOneHost(t *testing.T) {
 			srvIP, cliIP := net+"1", net+"2"
 			port := strconv.Itoa(tcploop.FreePort(t))
 			common := []string{mode, "-n", "20", "-s", "1024", "-p", port, "--timeout", "30s"}
-			var srvOut, srvErr safeBuffer
+			var srvOut, srvErr syncbuf.Buffer
 			srvDone := make(chan int, 1)
 			go func() { srvDone <- pingpongCmd(append(common, "-d", srvIP), &srvOut, &srvErr) }()
 			deadline := time.Now().Add(10 * time.Second)

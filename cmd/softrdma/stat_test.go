@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/softrdma/softrdma/internal/syncbuf"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,11 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/internal/syncbuf"
+
 	"github.com/softrdma/softrdma/counters"
 )
-
-// lockedBuffer is a buffer the test reads while the command writes it.
-type lockedBuffer = syncbuf.Buffer
 
 // TestPerfCounters runs softrdma perf write_bw, server and client, in this
 // process on two loopback addresses: 50 WRITEs of 4096 bytes. The server
@@ -46,7 +44,7 @@ func testPerfCounters(t *testing.T, asJSON bool) {
 	cliAddr := fmt.Sprintf("127.0.94.%d", 2*perfCountersRuns+2)
 	dir := t.TempDir()
 	srvDump, cliDump := filepath.Join(dir, "server.json"), filepath.Join(dir, "client.json")
-	var srvOut, srvErr lockedBuffer
+	var srvOut, srvErr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- runCommand([]string{"perf", "write_bw", "-d", srvAddr, "-p", "18531", "-s", "4096", "-n", "50",
