@@ -1,11 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -59,24 +56,7 @@ func (m *metricsFlags) stop(name string, code int, stderr io.Writer) int {
 	if m.dump == "" {
 		return code
 	}
-	var err error
-	switch {
-	case m.dump == "-":
-		err = counters.WriteText(stderr, m.snapshot())
-	default:
-		var f *os.File
-		if f, err = os.Create(m.dump); err == nil {
-			if strings.HasSuffix(m.dump, ".json") {
-				err = counters.WriteJSON(f, m.snapshot())
-			} else {
-				err = counters.WriteText(f, m.snapshot())
-			}
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-		}
-	}
-	if err != nil {
+	if err := counters.Dump(m.dump, stderr, m.snapshot()); err != nil {
 		fmt.Fprintf(stderr, "softrdma %s: --dump-counters: %v\n", name, err)
 		if code == 0 {
 			code = 1
@@ -93,21 +73,4 @@ func (m *metricsFlags) run(name string, stderr io.Writer, run func() int) int {
 		return 1
 	}
 	return m.stop(name, run(), stderr)
-}
-
-// reportCounters writes s after a command's result: "counters:" and
-// softrdma stat's lines, or, after a --json result, a second JSON document
-// {"counters": S} (a stream that jq and json.Decoder read).
-func reportCounters(w io.Writer, asJSON bool, s counters.Snapshot) error {
-	if !asJSON {
-		if _, err := fmt.Fprintln(w, "counters:"); err != nil {
-			return err
-		}
-		return counters.WriteText(w, s)
-	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(struct {
-		Counters counters.Snapshot `json:"counters"`
-	}{s})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/perf"
 )
 
@@ -35,7 +36,7 @@ func perfCmd(args []string, stdout, stderr io.Writer) int {
 	return metrics.run("perf", stderr, func() int {
 		code := perf.Main(o, stdout, stderr)
 		if *report {
-			reportCounters(stdout, o.JSON, metrics.snapshot())
+			counters.WriteReport(stdout, o.JSON, metrics.snapshot())
 		}
 		return code
 	})

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -54,18 +53,13 @@ func statCmd(args []string, stdout, stderr io.Writer) int {
 		snaps = append(snaps, s.Only(*only))
 	} else {
 		dir := counters.AnnounceDir()
-		eps, err := counters.Announced(dir)
+		var err error
+		snaps, err = counters.FetchAnnounced(ctx, dir, *only, func(ep counters.Endpoint, err error) {
+			fmt.Fprintf(stderr, "softrdma stat: process %d at %s: %v\n", ep.PID, ep.Addr, err)
+		})
 		if err != nil {
 			fmt.Fprintf(stderr, "softrdma stat: %v\n", err)
 			return 1
-		}
-		for _, ep := range eps {
-			s, err := counters.Fetch(ctx, ep.Addr)
-			if err != nil {
-				fmt.Fprintf(stderr, "softrdma stat: process %d at %s: %v\n", ep.PID, ep.Addr, err)
-				continue
-			}
-			snaps = append(snaps, s.Only(*only))
 		}
 		if len(snaps) == 0 {
 			fmt.Fprintf(stderr, "softrdma stat: no process serves counters (none in %s): run one with --metrics ADDR "+
@@ -73,25 +67,9 @@ func statCmd(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(struct {
-			Processes []counters.Snapshot `json:"processes"`
-		}{snaps}); err != nil {
-			fmt.Fprintf(stderr, "softrdma stat: %v\n", err)
-			return 1
-		}
-		return 0
-	}
-	for _, s := range snaps {
-		if s.PID != 0 {
-			fmt.Fprintf(stdout, "process %d %s\n", s.PID, s.Command)
-		}
-		if err := counters.WriteText(stdout, s); err != nil {
-			fmt.Fprintf(stderr, "softrdma stat: %v\n", err)
-			return 1
-		}
+	if err := counters.WriteProcesses(stdout, *asJSON, snaps); err != nil {
+		fmt.Fprintf(stderr, "softrdma stat: %v\n", err)
+		return 1
 	}
 	return 0
 }
