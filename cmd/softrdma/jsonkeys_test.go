@@ -12,6 +12,7 @@ import (
 	"github.com/softrdma/softrdma/conform"
 	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/demo"
+	"github.com/softrdma/softrdma/pingpong"
 )
 
 // snakeKey is a JSON key in snake_case: lower-case words of letters and
@@ -64,7 +65,7 @@ func jsonKeys(t reflect.Type, path string, seen map[reflect.Type]bool, bad func(
 // with the rest of them.
 func TestJSONKeysSnakeCase(t *testing.T) {
 	for name, v := range map[string]any{
-		"pingpong":      ppJSON{},
+		"pingpong":      pingpong.Report{},
 		"demo":          demo.Result{},
 		"bench":         bench.Report{},
 		"conform":       conform.Report{},
@@ -76,7 +77,7 @@ func TestJSONKeysSnakeCase(t *testing.T) {
 			t.Errorf("%s: key %q is not snake_case", path, key)
 		})
 	}
-	for name, v := range map[string]any{"pingpong": ppJSON{}, "demo": demo.Result{}, "bench": bench.Report{}} {
+	for name, v := range map[string]any{"pingpong": pingpong.Report{}, "demo": demo.Result{}, "bench": bench.Report{}} {
 		f, ok := reflect.TypeOf(v).FieldByName("Counters")
 		if !ok || f.Type != reflect.TypeFor[counters.Snapshot]() || f.Tag.Get("json") != "counters" {
 			t.Errorf("%s's JSON has no \"counters\" of type counters.Snapshot", name)

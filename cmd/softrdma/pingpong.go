@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -118,28 +117,6 @@ func pingpongCmd(args []string, stdout, stderr io.Writer) int {
 	return metrics.run("pingpong", stderr, func() int { return ppRun(o, stdout, stderr) })
 }
 
-// ppJSON is pingpong --json's object: the result, and the counters of the
-// run's device as softrdma stat --json and perf --report-counters give them
-// (per device and per QP, NAKs by code, drops by reason), beside the
-// result's device_counters, the RoCE device's own frame counts.
-type ppJSON struct {
-	pingpong.Result
-	Counters counters.Snapshot `json:"counters"`
-}
-
-// runCounters keeps the devices of s on addr, the run's device (a process
-// that runs several commands, a test, has every one's in the registry).
-func runCounters(s counters.Snapshot, addr string) counters.Snapshot {
-	devs := []counters.Device{}
-	for _, d := range s.Devices {
-		if d.Address == addr {
-			devs = append(devs, d)
-		}
-	}
-	s.Devices = devs
-	return s
-}
-
 // ppRun runs pingpong and reports its result.
 func ppRun(o pingpong.Options, stdout, stderr io.Writer) int {
 	var res pingpong.Result
@@ -149,9 +126,7 @@ func ppRun(o pingpong.Options, stdout, stderr io.Writer) int {
 		if err != nil {
 			res.Error = err.Error()
 		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(&ppJSON{Result: res, Counters: runCounters(counters.Default.Since(mark), res.LocalAddr)})
+		pingpong.WriteReport(stdout, res, counters.Default.Since(mark))
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
