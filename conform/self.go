@@ -196,32 +196,33 @@ func (e *faultEndpoint) TryRead(bufs [][]byte, sizes []int, offset int) (int, er
 		if n == 0 || (e.fault.In == nil && !e.fault.AcceptBadICRC) {
 			return n, err
 		}
-		k := 0
-		for i := 0; i < n; i++ {
-			if apply(bufs[i][offset:offset+sizes[i]], e.fault.In, e.fault.AcceptBadICRC, false) {
-				bufs[k], bufs[i] = bufs[i], bufs[k]
-				sizes[k] = sizes[i]
-				k++
-			}
-		}
+		k := e.keep(bufs, sizes, offset, n)
 		if k > 0 || err != nil {
 			return k, err
 		}
 	}
 }
 
+// keep moves those of the first n frames that Fault.In lets through (after
+// it has rewritten them) to the front of bufs and sizes, in order, and
+// returns how many there are: the filter of TryRead and Read.
+func (e *faultEndpoint) keep(bufs [][]byte, sizes []int, offset, n int) int {
+	k := 0
+	for i := 0; i < n; i++ {
+		if apply(bufs[i][offset:offset+sizes[i]], e.fault.In, e.fault.AcceptBadICRC, false) {
+			bufs[k], bufs[i] = bufs[i], bufs[k]
+			sizes[k] = sizes[i]
+			k++
+		}
+	}
+	return k
+}
+
 // Read is TryRead for a blocking reader (not used by the simulated device).
 func (e *faultEndpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	for {
 		n, err := e.Port.Read(bufs, sizes, offset)
-		k := 0
-		for i := 0; i < n; i++ {
-			if apply(bufs[i][offset:offset+sizes[i]], e.fault.In, e.fault.AcceptBadICRC, false) {
-				bufs[k], bufs[i] = bufs[i], bufs[k]
-				sizes[k] = sizes[i]
-				k++
-			}
-		}
+		k := e.keep(bufs, sizes, offset, n)
 		if k > 0 || err != nil {
 			return k, err
 		}
