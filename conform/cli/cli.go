@@ -573,6 +573,14 @@ func conformServeRoCE(ctx context.Context, listen string, maxMem int64, cfg roce
 		defer close(done)
 		dev.Run(ctx, nil)
 	}()
+	return serveControl(ctx, listen, &conform.Server{Device: dev, MaxSessionMemory: maxMem},
+		fmt.Sprintf("for the RoCE device at %v (path MTU %d)", dev.GIDs(), dev.PathMTU()), stdout, stderr)
+}
+
+// serveControl serves srv on a TCP listener on listen until ctx ends, once
+// it has printed "softrdma conform serve: control protocol VERSION on ADDR"
+// and what (the device served) on stdout: the exit code.
+func serveControl(ctx context.Context, listen string, srv *conform.Server, what string, stdout, stderr io.Writer) int {
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
@@ -582,9 +590,8 @@ func conformServeRoCE(ctx context.Context, listen string, maxMem int64, cfg roce
 		<-ctx.Done()
 		l.Close()
 	}()
-	fmt.Fprintf(stdout, "softrdma conform serve: control protocol %s on %s for the RoCE device at %v (path MTU %d)\n",
-		conform.ControlProtocol, l.Addr(), dev.GIDs(), dev.PathMTU())
-	if err := (&conform.Server{Device: dev, MaxSessionMemory: maxMem}).Serve(l); err != nil && ctx.Err() == nil {
+	fmt.Fprintf(stdout, "softrdma conform serve: control protocol %s on %s %s\n", conform.ControlProtocol, l.Addr(), what)
+	if err := srv.Serve(l); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
 		return 1
 	}
@@ -606,20 +613,6 @@ func conformServeIWARP(ctx context.Context, listen, addr string, maxMem int64, p
 		return 1
 	}
 	dev := d.(*device.IWARP).IWARP()
-	l, err := net.Listen("tcp", listen)
-	if err != nil {
-		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
-		return 1
-	}
-	go func() {
-		<-ctx.Done()
-		l.Close()
-	}()
-	fmt.Fprintf(stdout, "softrdma conform serve: control protocol %s on %s for an iWARP device whose QPs listen on %s\n",
-		conform.ControlProtocol, l.Addr(), addr)
-	if err := (&conform.Server{Device: dev, Transport: "iwarp", ListenHost: addr, Observe: observe, MaxSessionMemory: maxMem}).Serve(l); err != nil && ctx.Err() == nil {
-		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
-		return 1
-	}
-	return 0
+	return serveControl(ctx, listen, &conform.Server{Device: dev, Transport: "iwarp", ListenHost: addr, Observe: observe, MaxSessionMemory: maxMem},
+		"for an iWARP device whose QPs listen on "+addr, stdout, stderr)
 }
