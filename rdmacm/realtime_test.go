@@ -19,26 +19,7 @@ func TestRoCERealtime(t *testing.T) {
 	w := newWorld(t, 7)
 	a := w.host("a", macA, ipA, sim.LinkConfig{Latency: 100 * time.Microsecond})
 	b := w.host("b", macB, ipB, sim.LinkConfig{})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	run := func(f func(context.Context) error) {
-		wg.Add(1)
-		go func() { defer wg.Done(); f(ctx) }()
-	}
-	run(w.net.RunRealtime)
-	for _, h := range []*host{a, b} {
-		h := h
-		run(func(ctx context.Context) error { return h.dev.Run(ctx, w.net.Clock()) })
-		run(h.agent.Run)
-	}
-	defer func() {
-		cancel()
-		for _, h := range []*host{a, b} {
-			h.dev.Close()
-			h.agent.Close()
-		}
-		wg.Wait()
-	}()
+	defer w.runRealtime(a, b)()
 
 	l, _ := b.m.CreateID(rdmacm.PortSpaceTCP)
 	must(t, l.BindAddr(netip.AddrPortFrom(ipB, rpingPort)))
@@ -61,5 +42,30 @@ func TestRoCERealtime(t *testing.T) {
 	wait(t, id, rdmacm.EventDisconnected)
 	for _, x := range []*rdmacm.ID{id, req.ID, l} {
 		must(t, x.Destroy())
+	}
+}
+
+// runRealtime runs w's network in step with the wall clock, and each host's
+// device and CM agent in goroutines of their own, as a program does; the
+// returned function stops them, closes the devices and agents, and waits.
+func (w *world) runRealtime(hosts ...*host) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	run := func(f func(context.Context) error) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	run(w.net.RunRealtime)
+	for _, h := range hosts {
+		run(func(ctx context.Context) error { return h.dev.Run(ctx, w.net.Clock()) })
+		run(h.agent.Run)
+	}
+	return func() {
+		cancel()
+		for _, h := range hosts {
+			h.dev.Close()
+			h.agent.Close()
+		}
+		wg.Wait()
 	}
 }

@@ -3,7 +3,6 @@ package rdmacm_test
 import (
 	"context"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,26 +31,7 @@ func TestSameCodeBothTransports(t *testing.T) {
 		w := newWorld(t, 11)
 		a := w.host("a", macA, ipA, sim.LinkConfig{Latency: 100 * time.Microsecond})
 		b := w.host("b", macB, ipB, sim.LinkConfig{})
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		run := func(f func(context.Context) error) {
-			wg.Add(1)
-			go func() { defer wg.Done(); f(ctx) }()
-		}
-		run(w.net.RunRealtime)
-		for _, h := range []*host{a, b} {
-			h := h
-			run(func(ctx context.Context) error { return h.dev.Run(ctx, w.net.Clock()) })
-			run(h.agent.Run)
-		}
-		defer func() {
-			cancel()
-			for _, h := range []*host{a, b} {
-				h.dev.Close()
-				h.agent.Close()
-			}
-			wg.Wait()
-		}()
+		defer w.runRealtime(a, b)()
 		// IB CM: the active side takes its depths from the REP (cm_rep_handler).
 		connectSendDisconnect(t, cmEnd{a.m, a.pd, a.cq, a.mr, a.buf, a.ip}, cmEnd{b.m, b.pd, b.cq, b.mr, b.buf, b.ip}, rpingPort, activeDepths{1, 3})
 	})
