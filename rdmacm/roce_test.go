@@ -437,21 +437,7 @@ func TestRoCEKernelREQ(t *testing.T) {
 	kernel := w.raw("kernel", [6]byte{0x52, 0x54, 0, 0x77, 0, 2}, ip22, sim.LinkConfig{})
 	srv := w.host("server", [6]byte{0x52, 0x54, 0, 0x77, 0, 1}, ip21, sim.LinkConfig{})
 	l := w.listen(srv, rdmacm.PortSpaceTCP, rpingPort)
-	var kreq, krep, krtu, kdreq, kdrep capturedFrame
-	for _, f := range frames {
-		switch f.mad.Attribute() {
-		case ibcm.AttrREQ:
-			kreq = f
-		case ibcm.AttrREP:
-			krep = f
-		case ibcm.AttrRTU:
-			krtu = f
-		case ibcm.AttrDREQ:
-			kdreq = f
-		case ibcm.AttrDREP:
-			kdrep = f
-		}
-	}
+	kreq, krep, krtu, kdreq, kdrep := kernelCM(frames)
 	inject(t, kernel, kreq.raw)
 	req := w.next(l, rdmacm.EventConnectRequest, time.Second)
 	if req.ID.RemoteAddr() != netip.MustParseAddrPort("10.77.0.22:47139") || req.Param.QPNum != 0x1b ||
@@ -497,6 +483,26 @@ func TestRoCEKernelREQ(t *testing.T) {
 	w.next(req.ID, rdmacm.EventTimewaitExit, 10*time.Second)
 }
 
+// kernelCM picks the REQ, REP, RTU, DREQ and DREP of a captured connection
+// (the last of each attribute).
+func kernelCM(frames []capturedFrame) (req, rep, rtu, dreq, drep capturedFrame) {
+	for _, f := range frames {
+		switch f.mad.Attribute() {
+		case ibcm.AttrREQ:
+			req = f
+		case ibcm.AttrREP:
+			rep = f
+		case ibcm.AttrRTU:
+			rtu = f
+		case ibcm.AttrDREQ:
+			dreq = f
+		case ibcm.AttrDREP:
+			drep = f
+		}
+	}
+	return req, rep, rtu, dreq, drep
+}
+
 // TestRoCEKernelREP connects a softrdma client through rdmacm to a kernel
 // rping server replayed from rxe-rdma-cm-rping.pcap: the REQ rdmacm builds is
 // the kernel client's REQ but for this client's comm ID, QPN, PSN and port
@@ -509,21 +515,7 @@ func TestRoCEKernelREP(t *testing.T) {
 	ip21, ip22 := netip.MustParseAddr("10.77.0.21"), netip.MustParseAddr("10.77.0.22")
 	kernel := w.raw("kernel", [6]byte{0x52, 0x54, 0, 0x77, 0, 1}, ip21, sim.LinkConfig{})
 	cli := w.host("client", [6]byte{0x52, 0x54, 0, 0x77, 0, 2}, ip22, sim.LinkConfig{})
-	var kreq, krep, krtu, kdreq, kdrep capturedFrame
-	for _, f := range frames {
-		switch f.mad.Attribute() {
-		case ibcm.AttrREQ:
-			kreq = f
-		case ibcm.AttrREP:
-			krep = f
-		case ibcm.AttrRTU:
-			krtu = f
-		case ibcm.AttrDREQ:
-			kdreq = f
-		case ibcm.AttrDREP:
-			kdrep = f
-		}
-	}
+	kreq, krep, krtu, kdreq, kdrep := kernelCM(frames)
 	id := w.resolve(cli, rdmacm.PortSpaceTCP, netip.AddrPortFrom(ip21, rpingPort))
 	qp := cli.createQP(t, id)
 	must(t, id.Connect(rdmacm.DefaultConnParam())) // rping's: one READ each way, 7 and 7 retries
