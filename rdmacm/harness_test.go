@@ -137,8 +137,14 @@ func noEvent(t *testing.T, id *rdmacm.ID) {
 // createQP makes an RC (or UD) QP on id with the host's PD and CQ.
 func (h *host) createQP(t *testing.T, id *rdmacm.ID) *ib.QP {
 	t.Helper()
-	qp, err := id.CreateQP(h.pd, ib.QPInitAttr{SendCQ: h.cq, RecvCQ: h.cq,
-		Cap: ib.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}})
+	return newQPOn(t, id, h.pd, h.cq, ib.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
+}
+
+// newQPOn makes id's QP (of the type id's port space gives) with pd, cq
+// for both queues, and caps: the createQP of each test host.
+func newQPOn(t *testing.T, id *rdmacm.ID, pd *ib.PD, cq *ib.CQ, caps ib.QPCap) *ib.QP {
+	t.Helper()
+	qp, err := id.CreateQP(pd, ib.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: caps})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,12 +50,7 @@ func newIWHostTimeout(t *testing.T, connectTimeout time.Duration) *iwHost {
 
 func (h *iwHost) createQP(t *testing.T, id *rdmacm.ID) *ib.QP {
 	t.Helper()
-	qp, err := id.CreateQP(h.pd, ib.QPInitAttr{SendCQ: h.cq, RecvCQ: h.cq,
-		Cap: ib.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return qp
+	return newQPOn(t, id, h.pd, h.cq, ib.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1})
 }
 
 // wait returns id's next event, which must be of type want.

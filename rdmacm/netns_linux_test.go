@@ -166,12 +166,7 @@ func openNSHost(t *testing.T, ns *netnstest.NS, ip netip.Addr, seed uint64) *nsH
 // createQP makes an RC QP on id with the host's PD and CQ.
 func (h *nsHost) createQP(t *testing.T, id *rdmacm.ID) *ib.QP {
 	t.Helper()
-	qp, err := id.CreateQP(h.pd, ib.QPInitAttr{SendCQ: h.cq, RecvCQ: h.cq,
-		Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return qp
+	return newQPOn(t, id, h.pd, h.cq, ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
 }
 
 // nsGuard bounds each wait of the namespace test: a hang guard, not a
