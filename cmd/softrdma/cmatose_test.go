@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -34,17 +34,9 @@ func TestCmatoseLoopback(t *testing.T) {
 			var sOut, sErr bytes.Buffer
 			done := make(chan int, 1)
 			go func() { done <- cmatoseCmd(append([]string{"-b", srvIP}, extra...), &sOut, &sErr) }()
-			var cOut, cErr bytes.Buffer
-			code := -1
-			for try := 0; try < 50; try++ { // until the server listens
-				cOut.Reset()
-				cErr.Reset()
-				if code = cmatoseCmd(append([]string{"-s", srvIP, "-b", cliIP}, extra...), &cOut, &cErr); code == 0 ||
-					!strings.Contains(cErr.String(), "REJECTED") && !strings.Contains(cErr.String(), "UNREACHABLE") {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+			code, cOut, cErr := untilListening(100*time.Millisecond, []string{"REJECTED", "UNREACHABLE"}, func(stdout, stderr io.Writer) int {
+				return cmatoseCmd(append([]string{"-s", srvIP, "-b", cliIP}, extra...), stdout, stderr)
+			})
 			if code != 0 || cOut.String() != c.cli {
 				t.Errorf("client exit %d:\n%s%s\nwant\n%s", code, cOut.String(), cErr.String(), c.cli)
 			}

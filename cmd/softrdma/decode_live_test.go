@@ -41,20 +41,13 @@ func rpingAcross(t *testing.T, p *netnstest.Pair, count int, pcap string) {
 		p.A.NS.MustDo(t, func() error { code = rpingCmd(args, &sOut, &sErr); return nil })
 		done <- code
 	}()
-	var cOut, cErr bytes.Buffer
-	code := -1
-	for try := 0; try < 50; try++ { // the server may not listen yet: a REJ
-		cOut.Reset()
-		cErr.Reset()
+	code, cOut, cErr := untilListening(50*time.Millisecond, []string{"REJECTED"}, func(stdout, stderr io.Writer) (code int) {
 		p.B.NS.MustDo(t, func() error {
-			code = rpingCmd([]string{"--transport", "roce", "-c", "-a", srv, "-p", port, "-C", strconv.Itoa(count), "-V", "--timeout", "20s"}, &cOut, &cErr)
+			code = rpingCmd([]string{"--transport", "roce", "-c", "-a", srv, "-p", port, "-C", strconv.Itoa(count), "-V", "--timeout", "20s"}, stdout, stderr)
 			return nil
 		})
-		if code == 0 || !strings.Contains(cErr.String(), "REJECTED") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return code
+	})
 	if code != 0 {
 		t.Fatalf("rping client exit %d\n%s%s", code, cOut.String(), cErr.String())
 	}

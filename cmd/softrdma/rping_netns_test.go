@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"net/netip"
 	"strings"
 	"testing"
@@ -31,7 +32,7 @@ func TestRpingRoCESharedInterface(t *testing.T) {
 		t.Run("server "+server, func(t *testing.T) {
 			// rping opens its device and sockets in the calling thread:
 			// run each side on a thread in the namespace.
-			run := func(args []string, out, errOut *bytes.Buffer) int {
+			run := func(args []string, out, errOut io.Writer) int {
 				code := -1
 				ns.MustDo(t, func() error {
 					code = rpingCmd(args, out, errOut)
@@ -44,17 +45,9 @@ func TestRpingRoCESharedInterface(t *testing.T) {
 			go func() {
 				done <- run([]string{"--transport", "roce", "-s", "-a", server, "-C", "3", "--timeout", "30s"}, &sOut, &sErr)
 			}()
-			var cOut, cErr bytes.Buffer
-			code := -1
-			for try := 0; try < 50; try++ { // the server may not listen yet: a REJ
-				cOut.Reset()
-				cErr.Reset()
-				code = run([]string{"--transport", "roce", "-c", "-a", server, "-C", "3", "-v", "-V", "--timeout", "20s"}, &cOut, &cErr)
-				if code == 0 || !strings.Contains(cErr.String(), "REJECTED") {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			code, cOut, cErr := untilListening(50*time.Millisecond, []string{"REJECTED"}, func(stdout, stderr io.Writer) int {
+				return run([]string{"--transport", "roce", "-c", "-a", server, "-C", "3", "-v", "-V", "--timeout", "20s"}, stdout, stderr)
+			})
 			if code != 0 {
 				t.Fatalf("client exit %d\n%s%s", code, cOut.String(), cErr.String())
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -174,17 +175,9 @@ func TestRpingSourceIWARP(t *testing.T) {
 	go func() {
 		done <- rpingCmd([]string{"-s", "-a", "127.0.0.1", "-p", port, "--timeout", "30s"}, &sOut, &sErr)
 	}()
-	var cOut, cErr bytes.Buffer
-	code := -1
-	for try := 0; try < 50; try++ { // the server may not listen yet
-		cOut.Reset()
-		cErr.Reset()
-		code = rpingCmd([]string{"-c", "-I", src, "-a", "127.0.0.1", "-p", port, "-C", "2", "-V", "--pcap", pcap, "--timeout", "30s"}, &cOut, &cErr)
-		if code == 0 || !strings.Contains(cErr.String(), "refused") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	code, cOut, cErr := untilListening(50*time.Millisecond, []string{"refused"}, func(stdout, stderr io.Writer) int {
+		return rpingCmd([]string{"-c", "-I", src, "-a", "127.0.0.1", "-p", port, "-C", "2", "-V", "--pcap", pcap, "--timeout", "30s"}, stdout, stderr)
+	})
 	if code != 0 {
 		t.Fatalf("client exit %d\n%s%s", code, cOut.String(), cErr.String())
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -29,18 +30,10 @@ func TestRpingRoCE(t *testing.T) {
 	go func() {
 		done <- rpingCmd([]string{"--transport", "roce", "-s", "-a", srv, "-p", port, "-v", "--timeout", "30s"}, &sOut, &sErr)
 	}()
-	var cOut, cErr bytes.Buffer
-	var code int
-	for try := 0; try < 50; try++ { // the server may not listen yet: a REJ
-		cOut.Reset()
-		cErr.Reset()
-		code = rpingCmd([]string{"--transport", "roce", "-c", "-a", srv, "-I", cli, "-p", port, "-C", strconv.Itoa(count),
-			"-S", strconv.Itoa(size), "-v", "-V", "--pcap", pcap, "--timeout", "30s"}, &cOut, &cErr)
-		if code == 0 || !strings.Contains(cErr.String(), "REJECTED") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	code, cOut, cErr := untilListening(50*time.Millisecond, []string{"REJECTED"}, func(stdout, stderr io.Writer) int {
+		return rpingCmd([]string{"--transport", "roce", "-c", "-a", srv, "-I", cli, "-p", port, "-C", strconv.Itoa(count),
+			"-S", strconv.Itoa(size), "-v", "-V", "--pcap", pcap, "--timeout", "30s"}, stdout, stderr)
+	})
 	if code != 0 {
 		t.Fatalf("client exit %d\n%s%s", code, cOut.String(), cErr.String())
 	}

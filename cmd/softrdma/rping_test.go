@@ -32,18 +32,10 @@ func TestRping(t *testing.T) {
 			go func() {
 				done <- rpingCmd([]string{"-s", "-a", "127.0.0.1", "-p", port, "-v", "--crc", crc, "--timeout", "30s"}, &sOut, &sErr)
 			}()
-			var cOut, cErr bytes.Buffer
-			var code int
-			for try := 0; try < 50; try++ { // the server may not listen yet
-				cOut.Reset()
-				cErr.Reset()
-				code = rpingCmd([]string{"-c", "-a", "127.0.0.1", "-p", port, "-C", strconv.Itoa(count), "-S", strconv.Itoa(size),
-					"-v", "-V", "--crc", crc, "--pcap", pcap, "--timeout", "30s"}, &cOut, &cErr)
-				if code == 0 || !strings.Contains(cErr.String(), "refused") {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			code, cOut, cErr := untilListening(50*time.Millisecond, []string{"refused"}, func(stdout, stderr io.Writer) int {
+				return rpingCmd([]string{"-c", "-a", "127.0.0.1", "-p", port, "-C", strconv.Itoa(count), "-S", strconv.Itoa(size),
+					"-v", "-V", "--crc", crc, "--pcap", pcap, "--timeout", "30s"}, stdout, stderr)
+			})
 			if code != 0 {
 				t.Fatalf("client exit %d\n%s%s", code, cOut.String(), cErr.String())
 			}
@@ -128,21 +120,13 @@ func TestRpingCMEvents(t *testing.T) {
 			var sOut, sErr bytes.Buffer
 			done := make(chan int, 1)
 			go func() { done <- rpingCmd(append([]string{"-s"}, common...), &sOut, &sErr) }()
-			var cOut, cErr bytes.Buffer
-			var code int
-			for try := 0; try < 50; try++ { // the server may not listen yet
-				cOut.Reset()
-				cErr.Reset()
-				cli := []string{"-c", "-C", "2", "-V"}
-				if tr.src != "" {
-					cli = append(cli, "-I", tr.src)
-				}
-				code = rpingCmd(append(cli, common...), &cOut, &cErr)
-				if code == 0 || !strings.Contains(cErr.String(), tr.retry) {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
+			cli := []string{"-c", "-C", "2", "-V"}
+			if tr.src != "" {
+				cli = append(cli, "-I", tr.src)
 			}
+			code, cOut, cErr := untilListening(50*time.Millisecond, []string{tr.retry}, func(stdout, stderr io.Writer) int {
+				return rpingCmd(append(cli, common...), stdout, stderr)
+			})
 			if code != 0 {
 				t.Fatalf("client exit %d\n%s%s", code, cOut.String(), cErr.String())
 			}
