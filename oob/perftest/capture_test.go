@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -186,13 +185,9 @@ func hexField(t testing.TB, s string) uint64 {
 
 func parseLog(t testing.TB, name string) logInfo {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(captures, "logs", name+".log"))
+	clientLog, serverLog, err := capture.Log(captures, name)
 	if err != nil {
 		t.Fatal(err)
-	}
-	parts := strings.SplitN(string(raw), "## server output", 2)
-	if len(parts) != 2 {
-		t.Fatalf("%s.log: no server section", name)
 	}
 	section := func(s string) (local, remote logDest) {
 		m := perfAddr.FindAllStringSubmatch(s, -1)
@@ -228,16 +223,16 @@ func parseLog(t testing.TB, name string) logInfo {
 	}
 	var li logInfo
 	var cr, sl, sr logDest
-	li.client, cr = section(parts[0])
-	sl, sr = section(parts[1])
+	li.client, cr = section(clientLog)
+	sl, sr = section(serverLog)
 	li.server = cr
 	if fmt.Sprint(li.client) != fmt.Sprint(sr) || fmt.Sprint(cr) != fmt.Sprint(sl) {
 		t.Fatalf("%s.log: client and server logs disagree", name)
 	}
-	if m := perfReport.FindStringSubmatch(parts[0]); m != nil {
+	if m := perfReport.FindStringSubmatch(clientLog); m != nil {
 		li.report = m[1:]
 	}
-	m := perfMTU.FindStringSubmatch(parts[0])
+	m := perfMTU.FindStringSubmatch(clientLog)
 	if m == nil {
 		t.Fatalf("%s.log: no MTU line", name)
 	}

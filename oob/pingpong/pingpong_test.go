@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -30,13 +29,9 @@ var logLine = regexp.MustCompile(`(local|remote) address:\s+LID 0x([0-9a-f]+), Q
 // checks that the server printed the same.
 func logDests(t *testing.T, name string) (client, server Dest) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(captures, "logs", name+".log"))
+	clientLog, serverLog, err := capture.Log(captures, name)
 	if err != nil {
 		t.Fatal(err)
-	}
-	parts := strings.SplitN(string(raw), "## server output", 2)
-	if len(parts) != 2 {
-		t.Fatalf("%s.log: no server section", name)
 	}
 	parse := func(section string) (local, remote Dest) {
 		m := logLine.FindAllStringSubmatch(section, -1)
@@ -60,8 +55,8 @@ func logDests(t *testing.T, name string) (client, server Dest) {
 		}
 		return
 	}
-	cl, cr := parse(parts[0])
-	sl, sr := parse(parts[1])
+	cl, cr := parse(clientLog)
+	sl, sr := parse(serverLog)
 	if cl != sr || cr != sl {
 		t.Fatalf("%s.log: client and server logs disagree: %v/%v vs %v/%v", name, cl, cr, sl, sr)
 	}
