@@ -103,20 +103,11 @@ func TestDecodeLive(t *testing.T) {
 	if len(r.res.Errors) != 0 || r.res.Format != "live" {
 		t.Errorf("live: format %q, errors %v", r.res.Format, r.res.Errors)
 	}
-	var file bytes.Buffer
-	f, err := os.Open(pcap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fres, err := decode.Run(f, &file, decode.Options{Summary: true, Flows: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fres, file := decodeFile(t, pcap, decode.Options{Summary: true, Flows: true})
 	// Every packet of the server's capture, the same line live; the wire
 	// also carries what the server never read: a client's REQ sent before
 	// the server listened (the client tries again).
-	got, want := packetLines(live.String()), packetLines(file.String())
+	got, want := packetLines(live.String()), packetLines(file)
 	var extra []string
 	i := 0
 	for _, l := range got {

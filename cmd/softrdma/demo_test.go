@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,15 +36,7 @@ func TestDemo(t *testing.T) {
 					t.Errorf("output lacks %q:\n%s", op, out.String())
 				}
 			}
-			f, err := os.Open(pcap)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			res, err := decode.Run(f, io.Discard, decode.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			res, _ := decodeFile(t, pcap, decode.Options{})
 			if len(res.Errors) != 0 || res.RDMAFrames == 0 {
 				t.Fatalf("decode of the demo capture: %d RDMA frames, errors %v", res.RDMAFrames, res.Errors)
 			}
@@ -102,23 +92,14 @@ func TestDemoIWARP(t *testing.T) {
 					t.Errorf("output lacks %q:\n%s", want, out.String())
 				}
 			}
-			f, err := os.Open(pcap)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			var text bytes.Buffer
-			res, err := decode.Run(f, &text, decode.Options{Summary: true, Flows: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			res, text := decodeFile(t, pcap, decode.Options{Summary: true, Flows: true})
 			if len(res.Errors) != 0 || len(res.Notes) != 0 {
 				t.Fatalf("decode: errors %v, notes %v", res.Errors, res.Notes)
 			}
 			// 50 of each: Send, Write, Read Request/Response, 2×50 atomics each way;
 			// plus 2 start frames and the zero-length SEND after each of the 5 phases.
 			if want := 2 + 50*8 + 5; res.Packets != want {
-				t.Errorf("decode found %d MPA frames, want %d\n%s", res.Packets, want, text.String())
+				t.Errorf("decode found %d MPA frames, want %d\n%s", res.Packets, want, text)
 			}
 		})
 	}
@@ -159,15 +140,7 @@ func TestDemoPcapViews(t *testing.T) {
 			if err := json.Unmarshal(out.Bytes(), &demo); err != nil {
 				t.Fatal(err)
 			}
-			f, err := os.Open(pcap)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			res, err := decode.Run(f, io.Discard, decode.Options{Flows: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			res, _ := decodeFile(t, pcap, decode.Options{Flows: true})
 			gaps := 0
 			for _, fl := range res.Flows {
 				gaps += fl.PSNGaps

@@ -184,19 +184,11 @@ func TestRpingSourceIWARP(t *testing.T) {
 	if c := <-done; c != 0 {
 		t.Fatalf("server exit %d\n%s%s", c, sOut.String(), sErr.String())
 	}
-	f, err := os.Open(pcap)
-	if err != nil {
-		t.Fatal(err)
+	_, out := decodeFile(t, pcap, decode.Options{})
+	if !strings.Contains(out, "→ "+src+":") || strings.Count(out, src) < 10 {
+		t.Errorf("the connection is not from -I %s:\n%s", src, out)
 	}
-	defer f.Close()
-	var out bytes.Buffer
-	if _, err := decode.Run(f, &out, decode.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "→ "+src+":") || strings.Count(out.String(), src) < 10 {
-		t.Errorf("the connection is not from -I %s:\n%s", src, out.String())
-	}
-	if !regexp.MustCompile(` ` + regexp.QuoteMeta(src) + `:\d+ → 127\.0\.0\.1:` + port + ` iWARP MPA Request`).MatchString(out.String()) {
-		t.Errorf("no MPA Request from %s:\n%s", src, out.String())
+	if !regexp.MustCompile(` ` + regexp.QuoteMeta(src) + `:\d+ → 127\.0\.0\.1:` + port + ` iWARP MPA Request`).MatchString(out) {
+		t.Errorf("no MPA Request from %s:\n%s", src, out)
 	}
 }

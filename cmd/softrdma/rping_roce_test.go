@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
-	"github.com/softrdma/softrdma/internal/rpingtext"
 )
 
 // TestRpingRoCE runs softrdma rping --transport roce server and client
@@ -45,24 +43,8 @@ func TestRpingRoCE(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("server did not end")
 	}
-	wantC, wantS := rpingtext.Lines("ping data: ", count, size), rpingtext.Lines("server ping data: ", count, size)
-	if cOut.String() != wantC {
-		t.Errorf("client printed\n%s\nwant\n%s", cOut.String(), wantC)
-	}
-	if sOut.String() != wantS {
-		t.Errorf("server printed\n%s\nwant\n%s", sOut.String(), wantS)
-	}
-	f, err := os.Open(pcap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out bytes.Buffer
-	res, err := decode.Run(f, &out, decode.Options{Flows: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := out.String()
+	checkRpingLines(t, cOut.String(), sOut.String(), count, size)
+	res, text := decodeFile(t, pcap, decode.Options{Flows: true})
 	if len(res.Errors) != 0 {
 		t.Errorf("decode errors %v", res.Errors)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/cmd/softrdma/decode"
-	"github.com/softrdma/softrdma/internal/rpingtext"
 	"github.com/softrdma/softrdma/internal/tcploop"
 )
 
@@ -42,37 +40,22 @@ func TestRping(t *testing.T) {
 			if sc := <-done; sc != 0 {
 				t.Fatalf("server exit %d\n%s%s", sc, sOut.String(), sErr.String())
 			}
-			wantC, wantS := rpingtext.Lines("ping data: ", count, size), rpingtext.Lines("server ping data: ", count, size)
-			if cOut.String() != wantC {
-				t.Errorf("client output:\n%s\nwant:\n%s", cOut.String(), wantC)
-			}
-			if sOut.String() != wantS {
-				t.Errorf("server output:\n%s\nwant:\n%s", sOut.String(), wantS)
-			}
-			f, err := os.Open(pcap)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			var text bytes.Buffer
-			res, err := decode.Run(f, &text, decode.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			checkRpingLines(t, cOut.String(), sOut.String(), count, size)
+			res, text := decodeFile(t, pcap, decode.Options{})
 			if len(res.Errors) != 0 {
 				t.Fatalf("decode errors %v", res.Errors)
 			}
 			// The start frames, the Read RTR and its answer, and the zero-length
 			// Writes the client sends while the answer has not come (after
 			// 20 ms, doubling: none unless the machine is loaded).
-			kicks := strings.Count(text.String(), "iWARP Write len=0 ")
+			kicks := strings.Count(text, "iWARP Write len=0 ")
 			if res.Packets != 4+kicks+7*count {
-				t.Errorf("%d MPA frames, want %d\n%s", res.Packets, 4+kicks+7*count, text.String())
+				t.Errorf("%d MPA frames, want %d\n%s", res.Packets, 4+kicks+7*count, text)
 			}
 			wantCRC := map[string]string{"accept": "---H", "require": "-C-H"}[crc]
 			for _, frame := range []string{"Request", "Reply"} {
-				if !strings.Contains(text.String(), "MPA "+frame+" rev=2 flags="+wantCRC+" IRD=1 ORD=1 P2P RTR=read private_data=4") {
-					t.Errorf("no MPA %s with flags %s, IRD=ORD=1, the Read RTR and only the IRD/ORD words:\n%s", frame, wantCRC, text.String())
+				if !strings.Contains(text, "MPA "+frame+" rev=2 flags="+wantCRC+" IRD=1 ORD=1 P2P RTR=read private_data=4") {
+					t.Errorf("no MPA %s with flags %s, IRD=ORD=1, the Read RTR and only the IRD/ORD words:\n%s", frame, wantCRC, text)
 				}
 			}
 		})
