@@ -30,6 +30,17 @@ func invalidRequest(d caseDef[rt]) caseDef[rt] {
 	return d
 }
 
+// remoteAccessError completes a row whose request the responder must refuse
+// for its R_Key, its bounds or the region's rights: Must, the access
+// sections, the outcome every such row expects, and the QP state to see it.
+func remoteAccessError(d caseDef[rt]) caseDef[rt] {
+	d.Section = secResponder + ", " + secErrors + ", 10.6.3"
+	d.Level = Must
+	d.Expects = "NAK remote access error with the request's PSN; the responder QP goes to the error state"
+	d.Needs = needsState
+	return d
+}
+
 // droppedThenAcked completes a row that sends a bad packet the responder must drop
 // silently, then the same packet made good: Must, the outcome every such row
 // expects, and a posted receive for the good one.
@@ -92,26 +103,22 @@ var roceCatalogue = []caseDef[rt]{
 		Needs:   needsMem, Body: func(t *rt) error { return t.dupAtomic(ib.OpcodeRCCompareSwap, 2000, 1000, 2000) }},
 
 	// Access checks.
-	{ID: "rc.access.rkey", Section: secResponder + ", " + secErrors + ", 10.6.3", Level: Must,
+	remoteAccessError(caseDef[rt]{ID: "rc.access.rkey",
 		Summary: "an RDMA WRITE with a wrong R_Key is a remote access error",
 		Sends:   "RDMA WRITE Only of 16 bytes whose R_Key differs from the region's in the key byte",
-		Expects: "NAK remote access error with the request's PSN; the responder QP goes to the error state",
-		Needs:   needsState, Body: (*rt).rcAccessRkey},
-	{ID: "rc.access.bounds-write", Section: secResponder + ", " + secErrors + ", 10.6.3", Level: Must,
+		Body:    (*rt).rcAccessRkey}),
+	remoteAccessError(caseDef[rt]{ID: "rc.access.bounds-write",
 		Summary: "an RDMA WRITE past the end of the region is a remote access error",
 		Sends:   "RDMA WRITE Only of 16 bytes at the region's last 8 bytes",
-		Expects: "NAK remote access error with the request's PSN; the responder QP goes to the error state",
-		Needs:   needsState, Body: (*rt).rcAccessBoundsWrite},
-	{ID: "rc.access.bounds-read", Section: secResponder + ", " + secErrors + ", 10.6.3", Level: Must,
+		Body:    (*rt).rcAccessBoundsWrite}),
+	remoteAccessError(caseDef[rt]{ID: "rc.access.bounds-read",
 		Summary: "an RDMA READ past the end of the region is a remote access error",
 		Sends:   "RDMA READ request of the region's length + 1 bytes",
-		Expects: "NAK remote access error with the request's PSN; the responder QP goes to the error state",
-		Needs:   needsState, Body: (*rt).rcAccessBoundsRead},
-	{ID: "rc.access.mr-rights", Section: secResponder + ", " + secErrors + ", 10.6.3", Level: Must,
+		Body:    (*rt).rcAccessBoundsRead}),
+	remoteAccessError(caseDef[rt]{ID: "rc.access.mr-rights",
 		Summary: "an RDMA WRITE to a region without remote write access is a remote access error",
 		Sends:   "RDMA WRITE Only to a region registered for remote read only",
-		Expects: "NAK remote access error with the request's PSN; the responder QP goes to the error state",
-		Needs:   needsState, Body: (*rt).rcAccessMrRights},
+		Body:    (*rt).rcAccessMrRights}),
 	{ID: "rc.access.qp-rights", Section: secResponder + ", " + secErrors, Level: Should,
 		Summary: "an RDMA READ to a QP not enabled for remote read is an invalid request (as rxe answers)",
 		Sends:   "RDMA READ request to a QP whose access flags grant remote write only",
