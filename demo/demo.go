@@ -72,6 +72,22 @@ type OpStats struct {
 	Detail          string `json:"detail,omitempty"`
 }
 
+// addPhase records one phase's outcome in res: err, the phase's error, or
+// verify's (if not nil) when the phase ran clean, marks the phase and the run
+// not verified and is the phase's Detail. It returns that error.
+func (res *Result) addPhase(st OpStats, err error, verify func() error) error {
+	if err == nil && verify != nil {
+		err = verify()
+	}
+	st.Verified = err == nil
+	if err != nil {
+		st.Detail = err.Error()
+		res.Verified = false
+	}
+	res.Operations = append(res.Operations, st)
+	return err
+}
+
 // Print writes the result as the demo's table.
 func (r *Result) Print(w io.Writer) {
 	if r.Notes != nil {
@@ -270,18 +286,8 @@ func runSim(o Options) (_ *Result, err error) {
 	for _, ph := range phases(a, b, o) {
 		before := a.qp.Counters().Retransmissions
 		err := runPhase(net, a, b, ph, o)
-		st := OpStats{Operation: ph.name, Messages: o.Messages, Bytes: ph.bytes, Verified: err == nil,
-			Retransmissions: a.qp.Counters().Retransmissions - before}
-		if err == nil && ph.verify != nil {
-			if err = ph.verify(); err != nil {
-				st.Verified = false
-			}
-		}
-		if err != nil {
-			st.Detail = err.Error()
-			res.Verified = false
-		}
-		res.Operations = append(res.Operations, st)
+		err = res.addPhase(OpStats{Operation: ph.name, Messages: o.Messages, Bytes: ph.bytes,
+			Retransmissions: a.qp.Counters().Retransmissions - before}, err, ph.verify)
 		if err != nil && a.qp.State() == ibtransport.QPStateErr {
 			break // the QP is gone: later phases cannot run
 		}

@@ -117,17 +117,7 @@ func runIWARP(o Options) (*Result, error) {
 			// of the stream is placed).
 			err = barrier(a, b)
 		}
-		st := OpStats{Operation: ph.name, Messages: o.Messages, Bytes: ph.bytes, Verified: err == nil}
-		if err == nil && ph.verify != nil {
-			if err = ph.verify(); err != nil {
-				st.Verified = false
-			}
-		}
-		if err != nil {
-			st.Detail = err.Error()
-			res.Verified = false
-		}
-		res.Operations = append(res.Operations, st)
+		err = res.addPhase(OpStats{Operation: ph.name, Messages: o.Messages, Bytes: ph.bytes}, err, ph.verify)
 		if err != nil && a.qp.State() == ibtransport.QPStateErr {
 			break
 		}
