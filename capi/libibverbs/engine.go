@@ -4,7 +4,6 @@ import "C"
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -81,7 +80,11 @@ func (e *engine) flush() {
 // SOFTRDMA_METRICS, its capture SOFTRDMA_PCAP's), with the engine limits ibv_query_device reports.
 func openEngine(d *verbsdev.Device) (*engine, error) {
 	pcap := pcapFile() // SOFTRDMA_PCAP (pcap.go)
-	dev, err := softdevice.Open(d.Spec, softdevice.Config{Engine: d.Limits, Seed: rand.Uint64(), AddrFlag: "--device roce:", Pcap: pcap})
+	// Seed 0: device.Open seeds the engine from crypto/rand (getrandom).
+	// math/rand's seed in a library is the process's AT_RANDOM, which a
+	// forked child shares with its parent and its siblings: the children of
+	// a forking server (qperf) all drew the same QPNs, keys and PSNs.
+	dev, err := softdevice.Open(d.Spec, softdevice.Config{Engine: d.Limits, AddrFlag: "--device roce:", Pcap: pcap})
 	if err != nil {
 		return nil, openError(d.Spec, err)
 	}
