@@ -45,20 +45,7 @@ func TestCaptureUDPDatagrams(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			read, err := readFrames(b, 1, 2048, 0, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := capB.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			got := readCapture(t, FormatPcap, out.Bytes())
-			if len(got) != 1 {
-				t.Fatalf("recorded %d frames, want 1", len(got))
-			}
-			if !bytes.Equal(got[0].data, read[0]) {
-				t.Fatalf("recorded % x\nRead gave % x", got[0].data, read[0])
-			}
+			recordedAsRead(t, capB, &out, b)
 		})
 	}
 }
@@ -85,20 +72,27 @@ func TestCaptureUDPWriteDatagrams(t *testing.T) {
 			if n, err := dw.WriteDatagrams([]OutDatagram{d}); n != 1 || err != nil {
 				t.Fatalf("WriteDatagrams = %d, %v", n, err)
 			}
-			read, err := readFrames(b, 1, 2048, 0, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := capA.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			got := readCapture(t, FormatPcap, out.Bytes())
-			if len(got) != 1 {
-				t.Fatalf("recorded %d frames, want 1", len(got))
-			}
-			if !bytes.Equal(got[0].data, read[0]) {
-				t.Fatalf("recorded % x\nRead gave % x", got[0].data, read[0])
-			}
+			recordedAsRead(t, capA, &out, b)
 		})
+	}
+}
+
+// recordedAsRead reads one frame from b with Read and checks that c, whose
+// capture file is out, recorded exactly one frame, and that frame.
+func recordedAsRead(t *testing.T, c CaptureEndpoint, out *bytes.Buffer, b Endpoint) {
+	t.Helper()
+	read, err := readFrames(b, 1, 2048, 0, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := readCapture(t, FormatPcap, out.Bytes())
+	if len(got) != 1 {
+		t.Fatalf("recorded %d frames, want 1", len(got))
+	}
+	if !bytes.Equal(got[0].data, read[0]) {
+		t.Fatalf("recorded % x\nRead gave % x", got[0].data, read[0])
 	}
 }
