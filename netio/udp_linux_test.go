@@ -404,34 +404,50 @@ func TestUDPLoopbackFramesRoundTrip(t *testing.T) {
 	}
 }
 
-// TestUDPGROSplitsIPv4 sends one UDP_SEGMENT super-datagram from a plain
-// socket to an IPv4 endpoint with GRO and checks it comes out as separate
-// frames.
-func TestUDPGROSplitsIPv4(t *testing.T) {
-	ipA, ipB := randomLoopbackPair()
+// groPair returns a plain UDP socket on ipA and an IPv4 endpoint with GRO on
+// ipB (a random loopback pair), both closed when the test ends; a kernel
+// without UDP_GRO skips the test.
+func groPair(t *testing.T) (ipA, ipB netip.Addr, b *UDPEndpoint, c *net.UDPConn) {
+	t.Helper()
+	ipA, ipB = randomLoopbackPair()
 	b, err := NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(ipB, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	t.Cleanup(func() { b.Close() })
 	if !b.GRO() {
 		t.Skip("kernel without UDP_GRO")
 	}
-	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ipA, 0)))
+	c, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ipA, 0)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return ipA, ipB, b, c
+}
+
+// sendSegmented sends data from c to dst as one UDP_SEGMENT super-datagram
+// of seg-octet segments; a kernel that refuses it skips the test.
+func sendSegmented(t *testing.T, c *net.UDPConn, data []byte, seg int, dst netip.AddrPort) {
+	t.Helper()
+	oob := appendCmsg(make([]byte, 0, 64), unix.IPPROTO_UDP, unix.UDP_SEGMENT, binary.NativeEndian.AppendUint16(nil, uint16(seg)))
+	if _, _, err := c.WriteMsgUDPAddrPort(data, oob, dst); err != nil {
+		t.Skipf("UDP_SEGMENT send refused: %v", err)
+	}
+}
+
+// TestUDPGROSplitsIPv4 sends one UDP_SEGMENT super-datagram from a plain
+// socket to an IPv4 endpoint with GRO and checks it comes out as separate
+// frames.
+func TestUDPGROSplitsIPv4(t *testing.T) {
+	ipA, ipB, b, c := groPair(t)
 	const seg, n = 300, 7
 	var data []byte
 	for i := 0; i < n; i++ {
 		data = append(data, roceLikePayload(i, seg-16)...)
 	}
 	data = append(data, roceLikePayload(n, 50)...) // a short last segment
-	oob := appendCmsg(make([]byte, 0, 64), unix.IPPROTO_UDP, unix.UDP_SEGMENT, binary.NativeEndian.AppendUint16(nil, seg))
-	if _, _, err := c.WriteMsgUDPAddrPort(data, oob, b.LocalAddr()); err != nil {
-		t.Skipf("UDP_SEGMENT send refused: %v", err)
-	}
+	sendSegmented(t, c, data, seg, b.LocalAddr())
 	got := startReader(b, n+1, 2048, 0, 5*time.Second).wait(t)
 	for i, g := range got {
 		want := seg
@@ -453,29 +469,13 @@ func TestUDPGROSplitsIPv4(t *testing.T) {
 // TestUDPGROPendingAcrossReads checks that coalesced segments that do not
 // fit one Read's batch are returned by the next.
 func TestUDPGROPendingAcrossReads(t *testing.T) {
-	ipA, ipB := randomLoopbackPair()
-	b, err := NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(ipB, 0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if !b.GRO() {
-		t.Skip("kernel without UDP_GRO")
-	}
-	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ipA, 0)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, _, b, c := groPair(t)
 	const seg, n = 100, 10
 	var data []byte
 	for i := 0; i < n; i++ {
 		data = append(data, roceLikePayload(i, seg-16)...)
 	}
-	oob := appendCmsg(make([]byte, 0, 64), unix.IPPROTO_UDP, unix.UDP_SEGMENT, binary.NativeEndian.AppendUint16(nil, seg))
-	if _, _, err := c.WriteMsgUDPAddrPort(data, oob, b.LocalAddr()); err != nil {
-		t.Skipf("UDP_SEGMENT send refused: %v", err)
-	}
+	sendSegmented(t, c, data, seg, b.LocalAddr())
 	bufs := [][]byte{make([]byte, 500), make([]byte, 500), make([]byte, 500)}
 	sizes := make([]int, 3)
 	next := 0
