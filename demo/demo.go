@@ -156,14 +156,28 @@ func newNode(port netio.Endpoint, mac [6]byte, ip netip.Addr, nbrs roce.StaticNe
 	if err != nil {
 		return nil, err
 	}
-	ctx := dev.Context()
-	n := &node{dev: dev, ctx: ctx, pd: ctx.AllocPD(), wcBuf: make([]ibtransport.WC, 64)}
-	if n.cq, err = ctx.CreateCQ(4 * o.Depth); err != nil {
+	n, err := newVerbs(dev.Context(), o, 4*o.Depth, o.Depth)
+	if err != nil {
+		return nil, err
+	}
+	n.dev = dev
+	n.psn = uint32(seed*0x9e3779b9) & ibtransport.PSNMask
+	return n, nil
+}
+
+// newVerbs makes a node's verbs objects on ctx, the same for both demos: a
+// PD, a CQ of cqDepth entries, an RC QP (o.Depth sends, recvDepth receives,
+// one SGE each), and the data and atomic regions every phase uses, with
+// every remote access.
+func newVerbs(ctx *ibtransport.Context, o Options, cqDepth, recvDepth int) (*node, error) {
+	n := &node{ctx: ctx, pd: ctx.AllocPD(), wcBuf: make([]ibtransport.WC, 64)}
+	var err error
+	if n.cq, err = ctx.CreateCQ(cqDepth); err != nil {
 		return nil, err
 	}
 	if n.qp, err = ctx.CreateQP(n.pd, ibtransport.QPInitAttr{
 		Type: ibtransport.QPTypeRC, SendCQ: n.cq, RecvCQ: n.cq,
-		Cap: ibtransport.QPCap{MaxSendWR: o.Depth, MaxRecvWR: o.Depth, MaxSendSGE: 1, MaxRecvSGE: 1},
+		Cap: ibtransport.QPCap{MaxSendWR: o.Depth, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1},
 	}); err != nil {
 		return nil, err
 	}
@@ -174,7 +188,6 @@ func newNode(port netio.Endpoint, mac [6]byte, ip netip.Addr, nbrs roce.StaticNe
 	if n.atom, err = n.pd.RegMR(make([]byte, 8*o.Messages), access); err != nil {
 		return nil, err
 	}
-	n.psn = uint32(seed*0x9e3779b9) & ibtransport.PSNMask
 	return n, nil
 }
 

@@ -23,26 +23,8 @@ func newIWARPNode(o Options, seed uint64) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx := dev.Context()
-	n := &node{ctx: ctx, pd: ctx.AllocPD(), wcBuf: make([]ibtransport.WC, 64)}
 	recvDepth := max(o.Depth, o.Messages)
-	if n.cq, err = ctx.CreateCQ(2*o.Depth + recvDepth); err != nil {
-		return nil, err
-	}
-	if n.qp, err = ctx.CreateQP(n.pd, ibtransport.QPInitAttr{
-		Type: ibtransport.QPTypeRC, SendCQ: n.cq, RecvCQ: n.cq,
-		Cap: ibtransport.QPCap{MaxSendWR: o.Depth, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1},
-	}); err != nil {
-		return nil, err
-	}
-	access := ibtransport.AccessLocalWrite | ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead | ibtransport.AccessRemoteAtomic
-	if n.data, err = n.pd.RegMR(make([]byte, o.Messages*o.Size), access); err != nil {
-		return nil, err
-	}
-	if n.atom, err = n.pd.RegMR(make([]byte, 8*o.Messages), access); err != nil {
-		return nil, err
-	}
-	return n, nil
+	return newVerbs(dev.Context(), o, 2*o.Depth+recvDepth, recvDepth)
 }
 
 // runIWARP runs the demo's phases between two iwarp devices in this process,
