@@ -125,7 +125,11 @@ func (qp *QP) progress(now time.Time, unacked uint32) {
 	} else {
 		qp.req.timer = time.Time{}
 	}
-	qp.schedule() // the window moved
+	if qp.sq.next != qp.sq.tail {
+		// The window moved: a WQE not yet (fully) sent may go now. With
+		// nothing left to send the wake-up would only find no output.
+		qp.schedule()
+	}
 }
 
 // findStarted returns the started WQE that holds psn.
