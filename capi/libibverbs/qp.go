@@ -226,15 +226,24 @@ func srgo_destroy_cq(h C.uintptr_t) C.int {
 	return 0
 }
 
+// srgo_poll_cq polls up to n completions into out; *more says whether the
+// CQ still had some after the poll (sr_poll_go then leaves the next poll in
+// C only if it had none).
+//
 //export srgo_poll_cq
-func srgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_sr_wc) C.int {
+func srgo_poll_cq(h C.uintptr_t, n C.int, out *C.struct_sr_wc, more *C.int) C.int {
 	c, ok := value[*cq](h)
 	if !ok || n < 0 {
 		return -1
 	}
 	c.pollMu.Lock()
 	defer c.pollMu.Unlock()
-	return c.poll(n, unsafe.Pointer(out))
+	got := c.poll(n, unsafe.Pointer(out))
+	*more = 0
+	if got == n && c.cq.Len() > 0 {
+		*more = 1
+	}
+	return got
 }
 
 // poll moves up to n completions of c into out (ibv_poll_cq's Go half).

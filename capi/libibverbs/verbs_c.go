@@ -67,7 +67,7 @@ extern int srgo_dereg_mr(uintptr_t h);
 extern uintptr_t srgo_create_cq(int i, int cqe, int wfd, uint64_t cqptr, int *depth, int *err);
 extern int srgo_req_notify_cq(uintptr_t h, int solicited_only);
 extern int srgo_destroy_cq(uintptr_t h);
-extern int srgo_poll_cq(uintptr_t h, int n, struct sr_wc *wc);
+extern int srgo_poll_cq(uintptr_t h, int n, struct sr_wc *wc, int *more);
 extern int srgo_drop_cq_events(int rfd, int wfd, uint64_t ptr);
 extern uint64_t srgo_mallocs(void);
 extern void *srgo_cq_wake(uintptr_t h);
@@ -679,8 +679,11 @@ static int sr_poll_go(struct ibv_cq *cq, int want, struct sr_wc *w, uint32_t seq
 		return 0;
 	if (sr_stats_on)
 		__atomic_add_fetch(&sr_stats.polls_go, 1, __ATOMIC_RELAXED);
-	int got = SRGO(srgo_poll_cq, q->h, want, w);
-	if (known && got >= 0 && got < want)
+	int more = 1;
+	int got = SRGO(srgo_poll_cq, q->h, want, w, &more);
+	// A poll that took the CQ's last completion leaves it known empty too:
+	// the program's next poll, before anything else completes, stays in C.
+	if (known && got >= 0 && !more)
 		__atomic_store_n(&q->empty_at, seq + 1, __ATOMIC_RELAXED);
 	return got;
 }

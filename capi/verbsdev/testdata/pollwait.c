@@ -10,7 +10,10 @@
  * receive is polled until it comes; the test reads how many polls went into
  * the engine from the library's SOFTRDMA_STATS line. "sends N": N inline
  * SENDs of 16 bytes to itself, one at a time (the test compares the Go heap
- * allocations of two counts). One line per check. */
+ * allocations of two counts). "cycles N" (with SOFTRDMA_POLL_SPIN_US=-1):
+ * N unsignaled SENDs to itself, one at a time, each receive polled until
+ * it comes and the receive CQ polled once more (empty); the test reads how
+ * many polls went into the engine. One line per check. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +51,7 @@ int main(int argc, char **argv)
 	int wake = argc > 1 && !strcmp(argv[1], "wake");
 	int spin = argc > 1 && !strcmp(argv[1], "spin");
 	int sends = argc > 2 && !strcmp(argv[1], "sends") ? atoi(argv[2]) : 0;
+	int cycles = argc > 2 && !strcmp(argv[1], "cycles") ? atoi(argv[2]) : 0;
 	struct ibv_device **l = ibv_get_device_list(NULL);
 	if (!l || !l[0])
 		return 1;
@@ -59,7 +63,7 @@ int main(int argc, char **argv)
 	if (!pd || !scq || !rcq || !idle)
 		return 1;
 	struct ibv_wc wc;
-	if (!wake && !spin && !sends) {
+	if (!wake && !spin && !sends && !cycles) {
 		double t0 = now();
 		int got = 0;
 		for (int i = 0; i < 10; i++)
@@ -109,6 +113,25 @@ int main(int argc, char **argv)
 			ok += strcmp(buf[1], buf[0]) == 0;
 		}
 		printf("sent inline and received: %d of %d\n", ok, sends);
+		return 0;
+	}
+	if (cycles) {
+		struct ibv_sge ss = {.addr = (uintptr_t)buf[0], .length = 16, .lkey = mr->lkey};
+		struct ibv_send_wr sw = {.wr_id = 1, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND}, *bsw;
+		int ok = 0;
+		for (int i = 0; i < cycles; i++) {
+			if (i > 0 && ibv_post_recv(qp, &rw, &brw))
+				break;
+			if (ibv_post_send(qp, &sw, &bsw))
+				break;
+			int n = 0;
+			while (n == 0)
+				n = ibv_poll_cq(rcq, 1, &wc);
+			if (n != 1 || wc.status)
+				break;
+			ok += ibv_poll_cq(rcq, 1, &wc) == 0;
+		}
+		printf("cycles: %d of %d\n", ok, cycles);
 		return 0;
 	}
 	if (spin) {
