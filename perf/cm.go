@@ -487,21 +487,8 @@ func runCM(o *Options, p *params, res *result, stdout, stderr io.Writer) (err er
 		res.Device = s.devName
 	}
 
-	udAll := p.udSizes(s.portMTU.Bytes()) // conn.go: -z's UD messages are at most the MTU
-	cfg := perftest.Config{
-		Test:        p.test,
-		Role:        perftest.RoleClient,
-		MTU:         s.portMTU,
-		NumQPs:      p.qps,
-		Size:        p.size,
-		RunAll:      p.all,
-		RunAllSizes: udAll,
-		Duplex:      p.duplex,
-		Duration:    p.durationMode(),
-		UseRDMACM:   true,
-		WorkRDMACM:  o.RDMACM,
-		WithGID:     true,
-	}
+	cfg := s.perftestConfig() // -z's UD messages are at most the MTU too
+	cfg.Role, cfg.UseRDMACM, cfg.WorkRDMACM = perftest.RoleClient, true, o.RDMACM
 	if p.server {
 		cfg.Role = perftest.RoleServer
 	}

@@ -115,18 +115,7 @@ func run(o *Options, p *params, stdout, stderr io.Writer) (err error) {
 	}
 	res.Device = s.devName
 
-	udAll := p.udSizes(s.portMTU.Bytes()) // conn.go: UD's messages are at most the MTU
-	cfg := perftest.Config{
-		Test:        p.test,
-		MTU:         s.portMTU,
-		NumQPs:      p.qps,
-		Size:        p.size,
-		RunAll:      p.all,
-		RunAllSizes: udAll,
-		Duplex:      p.duplex,
-		Duration:    p.durationMode(),
-		WithGID:     true,
-	}
+	cfg := s.perftestConfig()
 	hooks := perftest.Hooks{Setup: s.setup, Connect: s.connect, PostReceives: s.postReceives, Run: s.run}
 	var r *perftest.Result
 	if p.server {
@@ -220,6 +209,25 @@ type session struct {
 	// noProgress, if not zero, replaces noProgress for a sender waiting
 	// for credit (tests).
 	noProgress time.Duration
+}
+
+// perftestConfig is the perftest exchange's configuration of this side's
+// test, its role and rdma_cm fields unset (RunClient and RunServer set the
+// role): the test, the MTU this side offers, the QPs, the sizes (UD's at
+// most the MTU: conn.go), duplex, the duration mode, GIDs exchanged.
+func (s *session) perftestConfig() perftest.Config {
+	p := s.p
+	return perftest.Config{
+		Test:        p.test,
+		MTU:         s.portMTU,
+		NumQPs:      p.qps,
+		Size:        p.size,
+		RunAll:      p.all,
+		RunAllSizes: p.udSizes(s.portMTU.Bytes()),
+		Duplex:      p.duplex,
+		Duration:    p.durationMode(),
+		WithGID:     true,
+	}
 }
 
 // init finds the GID index and the port MTU.
