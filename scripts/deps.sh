@@ -24,6 +24,13 @@ if ! lib_deps_present; then
     [ "${1:-}" = lib ] && exit 1
   fi
 fi
+# Other unmodified verbs programs the tests run on the libraries (qperf, libfabric's
+# fi_info and fi_pingpong, UCX's ucx_info); their tests skip without them, so a
+# failure here fails nothing.
+if ! command -v qperf >/dev/null 2>&1 || ! command -v fi_pingpong >/dev/null 2>&1 || ! command -v ucx_info >/dev/null 2>&1; then
+  echo "deps: installing qperf, libfabric-bin and ucx-utils for the tests that run them on the libraries"
+  apt_install qperf libfabric-bin ucx-utils || echo "deps: cannot install qperf/libfabric-bin/ucx-utils (need root and apt-get): their tests skip"
+fi
 [ "${1:-}" = lib ] && exit 0
 go mod download
 if ! command -v tshark >/dev/null 2>&1; then
