@@ -921,15 +921,50 @@ const char *rdma_event_str(enum rdma_cm_event_type event)
 
 /* ---- Addresses ---- */
 
+/* sr_addrinfo_from_hints answers rdma_getaddrinfo without a node or service,
+ * as rdma-core's addrinfo.c does: the addresses are the hints' own (a copy of
+ * ai_dst_addr and ai_src_addr), with their flags, family, QP type and port
+ * space. libfabric's verbs provider asks this way with the address it got
+ * from its peer (vrb_get_rdmacm_rai). */
+static int sr_addrinfo_from_hints(const struct rdma_addrinfo *h, struct rdma_addrinfo **res)
+{
+	struct rdma_addrinfo *r = calloc(1, sizeof(*r));
+	if (!r)
+		return ERR(ENOMEM);
+	r->ai_flags = h->ai_flags;
+	r->ai_family = h->ai_family;
+	r->ai_qp_type = h->ai_qp_type;
+	r->ai_port_space = h->ai_port_space;
+	if (h->ai_dst_addr && h->ai_dst_len) {
+		if (!(r->ai_dst_addr = malloc(h->ai_dst_len)))
+			goto nomem;
+		memcpy(r->ai_dst_addr, h->ai_dst_addr, h->ai_dst_len);
+		r->ai_dst_len = h->ai_dst_len;
+	}
+	if (h->ai_src_addr && h->ai_src_len) {
+		if (!(r->ai_src_addr = malloc(h->ai_src_len)))
+			goto nomem;
+		memcpy(r->ai_src_addr, h->ai_src_addr, h->ai_src_len);
+		r->ai_src_len = h->ai_src_len;
+	}
+	*res = r;
+	return 0;
+nomem:
+	rdma_freeaddrinfo(r);
+	return ERR(ENOMEM);
+}
+
 int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
 		     struct rdma_addrinfo **res)
 {
-	if (!res || (!node && !service))
+	if (!res || (!node && !service && !hints))
 		return ERR(EINVAL);
 	struct rdma_addrinfo h;
 	memset(&h, 0, sizeof(h));
 	if (hints)
 		h = *hints;
+	if (!node && !service)
+		return sr_addrinfo_from_hints(&h, res);
 	struct addrinfo ah, *ai = NULL;
 	memset(&ah, 0, sizeof(ah));
 	if (h.ai_flags & RAI_PASSIVE)

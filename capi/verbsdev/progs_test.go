@@ -1,10 +1,16 @@
 package verbsdev_test
 
 import (
+	"context"
+	"fmt"
+	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/softrdma/softrdma/devspec"
 )
 
 // TestForkedChildrenSeeds (testdata/forkseed.c): a forking server's children
@@ -42,6 +48,56 @@ func needPackage(t *testing.T, pkg string, tools ...string) {
 	}
 }
 
+// progPair runs a server and its client, Debian programs that meet on a TCP
+// control port of their own (qperf, fi_pingpong), each on the libraries with
+// one device of transport tr at its address (127.X.Y.1 and .2; srvAddr, if
+// not "", is the server's instead). port is a
+// free port on the server's address; the client starts once a socket listens
+// on it (looked at in /proc/net/tcp, not connected to: that would be the
+// server's one control connection). Both are killed after 2 minutes. It
+// returns both outputs (stdout and stderr, SOFTRDMA_DEBUG on) and the exit
+// errors.
+func progPair(t *testing.T, lib, tr, srvAddr string, srv, cli func(srvAddr, port string) []string) (so, co string, serr, cerr error) {
+	t.Helper()
+	net3 := randomNet()
+	cliAddr := net3 + "2"
+	if srvAddr == "" {
+		srvAddr = net3 + "1"
+	}
+	port := fmt.Sprint(freeTCPPort(t, srvAddr))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := func(addr string, argv []string) (*exec.Cmd, *syncBuffer) {
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"="+tr+":"+addr, "SOFTRDMA_DEBUG=1")
+		cmd.WaitDelay = 5 * time.Second
+		out := new(syncBuffer)
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, out
+	}
+	s, sout := start(srvAddr, srv(srvAddr, port))
+	for deadline := time.Now().Add(30 * time.Second); !listening(t, port); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			s.Process.Kill()
+			s.Wait()
+			t.Fatalf("%s never listened on %s:%s\n%s", s.Path, srvAddr, port, sout)
+		}
+	}
+	c, cout := start(cliAddr, cli(srvAddr, port))
+	cerr = c.Wait()
+	if cerr != nil {
+		s.Process.Kill() // it may wait for the client that has gone
+	}
+	serr = s.Wait()
+	if ctx.Err() != nil {
+		cerr = fmt.Errorf("killed at the deadline: %v", cerr)
+	}
+	return sout.String(), cout.String(), serr, cerr
+}
+
 // TestLibfabricInfo: libfabric's fi_info lists the devices through its verbs
 // provider (Debian's libfabric1 1.17). libfabric.so.1 links libefa.so.1 for
 // its efa provider and needs efadv_create_cq, efadv_cq_from_ibv_cq_ex
@@ -58,6 +114,36 @@ func TestLibfabricInfo(t *testing.T) {
 	for _, want := range []string{"domain: sr_roce0\n", "type: FI_EP_MSG", "domain: sr_roce0-dgram", "type: FI_EP_RDM"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("fi_info -p verbs does not show %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestLibfabricPingpong runs libfabric's fi_pingpong over its verbs provider
+// with a MSG endpoint (an RC QP connected by rdma_cm), checking the data
+// (-c), with both ends on the libraries over RoCE. The server's device is on
+// 127.0.0.1: fi_pingpong has no option for its address, and libfabric's
+// server binds its rdma_cm ID to the host's ("localhost"), which only a
+// device on an interface's address takes (the kernel's rdma_cm as much). The
+// client's provider
+// resolves the server's address with rdma_getaddrinfo(NULL, NULL, hints),
+// the address in hints.ai_dst_addr; the library refused that with EINVAL
+// (rdma-core answers with the hints' addresses) and fi_getinfo found no
+// provider (-61).
+func TestLibfabricPingpong(t *testing.T) {
+	lib := buildLib(t)
+	needPackage(t, "libfabric-bin", "fi_pingpong")
+	args := []string{"-p", "verbs", "-e", "msg", "-I", "50", "-S", "1024", "-c"}
+	so, co, serr, cerr := progPair(t, lib, "roce", "127.0.0.1",
+		func(_, port string) []string { return append([]string{"fi_pingpong", "-B", port}, args...) },
+		func(srvAddr, port string) []string {
+			return append(append([]string{"fi_pingpong", "-P", port}, args...), srvAddr)
+		})
+	if serr != nil || cerr != nil {
+		t.Fatalf("fi_pingpong: server %v, client %v\nclient:\n%s\nserver:\n%s", serr, cerr, co, so)
+	}
+	for _, o := range []string{so, co} {
+		if !regexp.MustCompile(`1k\s+50\s+=50\s`).MatchString(o) {
+			t.Errorf("fi_pingpong did not report 50 round trips of 1k:\n%s", o)
 		}
 	}
 }
