@@ -176,8 +176,15 @@ func (c *Context) checkQPInit(pd *PD, a *QPInitAttr) error {
 		return fmt.Errorf("SendCQ and RecvCQ are required: %w", ErrInvalidArgument)
 	}
 	cp := &a.Cap
-	if cp.MaxSendWR <= 0 {
-		return fmt.Errorf("MaxSendWR %d not in 1..%d: %w", cp.MaxSendWR, c.cfg.MaxQPWR, ErrInvalidArgument)
+	// rxe accepts max_send_wr 0 (rxe_qp_chk_cap checks only the maximum; qperf's
+	// servers ask for it); siw refuses it (siw_create_qp: "QP must have send
+	// queue"), and so does a QP of an external (iWARP) transport.
+	minSend := 0
+	if a.External || c.cfg.ExternalQPs {
+		minSend = 1
+	}
+	if cp.MaxSendWR < minSend {
+		return fmt.Errorf("MaxSendWR %d not in %d..%d: %w", cp.MaxSendWR, minSend, c.cfg.MaxQPWR, ErrInvalidArgument)
 	}
 	if cp.MaxSendWR > c.cfg.MaxQPWR {
 		return tooLargeError("MaxSendWR", "MaxQPWR", uint64(cp.MaxSendWR), uint64(c.cfg.MaxQPWR))
@@ -200,8 +207,11 @@ func (c *Context) checkQPInit(pd *PD, a *QPInitAttr) error {
 		}
 		return nil
 	}
-	if cp.MaxRecvWR <= 0 {
-		return fmt.Errorf("MaxRecvWR %d not in 1..%d: %w", cp.MaxRecvWR, c.cfg.MaxQPWR, ErrInvalidArgument)
+	// A QP without an SRQ may have no receive queue at all: rxe (rxe_qp_chk_cap)
+	// and siw (siw_create_qp) accept max_recv_wr 0, and programs that only send
+	// ask for it (qperf's rc_bw client). A SEND to it is RNR NAKed.
+	if cp.MaxRecvWR < 0 {
+		return fmt.Errorf("MaxRecvWR %d not in 0..%d: %w", cp.MaxRecvWR, c.cfg.MaxQPWR, ErrInvalidArgument)
 	}
 	if cp.MaxRecvWR > c.cfg.MaxQPWR {
 		return tooLargeError("MaxRecvWR", "MaxQPWR", uint64(cp.MaxRecvWR), uint64(c.cfg.MaxQPWR))
