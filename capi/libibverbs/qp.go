@@ -475,8 +475,17 @@ func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C
 	q.send, q.sges = q.send[:0], q.sges[:0]
 	q.inline, q.inl = q.inline[:0], q.inl[:0]
 	in := unsafe.Slice(w, int(n))
+	maxSGE := uint32(q.qp.Cap().MaxSendSGE)
 	for k := range in {
 		c := &in[k]
+		if c.num_sge > C.uint32_t(maxSGE) {
+			// validate_send_wr (rdma-core providers/rxe/rxe.c): more SGEs
+			// than max_send_sge (a negative count, as unsigned, too) is
+			// EINVAL; the list is not read.
+			*posted = C.int(k)
+			debugf("post send: WR %d: num_sge %d (as int) above max_send_sge %d", k, int32(c.num_sge), maxSGE)
+			return C.EINVAL
+		}
 		start := len(q.sges)
 		q.sges = sgl(q.sges, c.sg, c.num_sge)
 		wr := ib.SendWR{
@@ -553,11 +562,21 @@ func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C
 	return 0
 }
 
-// recvWRs converts n flat receive WRs into wrs and sges (reused).
-func recvWRs(wrs []ib.RecvWR, sges []ib.SGE, w *C.struct_sr_rwr, n C.int) ([]ib.RecvWR, []ib.SGE) {
+// recvWRs converts n flat receive WRs into wrs and sges (reused), up to the
+// first whose SGE count is above maxSGE (a negative count, as unsigned, too):
+// rxe_post_one_recv (rdma-core providers/rxe/rxe.c) refuses it, EINVAL,
+// before it reads its list, and so does the caller. tooMany is its index, or
+// -1.
+func recvWRs(wrs []ib.RecvWR, sges []ib.SGE, w *C.struct_sr_rwr, n C.int, maxSGE int) (_ []ib.RecvWR, _ []ib.SGE, tooMany int) {
 	wrs, sges = wrs[:0], sges[:0]
 	in := unsafe.Slice(w, int(n))
+	tooMany = -1
 	for k := range in {
+		if in[k].num_sge > C.uint32_t(maxSGE) {
+			debugf("post recv: WR %d: num_sge %d (as int) above the queue's %d", k, int32(in[k].num_sge), maxSGE)
+			in, tooMany = in[:k], k
+			break
+		}
 		sges = sgl(sges, in[k].sg, in[k].num_sge)
 		wrs = append(wrs, ib.RecvWR{WRID: uint64(in[k].wr_id)})
 	}
@@ -570,7 +589,26 @@ func recvWRs(wrs []ib.RecvWR, sges []ib.SGE, w *C.struct_sr_rwr, n C.int) ([]ib.
 		wrs[k].SGL = sges[off : off+m : off+m]
 		off += m
 	}
-	return wrs, sges
+	return wrs, sges, tooMany
+}
+
+// postRecvs posts wrs with post, then refuses the WR at tooMany (if any)
+// with EINVAL, as ibv_post_recv's *bad_wr.
+func postRecvs(post func(...ib.RecvWR) error, wrs []ib.RecvWR, tooMany int, what string, posted *C.int) C.int {
+	if err := post(wrs...); err != nil {
+		var pe *ib.PostError
+		if errors.As(err, &pe) {
+			*posted = C.int(pe.Index)
+		}
+		debugf("%s: %v", what, err)
+		return postErr(err)
+	}
+	if tooMany >= 0 {
+		*posted = C.int(tooMany)
+		return C.EINVAL
+	}
+	*posted = C.int(len(wrs))
+	return 0
 }
 
 //export srgo_create_srq
@@ -633,17 +671,9 @@ func srgo_post_srq_recv(h C.uintptr_t, w *C.struct_sr_rwr, n C.int, posted *C.in
 	}
 	srqScratch.Lock()
 	defer srqScratch.Unlock()
-	srqScratch.wrs, srqScratch.sges = recvWRs(srqScratch.wrs, srqScratch.sges, w, n)
-	if err := s.PostRecv(srqScratch.wrs...); err != nil {
-		var pe *ib.PostError
-		if errors.As(err, &pe) {
-			*posted = C.int(pe.Index)
-		}
-		debugf("post srq recv: %v", err)
-		return postErr(err)
-	}
-	*posted = n
-	return 0
+	var tooMany int
+	srqScratch.wrs, srqScratch.sges, tooMany = recvWRs(srqScratch.wrs, srqScratch.sges, w, n, s.MaxSGE())
+	return postRecvs(s.PostRecv, srqScratch.wrs, tooMany, "post srq recv", posted)
 }
 
 //export srgo_post_recv
@@ -654,15 +684,7 @@ func srgo_post_recv(h C.uintptr_t, w *C.struct_sr_rwr, n C.int, posted *C.int) C
 	}
 	q.recvMu.Lock()
 	defer q.recvMu.Unlock()
-	q.recv, q.rsges = recvWRs(q.recv, q.rsges, w, n)
-	if err := q.qp.PostRecv(q.recv...); err != nil {
-		var pe *ib.PostError
-		if errors.As(err, &pe) {
-			*posted = C.int(pe.Index)
-		}
-		debugf("post recv: %v", err)
-		return postErr(err)
-	}
-	*posted = n
-	return 0
+	var tooMany int
+	q.recv, q.rsges, tooMany = recvWRs(q.recv, q.rsges, w, n, q.qp.Cap().MaxRecvSGE)
+	return postRecvs(q.qp.PostRecv, q.recv, tooMany, "post recv", posted)
 }

@@ -1080,7 +1080,7 @@ static int sr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 			o->wr_id = wr->wr_id;
 			o->opcode = wr->opcode;
 			o->flags = wr->send_flags;
-			o->num_sge = wr->num_sge < 0 ? 0 : (uint32_t)wr->num_sge;
+			o->num_sge = (uint32_t)wr->num_sge; // negative: above any max_sge, as in rxe
 			o->sg = wr->sg_list;
 			switch (wr->opcode) {
 			case IBV_WR_SEND_WITH_INV:
@@ -1224,7 +1224,7 @@ static int sr_post_recv_list(uintptr_t h, int (*post)(uintptr_t, struct sr_rwr *
 		int n = 0;
 		for (; wr && n < SR_BATCH; wr = wr->next, n++) {
 			a[n].wr_id = wr->wr_id;
-			a[n].num_sge = wr->num_sge < 0 ? 0 : (uint32_t)wr->num_sge;
+			a[n].num_sge = (uint32_t)wr->num_sge; // negative: above any max_sge, as in rxe
 			a[n].sg = wr->sg_list;
 		}
 		int posted = 0;

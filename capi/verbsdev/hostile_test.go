@@ -1,6 +1,8 @@
 package verbsdev_test
 
 import (
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -29,4 +31,37 @@ bad status: 0, unknown wr_id: 0
 			}
 		})
 	}
+}
+
+// TestHostileCalls (testdata/hostile.c) makes the wrong and hostile calls
+// TestBadCalls does not: SGE counts that are negative or far beyond the
+// queue's (with the list ending at an unmapped page), ibv_poll_cq asked for
+// no entries or a negative number, regions over unmapped, inaccessible or
+// read-only pages, SGEs outside their region or keys of another PD,
+// zero-byte transfers with bad keys, out-of-range attributes and
+// transitions in ibv_modify_qp, addresses on a port or GID entry the device
+// lacks, and destroying what is in use. Each answer must be the one
+// libibverbs gives over the kernel's rxe (the program cites the source of
+// each), the process must neither crash nor hang, and every refused call must
+// say why under SOFTRDMA_DEBUG=1.
+func TestHostileCalls(t *testing.T) {
+	lib := buildLib(t)
+	prog := compile(t, lib, "hostile")
+	out, errOut, err := runBounded(t, lib, "roce:"+randomNet()+"1", 2*time.Minute, prog)
+	if err != nil {
+		t.Errorf("hostile: %v", err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "BAD ") {
+			t.Error(line)
+		}
+	}
+	m := regexp.MustCompile(`checks: (\d+), bad: 0\n`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("hostile did not finish:\n%s\nstderr:\n%s", out, errOut)
+	}
+	if s := silentRefusals(errOut); len(s) > 0 {
+		t.Errorf("refused without a word under SOFTRDMA_DEBUG=1: %q", s)
+	}
+	t.Logf("%s checks", m[1])
 }

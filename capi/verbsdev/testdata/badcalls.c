@@ -16,67 +16,13 @@
 #include <infiniband/verbs.h>
 #include "rcconnect.h"
 
-static int bad, total;
-
-static void mark(const char *name, int refused)
-{
-	fprintf(stderr, "== %s%s\n", name, refused ? "" : " (allowed)");
-	fflush(stderr);
-}
-
-static void expect(const char *name, long got, long want)
-{
-	total++;
-	if (got == want) {
-		printf("ok %s: %ld\n", name, got);
-	} else {
-		bad++;
-		printf("BAD %s: got %ld want %ld\n", name, got, want);
-	}
-	fflush(stdout);
-}
-
-/* RC(name, want, call): a verb that returns an errno (0 on success). */
-#define RC(name, want, call)                                                                      \
-	do {                                                                                      \
-		mark(name, (want) != 0);                                                          \
-		int rc_ = (call);                                                                 \
-		expect(name, rc_, want);                                                          \
-	} while (0)
-
-/* OBJ(name, want_errno, call): a verb that returns an object or NULL and errno;
- * the object, if any, is left in obj_. */
-static void *obj_;
-#define OBJ(name, want, call)                                                                     \
-	do {                                                                                      \
-		mark(name, (want) != 0);                                                          \
-		errno = 0;                                                                        \
-		obj_ = (void *)(call);                                                            \
-		expect(name, obj_ ? 0 : errno, want);                                             \
-	} while (0)
+#include "checks.h"
 
 static struct ibv_context *ctx;
 static struct ibv_device_attr dev;
 static union ibv_gid gid;
 static struct ibv_pd *pd;
 static struct ibv_cq *cq;
-
-/* poll1 waits (bounded) for one completion on c and returns its status, or -1. */
-static int poll1(struct ibv_cq *c, struct ibv_wc *wc)
-{
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		int n = ibv_poll_cq(c, 1, wc);
-		if (n < 0)
-			return -2;
-		if (n == 1)
-			return wc->status;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if (t.tv_sec - t0.tv_sec > 20)
-			return -1;
-	}
-}
 
 static struct ibv_qp *new_qp(struct ibv_cq *scq, struct ibv_cq *rcq)
 {

@@ -1,0 +1,178 @@
+/* hostile: wrong and hostile calls through the verbs API that badcalls does
+ * not make, each answer (errno, or completion status) checked against
+ * libibverbs over the kernel's rxe (rdma-core's providers/rxe/rxe.c and
+ * Linux's drivers/infiniband/{core,sw/rxe}; each case cites where its answer
+ * comes from). Output as checks.h says; exits 0 when every check passed. No
+ * check may crash the process or hang: the test bounds it. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+#include "rcconnect.h"
+#include "checks.h"
+
+static struct ibv_context *ctx;
+static union ibv_gid gid;
+static struct ibv_pd *pd, *pd2;
+static char *buf;		/* 64 KiB, registered as mr in pd */
+static struct ibv_mr *mr;	/* all access, pd */
+static struct ibv_mr *mr2;	/* buf, all access, pd2 */
+static long pagesz;
+
+/* A connected RC pair on pd: a sends, b receives, each with its own CQ. */
+struct pair {
+	struct ibv_cq *acq, *bcq;
+	struct ibv_qp *a, *b;
+};
+
+static struct ibv_qp *new_qp(struct ibv_cq *c)
+{
+	struct ibv_qp_init_attr ia = {.send_cq = c, .recv_cq = c, .qp_type = IBV_QPT_RC,
+		.cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 2, .max_recv_sge = 2}};
+	return ibv_create_qp(pd, &ia);
+}
+
+static int new_pair(struct pair *p)
+{
+	struct rc_params rp = {.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+					 IBV_ACCESS_REMOTE_ATOMIC,
+		.psn = 100, .min_rnr_timer = 1, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7};
+	p->acq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	p->bcq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	if (!p->acq || !p->bcq)
+		return -1;
+	p->a = new_qp(p->acq);
+	p->b = new_qp(p->bcq);
+	if (!p->a || !p->b)
+		return -1;
+	return rc_connect(p->a, p->b->qp_num, gid, rp) | rc_connect(p->b, p->a->qp_num, gid, rp);
+}
+
+static void free_pair(struct pair *p)
+{
+	ibv_destroy_qp(p->a);
+	ibv_destroy_qp(p->b);
+	ibv_destroy_cq(p->acq);
+	ibv_destroy_cq(p->bcq);
+}
+
+/* A transfer on a fresh pair: one send WR of op with (num_sge, addr, len,
+ * lkey) and remote (raddr, rkey); a receive of recv_len bytes on b first
+ * when recv_len >= 0. It checks the sender's status, and the receiver's
+ * when recv_want >= 0. */
+struct xfer {
+	const char *name;
+	enum ibv_wr_opcode op;
+	int num_sge;
+	uint64_t addr;
+	uint32_t len, lkey;
+	uint64_t raddr;
+	uint32_t rkey;
+	int recv_len;
+	int send_want, recv_want;
+};
+
+static void run_xfer(const struct xfer *x)
+{
+	struct pair p;
+	struct ibv_wc wc;
+	char n[160];
+	if (new_pair(&p)) {
+		expect(x->name, -100, 0);
+		return;
+	}
+	if (x->recv_len >= 0) {
+		struct ibv_sge s = {.addr = (uintptr_t)buf + 16384, .length = (uint32_t)x->recv_len, .lkey = mr->lkey};
+		struct ibv_recv_wr w = {.wr_id = 9, .sg_list = &s, .num_sge = 1}, *b;
+		ibv_post_recv(p.b, &w, &b);
+	}
+	struct ibv_sge s = {.addr = x->addr, .length = x->len, .lkey = x->lkey};
+	struct ibv_send_wr w = {.wr_id = 7, .sg_list = &s, .num_sge = x->num_sge, .opcode = x->op,
+		.send_flags = IBV_SEND_SIGNALED}, *b;
+	w.wr.rdma.remote_addr = x->raddr;
+	w.wr.rdma.rkey = x->rkey;
+	snprintf(n, sizeof(n), "%s: post", x->name);
+	RC(n, 0, ibv_post_send(p.a, &w, &b));
+	snprintf(n, sizeof(n), "%s: sender status", x->name);
+	mark(n, 0);
+	expect(n, poll1(p.acq, &wc), x->send_want);
+	if (x->recv_want >= 0) {
+		snprintf(n, sizeof(n), "%s: receiver status", x->name);
+		mark(n, 0);
+		expect(n, poll1(p.bcq, &wc), x->recv_want);
+	}
+	free_pair(&p);
+}
+
+/* guarded returns a page whose next page is PROT_NONE: a read past its end
+ * faults. */
+static char *guarded(void)
+{
+	char *p = mmap(NULL, 2 * pagesz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED || mprotect(p + pagesz, pagesz, PROT_NONE))
+		return NULL;
+	return p;
+}
+
+int main(void)
+{
+	struct ibv_device **l = ibv_get_device_list(NULL);
+	if (!l || !l[0])
+		return 2;
+	pagesz = sysconf(_SC_PAGESIZE);
+	ctx = ibv_open_device(l[0]);
+	if (!ctx || ibv_query_gid(ctx, 1, 1, &gid))
+		return 2;
+	pd = ibv_alloc_pd(ctx);
+	pd2 = ibv_alloc_pd(ctx);
+	buf = aligned_alloc(4096, 65536);
+	if (!pd || !pd2 || !buf)
+		return 2;
+	memset(buf, 0, 65536);
+	int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+	mr = ibv_reg_mr(pd, buf, 65536, all);
+	mr2 = ibv_reg_mr(pd2, buf, 65536, all);
+	if (!mr || !mr2)
+		return 2;
+
+	/* Work request counts. rdma-core's rxe validate_send_wr and
+	 * rxe_post_one_recv compare num_sge (int) with the queue's max_sge
+	 * (unsigned): a negative count is EINVAL, the WR in *bad_wr.
+	 * rxe_post_one_recv checks the count before it reads the list, so a
+	 * huge one is EINVAL too (rxe_post_send would read the list first; the
+	 * library checks first there as well, and reads nothing). */
+	{
+		struct pair p;
+		if (new_pair(&p))
+			return 2;
+		char *g = guarded();
+		if (!g)
+			return 2;
+		struct ibv_sge *last = (struct ibv_sge *)(g + pagesz) - 1; /* the list ends at the guard page */
+		*last = (struct ibv_sge){.addr = (uintptr_t)buf, .length = 8, .lkey = mr->lkey};
+		struct ibv_send_wr sw = {.wr_id = 1, .sg_list = last, .num_sge = -1, .opcode = IBV_WR_SEND}, *bsw = NULL;
+		struct ibv_recv_wr rw = {.wr_id = 2, .sg_list = last, .num_sge = -1}, *brw = NULL;
+		RC("post_send num_sge -1", EINVAL, ibv_post_send(p.a, &sw, &bsw));
+		expect("post_send num_sge -1: bad_wr", bsw == &sw, 1);
+		RC("post_recv num_sge -1", EINVAL, ibv_post_recv(p.b, &rw, &brw));
+		expect("post_recv num_sge -1: bad_wr", brw == &rw, 1);
+		sw.num_sge = rw.num_sge = 1 << 28;
+		RC("post_send num_sge 1<<28, list of one", EINVAL, ibv_post_send(p.a, &sw, &bsw));
+		RC("post_recv num_sge 1<<28, list of one", EINVAL, ibv_post_recv(p.b, &rw, &brw));
+		munmap(g, 2 * pagesz);
+		free_pair(&p);
+	}
+
+	ibv_dereg_mr(mr);
+	ibv_dereg_mr(mr2);
+	ibv_dealloc_pd(pd);
+	ibv_dealloc_pd(pd2);
+	ibv_close_device(ctx);
+	ibv_free_device_list(l);
+	printf("checks: %d, bad: %d\n", total, bad);
+	return bad ? 1 : 0;
+}
