@@ -163,6 +163,12 @@ int main(void)
 		sw.num_sge = rw.num_sge = 1 << 28;
 		RC("post_send num_sge 1<<28, list of one", EINVAL, ibv_post_send(p.a, &sw, &bsw));
 		RC("post_recv num_sge 1<<28, list of one", EINVAL, ibv_post_recv(p.b, &rw, &brw));
+		/* rxe_poll_cq: for (npolled = 0; npolled < ne; ...): no entries
+		 * asked, none polled, 0. */
+		struct ibv_wc wc;
+		RC("poll_cq 0 entries", 0, ibv_poll_cq(p.acq, 0, &wc));
+		RC("poll_cq -1 entries", 0, ibv_poll_cq(p.acq, -1, &wc));
+		RC("req_notify_cq without a channel", 0, ibv_req_notify_cq(p.acq, 0));
 		munmap(g, 2 * pagesz);
 		free_pair(&p);
 	}
