@@ -298,6 +298,9 @@ func (qp *QP) fillSendWork(wq *sendWQE, dst *SendWork) bool {
 		// The sink is written when the response arrives; check it now as the
 		// IB requester does (IBTA 10.6.3.2: local write access).
 		for _, s := range wr.SGL {
+			if s.Length == 0 {
+				continue // no memory, no L_Key check (checkLocalSGL)
+			}
 			if _, f := qp.ctx.lookupLocal(qp.pd, s.LKey, s.Addr, uint64(s.Length), true); f != faultNone {
 				return false
 			}
@@ -315,6 +318,9 @@ func (qp *QP) fillSendWork(wq *sendWQE, dst *SendWork) bool {
 		return true
 	}
 	for _, s := range wr.SGL {
+		if s.Length == 0 {
+			continue // no memory, no L_Key check (checkLocalSGL)
+		}
 		mem, f := qp.ctx.lookupLocal(qp.pd, s.LKey, s.Addr, uint64(s.Length), false)
 		if f != faultNone {
 			return false

@@ -300,6 +300,8 @@ func (qp *QP) startWQE(w *sendWQE) bool {
 
 // checkLocalSGL validates the WQE's L_Keys for the access the operation needs:
 // read for data sent, local write for READ and atomic results (IBTA 10.6.3.2).
+// A zero-length SGE names no memory and its L_Key is not checked, as rxe's
+// copy_data and siw's siw_check_sgl_tx do not.
 func (qp *QP) checkLocalSGL(w *sendWQE) accessFault {
 	if w.wr.Inline {
 		return faultNone
@@ -312,6 +314,9 @@ func (qp *QP) checkLocalSGL(w *sendWQE) accessFault {
 		return faultNone // FLUSH has no local data
 	}
 	for _, s := range w.wr.SGL {
+		if s.Length == 0 {
+			continue
+		}
 		if _, f := qp.ctx.lookupLocal(qp.pd, s.LKey, s.Addr, uint64(s.Length), write); f != faultNone {
 			return f
 		}

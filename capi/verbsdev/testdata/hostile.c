@@ -173,6 +173,38 @@ int main(void)
 		free_pair(&p);
 	}
 
+	/* Keys and bounds on the wire (rxe_req.c, rxe_resp.c, rxe_mr.c). */
+	uint64_t b0 = (uintptr_t)buf;
+	const struct xfer xs[] = {
+		/* copy_data -> lookup_mr: the MR's PD must be the QP's, and the
+		 * SGE inside the MR (mr_check_range), else IB_WC_LOC_PROT_ERR. */
+		{"SEND from before the region", IBV_WR_SEND, 1, b0 - 64, 128, 0, 0, 0, 4096, IBV_WC_LOC_PROT_ERR, -1},
+		{"SEND past the region's end", IBV_WR_SEND, 1, b0 + 65536 - 64, 128, 0, 0, 0, 4096, IBV_WC_LOC_PROT_ERR, -1},
+		{"SEND with the lkey of another PD", IBV_WR_SEND, 1, b0, 64, 1, 0, 0, 4096, IBV_WC_LOC_PROT_ERR, -1},
+		/* check_rkey: an MR of another PD is an R_Key violation,
+		 * NAK remote access, IB_WC_REM_ACCESS_ERR. */
+		{"WRITE with the rkey of another PD", IBV_WR_RDMA_WRITE, 1, b0, 64, 0, b0 + 8192, 1, -1, IBV_WC_REM_ACCESS_ERR, -1},
+		{"READ with the rkey of another PD", IBV_WR_RDMA_READ, 1, b0, 64, 0, b0 + 8192, 1, -1, IBV_WC_REM_ACCESS_ERR, -1},
+		/* check_rkey: a zero-byte READ or WRITE need not name a valid
+		 * address or R_Key (IBTA C9-88): executed, success. */
+		{"zero-byte WRITE with a bad rkey", IBV_WR_RDMA_WRITE, 0, 0, 0, 0, 0, 0x5a5a5a00, -1, IBV_WC_SUCCESS, -1},
+		{"zero-byte READ with a bad rkey", IBV_WR_RDMA_READ, 0, 0, 0, 0, 0, 0x5a5a5a00, -1, IBV_WC_SUCCESS, -1},
+		/* copy_data with length 0 touches no MR: an SGE of 0 bytes
+		 * with a bad lkey is no error. */
+		{"zero-byte SGE with a bad lkey", IBV_WR_SEND, 1, b0, 0, 2, 0, 0, 4096, IBV_WC_SUCCESS, IBV_WC_SUCCESS},
+		{"zero-byte SEND, no SGE", IBV_WR_SEND, 0, 0, 0, 0, 0, 0, 4096, IBV_WC_SUCCESS, IBV_WC_SUCCESS},
+	};
+	for (size_t i = 0; i < sizeof(xs) / sizeof(xs[0]); i++) {
+		struct xfer x = xs[i];
+		/* lkey/rkey 0: the right MR; 1: the other PD's; 2: a bad key. */
+		x.lkey = x.lkey == 0 ? mr->lkey : x.lkey == 1 ? mr2->lkey : mr->lkey ^ 0x5a00;
+		if (x.rkey == 0)
+			x.rkey = mr->rkey;
+		else if (x.rkey == 1)
+			x.rkey = mr2->rkey;
+		run_xfer(&x);
+	}
+
 	ibv_dereg_mr(mr);
 	ibv_dereg_mr(mr2);
 	ibv_dealloc_pd(pd);
