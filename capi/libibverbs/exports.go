@@ -228,6 +228,10 @@ func srgo_dealloc_pd(h C.uintptr_t) C.int {
 	if !ok {
 		return C.EINVAL
 	}
+	if n := ahCount(pd); n > 0 {
+		debugf("dealloc pd: %d address handles still use it", n)
+		return C.EBUSY
+	}
 	if err := pd.Dealloc(); err != nil {
 		debugf("dealloc pd: %v", err)
 		return errno(err)

@@ -394,7 +394,8 @@ func addressHandle(a *C.struct_sr_qpattr) (ib.AddressHandle, bool) {
 
 //export srgo_create_ah
 func srgo_create_ah(pdh C.uintptr_t, a *C.struct_sr_qpattr, err *C.int) C.uintptr_t {
-	if _, ok := value[*ib.PD](pdh); !ok {
+	pd, ok := value[*ib.PD](pdh)
+	if !ok {
 		*err = C.EINVAL
 		return 0
 	}
@@ -404,7 +405,9 @@ func srgo_create_ah(pdh C.uintptr_t, a *C.struct_sr_qpattr, err *C.int) C.uintpt
 		*err = C.EINVAL
 		return 0
 	}
-	return C.uintptr_t(cgo.NewHandle(&ah))
+	h := C.uintptr_t(cgo.NewHandle(&ah))
+	ahHold(h, pd)
+	return h
 }
 
 //export srgo_destroy_ah
@@ -412,6 +415,7 @@ func srgo_destroy_ah(h C.uintptr_t) C.int {
 	if _, ok := value[*ib.AddressHandle](h); !ok {
 		return C.EINVAL
 	}
+	ahRelease(h)
 	cgo.Handle(h).Delete()
 	return 0
 }

@@ -813,8 +813,10 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 	pthread_mutex_lock(&channel->context->mutex);
 	int busy = channel->refcnt;
 	pthread_mutex_unlock(&channel->context->mutex);
-	if (busy)
+	if (busy) {
+		sr_debug("destroy comp channel: %d CQs still use it", busy);
 		return EBUSY;
+	}
 	close(c->ch.fd);
 	close(c->wfd);
 	free(c);

@@ -205,6 +205,39 @@ int main(void)
 		run_xfer(&x);
 	}
 
+	/* Destroying what is in use (uverbs_free_* in core/uverbs_std_types*.c
+	 * and rdma-core's ibv_destroy_comp_channel). */
+	{
+		struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+		struct ibv_cq *c = ibv_create_cq(ctx, 4, NULL, ch, 0);
+		if (!ch || !c)
+			return 2;
+		RC("destroy_comp_channel with a CQ", EBUSY, ibv_destroy_comp_channel(ch));
+		RC("destroy_cq on the channel", 0, ibv_destroy_cq(c));
+		RC("destroy_comp_channel", 0, ibv_destroy_comp_channel(ch));
+		/* A PD freed while in use would be used after free by what
+		 * follows: each case ends on a new PD if the dealloc went through. */
+		struct ibv_pd *p3 = ibv_alloc_pd(ctx);
+		struct ibv_srq_init_attr si = {.attr = {.max_wr = 4, .max_sge = 1}};
+		OBJ("create_srq", 0, ibv_create_srq(p3, &si));
+		struct ibv_srq *srq = obj_;
+		RC("dealloc_pd with an SRQ", EBUSY, ibv_dealloc_pd(p3));
+		if (rc_last == 0)
+			return 1;
+		if (srq)
+			RC("destroy_srq", 0, ibv_destroy_srq(srq));
+		struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1, .grh = {.dgid = gid, .sgid_index = 1, .hop_limit = 64}};
+		OBJ("create_ah", 0, ibv_create_ah(p3, &aa));
+		struct ibv_ah *ah = obj_;
+		/* rdma_create_user_ah takes a use of the PD (pd->usecnt): -EBUSY. */
+		RC("dealloc_pd with an AH", EBUSY, ibv_dealloc_pd(p3));
+		if (rc_last == 0)
+			return 1;
+		if (ah)
+			RC("destroy_ah", 0, ibv_destroy_ah(ah));
+		RC("dealloc_pd", 0, ibv_dealloc_pd(p3));
+	}
+
 	ibv_dereg_mr(mr);
 	ibv_dereg_mr(mr2);
 	ibv_dealloc_pd(pd);
