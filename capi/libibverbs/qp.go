@@ -141,6 +141,17 @@ func srgo_reg_mr(pdh C.uintptr_t, addr unsafe.Pointer, length C.size_t, iova C.u
 		*err = C.EFAULT
 		return 0
 	}
+	// ib_access_writable (include/rdma/ib_verbs.h): the pages are pinned
+	// for writing when the region may be written, locally or remotely.
+	const writable = ib.AccessLocalWrite | ib.AccessRemoteWrite | ib.AccessRemoteAtomic | ib.AccessMWBind
+	if e := checkPinnable(uint64(uintptr(addr)), uint64(length), ib.Access(access)&writable != 0); e != nil {
+		debugf("reg mr: %v", e)
+		*err = C.EFAULT
+		if errors.Is(e, errRangeWraps) {
+			*err = C.EINVAL
+		}
+		return 0
+	}
 	buf := unsafe.Slice((*byte)(addr), int(length))
 	// Bits 20..29 (IBV_ACCESS_OPTIONAL_RANGE, e.g. RELAXED_ORDERING, which
 	// perftest sets) are hints a device may ignore: rdma-core strips them

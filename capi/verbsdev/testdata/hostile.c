@@ -173,6 +173,35 @@ int main(void)
 		free_pair(&p);
 	}
 
+	/* Memory that cannot be registered. ib_umem_get pins the pages with
+	 * pin_user_pages_fast, for writing when the access has a write bit
+	 * (ib_access_writable): a page not mapped, or not accessible, or read
+	 * only for a writable region, fails to pin, -EFAULT. */
+	{
+		char *g = guarded();
+		char *ro = mmap(NULL, pagesz, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		char *hole = mmap(NULL, 3 * pagesz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (!g || ro == MAP_FAILED || hole == MAP_FAILED || munmap(hole + pagesz, pagesz))
+			return 2;
+		OBJ("reg_mr over a PROT_NONE page", EFAULT, ibv_reg_mr(pd, g, 2 * pagesz, IBV_ACCESS_LOCAL_WRITE));
+		if (obj_)
+			ibv_dereg_mr(obj_);
+		OBJ("reg_mr over an unmapped page", EFAULT, ibv_reg_mr(pd, hole, 3 * pagesz, IBV_ACCESS_LOCAL_WRITE));
+		if (obj_)
+			ibv_dereg_mr(obj_);
+		OBJ("reg_mr writable over a read-only page", EFAULT,
+		    ibv_reg_mr(pd, ro, pagesz, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+		if (obj_)
+			ibv_dereg_mr(obj_);
+		OBJ("reg_mr remote read of a read-only page", 0, ibv_reg_mr(pd, ro, pagesz, IBV_ACCESS_REMOTE_READ));
+		if (obj_)
+			ibv_dereg_mr(obj_);
+		munmap(g, 2 * pagesz);
+		munmap(ro, pagesz);
+		munmap(hole, pagesz);
+		munmap(hole + 2 * pagesz, pagesz);
+	}
+
 	/* Keys and bounds on the wire (rxe_req.c, rxe_resp.c, rxe_mr.c). */
 	uint64_t b0 = (uintptr_t)buf;
 	const struct xfer xs[] = {
