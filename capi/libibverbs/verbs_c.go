@@ -928,10 +928,42 @@ static void sr_from_ah_attr(struct sr_qpattr *o, const struct ibv_ah_attr *a)
 	memcpy(o->dgid, a->grh.dgid.raw, 16);
 }
 
+// sr_check_av checks an address as the kernel does before a QP or an AH takes
+// it: its port must be one the device has (uverbs_cmd.c modify_qp and
+// ib_uverbs_create_ah: rdma_is_port_valid, -EINVAL; the device has port 1),
+// and its source GID an entry of the table (rdma_fill_sgid_attr ->
+// rdma_get_gid_attr: an index beyond the table -EINVAL, an empty entry
+// -ENODATA). It returns 0 or the errno.
+static int sr_check_av(struct ibv_context *ctx, const struct ibv_ah_attr *a, const char *what)
+{
+	if (a->port_num != 1) {
+		sr_debug("%s: address on port %u: the device has port 1", what, a->port_num);
+		return EINVAL;
+	}
+	if (!a->is_global)
+		return 0; // refused later: RoCE needs the GRH
+	union ibv_gid g;
+	if (SRGO(srgo_query_gid, sr_ctx(ctx)->idx, 1, a->grh.sgid_index, g.raw)) {
+		sr_debug("%s: sgid_index %u beyond the GID table", what, a->grh.sgid_index);
+		return EINVAL;
+	}
+	static const uint8_t zero[16];
+	if (!memcmp(g.raw, zero, 16)) {
+		sr_debug("%s: sgid_index %u is an empty GID table entry", what, a->grh.sgid_index);
+		return ENODATA;
+	}
+	return 0;
+}
+
 struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
 	if (!pd || !attr) {
 		errno = EINVAL;
+		return NULL;
+	}
+	int bad_av = sr_check_av(pd->context, attr, "create ah");
+	if (bad_av) {
+		errno = bad_av;
 		return NULL;
 	}
 	struct sr_ah *a = calloc(1, sizeof(*a));
@@ -1006,6 +1038,11 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 		sr_debug("modify qp 0x%x: attr_mask 0x%x: bits from IBV_QP_RATE_LIMIT up not supported", qp->qp_num, mask);
 		return EOPNOTSUPP;
 	}
+	int bad_av = (mask & IBV_QP_AV) ? sr_check_av(qp->context, &attr->ah_attr, "modify qp") : 0;
+	if (!bad_av && (mask & IBV_QP_ALT_PATH))
+		bad_av = sr_check_av(qp->context, &attr->alt_ah_attr, "modify qp: alternate path");
+	if (bad_av)
+		return bad_av;
 	struct sr_qpattr a;
 	sr_from_qp_attr(&a, attr);
 	int rc = SRGO(srgo_modify_qp, ((struct sr_qp *)qp)->h, &a, mask);

@@ -234,6 +234,68 @@ int main(void)
 		run_xfer(&x);
 	}
 
+	/* Modify QP attributes out of range (rxe_qp_chk_attr; core/verbs.c
+	 * ib_modify_qp_is_ok; uverbs_cmd.c modify_qp). */
+	{
+		struct ibv_cq *c = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+		struct ibv_qp *q = new_qp(c);
+		struct ibv_qp_init_attr ua = {.send_cq = c, .recv_cq = c, .qp_type = IBV_QPT_UD,
+			.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+		struct ibv_qp *ud = ibv_create_qp(pd, &ua);
+		if (!c || !q || !ud)
+			return 2;
+		int init = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+		struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | (1 << 6)};
+		/* rxe_qp_chk_attr: access flags beyond RXE_ACCESS_SUPPORTED_QP. */
+		RC("modify_qp INIT access flag 1<<6", EINVAL, ibv_modify_qp(q, &a, init));
+		/* ib_modify_qp_is_ok: a UD QP takes a Q_Key, not access flags. */
+		a.qp_access_flags = 0;
+		a.qkey = 0x11111111;
+		RC("modify_qp UD INIT with access flags", EINVAL, ibv_modify_qp(ud, &a, init | IBV_QP_QKEY));
+		RC("modify_qp UD INIT", 0, ibv_modify_qp(ud, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY));
+		RC("modify_qp RESET to INIT", 0, ibv_modify_qp(q, &a, init));
+		int rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+		struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = q->qp_num,
+			.max_dest_rd_atomic = 1, .min_rnr_timer = 1,
+			.ah_attr = {.is_global = 1, .port_num = 2, .grh = {.dgid = gid, .sgid_index = 1, .hop_limit = 64}}};
+		/* uverbs modify_qp: IB_QP_AV with a port not on the device, -EINVAL. */
+		RC("modify_qp RTR address on port 2", EINVAL, ibv_modify_qp(q, &r, rtr));
+		r.ah_attr.port_num = 1;
+		/* rdma_fill_sgid_attr -> rdma_get_gid_attr: an empty entry of the
+		 * table (rxe's has 1024) is -ENODATA (Linux 5.10 on; Debian 12's
+		 * 6.1). */
+		r.ah_attr.grh.sgid_index = 255;
+		RC("modify_qp RTR sgid_index 255, an empty entry", ENODATA, ibv_modify_qp(q, &r, rtr));
+		r.ah_attr.grh.sgid_index = 1;
+		/* ib_modify_qp_is_ok: INIT to RTR does not take the SQ PSN. */
+		RC("modify_qp RTR with sq_psn", EINVAL, ibv_modify_qp(q, &r, rtr | IBV_QP_SQ_PSN));
+		RC("modify_qp INIT to RTR", 0, ibv_modify_qp(q, &r, rtr));
+		int rts = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+		struct ibv_qp_attr s = {.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7, .max_rd_atomic = 1};
+		RC("modify_qp RTR to RTS", 0, ibv_modify_qp(q, &s, rts));
+		/* ib_modify_qp_is_ok: RTS to RTS takes no PSN, no path MTU. */
+		RC("modify_qp RTS to RTS with sq_psn", EINVAL, ibv_modify_qp(q, &s, IBV_QP_STATE | IBV_QP_SQ_PSN));
+		RC("modify_qp RTS to RTS with min_rnr_timer", 0, ibv_modify_qp(q, &s, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER));
+		/* ib_modify_qp_is_ok: IB_QP_CUR_STATE must name the state the QP is in... */
+		s.cur_qp_state = IBV_QPS_RTS;
+		RC("modify_qp RTS to RTS with cur_qp_state RTS", 0, ibv_modify_qp(q, &s, IBV_QP_STATE | IBV_QP_CUR_STATE));
+		/* ...(rxe __qp_chk_state takes cur_qp_state as the state it is in):
+		 * INIT to RTS is no transition. */
+		s.cur_qp_state = IBV_QPS_INIT;
+		RC("modify_qp with cur_qp_state INIT to RTS", EINVAL, ibv_modify_qp(q, &s, IBV_QP_STATE | IBV_QP_CUR_STATE));
+		ibv_destroy_qp(q);
+		ibv_destroy_qp(ud);
+		ibv_destroy_cq(c);
+		/* ib_uverbs_create_ah: a port not on the device, -EINVAL;
+		 * rdma_get_gid_attr: an empty entry, -ENODATA. */
+		struct ibv_ah_attr aa = {.is_global = 1, .port_num = 2, .grh = {.dgid = gid, .sgid_index = 1, .hop_limit = 64}};
+		OBJ("create_ah on port 2", EINVAL, ibv_create_ah(pd, &aa));
+		aa.port_num = 1;
+		aa.grh.sgid_index = 255;
+		OBJ("create_ah sgid_index 255, an empty entry", ENODATA, ibv_create_ah(pd, &aa));
+	}
+
 	/* Destroying what is in use (uverbs_free_* in core/uverbs_std_types*.c
 	 * and rdma-core's ibv_destroy_comp_channel). */
 	{
