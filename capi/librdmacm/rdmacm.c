@@ -489,8 +489,12 @@ err:
 
 int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 {
-	if (!id || !attr || id->qp)
+	if (!id || !attr)
 		return ERR(EINVAL);
+	if (id->qp) {
+		sr_debug("rdma_create_qp: the ID has a QP already (QP 0x%x)", id->qp->qp_num);
+		return ERR(EINVAL);
+	}
 	if (!id->verbs) {
 		sr_debug("rdma_create_qp: the ID has no device yet (bind or resolve its address first)");
 		return ERR(EINVAL);
@@ -885,8 +889,10 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 
 int rdma_ack_cm_event(struct rdma_cm_event *event)
 {
-	if (!event)
+	if (!event) {
+		sr_debug("rdma_ack_cm_event: the event is NULL");
 		return ERR(EINVAL);
+	}
 	struct sr_event *ev = (struct sr_event *)event;
 	pthread_mutex_lock(&sr_ev_mu);
 	ev->owner->events_completed++;

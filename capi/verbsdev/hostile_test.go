@@ -1,6 +1,8 @@
 package verbsdev_test
 
 import (
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -64,4 +66,40 @@ func TestHostileCalls(t *testing.T) {
 		t.Errorf("refused without a word under SOFTRDMA_DEBUG=1: %q", s)
 	}
 	t.Logf("%s checks", m[1])
+}
+
+// TestCMOutOfOrder (testdata/cmorder.c): rdma_cm calls out of order and
+// with wrong arguments (resolve_route, connect, accept, reject and
+// disconnect before their state, binding or listening twice, accepting on a
+// listener, a second QP, joining a multicast group with an RC ID, acking
+// NULL), then the same ID connecting in order. Each answer must be
+// librdmacm's over the kernel's rdma_cm (the program cites each), and every
+// refusal must say why under SOFTRDMA_DEBUG=1. Over both transports.
+func TestCMOutOfOrder(t *testing.T) {
+	lib := buildLib(t)
+	prog := filepath.Join(t.TempDir(), "cmorder")
+	if o, err := exec.Command("gcc", "-Wall", "-o", prog, "testdata/cmorder.c",
+		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, o)
+	}
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			addr := randomNet() + "1"
+			out, errOut, err := runBounded(t, lib, tr+":"+addr, time.Minute, prog, addr)
+			if err != nil {
+				t.Errorf("cmorder: %v", err)
+			}
+			for _, line := range strings.Split(out, "\n") {
+				if strings.HasPrefix(line, "BAD ") {
+					t.Error(line)
+				}
+			}
+			if !regexp.MustCompile(`checks: \d+, bad: 0\n`).MatchString(out) {
+				t.Fatalf("cmorder did not finish:\n%s\nstderr:\n%s", out, errOut)
+			}
+			if s := silentRefusals(errOut); len(s) > 0 {
+				t.Errorf("refused without a word under SOFTRDMA_DEBUG=1: %q", s)
+			}
+		})
+	}
 }
