@@ -68,6 +68,7 @@ func srgo_stop_profile() {
 		writeBlockProfile(profile.block)
 		profile.block = ""
 	}
+	stopTrace()
 	if profile.f == nil {
 		return
 	}

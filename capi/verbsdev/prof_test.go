@@ -51,6 +51,33 @@ func TestBlockProfile(t *testing.T) {
 	}
 }
 
+// TestExecutionTrace: SOFTRDMA_TRACE=FILE writes a Go execution trace of the
+// library's Go side (go tool trace), from load to exit: its header, and the
+// names of the verbs' Go halves the program's traffic ran (its stacks).
+func TestExecutionTrace(t *testing.T) {
+	lib := buildLib(t)
+	prog := filepath.Join(t.TempDir(), "pollwait")
+	if o, err := exec.Command("gcc", "-Wall", "-pthread", "-o", prog, "testdata/pollwait.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, o)
+	}
+	file := filepath.Join(t.TempDir(), "lib.trace")
+	t.Setenv("SOFTRDMA_TRACE", file)
+	addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+	if out, errOut, err := run(t, lib, addr, prog, "sends", "10"); err != nil {
+		t.Fatalf("pollwait sends 10: %v\n%s%s", err, out, errOut)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("no trace: %v", err)
+	}
+	if !bytes.HasPrefix(b, []byte("go 1.")) || !bytes.Contains(b[:16], []byte(" trace")) {
+		t.Fatalf("%s: %d bytes, not a Go execution trace: %q", file, len(b), b[:min(len(b), 16)])
+	}
+	if !bytes.Contains(b, []byte("srgo_post_send")) {
+		t.Errorf("%s: no stack names srgo_post_send", file)
+	}
+}
+
 // TestPollSleeps (testdata/pollwait.c): a program's busy-poll loop sleeps
 // while the device's CQs are empty (ten polls of an empty CQ take the eight
 // 100 ms sleeps they ask for, with no spin asked and by default), and a
