@@ -355,7 +355,11 @@ func (o *output) fileError(p Problem) {
 	o.write([]byte("file: ERROR: " + p.Reason + "\n"))
 }
 
-func hex(b []byte, v uint64, digits int) []byte {
+// hex appends name, then v in hex with "0x", zero-padded to digits digits:
+// a header field of a packet's line, without fmt (the line is written for
+// every packet).
+func hex(b []byte, name string, v uint64, digits int) []byte {
+	b = append(b, name...)
 	b = append(b, "0x"...)
 	s := strconv.FormatUint(v, 16)
 	for i := len(s); i < digits; i++ {
@@ -412,8 +416,7 @@ func appendPacket(b []byte, p *Packet) []byte {
 		}
 	}
 	if p.DestQP != nil {
-		b = append(b, " QP="...)
-		b = hex(b, uint64(*p.DestQP), 6)
+		b = hex(b, " QP=", uint64(*p.DestQP), 6)
 	}
 	if p.PSN != nil {
 		b = append(b, " PSN="...)
@@ -447,40 +450,29 @@ func appendPacket(b []byte, p *Packet) []byte {
 		b = strconv.AppendUint(b, uint64(a.MSN), 10)
 	}
 	if r := p.RETH; r != nil {
-		b = append(b, " RETH VA="...)
-		b = hex(b, r.VA, 0)
-		b = append(b, " RKey="...)
-		b = hex(b, uint64(r.RKey), 8)
+		b = hex(b, " RETH VA=", r.VA, 0)
+		b = hex(b, " RKey=", uint64(r.RKey), 8)
 		b = append(b, " DMALen="...)
 		b = strconv.AppendUint(b, uint64(r.DMALen), 10)
 	}
 	if a := p.AtomicETH; a != nil {
-		b = append(b, " AtomicETH VA="...)
-		b = hex(b, a.VA, 0)
-		b = append(b, " RKey="...)
-		b = hex(b, uint64(a.RKey), 8)
-		b = append(b, " SwapAdd="...)
-		b = hex(b, a.SwapAdd, 0)
-		b = append(b, " Compare="...)
-		b = hex(b, a.Compare, 0)
+		b = hex(b, " AtomicETH VA=", a.VA, 0)
+		b = hex(b, " RKey=", uint64(a.RKey), 8)
+		b = hex(b, " SwapAdd=", a.SwapAdd, 0)
+		b = hex(b, " Compare=", a.Compare, 0)
 	}
 	if p.AtomicAckOrig != nil {
-		b = append(b, " AtomicAckETH Orig="...)
-		b = hex(b, *p.AtomicAckOrig, 0)
+		b = hex(b, " AtomicAckETH Orig=", *p.AtomicAckOrig, 0)
 	}
 	if p.ImmDt != nil {
-		b = append(b, " ImmDt="...)
-		b = hex(b, uint64(*p.ImmDt), 8)
+		b = hex(b, " ImmDt=", uint64(*p.ImmDt), 8)
 	}
 	if p.IETHRKey != nil {
-		b = append(b, " IETH RKey="...)
-		b = hex(b, uint64(*p.IETHRKey), 8)
+		b = hex(b, " IETH RKey=", uint64(*p.IETHRKey), 8)
 	}
 	if d := p.DETH; d != nil {
-		b = append(b, " DETH QKey="...)
-		b = hex(b, uint64(d.QKey), 8)
-		b = append(b, " SrcQP="...)
-		b = hex(b, uint64(d.SrcQP), 6)
+		b = hex(b, " DETH QKey=", uint64(d.QKey), 8)
+		b = hex(b, " SrcQP=", uint64(d.SrcQP), 6)
 	}
 	if m := p.MAD; m != nil {
 		b = append(b, fmt.Sprintf(" TID=0x%x", m.TID)...)
@@ -506,16 +498,13 @@ func appendPacket(b []byte, p *Packet) []byte {
 	}
 	if d := p.DDP; d != nil {
 		if d.Tagged {
-			b = append(b, " tagged STag="...)
-			b = hex(b, uint64(*d.STag), 8)
-			b = append(b, " TO="...)
-			b = hex(b, *d.TO, 0)
+			b = hex(b, " tagged STag=", uint64(*d.STag), 8)
+			b = hex(b, " TO=", *d.TO, 0)
 		} else {
 			b = append(b, fmt.Sprintf(" untagged QN=%d MSN=%d MO=%d", *d.QN, *d.MSN, *d.MO)...)
 		}
 		if d.InvalidateSTag != nil {
-			b = append(b, " InvalidateSTag="...)
-			b = hex(b, uint64(*d.InvalidateSTag), 8)
+			b = hex(b, " InvalidateSTag=", uint64(*d.InvalidateSTag), 8)
 		}
 		if d.Last {
 			b = append(b, " L=1"...)
@@ -555,27 +544,13 @@ func appendPacket(b []byte, p *Packet) []byte {
 }
 
 func appendCM(b []byte, c *CMInfo) []byte {
-	if c.LocalCommID != nil {
-		b = append(b, fmt.Sprintf(" LocalCommID=0x%08x", *c.LocalCommID)...)
-	}
-	if c.RemoteCommID != nil {
-		b = append(b, fmt.Sprintf(" RemoteCommID=0x%08x", *c.RemoteCommID)...)
-	}
-	if c.RequestID != nil {
-		b = append(b, fmt.Sprintf(" RequestID=0x%08x", *c.RequestID)...)
-	}
-	if c.LocalQPN != nil {
-		b = append(b, fmt.Sprintf(" QPN=0x%06x", *c.LocalQPN)...)
-	}
-	if c.RemoteQPN != nil {
-		b = append(b, fmt.Sprintf(" RemoteQPN=0x%06x", *c.RemoteQPN)...)
-	}
-	if c.StartingPSN != nil {
-		b = append(b, fmt.Sprintf(" StartingPSN=%d", *c.StartingPSN)...)
-	}
-	if c.ServiceID != nil {
-		b = append(b, fmt.Sprintf(" ServiceID=0x%016x", *c.ServiceID)...)
-	}
+	b = appendSet(b, " LocalCommID=0x%08x", c.LocalCommID)
+	b = appendSet(b, " RemoteCommID=0x%08x", c.RemoteCommID)
+	b = appendSet(b, " RequestID=0x%08x", c.RequestID)
+	b = appendSet(b, " QPN=0x%06x", c.LocalQPN)
+	b = appendSet(b, " RemoteQPN=0x%06x", c.RemoteQPN)
+	b = appendSet(b, " StartingPSN=%d", c.StartingPSN)
+	b = appendSet(b, " ServiceID=0x%016x", c.ServiceID)
 	if c.Reason != "" {
 		b = append(b, " reason: "+c.Reason...)
 	}
@@ -583,6 +558,14 @@ func appendCM(b []byte, c *CMInfo) []byte {
 		b = append(b, " rdma_cm "+r.Src+" → "+r.Dst...)
 	}
 	return b
+}
+
+// appendSet appends *v formatted by format, if v is set (not nil).
+func appendSet[T any](b []byte, format string, v *T) []byte {
+	if v == nil {
+		return b
+	}
+	return fmt.Appendf(b, format, *v)
 }
 
 // appendULPData appends ":" and the ULP's private data in hex, at most
