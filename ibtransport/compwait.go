@@ -15,6 +15,10 @@ func (c *Context) OnCompletion(f func()) {
 // completed runs the OnCompletion hook. mu is held.
 func (c *Context) completed() {
 	if c.onCompletion != nil {
+		if c.wakeHeld {
+			c.heldCompletion = true
+			return
+		}
 		c.onCompletion()
 	}
 }

@@ -140,12 +140,16 @@ type Context struct {
 	activeHead int
 	timered    []*QP // QPs with a timer armed, scanned by NextDeadline
 
-	wake          chan struct{}
-	onCompletion  func() // OnCompletion (compwait.go)
-	events        chan AsyncEvent
-	eventsDropped uint64
-	counters      ContextCounters
-	retired       QPCounters // the destroyed QPs' counters, summed (QPStats)
+	wake           chan struct{}
+	wakeHeld       bool            // HoldWake: the wake-ups below wait for ReleaseWake
+	wakeMissed     bool            // a Wake signal was held back
+	heldWaiters    []chan struct{} // CQ waiters' and completion channels' wake-ups held back (nil: taken back by a cancelled Wait)
+	heldCompletion bool            // the OnCompletion hook's call held back
+	onCompletion   func()          // OnCompletion (compwait.go)
+	events         chan AsyncEvent
+	eventsDropped  uint64
+	counters       ContextCounters
+	retired        QPCounters // the destroyed QPs' counters, summed (QPStats)
 
 	mcast         multicastGroups                 // UD multicast groups' QPs (multicast.go)
 	mcastAttached int                             // attachments in mcast
@@ -241,6 +245,10 @@ func (c *Context) Counters() ContextCounters {
 
 // signalWake tells a sleeping device loop that Output has work. mu is held.
 func (c *Context) signalWake() {
+	if c.wakeHeld {
+		c.wakeMissed = true
+		return
+	}
 	select {
 	case c.wake <- struct{}{}:
 	default:

@@ -125,6 +125,8 @@ func (cq *CQ) Wait(ctx context.Context) error {
 			cq.ctx.mu.Lock()
 			if i := slices.Index(cq.waitq, ch); i >= 0 {
 				cq.waitq = slices.Delete(cq.waitq, i, i+1)
+			} else if i := slices.Index(cq.ctx.heldWaiters, ch); i >= 0 {
+				cq.ctx.heldWaiters[i] = nil // woken, the wake held (HoldWake)
 			} else {
 				<-ch // woken meanwhile (under mu, so the signal is in ch)
 			}
@@ -138,7 +140,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 // wakeWaiters wakes every Wait. mu is held.
 func (cq *CQ) wakeWaiters() {
 	for i, ch := range cq.waitq {
-		signal(ch)
+		cq.ctx.wakeWaiter(ch)
 		cq.waitq[i] = nil
 	}
 	cq.waitq = cq.waitq[:0]
@@ -206,7 +208,7 @@ func (cq *CQ) push(w WC, solicited bool) {
 	cq.ctx.completed()
 	if cq.armed && (!cq.solOnly || solicited || w.Status != WCSuccess) {
 		cq.armed = false
-		signal(cq.events)
+		cq.ctx.wakeWaiter(cq.events)
 	}
 }
 
