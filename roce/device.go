@@ -1252,6 +1252,13 @@ func (d *Device) Run(ctx context.Context, clock netio.Clock) error {
 	}
 	errc := make(chan error, 1)
 	kick := make(chan struct{}, 1)
+	var plan loopPlan
+	kickLoop := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
 	go func() {
 		// The datagrams of a DatagramReader are decoded where they landed;
 		// other endpoints copy frames into these buffers.
@@ -1276,26 +1283,28 @@ func (d *Device) Run(ctx context.Context, clock netio.Clock) error {
 		for {
 			var n int
 			var err error
-			if dr != nil {
+			switch {
+			case dr != nil:
 				n, err = dr.ReadDatagrams(dgs)
-				if n > 0 {
-					d.inputDatagrams(clock.Now(), dgs[:n], &hdr)
-				}
-			} else if fr != nil {
+			case fr != nil:
 				n, err = fr.ReadFrames(bufs)
-				if n > 0 {
-					d.inputFrames(clock.Now(), bufs[:n])
-				}
-			} else {
+			default:
 				n, err = d.cfg.Endpoint.Read(bufs, sizes, 0)
-				if n > 0 {
-					d.Input(clock.Now(), bufs[:n], sizes[:n])
-				}
 			}
 			if n > 0 {
-				select {
-				case kick <- struct{}{}:
+				rtc := d.beginBatch(n) // run to completion (rtc.go)
+				switch {
+				case dr != nil:
+					d.inputDatagrams(clock.Now(), dgs[:n], &hdr)
+				case fr != nil:
+					d.inputFrames(clock.Now(), bufs[:n])
 				default:
+					d.Input(clock.Now(), bufs[:n], sizes[:n])
+				}
+				if rtc {
+					d.inputDone(clock.Now(), &plan, kickLoop)
+				} else {
+					kickLoop()
 				}
 			}
 			if err != nil {
@@ -1311,9 +1320,12 @@ func (d *Device) Run(ctx context.Context, clock netio.Clock) error {
 			return err
 		}
 		wait := time.Hour
-		if t, ok := d.NextDeadline(); ok {
+		plan.planning()
+		t, ok := d.NextDeadline()
+		if ok {
 			wait = max(t.Sub(clock.Now()), 0)
 		}
+		plan.planned(t, ok)
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,25 @@
+package roce
+
+import "time"
+
+// Run's run to completion (rtc.go), for tests that drive its steps.
+
+// LoopPlan is Run's loop's plan.
+type LoopPlan = loopPlan
+
+// Planned records the loop's plan: deadline t (ok false: none).
+func (p *LoopPlan) Planned(t time.Time, ok bool) { p.planned(t, ok) }
+
+// Planning marks the loop as reading the deadlines.
+func (p *LoopPlan) Planning() { p.planning() }
+
+// BeginBatch is the reader's start of a batch of n frames.
+func (d *Device) BeginBatch(n int) bool { return d.beginBatch(n) }
+
+// InputDone is the reader's end of a batch that BeginBatch held.
+func (d *Device) InputDone(now time.Time, p *LoopPlan, kick func()) { d.inputDone(now, p, kick) }
+
+// LockFlush takes the lock a Flush holds through its system call, as Run's
+// loop does while it sends; UnlockFlush releases it.
+func (d *Device) LockFlush()   { d.mu.Lock() }
+func (d *Device) UnlockFlush() { d.mu.Unlock() }
