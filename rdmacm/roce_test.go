@@ -447,11 +447,8 @@ func TestRoCEKernelREQ(t *testing.T) {
 	qp := srv.createQP(t, req.ID)
 	must(t, req.ID.Accept(rdmacm.DefaultConnParam()))
 	w.settle(time.Millisecond)
-	out := readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.Attribute() != ibcm.AttrREP {
-		t.Fatalf("the server sent %d MADs", len(out))
-	}
-	rep := out[0].mad
+	got := oneMAD(t, kernel, ibcm.AttrREP, "the server sent %d MADs")
+	rep := got
 	// The kernel's REP with this server's comm ID, QPN and PSN.
 	want := ibcm.MAD(bytes.Clone(krep.mad))
 	want.REP().SetLocalCommID(rep.REP().LocalCommID())
@@ -471,16 +468,24 @@ func TestRoCEKernelREQ(t *testing.T) {
 	w.next(req.ID, rdmacm.EventDisconnected, time.Second)
 	must(t, req.ID.Disconnect())
 	w.settle(time.Millisecond)
-	out = readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.Attribute() != ibcm.AttrDREP {
-		t.Fatalf("the server sent %d MADs for the DREQ", len(out))
-	}
+	got = oneMAD(t, kernel, ibcm.AttrDREP, "the server sent %d MADs for the DREQ")
 	want = ibcm.MAD(bytes.Clone(kdrep.mad))
 	want.DREP().SetLocalCommID(ours)
-	if !bytes.Equal(out[0].mad, want) {
-		t.Errorf("DREP\n%x\nwant\n%x", []byte(out[0].mad), []byte(want))
+	if !bytes.Equal(got, want) {
+		t.Errorf("DREP\n%x\nwant\n%x", []byte(got), []byte(want))
 	}
 	w.next(req.ID, rdmacm.EventTimewaitExit, 10*time.Second)
+}
+
+// oneMAD reads the MADs p holds and fails the test (message format, given
+// their number) unless there is exactly one, of attribute attr; it returns it.
+func oneMAD(t *testing.T, p *sim.Port, attr ibcm.Attribute, format string) ibcm.MAD {
+	t.Helper()
+	out := readMADs(t, p)
+	if len(out) != 1 || out[0].mad.Attribute() != attr {
+		t.Fatalf(format, len(out))
+	}
+	return out[0].mad
 }
 
 // kernelCM picks the REQ, REP, RTU, DREQ and DREP of a captured connection
@@ -520,11 +525,8 @@ func TestRoCEKernelREP(t *testing.T) {
 	qp := cli.createQP(t, id)
 	must(t, id.Connect(rdmacm.DefaultConnParam())) // rping's: one READ each way, 7 and 7 retries
 	w.settle(time.Millisecond)
-	out := readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.Attribute() != ibcm.AttrREQ {
-		t.Fatalf("the client sent %d MADs", len(out))
-	}
-	req := out[0].mad
+	got := oneMAD(t, kernel, ibcm.AttrREQ, "the client sent %d MADs")
+	req := got
 	port := id.LocalAddr().Port()
 	want := ibcm.MAD(bytes.Clone(kreq.mad))
 	want.SetTransactionID(req.TransactionID())
@@ -546,27 +548,21 @@ func TestRoCEKernelREP(t *testing.T) {
 		t.Errorf("client QP %v %+v", qp.State(), a)
 	}
 	w.settle(time.Millisecond)
-	out = readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.Attribute() != ibcm.AttrRTU {
-		t.Fatalf("after the REP the client sent %d MADs", len(out))
-	}
+	got = oneMAD(t, kernel, ibcm.AttrRTU, "after the REP the client sent %d MADs")
 	want = ibcm.MAD(bytes.Clone(krtu.mad))
 	want.SetTransactionID(req.TransactionID())
 	want.RTU().SetLocalCommID(ours)
-	if !bytes.Equal(out[0].mad, want) {
-		t.Errorf("RTU\n%x\nwant\n%x", []byte(out[0].mad), []byte(want))
+	if !bytes.Equal(got, want) {
+		t.Errorf("RTU\n%x\nwant\n%x", []byte(got), []byte(want))
 	}
 	must(t, id.Disconnect())
 	w.settle(time.Millisecond)
-	out = readMADs(t, kernel)
-	if len(out) != 1 || out[0].mad.Attribute() != ibcm.AttrDREQ {
-		t.Fatalf("Disconnect sent %d MADs", len(out))
-	}
+	got = oneMAD(t, kernel, ibcm.AttrDREQ, "Disconnect sent %d MADs")
 	want = ibcm.MAD(bytes.Clone(kdreq.mad))
 	want.SetTransactionID(req.TransactionID())
 	want.DREQ().SetLocalCommID(ours)
-	if !bytes.Equal(out[0].mad, want) {
-		t.Errorf("DREQ\n%x\nwant\n%x", []byte(out[0].mad), []byte(want))
+	if !bytes.Equal(got, want) {
+		t.Errorf("DREQ\n%x\nwant\n%x", []byte(got), []byte(want))
 	}
 	inject(t, kernel, kdrep.withIDs(t, func(m ibcm.MAD) { m.DREP().SetRemoteCommID(ours) }))
 	w.next(id, rdmacm.EventDisconnected, time.Second)
@@ -637,11 +633,8 @@ func TestRoCEBadCMAHeader(t *testing.T) {
 				t.Fatalf("listener got %v", ev.Type)
 			default:
 			}
-			out := readMADs(t, kernel)
-			if len(out) != 1 || out[0].mad.Attribute() != ibcm.AttrREJ {
-				t.Fatalf("the server sent %d MADs, want one REJ", len(out))
-			}
-			rej := out[0].mad.REJ()
+			got := oneMAD(t, kernel, ibcm.AttrREJ, "the server sent %d MADs, want one REJ")
+			rej := got.REJ()
 			if rej.Reason() != ibcm.RejConsumer || rej.RemoteCommID() != kreq.mad.REQ().LocalCommID() {
 				t.Errorf("REJ reason %v, remote comm ID %#x", rej.Reason(), rej.RemoteCommID())
 			}
