@@ -34,21 +34,10 @@ func TestPerfServerOpensDeviceFirst(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			listening := make(chan net.Addr, 1)
-			o.Listening = func(a net.Addr) { listening <- a }
-			done := make(chan int, 1)
-			go func() { done <- Main(o, &stdout, &stderr) }()
-			var code int
-			select {
-			case code = <-done:
-			case a := <-listening:
-				if conn, err := net.Dial("tcp", a.String()); err == nil {
-					conn.Close()
-				}
+			code, listened, done := serverUntilListening(t, o, &stdout, &stderr)
+			if listened != nil {
 				code = <-done
-				t.Errorf("the server listened (on %v) before its device failed", a)
-			case <-time.After(30 * time.Second):
-				t.Fatal("the server neither failed nor listened")
+				t.Errorf("the server listened (on %v) before its device failed", listened)
 			}
 			if code != 1 || !strings.Contains(stderr.String(), c.want) {
 				t.Errorf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), c.want)
@@ -81,27 +70,38 @@ func TestPerfServerInlineFirst(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			listening := make(chan net.Addr, 1)
-			o.Listening = func(a net.Addr) { listening <- a }
-			done := make(chan int, 1)
-			go func() { done <- Main(o, &stdout, &stderr) }()
-			var code int
-			select {
-			case code = <-done:
-			case a := <-listening:
+			code, listened, _ := serverUntilListening(t, o, &stdout, &stderr)
+			if listened != nil {
 				// Failed: the server waits for a client. One that connects and
 				// hangs up may not end an rdma_cm server: the test does not
 				// wait for it (Main's goroutine is left to the process's end).
-				if conn, err := net.Dial("tcp", a.String()); err == nil {
-					conn.Close()
-				}
-				t.Fatalf("the server listened (on %v) before refusing -I 600", a)
-			case <-time.After(30 * time.Second):
-				t.Fatal("the server neither failed nor listened")
+				t.Fatalf("the server listened (on %v) before refusing -I 600", listened)
 			}
 			if want := "-I 600: the device's inline limit is 512 bytes"; code != 1 || !strings.Contains(stderr.String(), want) {
 				t.Errorf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), want)
 			}
 		})
 	}
+}
+
+// serverUntilListening runs Main(o) as a server until it ends, giving its
+// exit code, or listens for a client, giving the address (then a client
+// connects there and hangs up, as one would, and done gives the exit code
+// once Main ends); neither within 30 s fails the test.
+func serverUntilListening(t *testing.T, o *Options, stdout, stderr *bytes.Buffer) (code int, listened net.Addr, done <-chan int) {
+	t.Helper()
+	listening := make(chan net.Addr, 1)
+	o.Listening = func(a net.Addr) { listening <- a }
+	ended := make(chan int, 1)
+	go func() { ended <- Main(o, stdout, stderr) }()
+	select {
+	case code = <-ended:
+	case listened = <-listening:
+		if conn, err := net.Dial("tcp", listened.String()); err == nil {
+			conn.Close()
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server neither failed nor listened")
+	}
+	return code, listened, ended
 }
