@@ -15,6 +15,7 @@ package main
 /*
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <infiniband/verbs.h>
@@ -134,6 +135,12 @@ struct sr_qpx {
 	char *inl;
 	size_t ninl, capinl;
 	int err; // the first builder failure, returned by ibv_wr_complete
+	// The QP's send limits, which the setters check as rxe's do.
+	uint32_t max_sge, max_inline;
+	// mu makes ibv_wr_start .. ibv_wr_complete/ibv_wr_abort a per-QP
+	// critical section, as ibv_wr_post(3) says the provider does (rxe holds
+	// its SQ spinlock from wr_start to wr_complete/wr_abort).
+	pthread_mutex_t mu;
 };
 
 static struct sr_qpx *sr_qpx(struct ibv_qp_ex *q)
@@ -255,6 +262,13 @@ static void sr_wr_set_sge_list(struct ibv_qp_ex *q, size_t n, const struct ibv_s
 	if (!w)
 		return;
 	struct sr_qpx *s = sr_qpx(q);
+	// rxe's wr_set_sge_list: more SGEs than max_send_sge is ENOSPC at
+	// ibv_wr_complete; the list is not read.
+	if (n > s->max_sge) {
+		sr_debug("ibv_wr_set_sge_list: %zu SGEs, the QP's max_send_sge is %u", n, s->max_sge);
+		s->err = ENOSPC;
+		return;
+	}
 	if (sr_grow((void **)&s->sges, &s->capsge, s->nsge + n, sizeof(*s->sges))) {
 		s->err = ENOMEM;
 		return;
@@ -279,8 +293,16 @@ static void sr_wr_set_inline_data_list(struct ibv_qp_ex *q, size_t n, const stru
 		return;
 	struct sr_qpx *s = sr_qpx(q);
 	size_t total = 0;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		// rxe's wr_set_inline_data(_list): more bytes than max_inline_data
+		// is ENOSPC at ibv_wr_complete; nothing is copied.
+		if (bufs[i].length > s->max_inline || total + bufs[i].length > s->max_inline) {
+			sr_debug("ibv_wr_set_inline_data: more than the QP's max_inline_data, %u bytes", s->max_inline);
+			s->err = ENOSPC;
+			return;
+		}
 		total += bufs[i].length;
+	}
 	if (sr_grow((void **)&s->inl, &s->capinl, s->ninl + total, 1)) {
 		s->err = ENOMEM;
 		return;
@@ -315,16 +337,24 @@ static void sr_wr_send_tso(struct ibv_qp_ex *q, void *hdr, uint16_t hdr_sz, uint
 static void sr_wr_set_xrc_srqn(struct ibv_qp_ex *q, uint32_t srqn) { sr_wr_unsupported(q, "ibv_wr_set_xrc_srqn"); }
 static void sr_wr_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, const void *p) { sr_wr_unsupported(q, "ibv_wr_atomic_write"); }
 
-static void sr_wr_start(struct ibv_qp_ex *q)
+static void sr_wr_reset(struct sr_qpx *s)
 {
-	struct sr_qpx *s = sr_qpx(q);
 	s->nwr = s->nsge = s->ninl = 0;
 	s->err = 0;
 }
 
+static void sr_wr_start(struct ibv_qp_ex *q)
+{
+	struct sr_qpx *s = sr_qpx(q);
+	pthread_mutex_lock(&s->mu);
+	sr_wr_reset(s);
+}
+
 static void sr_wr_abort(struct ibv_qp_ex *q)
 {
-	sr_wr_start(q);
+	struct sr_qpx *s = sr_qpx(q);
+	sr_wr_reset(s);
+	pthread_mutex_unlock(&s->mu);
 }
 
 // sr_wr_complete posts what was built since ibv_wr_start as one list: 0, or
@@ -355,7 +385,8 @@ static int sr_wr_complete(struct ibv_qp_ex *q)
 			free(inl);
 		}
 	}
-	sr_wr_start(q);
+	sr_wr_reset(s);
+	pthread_mutex_unlock(&s->mu);
 	return err;
 }
 
@@ -427,6 +458,9 @@ struct ibv_qp *sr_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 		return qp;
 	struct sr_qp *o = (struct sr_qp *)qp;
 	struct ibv_qp_ex *x = &o->qpx;
+	s->max_sge = ia.cap.max_send_sge;
+	s->max_inline = ia.cap.max_inline_data;
+	pthread_mutex_init(&s->mu, NULL);
 	o->ext = s;
 	x->comp_mask = 0;
 	x->wr_atomic_cmp_swp = sr_wr_cmp_swp;
@@ -461,6 +495,7 @@ void sr_qpx_free(void *ext)
 	free(s->wrs);
 	free(s->sges);
 	free(s->inl);
+	pthread_mutex_destroy(&s->mu);
 	free(s);
 }
 

@@ -329,6 +329,72 @@ int main(void)
 		RC("dealloc_pd", 0, ibv_dealloc_pd(p3));
 	}
 
+	/* The work request builders (ibv_wr_*) of an extended QP. rdma-core's
+	 * rxe wr_set_sge_list: more SGEs than max_send_sge, and
+	 * wr_set_inline_data(_list): more bytes than max_inline_data, are
+	 * ENOSPC at ibv_wr_complete, before the list or the data is read; the
+	 * QP builds the next WR list as if nothing happened. */
+	{
+		struct ibv_cq *c = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+		struct ibv_qp_init_attr_ex x = {.send_cq = c, .recv_cq = c, .qp_type = IBV_QPT_RC,
+			.cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 2, .max_recv_sge = 2, .max_inline_data = 64},
+			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = pd,
+			.send_ops_flags = IBV_QP_EX_WITH_SEND};
+		struct ibv_qp *q = c ? ibv_create_qp_ex(ctx, &x) : NULL;
+		struct ibv_qp *peer = c ? new_qp(c) : NULL;
+		struct ibv_qp_ex *qx = q ? ibv_qp_to_qp_ex(q) : NULL;
+		struct rc_params rp = {.access = IBV_ACCESS_LOCAL_WRITE, .psn = 7, .min_rnr_timer = 1, .timeout = 14,
+			.retry_cnt = 7, .rnr_retry = 7};
+		char *g = guarded();
+		if (!qx || !peer || !g || rc_connect(q, peer->qp_num, gid, rp) || rc_connect(peer, q->qp_num, gid, rp))
+			return 2;
+		struct ibv_sge *last = (struct ibv_sge *)(g + pagesz) - 1; /* the list ends at the guard page */
+		*last = (struct ibv_sge){.addr = (uintptr_t)buf, .length = 8, .lkey = mr->lkey};
+		mark("wr_set_sge_list beyond max_send_sge", 1); /* the setter refuses, before ibv_wr_complete */
+		ibv_wr_start(qx);
+		ibv_wr_send(qx);
+		ibv_wr_set_sge_list(qx, x.cap.max_send_sge + 1, last + 1 - (x.cap.max_send_sge + 1));
+		expect("wr_set_sge_list beyond max_send_sge", ibv_wr_complete(qx), ENOSPC);
+		mark("wr_set_sge_list of 1<<28, a list of one", 1); /* the setter refuses, before ibv_wr_complete */
+		ibv_wr_start(qx);
+		ibv_wr_send(qx);
+		ibv_wr_set_sge_list(qx, (size_t)1 << 28, last);
+		expect("wr_set_sge_list of 1<<28, a list of one", ibv_wr_complete(qx), ENOSPC);
+		mark("wr_set_inline_data beyond max_inline_data", 1); /* the setter refuses, before ibv_wr_complete */
+		ibv_wr_start(qx);
+		ibv_wr_send(qx);
+		ibv_wr_set_inline_data(qx, g + pagesz - 8, x.cap.max_inline_data + 1);
+		expect("wr_set_inline_data beyond max_inline_data", ibv_wr_complete(qx), ENOSPC);
+		mark("wr_set_inline_data of 1 GiB, 8 bytes mapped", 1); /* the setter refuses, before ibv_wr_complete */
+		ibv_wr_start(qx);
+		ibv_wr_send(qx);
+		ibv_wr_set_inline_data(qx, g + pagesz - 8, (size_t)1 << 30);
+		expect("wr_set_inline_data of 1 GiB, 8 bytes mapped", ibv_wr_complete(qx), ENOSPC);
+		struct ibv_data_buf two[2] = {{g, 48}, {g, 48}};
+		mark("wr_set_inline_data_list of 96 bytes, max_inline_data 64", 1); /* the setter refuses, before ibv_wr_complete */
+		ibv_wr_start(qx);
+		ibv_wr_send(qx);
+		ibv_wr_set_inline_data_list(qx, 2, two);
+		expect("wr_set_inline_data_list of 96 bytes, max_inline_data 64", ibv_wr_complete(qx), ENOSPC);
+		/* The next list is built and posted as if nothing happened. */
+		struct ibv_sge rs = {.addr = (uintptr_t)buf + 16384, .length = 64, .lkey = mr->lkey};
+		struct ibv_recv_wr rw = {.wr_id = 1, .sg_list = &rs, .num_sge = 1}, *brw;
+		ibv_post_recv(peer, &rw, &brw);
+		ibv_wr_start(qx);
+		qx->wr_id = 77;
+		qx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_send(qx);
+		ibv_wr_set_sge(qx, mr->lkey, (uintptr_t)buf, 8);
+		RC("wr_complete after the refusals", 0, ibv_wr_complete(qx));
+		struct ibv_wc wc;
+		mark("wr_complete after the refusals: sender status", 0);
+		expect("wr_complete after the refusals: sender status", poll1(c, &wc), IBV_WC_SUCCESS);
+		ibv_destroy_qp(q);
+		ibv_destroy_qp(peer);
+		ibv_destroy_cq(c);
+		munmap(g, 2 * pagesz);
+	}
+
 	ibv_dereg_mr(mr);
 	ibv_dereg_mr(mr2);
 	ibv_dealloc_pd(pd);

@@ -1,12 +1,15 @@
 /* threads MODE: threads post and poll on one RC QP pair (a sends, b receives)
  * and its CQs at once; libibverbs's post and poll verbs are thread-safe (rdma-core's
  * rxe provider takes the queue's spinlock in rxe_post_send, rxe_post_recv and
- * rxe_poll_cq). MODE says which verb gets THREADS threads, the others one each:
- * send (ibv_post_send on a), recv (ibv_post_recv on b), poll (ibv_poll_cq on
- * each CQ). Every WR must complete exactly once, successfully; the program
+ * rxe_poll_cq; rxe's wr_start takes it until wr_complete, as ibv_wr_post(3)
+ * asks of a provider). MODE says which verb gets THREADS threads, the others
+ * one each: send (ibv_post_send on a), wr (ibv_wr_start, ibv_wr_send,
+ * ibv_wr_set_sge, ibv_wr_complete on a, made with ibv_create_qp_ex), recv
+ * (ibv_post_recv on b), poll (ibv_poll_cq on each CQ). Every WR must complete exactly once, successfully; the program
  * prints the counts and gives up on polling after 60 s (a lost completion). */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +27,7 @@ static struct ibv_mr *mr;
 static char *buf;
 static struct ibv_cq *acq, *bcq;
 static struct ibv_qp *a, *b;
+static struct ibv_qp_ex *ax; /* a's extended QP (mode wr), or NULL */
 static unsigned char seen_send[TOTAL], seen_recv[TOTAL];
 static int bad_status, bad_id, post_err;
 static int done_send, done_recv;
@@ -37,8 +41,18 @@ static void *sender(void *arg)
 		struct ibv_send_wr w = {.wr_id = (uint64_t)i, .sg_list = &s, .num_sge = 1,
 			.opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED}, *bw;
 		int rc;
-		while ((rc = ibv_post_send(a, &w, &bw)) == ENOMEM)
-			;
+		if (ax) {
+			do {
+				ibv_wr_start(ax);
+				ax->wr_id = (uint64_t)i;
+				ax->wr_flags = IBV_SEND_SIGNALED;
+				ibv_wr_send(ax);
+				ibv_wr_set_sge(ax, s.lkey, s.addr, s.length);
+			} while ((rc = ibv_wr_complete(ax)) == ENOMEM && !sched_yield());
+		} else {
+			while ((rc = ibv_post_send(a, &w, &bw)) == ENOMEM)
+				sched_yield(); /* the queue is full: let the others run */
+		}
 		if (rc)
 			__atomic_add_fetch(&post_err, 1, __ATOMIC_RELAXED);
 	}
@@ -53,7 +67,7 @@ static void *receiver(void *arg)
 		struct ibv_recv_wr w = {.wr_id = (uint64_t)i, .sg_list = &s, .num_sge = 1}, *bw;
 		int rc;
 		while ((rc = ibv_post_recv(b, &w, &bw)) == ENOMEM)
-			;
+			sched_yield();
 		if (rc)
 			__atomic_add_fetch(&post_err, 1, __ATOMIC_RELAXED);
 	}
@@ -99,14 +113,14 @@ int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
 	int ns = 1, nr = 1, np = 1;
-	if (!strcmp(mode, "send"))
+	if (!strcmp(mode, "send") || !strcmp(mode, "wr"))
 		ns = THREADS;
 	else if (!strcmp(mode, "recv"))
 		nr = THREADS;
 	else if (!strcmp(mode, "poll"))
 		np = THREADS;
 	else {
-		fprintf(stderr, "usage: threads send|recv|poll\n");
+		fprintf(stderr, "usage: threads send|wr|recv|poll\n");
 		return 2;
 	}
 	struct ibv_device **l = ibv_get_device_list(NULL);
@@ -121,7 +135,16 @@ int main(int argc, char **argv)
 	struct ibv_qp_init_attr ia = {.qp_type = IBV_QPT_RC,
 		.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1}};
 	ia.send_cq = ia.recv_cq = acq;
-	a = ibv_create_qp(pd, &ia);
+	if (!strcmp(mode, "wr")) {
+		struct ibv_qp_init_attr_ex x = {.send_cq = acq, .recv_cq = acq, .cap = ia.cap, .qp_type = IBV_QPT_RC,
+			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = pd,
+			.send_ops_flags = IBV_QP_EX_WITH_SEND};
+		a = ibv_create_qp_ex(ctx, &x);
+		if (!a || !(ax = ibv_qp_to_qp_ex(a)))
+			return 2;
+	} else {
+		a = ibv_create_qp(pd, &ia);
+	}
 	ia.send_cq = ia.recv_cq = bcq;
 	b = ibv_create_qp(pd, &ia);
 	if (!pd || !mr || !acq || !bcq || !a || !b)
