@@ -210,10 +210,16 @@ func NewContext(cfg ContextConfig) *Context {
 		wake:   make(chan struct{}, 1),
 		events: make(chan AsyncEvent, cfg.AsyncEventDepth),
 	}
-	// QPNs start somewhere in 0x11..0x110 like a device that has been in use; 0 and 1
-	// are SMI and GSI. Key indexes start anywhere below 2^20, and the VA base looks
-	// like an x86-64 user-space heap address (0x7fxx_xxxx_x000).
-	c.nextQPN = 0x11 + uint32(rng.IntN(0x100))
+	// QPNs start somewhere in 0x11..0x20000, like a device that has been in use
+	// (rxe's are pool indexes from 16 up, handed out cyclically); 0 and 1 are SMI
+	// and GSI. rxe draws one device's QPNs for all its processes from one pool;
+	// here each process has an engine of its own on the same address, so
+	// successive processes (a forking server's children: qperf) must not draw
+	// from a small window, or a peer that still holds one's connection in
+	// time-wait rejects the next one's REP as stale. Key indexes start anywhere
+	// below 2^20, and the VA base looks like an x86-64 user-space heap address
+	// (0x7fxx_xxxx_x000).
+	c.nextQPN = 0x11 + uint32(rng.IntN(0x20000-0x11+1))
 	c.nextKeyIndex = 1 + uint32(rng.IntN(1<<20))
 	c.nextVA = 0x7f00_0000_0000 + uint64(rng.IntN(1<<15))<<24
 	return c

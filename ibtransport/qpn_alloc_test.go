@@ -32,7 +32,7 @@ func (r *qpnTestRig) create(t *testing.T, typ QPType) *QP {
 }
 
 // TestQPNFreshContext: a fresh Context hands out consecutive QPNs starting in
-// 0x11..0x110 (never the reserved 0 and 1), the same ones for the same seed, and
+// 0x11..0x20000, rxe's range (never the reserved 0 and 1), the same ones for the same seed, and
 // the GSI QP is QP1 whatever the allocator's position.
 func TestQPNFreshContext(t *testing.T) {
 	for _, seed := range []uint64{0, 1, 42, 0xdeadbeef} {
@@ -46,8 +46,8 @@ func TestQPNFreshContext(t *testing.T) {
 			typ := []QPType{QPTypeRC, QPTypeUC, QPTypeUD}[i%3]
 			got = append(got, r.create(t, typ).QPN())
 		}
-		if got[0] < 0x11 || got[0] > 0x110 {
-			t.Errorf("seed %d: first QPN %#x not in 0x11..0x110", seed, got[0])
+		if got[0] < 0x11 || got[0] > 0x20000 {
+			t.Errorf("seed %d: first QPN %#x not in 0x11..0x20000", seed, got[0])
 		}
 		for i := 1; i < len(got); i++ {
 			if got[i] != got[0]+uint32(i) {
@@ -68,7 +68,7 @@ func TestQPNFreshContext(t *testing.T) {
 func TestQPNWrap(t *testing.T) {
 	r := newQPNTestRig(t, ContextConfig{Seed: 7})
 	gsi := r.create(t, QPTypeGSI)
-	low := r.create(t, QPTypeRC) // somewhere in 0x11..0x110
+	low := r.create(t, QPTypeRC) // somewhere in 0x11..0x20000
 
 	// Occupy 2, 3 and 5 so the wrap has to skip them: move the allocator to 2,
 	// create three QPs, destroy the one at 4.
