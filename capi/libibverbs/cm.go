@@ -53,6 +53,7 @@ var cm struct {
 
 func cmManager() *rdmacm.Manager {
 	cm.once.Do(func() {
+		cmExitArm() // cm_exit.go
 		m := rdmacm.NewManager(rdmacm.Config{})
 		cm.idx = map[*ib.Context]int{}
 		for i, d := range loadDevices() {

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/devspec"
 )
 
@@ -54,11 +57,14 @@ func needPackage(t *testing.T, pkg string, tools ...string) {
 // not "", is the server's instead). port is a
 // free port on the server's address; the client starts once a socket listens
 // on it (looked at in /proc/net/tcp, not connected to: that would be the
-// server's one control connection). Both are killed after 2 minutes. It
+// server's one control connection). A server that serves forever (qperf
+// --listen: srvEnv holds "forever") is killed once the client has exited.
+// Both are killed after 2 minutes. It
 // returns both outputs (stdout and stderr, SOFTRDMA_DEBUG on) and the exit
 // errors.
-func progPair(t *testing.T, lib, tr, srvAddr string, srv, cli func(srvAddr, port string) []string) (so, co string, serr, cerr error) {
+func progPair(t *testing.T, lib, tr, srvAddr string, srvEnv []string, srv, cli func(srvAddr, port string) []string) (so, co string, serr, cerr error) {
 	t.Helper()
+	forever := slices.Contains(srvEnv, "forever")
 	net3 := randomNet()
 	cliAddr := net3 + "2"
 	if srvAddr == "" {
@@ -67,9 +73,9 @@ func progPair(t *testing.T, lib, tr, srvAddr string, srv, cli func(srvAddr, port
 	port := fmt.Sprint(freeTCPPort(t, srvAddr))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	start := func(addr string, argv []string) (*exec.Cmd, *syncBuffer) {
+	start := func(addr string, env, argv []string) (*exec.Cmd, *syncBuffer) {
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"="+tr+":"+addr, "SOFTRDMA_DEBUG=1")
+		cmd.Env = append(append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"="+tr+":"+addr, "SOFTRDMA_DEBUG=1"), env...)
 		cmd.WaitDelay = 5 * time.Second
 		out := new(syncBuffer)
 		cmd.Stdout, cmd.Stderr = out, out
@@ -78,20 +84,23 @@ func progPair(t *testing.T, lib, tr, srvAddr string, srv, cli func(srvAddr, port
 		}
 		return cmd, out
 	}
-	s, sout := start(srvAddr, srv(srvAddr, port))
-	for deadline := time.Now().Add(30 * time.Second); !listening(t, port); time.Sleep(20 * time.Millisecond) {
+	s, sout := start(srvAddr, srvEnv, srv(srvAddr, port))
+	for deadline := time.Now().Add(30 * time.Second); !listening46(t, port); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			s.Process.Kill()
 			s.Wait()
 			t.Fatalf("%s never listened on %s:%s\n%s", s.Path, srvAddr, port, sout)
 		}
 	}
-	c, cout := start(cliAddr, cli(srvAddr, port))
+	c, cout := start(cliAddr, nil, cli(srvAddr, port))
 	cerr = c.Wait()
-	if cerr != nil {
+	if cerr != nil || forever {
 		s.Process.Kill() // it may wait for the client that has gone
 	}
 	serr = s.Wait()
+	if forever {
+		serr = nil
+	}
 	if ctx.Err() != nil {
 		cerr = fmt.Errorf("killed at the deadline: %v", cerr)
 	}
@@ -134,7 +143,7 @@ func TestLibfabricPingpong(t *testing.T) {
 	needPackage(t, "libfabric-bin", "fi_pingpong")
 	args := []string{"-p", "verbs", "-e", "msg", "-I", "50", "-S", "1024", "-c"}
 	so, co, serr, cerr := progPair(t, lib, "roce", "127.0.0.1",
-		func(_, port string) []string { return append([]string{"fi_pingpong", "-B", port}, args...) },
+		nil, func(_, port string) []string { return append([]string{"fi_pingpong", "-B", port}, args...) },
 		func(srvAddr, port string) []string {
 			return append(append([]string{"fi_pingpong", "-P", port}, args...), srvAddr)
 		})
@@ -164,5 +173,116 @@ func TestUCXInfo(t *testing.T) {
 	}
 	if !strings.Contains(out, "# Connection manager: rdmacm") {
 		t.Errorf("ucx_info -d shows no rdmacm connection manager (its IB modules did not load):\n%s", out)
+	}
+}
+
+// listening46 reports whether a TCP socket listens on port (decimal), IPv4
+// or IPv6 (qperf listens on ::), from /proc/net/tcp and tcp6.
+func listening46(t *testing.T, port string) bool {
+	t.Helper()
+	if listening(t, port) {
+		return true
+	}
+	b, err := os.ReadFile("/proc/net/tcp6")
+	if err != nil {
+		return false
+	}
+	var p int
+	fmt.Sscan(port, &p)
+	want := fmt.Sprintf(":%04X", p)
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 3 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
+			return true
+		}
+	}
+	return false
+}
+
+// TestQperf runs Debian's qperf (0.4.11) with both ends on the libraries over
+// RoCE, three RC tests in one run connected by rdma_cm (-cm1; without it
+// qperf sets no GRH and RoCE needs one, on rxe too): rc_bw (its client's QP
+// has no receive queue, its server's no send queue), rc_lat, and
+// rc_rdma_read_bw (the server's QP has no send queue). The server (qperf
+// --listen) forks a child per test, which opens the device, and each child,
+// after its DISCONNECTED event, destroys its listening ID but not the
+// connection's and exits; the client waits for the DISCONNECTED event of its
+// rdma_disconnect. Three faults made this fail: the zero-sized queues were
+// refused (EINVAL), the children drew the same QPNs (TestForkedChildrenSeeds)
+// and the second test's REP was rejected as stale, and a child that exited
+// left the client's DREQ unanswered (the client waited out its retries):
+// now each child's capture (SOFTRDMA_PCAP) holds the DREP its exit sent.
+func TestQperf(t *testing.T) {
+	lib := buildLib(t)
+	needPackage(t, "qperf", "qperf")
+	tests := []string{"rc_bw", "rc_lat", "rc_rdma_read_bw"}
+	var dir, so, co string
+	var cerr error
+	// Debian's qperf server sends its rdma_cm port to the client before it
+	// calls rdma_listen (strace: the port's write precedes the listen), so a
+	// quick client's REQ may find no listener and be rejected (invalid
+	// service ID; the kernel's CM answers so too): a new pair starts then.
+	for attempt := 1; ; attempt++ {
+		dir = t.TempDir()
+		srvEnv := []string{"forever", "SOFTRDMA_PCAP=" + filepath.Join(dir, "srv-%p.pcap")}
+		so, co, _, cerr = progPair(t, lib, "roce", "", srvEnv,
+			func(_, port string) []string { return []string{"qperf", "--listen_port", port} },
+			func(srvAddr, port string) []string {
+				return append([]string{"qperf", "-cm1", "--listen_port", port, srvAddr, "-t", "1"}, tests...)
+			})
+		if cerr == nil || !strings.Contains(co, "rejected: invalid service ID") || attempt == 5 {
+			break
+		}
+		t.Logf("qperf pair %d: a REQ came before the server listened; a new pair starts\n%s", attempt, co)
+	}
+	if cerr != nil {
+		t.Fatalf("qperf client: %v\n%s\nserver:\n%s", cerr, co, so)
+	}
+	for _, want := range []string{"rc_bw:\n    bw  =", "rc_lat:\n    latency  =", "rc_rdma_read_bw:\n    bw  ="} {
+		if !strings.Contains(co, want) {
+			t.Errorf("qperf's client reports no %q:\n%s\nserver:\n%s", want, co, so)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "srv-*.pcap"))
+	if len(files) != len(tests) {
+		t.Fatalf("server captures %v, want one per test (a child each)", files)
+	}
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text strings.Builder
+		_, err = decode.Run(f, &text, decode.Options{})
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: decode: %v", name, err)
+		}
+		if n := strings.Count(text.String(), "CM DREP"); n != 1 {
+			t.Errorf("%s: %d DREPs from the server's child, want 1 (its exit answers the client's DREQ):\n%s", name, n, text.String())
+		}
+	}
+}
+
+// TestExitDestroysIDs (testdata/cmexit.c): a server that takes a connection,
+// waits for its DISCONNECTED event and exits leaving the connection's ID
+// (qperf's server children do) answers the client's DREQ all the same, as
+// the kernel's rdma_cm destroys a process's IDs when it exits: the client's
+// DISCONNECTED event has status 0. Before, nothing answered: the client
+// waited out its DREQ's retries (a minute and more) for a DISCONNECTED with
+// -ETIMEDOUT. RoCE only: iWARP's connection is the process's TCP socket,
+// which the kernel closes at exit.
+func TestExitDestroysIDs(t *testing.T) {
+	lib := buildLib(t)
+	prog := filepath.Join(t.TempDir(), "cmexit")
+	if o, err := exec.Command("gcc", "-Wall", "-o", prog, "testdata/cmexit.c",
+		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, o)
+	}
+	so, co := cmPair(t, lib, "roce", prog,
+		func(a string) []string { return []string{"-s", a, "7471"} },
+		func(a string) []string { return []string{"-c", a, "7471"} })
+	if !strings.Contains(co, "disconnected: status 0\n") || !strings.Contains(so, "server: disconnected") {
+		t.Errorf("cmexit:\nclient:\n%s\nserver:\n%s", co, so)
 	}
 }
