@@ -146,6 +146,7 @@ type Context struct {
 	heldWaiters    []chan struct{} // CQ waiters' and completion channels' wake-ups held back (nil: taken back by a cancelled Wait)
 	heldCompletion bool            // the OnCompletion hook's call held back
 	onCompletion   func()          // OnCompletion (compwait.go)
+	postHookFn     func()          // SetPostHook (posthook.go)
 	events         chan AsyncEvent
 	eventsDropped  uint64
 	counters       ContextCounters

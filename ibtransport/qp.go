@@ -306,22 +306,28 @@ func (qp *QP) Cap() QPCap { return qp.cap }
 func (qp *QP) PostSend(wrs ...SendWR) error {
 	c := qp.ctx
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	hook := qp.postHook()
 	posted := false
+	var err error
 	for i := range wrs {
 		wr := &wrs[i]
-		if err := qp.postSendOne(wr); err != nil {
-			if posted {
-				qp.schedulePosted()
-			}
-			return &PostError{Index: i, WRID: wr.WRID, Err: fmt.Errorf("post send qp 0x%x: %w", qp.qpn, err)}
+		if e := qp.postSendOne(wr); e != nil {
+			err = &PostError{Index: i, WRID: wr.WRID, Err: fmt.Errorf("post send qp 0x%x: %w", qp.qpn, e)}
+			break
 		}
 		posted = true
 	}
-	if posted {
+	switch {
+	case posted && hook != nil:
+		qp.scheduleQuiet()
+	case posted:
 		qp.schedulePosted()
 	}
-	return nil
+	c.mu.Unlock()
+	if posted && hook != nil {
+		hook()
+	}
+	return err
 }
 
 // schedulePosted is schedule after a post: without the wake-up if the
@@ -331,6 +337,11 @@ func (qp *QP) schedulePosted() {
 		qp.schedule()
 		return
 	}
+	qp.scheduleQuiet()
+}
+
+// scheduleQuiet is schedule without the wake-up. mu is held.
+func (qp *QP) scheduleQuiet() {
 	if qp.dead || qp.inActive {
 		return
 	}

@@ -1259,6 +1259,8 @@ func (d *Device) Run(ctx context.Context, clock netio.Clock) error {
 		default:
 		}
 	}
+	d.ctx.SetPostHook(func() { d.postFlush(clock.Now(), &plan, kickLoop) }) // rtc.go
+	defer d.ctx.SetPostHook(nil)
 	go func() {
 		// The datagrams of a DatagramReader are decoded where they landed;
 		// other endpoints copy frames into these buffers.

@@ -23,3 +23,9 @@ func (d *Device) InputDone(now time.Time, p *LoopPlan, kick func()) { d.inputDon
 // loop does while it sends; UnlockFlush releases it.
 func (d *Device) LockFlush()   { d.mu.Lock() }
 func (d *Device) UnlockFlush() { d.mu.Unlock() }
+
+// SetRunPostHook sets the Context's post hook Run sets, with the plan p and
+// the loop's kick kick.
+func (d *Device) SetRunPostHook(p *LoopPlan, kick func()) {
+	d.ctx.SetPostHook(func() { d.postFlush(time.Now(), p, kick) })
+}

@@ -132,3 +132,21 @@ func (d *Device) inputDone(now time.Time, plan *loopPlan, kick func()) {
 		}
 	})
 }
+
+// postFlush is Run's Context post hook (ibtransport SetPostHook): a post to
+// an idle QP is sent from the posting goroutine, not by the loop readied
+// for it, a hop per message of a ping-pong. The loop is kicked if someone
+// else is flushing (it may have taken its output before the post), the flush
+// failed or left frames waiting for their next hop, or it started a timer
+// earlier than the loop's plan (the post's request on a QP that was idle
+// when the loop planned: at most once per plan, since later posts' timers
+// start later).
+func (d *Device) postFlush(now time.Time, plan *loopPlan, kick func()) {
+	if ok, pending, err := d.tryFlush(now); !ok || pending || err != nil {
+		kick()
+		return
+	}
+	if plan.late(d.nextDeadline()) {
+		kick()
+	}
+}

@@ -185,3 +185,61 @@ func TestRunToCompletionBesideFlush(t *testing.T) {
 		p.a.UnlockFlush()
 	}
 }
+
+// TestRunPostFlush: under Run, a post to an idle QP is sent from the posting
+// goroutine (the Context's post hook), with no hop to the loop; the loop is
+// kicked only when the request's timer comes before the loop's plan, or
+// when another Flush holds the device (the post then waits for the loop).
+func TestRunPostFlush(t *testing.T) {
+	p := newIdlePair(t)
+	for _, tc := range []struct {
+		name   string
+		plan   func(*roce.LoopPlan)
+		locked bool
+		sent   bool
+	}{
+		{name: "no deadline planned", plan: func(l *roce.LoopPlan) { l.Planned(time.Time{}, false) }, sent: true},
+		{name: "a deadline planned", plan: func(l *roce.LoopPlan) { l.Planned(time.Unix(0, 1), true) }, sent: true},
+		{name: "another flush under way", plan: func(l *roce.LoopPlan) { l.Planned(time.Unix(0, 1), true) }, locked: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var plan roce.LoopPlan
+			tc.plan(&plan)
+			kicks := 0
+			p.a.SetRunPostHook(&plan, func() { kicks++ })
+			defer p.a.Context().SetPostHook(nil)
+			out := p.a.Counters().FramesOut
+			if tc.locked {
+				p.a.LockFlush()
+			}
+			if err := p.qa.PostSend(ibtransport.SendWR{WRID: 1, Opcode: ibtransport.WRRDMAWrite, Signaled: true,
+				SGL: []ibtransport.SGE{p.mra.SGE(0, 64)}, RemoteAddr: p.mrb.Addr(), RKey: p.mrb.RKey()}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.locked {
+				p.a.UnlockFlush()
+			}
+			sent := p.a.Counters().FramesOut - out
+			if (sent == 1) != tc.sent || sent > 1 {
+				t.Fatalf("the post sent %d frames, want its WRITE sent by the poster %v", sent, tc.sent)
+			}
+			// The loop runs when it must: the timer the WRITE started comes
+			// before "no deadline", not before an earlier plan; and a post
+			// the poster could not send is the loop's.
+			if wantKick := !tc.sent || tc.name == "no deadline planned"; (kicks > 0) != wantKick {
+				t.Fatalf("%d kicks, want a kick %v", kicks, wantKick)
+			}
+			if _, err := p.a.Flush(p.net.Now()); err != nil {
+				t.Fatal(err)
+			}
+			p.net.RunFor(time.Millisecond)
+			p.b.Poll(p.net.Now())
+			p.net.RunFor(time.Millisecond)
+			p.a.Poll(p.net.Now())
+			wcs := make([]ibtransport.WC, 4)
+			if n := p.cqa.Poll(wcs); n != 1 || wcs[0].Status != ibtransport.WCSuccess {
+				t.Fatalf("A's completions %v, want its WRITE's", wcs[:n])
+			}
+		})
+	}
+}
