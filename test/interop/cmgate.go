@@ -45,6 +45,10 @@ func cmGate(t testing.TB) string {
 	return cmGateSO
 }
 
+// CMGateSO returns the path of testdata/cmgate.c built as an LD_PRELOAD
+// library (once per test process), for tests that gate programs themselves.
+func CMGateSO(t testing.TB) string { return cmGate(t) }
+
 // LibRunCMGated is LibRun for a perftest -R client whose server runs in g,
 // listening for rdma_cm on port: the client's test connection (its second
 // rdma_resolve_addr, see testdata/cmgate.c) waits until an rdma_cm ID in the
@@ -118,6 +122,30 @@ func (g *Guest) CMGateServer(t testing.TB) CMGatedServer {
 		Env:       []string{"LD_PRELOAD=" + so, "SOFTRDMA_TEST_CMGATE_LISTENED=" + filepath.Join(ctl, "cmgate.go")},
 		ClientEnv: []string{"LD_PRELOAD=/ctl/cmgate.so", "SOFTRDMA_TEST_CMGATE=/ctl/cmgate"},
 	}
+}
+
+// HoldTeardown makes the gated server's first QP teardown (ibv_destroy_qp or
+// rdma_destroy_qp; testdata/cmgate.c) wait until release is called, which the
+// test does once the client has ended. perftest's server tears everything
+// down right after the SEND that ends its closing handshake, and the kernel's
+// siw fails its client's last SEND, already on the wire and answered, with
+// IBV_WC_LOC_QP_OP_ERR when the server's FIN is processed before siw's
+// transmit path returns (see cmgate.c). held reports whether the server has
+// reached its teardown and waits there.
+func (s *CMGatedServer) HoldTeardown(t testing.TB) (release func(), held func() bool) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "cmgate.close")
+	s.Env = append(s.Env, "SOFTRDMA_TEST_CMGATE_CLOSE="+file)
+	release = func() {
+		if err := os.WriteFile(file, nil, 0o644); err != nil {
+			t.Errorf("interop: releasing the server's teardown: %v", err)
+		}
+	}
+	held = func() bool {
+		_, err := os.Stat(file + ".wait")
+		return err == nil
+	}
+	return release, held
 }
 
 // LibStartEnv is LibStart with env (KEY=VALUE) added to the program's

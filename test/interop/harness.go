@@ -505,6 +505,16 @@ func (p *Proc) WaitOutput(s string, timeout time.Duration) bool {
 	}
 }
 
+// Done reports whether the process has ended.
+func (p *Proc) Done() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Stdout returns what the process has printed so far.
 func (p *Proc) Stdout() string { return p.stdout.String() }
 

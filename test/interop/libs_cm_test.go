@@ -88,11 +88,15 @@ func runCMCase(t *testing.T, h *interop.Harness, g *interop.Guest, spec, filter 
 	var lib, kern interop.Result
 	if c.libServer {
 		var p *interop.Proc
+		release := func() {}
 		clientCmd := append([]string{c.tool()}, clientArgs...)
 		if c.tool() == "rping" {
 			p = h.LibStart(t, spec, c.tool(), serverArgs...)
 		} else { // perftest's second connection waits for the server's listen
 			gate := g.CMGateServer(t)
+			if iwarp { // and the server's teardown for the siw client's end
+				release, _ = gate.HoldTeardown(t)
+			}
 			p = h.LibStartEnv(t, spec, gate.Env, c.tool(), serverArgs...)
 			clientCmd = append(append([]string{"env"}, gate.ClientEnv...), clientCmd...)
 		}
@@ -104,6 +108,7 @@ func runCMCase(t *testing.T, h *interop.Harness, g *interop.Guest, spec, filter 
 		kern = retryCMClient(func() interop.Result {
 			return g.Exec(t, libExchangeTimeout, clientCmd...)
 		})
+		release()
 		wait := libExchangeTimeout
 		if !kern.OK() {
 			wait = 10 * time.Second
@@ -160,8 +165,11 @@ func runCMCase(t *testing.T, h *interop.Harness, g *interop.Guest, spec, filter 
 // the host (an iWARP device on the bridge's address) and the other on the
 // kernel's siw in one guest, the libraries as the server and as the client.
 // A client is rerun only while its first connect is refused (the server not
-// listening yet, refusedConnect), and perftest's second connection waits for
-// the server's second listen (cmgate.go). rping's lines must be exactly
+// listening yet, refusedConnect), perftest's second connection waits for the
+// server's second listen (cmgate.go), and a perftest server on the libraries
+// holds its teardown until the siw client has ended (HoldTeardown: siw fails
+// a last SEND it has already sent when the server's FIN overtakes its
+// transmit path). rping's lines must be exactly
 // rping's, perftest's result rows have the iterations asked for; the capture
 // on the guest's tap decodes with 0 errors (MPA start frames and FPDUs of both
 // stacks), has the MPA request and reply, and tshark calls no frame

@@ -63,3 +63,48 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 	}
 	return rc;
 }
+
+/*
+ * The server's teardown, for a perftest -R client in a guest on the kernel's
+ * siw: perftest's server destroys its QPs and IDs right after the SEND that
+ * ends its closing handshake, and siw (6.1's siw_qp_sq_proc_tx, still
+ * upstream) fails a SEND whose last FPDU it has already written to TCP, with
+ * IBV_WC_LOC_QP_OP_ERR ("Bad wc status 2"), when the peer's FIN is processed
+ * before its transmit path returns: it tests tx_suspend, which the FIN's
+ * state change sets, before it tests for the last segment. The peer had
+ * received that SEND and answered it. Under load (a preempted guest) the
+ * window is milliseconds wide. So, when SOFTRDMA_TEST_CMGATE_CLOSE is set,
+ * the first ibv_destroy_qp or rdma_destroy_qp (the first teardown perftest's
+ * server makes: its listener's destruction during the setup is an
+ * rdma_destroy_id) creates $SOFTRDMA_TEST_CMGATE_CLOSE.wait and waits until
+ * the test, its client having ended, creates $SOFTRDMA_TEST_CMGATE_CLOSE.
+ */
+static void hold_teardown(void)
+{
+	static int held;
+	const char *hold = getenv("SOFTRDMA_TEST_CMGATE_CLOSE");
+	if (!hold || held)
+		return;
+	held = 1;
+	char wait[4096];
+	snprintf(wait, sizeof(wait), "%s.wait", hold);
+	int fd = open(wait, O_CREAT | O_WRONLY, 0644);
+	if (fd >= 0)
+		close(fd);
+	while (access(hold, F_OK) != 0)
+		usleep(10000);
+}
+
+int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	int (*real)(struct ibv_qp *) = (int (*)(struct ibv_qp *))dlsym(RTLD_NEXT, "ibv_destroy_qp");
+	hold_teardown();
+	return real(qp);
+}
+
+void rdma_destroy_qp(struct rdma_cm_id *id)
+{
+	void (*real)(struct rdma_cm_id *) = (void (*)(struct rdma_cm_id *))dlsym(RTLD_NEXT, "rdma_destroy_qp");
+	hold_teardown();
+	real(id);
+}
