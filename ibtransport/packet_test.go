@@ -569,37 +569,25 @@ func randomFields(r *rand.Rand, op Opcode) PacketFields {
 // onlyPresent zeroes the fields of f that op does not carry, as Packet.Fields does.
 func onlyPresent(f PacketFields) PacketFields {
 	ext := f.BTH.Opcode.ExtHeaders()
-	var g PacketFields
-	g.BTH = f.BTH
-	if ext.Has(ExtRDETH) {
-		g.EEContext = f.EEContext
-	}
-	if ext.Has(ExtDETH) {
-		g.DETH = f.DETH
-	}
-	if ext.Has(ExtXRCETH) {
-		g.XRCSRQ = f.XRCSRQ
-	}
-	if ext.Has(ExtFETH) {
-		g.FETH = f.FETH
-	}
-	if ext.Has(ExtRETH) {
-		g.RETH = f.RETH
-	}
-	if ext.Has(ExtAtomicETH) {
-		g.AtomicETH = f.AtomicETH
-	}
-	if ext.Has(ExtAETH) {
-		g.AETH = f.AETH
-	}
-	if ext.Has(ExtAtomicAckETH) {
-		g.AtomicAckOrigData = f.AtomicAckOrigData
-	}
-	if ext.Has(ExtImmDt) {
-		g.Immediate = f.Immediate
-	}
-	if ext.Has(ExtIETH) {
-		g.InvalidateRKey = f.InvalidateRKey
+	g := PacketFields{BTH: f.BTH}
+	for _, h := range []struct {
+		ext  ExtHeaders
+		keep func()
+	}{
+		{ExtRDETH, func() { g.EEContext = f.EEContext }},
+		{ExtDETH, func() { g.DETH = f.DETH }},
+		{ExtXRCETH, func() { g.XRCSRQ = f.XRCSRQ }},
+		{ExtFETH, func() { g.FETH = f.FETH }},
+		{ExtRETH, func() { g.RETH = f.RETH }},
+		{ExtAtomicETH, func() { g.AtomicETH = f.AtomicETH }},
+		{ExtAETH, func() { g.AETH = f.AETH }},
+		{ExtAtomicAckETH, func() { g.AtomicAckOrigData = f.AtomicAckOrigData }},
+		{ExtImmDt, func() { g.Immediate = f.Immediate }},
+		{ExtIETH, func() { g.InvalidateRKey = f.InvalidateRKey }},
+	} {
+		if ext.Has(h.ext) {
+			h.keep()
+		}
 	}
 	return g
 }
