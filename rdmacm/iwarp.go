@@ -131,6 +131,13 @@ func (t *iwarpTransport) connect(id *ID, p *ConnParam) error {
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.ConnectTimeout)
 	id.iwarp.cancel = cancel
 	qp, cp, addr := id.qp, t.params(p), id.remote.String()
+	if qp == nil { // the program's own QP, by number (checkQP found it)
+		var err error
+		if qp, err = t.userQP(p.QPNum); err != nil {
+			cancel()
+			return err
+		}
+	}
 	initiatorRTR(&cp)
 	cp.LocalAddr = id.local.Addr() // the resolved source, the device's address
 	go func() {

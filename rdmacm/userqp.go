@@ -35,18 +35,19 @@ func (id *ID) checkQP(op string, qpn uint32) error {
 		return fmt.Errorf("rdmacm: %s of a %s ID with a QP it does not manage: %w", op, id.qpType, ErrNotSupported)
 	case id.tr == nil:
 		return fmt.Errorf("rdmacm: %s with a QP the ID does not manage before the ID has a device: %w", op, ErrInvalidState)
-	case id.tr.kind() == TransportIWARP && op == "accept":
+	case id.tr.kind() == TransportIWARP && (op == "accept" || op == "connect"):
 		if _, err := id.tr.(*iwarpTransport).userQP(qpn); err != nil {
 			return fmt.Errorf("rdmacm: %s: %w", op, err)
 		}
 	case id.tr.kind() != TransportRoCE:
-		return fmt.Errorf("rdmacm: %s with a QP the ID does not manage: RoCE, and accept on iWARP, only: %w", op, ErrNotSupported)
+		return fmt.Errorf("rdmacm: %s with a QP the ID does not manage: RoCE, and accept and connect on iWARP, only: %w", op, ErrNotSupported)
 	}
 	return nil
 }
 
 // userQP returns the device's RC QP numbered qpn, which a program names in
-// rdma_accept.
+// rdma_accept or rdma_connect (conn_param.qp_num), as iw_cm takes it
+// (iw_cm_connect and iw_cm_accept find the QP by number, iw_get_qp).
 func (t *iwarpTransport) userQP(qpn uint32) (*ibtransport.QP, error) {
 	qp := t.dev.Context().QP(qpn)
 	if qp == nil || qp.Type() != ibtransport.QPTypeRC {

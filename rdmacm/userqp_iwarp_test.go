@@ -16,8 +16,8 @@ import (
 // The connection runs on that QP, which keeps its access flags: the peer's
 // SEND lands in the receive posted before the connection, its RDMA WRITE into
 // a region the QP allows, while an RDMA READ, which the QP does not allow,
-// breaks the connection. A number naming no RC QP is refused (EINVAL), and an
-// active connect with a QP the ID does not manage stays unsupported.
+// breaks the connection. A number naming no RC QP is refused (EINVAL), in an
+// accept and in a connect.
 func TestIWARPAcceptUserQP(t *testing.T) {
 	a, b := newIWHost(t), newIWHost(t)
 	port := uint16(tcploop.FreePort(t))
@@ -79,12 +79,13 @@ func TestIWARPAcceptUserQP(t *testing.T) {
 		t.Errorf("the WRITE placed %q", got)
 	}
 
-	// The active side cannot name its own QP on iWARP.
+	// The active side names its own QP too (TestIWARPConnectUserQP); a
+	// number naming no RC QP is refused.
 	id2 := iwResolve(t, a, port)
 	cp2 := rdmacm.DefaultConnParam()
-	cp2.QPNum = qa.QPN()
-	if err := id2.Connect(cp2); !errors.Is(err, rdmacm.ErrNotSupported) {
-		t.Errorf("iWARP connect with a QP the ID does not manage: %v, want ErrNotSupported", err)
+	cp2.QPNum = 0xabcdef
+	if err := id2.Connect(cp2); !errors.Is(err, rdmacm.ErrInvalid) {
+		t.Errorf("iWARP connect naming no QP: %v, want ErrInvalid", err)
 	}
 	for _, x := range []*rdmacm.ID{id, id2, req.ID, l} {
 		x.Destroy()

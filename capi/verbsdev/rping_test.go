@@ -12,9 +12,11 @@ import (
 //   - -q (RoCE): each end creates its QP with ibv_create_qp, names it in
 //     conn_param.qp_num and moves it to RTS itself with rdma_init_qp_attr's
 //     attributes; the client gets RDMA_CM_EVENT_CONNECT_RESPONSE and sends the
-//     RTU with rdma_establish. (iWARP binds its QP to the connection's stream
-//     and does not take a QP rdma_cm does not manage: rdma_connect says
-//     EOPNOTSUPP there, and rping then waits forever on its CQ thread.)
+//     RTU with rdma_establish. (Not over iWARP: rdma_connect and rdma_accept
+//     take the program's QP there, but rping -q's server moves its QP through
+//     RTR and RTS with rdma_init_qp_attr's attributes, and the library
+//     refuses rdma_init_qp_attr on iWARP: iw_cm_init_qp_attr's masks and
+//     siw's RTR without a path are not implemented.)
 //   - -S 4000 (a 4000-byte ping buffer, more than one MTU for every READ and
 //     WRITE) with -I, the client's source address, on both transports.
 func TestRpingFlags(t *testing.T) {
