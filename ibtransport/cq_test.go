@@ -133,21 +133,9 @@ func TestSRQ(t *testing.T) {
 	}
 	var bqps, aqps []*ib.QP
 	for i := range 2 {
-		bq, err := p.B.Ctx.CreateQP(p.B.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.B.CQ, RecvCQ: p.B.CQ, SRQ: srq,
-			Cap: ib.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		aq, err := p.A.Ctx.CreateQP(p.A.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.A.CQ, RecvCQ: p.A.CQ,
-			Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
 		o := ibtest.DefaultConnOptions()
 		o.PSNA += uint32(i)
-		if err := ibtest.Connect(aq, bq, o); err != nil {
-			t.Fatal(err)
-		}
+		aq, bq := connectToSRQ(t, p, srq, ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}, o)
 		if err := bq.PostRecv(ib.RecvWR{}); err == nil {
 			t.Fatal("PostRecv on a QP with an SRQ")
 		}
@@ -200,19 +188,7 @@ func TestSRQLimitRearm(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			bq, err := p.B.Ctx.CreateQP(p.B.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.B.CQ, RecvCQ: p.B.CQ, SRQ: srq,
-				Cap: ib.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			aq, err := p.A.Ctx.CreateQP(p.A.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.A.CQ, RecvCQ: p.A.CQ,
-				Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := ibtest.Connect(aq, bq, ibtest.DefaultConnOptions()); err != nil {
-				t.Fatal(err)
-			}
+			aq, _ := connectToSRQ(t, p, srq, ib.QPCap{MaxSendWR: 8, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}, ibtest.DefaultConnOptions())
 			dst := regMR(t, p.B.PD, make([]byte, 8*16), ib.AccessLocalWrite)
 			wrid := uint64(0)
 			fill := func(n int) {

@@ -37,6 +37,25 @@ func regMR(t testing.TB, pd *ib.PD, buf []byte, a ib.Access) *ib.MR {
 	return mr
 }
 
+// connectToSRQ creates an RC QP on p.B that takes its receive WRs from srq and an RC
+// QP on p.A with the capacities aCap, and connects them with o.
+func connectToSRQ(t testing.TB, p *ibtest.Pair, srq *ib.SRQ, aCap ib.QPCap, o ibtest.ConnOptions) (aq, bq *ib.QP) {
+	t.Helper()
+	bq, err := p.B.Ctx.CreateQP(p.B.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.B.CQ, RecvCQ: p.B.CQ, SRQ: srq,
+		Cap: ib.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aq, err = p.A.Ctx.CreateQP(p.A.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.A.CQ, RecvCQ: p.A.CQ, Cap: aCap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ibtest.Connect(aq, bq, o); err != nil {
+		t.Fatal(err)
+	}
+	return aq, bq
+}
+
 const allAccess = ib.AccessLocalWrite | ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
 
 func wantWC(t testing.TB, wc ib.WC, wrid uint64, op ib.WCOpcode, st ib.WCStatus) {

@@ -62,19 +62,7 @@ func TestSRQResize(t *testing.T) {
 		t.Fatalf("beyond the new depth: %v", err)
 	}
 	// The WRs come out in the order posted, across the resizes.
-	bq, err := p.B.Ctx.CreateQP(p.B.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.B.CQ, RecvCQ: p.B.CQ, SRQ: srq,
-		Cap: ib.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	aq, err := p.A.Ctx.CreateQP(p.A.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.A.CQ, RecvCQ: p.A.CQ,
-		Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ibtest.Connect(aq, bq, ibtest.DefaultConnOptions()); err != nil {
-		t.Fatal(err)
-	}
+	aq, _ := connectToSRQ(t, p, srq, ib.QPCap{MaxSendWR: 8, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}, ibtest.DefaultConnOptions())
 	src := regMR(t, p.A.PD, []byte("x"), 0)
 	for i := range 6 {
 		post(t, aq, ib.SendWR{WRID: uint64(i), Opcode: ib.WRSend, SGL: []ib.SGE{src.SGE(0, 1)}})
