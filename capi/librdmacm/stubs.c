@@ -6,42 +6,42 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static long sr_refuse(const char *call)
+static long sr_refuse(const char *call, const char *why)
 {
 	if (getenv("SOFTRDMA_DEBUG"))
-		fprintf(stderr, "softrdma: %s: not implemented (ENOSYS)\n", call);
+		fprintf(stderr, "softrdma: %s: not implemented (ENOSYS): %s\n", call, why);
 	errno = ENOSYS;
 	return -1;
 }
 
-long raccept(void) { return sr_refuse("raccept"); }
-long rbind(void) { return sr_refuse("rbind"); }
-long rclose(void) { return sr_refuse("rclose"); }
-long rconnect(void) { return sr_refuse("rconnect"); }
-long rdma_notify(void) { return sr_refuse("rdma_notify"); }
-long rfcntl(void) { return sr_refuse("rfcntl"); }
-long rgetpeername(void) { return sr_refuse("rgetpeername"); }
-long rgetsockname(void) { return sr_refuse("rgetsockname"); }
-long rgetsockopt(void) { return sr_refuse("rgetsockopt"); }
-long riomap(void) { return sr_refuse("riomap"); }
-long riounmap(void) { return sr_refuse("riounmap"); }
-long riowrite(void) { return sr_refuse("riowrite"); }
-long rlisten(void) { return sr_refuse("rlisten"); }
-long rpoll(void) { return sr_refuse("rpoll"); }
-long rread(void) { return sr_refuse("rread"); }
-long rreadv(void) { return sr_refuse("rreadv"); }
-long rrecv(void) { return sr_refuse("rrecv"); }
-long rrecvfrom(void) { return sr_refuse("rrecvfrom"); }
-long rrecvmsg(void) { return sr_refuse("rrecvmsg"); }
-long rselect(void) { return sr_refuse("rselect"); }
-long rsend(void) { return sr_refuse("rsend"); }
-long rsendmsg(void) { return sr_refuse("rsendmsg"); }
-long rsendto(void) { return sr_refuse("rsendto"); }
-long rsetsockopt(void) { return sr_refuse("rsetsockopt"); }
-long rshutdown(void) { return sr_refuse("rshutdown"); }
-long rsocket(void) { return sr_refuse("rsocket"); }
-long rwrite(void) { return sr_refuse("rwrite"); }
-long rwritev(void) { return sr_refuse("rwritev"); }
-long rdma_get_remote_ece(void) { return sr_refuse("rdma_get_remote_ece"); }
-long rdma_reject_ece(void) { return sr_refuse("rdma_reject_ece"); }
-long rdma_set_local_ece(void) { return sr_refuse("rdma_set_local_ece"); }
+long raccept(void) { return sr_refuse("raccept", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rbind(void) { return sr_refuse("rbind", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rclose(void) { return sr_refuse("rclose", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rconnect(void) { return sr_refuse("rconnect", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rdma_notify(void) { return sr_refuse("rdma_notify", "not implemented"); }
+long rfcntl(void) { return sr_refuse("rfcntl", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rgetpeername(void) { return sr_refuse("rgetpeername", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rgetsockname(void) { return sr_refuse("rgetsockname", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rgetsockopt(void) { return sr_refuse("rgetsockopt", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long riomap(void) { return sr_refuse("riomap", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long riounmap(void) { return sr_refuse("riounmap", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long riowrite(void) { return sr_refuse("riowrite", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rlisten(void) { return sr_refuse("rlisten", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rpoll(void) { return sr_refuse("rpoll", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rread(void) { return sr_refuse("rread", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rreadv(void) { return sr_refuse("rreadv", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rrecv(void) { return sr_refuse("rrecv", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rrecvfrom(void) { return sr_refuse("rrecvfrom", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rrecvmsg(void) { return sr_refuse("rrecvmsg", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rselect(void) { return sr_refuse("rselect", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rsend(void) { return sr_refuse("rsend", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rsendmsg(void) { return sr_refuse("rsendmsg", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rsendto(void) { return sr_refuse("rsendto", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rsetsockopt(void) { return sr_refuse("rsetsockopt", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rshutdown(void) { return sr_refuse("rshutdown", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rsocket(void) { return sr_refuse("rsocket", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rwrite(void) { return sr_refuse("rwrite", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rwritev(void) { return sr_refuse("rwritev", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long rdma_get_remote_ece(void) { return sr_refuse("rdma_get_remote_ece", "ECE (enhanced connection establishment) is not implemented"); }
+long rdma_reject_ece(void) { return sr_refuse("rdma_reject_ece", "ECE (enhanced connection establishment) is not implemented"); }
+long rdma_set_local_ece(void) { return sr_refuse("rdma_set_local_ece", "ECE (enhanced connection establishment) is not implemented"); }

@@ -46,8 +46,8 @@ func TestDebugLog(t *testing.T) {
 
 	needTools(t, "rstream")
 	_, errOut, _ = runBounded(t, lib, "roce:"+net+"3", time.Minute, "rstream", "-s", net+"3")
-	if !strings.Contains(errOut, "softrdma: rsocket: not implemented (ENOSYS)") {
-		t.Errorf("rstream: want rsocket's refusal on stderr:\n%s", errOut)
+	if !strings.Contains(errOut, "softrdma: rsocket: not implemented (ENOSYS): rsockets (rsocket, rbind, rsend...) are not implemented") {
+		t.Errorf("rstream: want rsocket's refusal, with its reason, on stderr:\n%s", errOut)
 	}
 }
 
