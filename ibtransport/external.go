@@ -505,11 +505,8 @@ func (w *Wire) FailOldest(status WCStatus, ev AsyncEventType, postEvent bool) {
 	c := qp.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if qp.state == QPStateErr || qp.state == QPStateReset || qp.dead {
+	if !qp.failable(ev, postEvent) {
 		return
-	}
-	if postEvent {
-		c.postEvent(AsyncEvent{Type: ev, QP: qp})
 	}
 	for i := qp.sq.head; i != qp.sq.next; i++ {
 		if wq := qp.sq.at(i); wq.state == wqeStarted {
@@ -528,13 +525,24 @@ func (w *Wire) SetError(ev AsyncEventType, postEvent bool) {
 	c := qp.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if qp.state == QPStateErr || qp.state == QPStateReset || qp.dead {
+	if !qp.failable(ev, postEvent) {
 		return
 	}
-	if postEvent {
-		c.postEvent(AsyncEvent{Type: ev, QP: qp})
-	}
 	qp.enterError()
+}
+
+// failable reports whether a failure the wire reports may still move qp to the
+// error state: not if it is already in the error or reset state, or destroyed.
+// If it may, and postEvent is set, it posts the asynchronous event ev first.
+// c.mu is held.
+func (qp *QP) failable(ev AsyncEventType, postEvent bool) bool {
+	if qp.state == QPStateErr || qp.state == QPStateReset || qp.dead {
+		return false
+	}
+	if postEvent {
+		qp.ctx.postEvent(AsyncEvent{Type: ev, QP: qp})
+	}
+	return true
 }
 
 // PostEvent posts an asynchronous event about the QP (EventCommEst, say).
@@ -649,11 +657,8 @@ func (w *Wire) FailRecv(status WCStatus, ev AsyncEventType, postEvent bool) {
 		qp.rcur.have = false
 		qp.recvCQ.push(WC{WRID: qp.rcur.wqe.wrid, Status: status, Opcode: WCRecv, QPNum: qp.qpn}, false)
 	}
-	if qp.state == QPStateErr || qp.state == QPStateReset || qp.dead {
+	if !qp.failable(ev, postEvent) {
 		return
-	}
-	if postEvent {
-		c.postEvent(AsyncEvent{Type: ev, QP: qp})
 	}
 	qp.enterError()
 }
