@@ -6,6 +6,14 @@ import (
 	"time"
 )
 
+// wantHex fails the test unless b, in hex, is want; what names the step that wrote b.
+func wantHex(t *testing.T, what string, b []byte, want string) {
+	t.Helper()
+	if got := hexOf(b); got != want {
+		t.Errorf("%s: %s, want %s", what, got, want)
+	}
+}
+
 func mustHex(t *testing.T, s string) []byte {
 	t.Helper()
 	b := make([]byte, 0, len(s)/2)
@@ -40,9 +48,7 @@ func TestRETH(t *testing.T) {
 	out.SetVA(0x0102030405060708)
 	out.SetRKey(0x11223344)
 	out.SetDMALen(0xaabbccdd)
-	if got := hexOf(out); got != "010203040506070811223344aabbccdd" {
-		t.Errorf("setters: %s", got)
-	}
+	wantHex(t, "setters", out, "010203040506070811223344aabbccdd")
 }
 
 func TestAtomicETH(t *testing.T) {
@@ -61,9 +67,7 @@ func TestAtomicETH(t *testing.T) {
 	z.SetSwapAdd(2)
 	z.SetRKey(3)
 	z.SetVA(4)
-	if got := hexOf(z); got != "0000000000000004"+"00000003"+"0000000000000002"+"0000000000000001" {
-		t.Errorf("setters %s", got)
-	}
+	wantHex(t, "setters", z, "0000000000000004"+"00000003"+"0000000000000002"+"0000000000000001")
 }
 
 func TestAETH(t *testing.T) {
@@ -74,14 +78,10 @@ func TestAETH(t *testing.T) {
 	}
 	out := make(AETH, AETHLen)
 	out.Encode(&AETHFields{Syndrome: NewNAKSyndrome(NAKRemoteAccessError), MSN: 0x1abcdef})
-	if got := hexOf(out); got != "62abcdef" {
-		t.Errorf("Encode %s", got)
-	}
+	wantHex(t, "Encode", out, "62abcdef")
 	out.SetSyndrome(0x20)
 	out.SetMSN(0xffffff)
-	if got := hexOf(out); got != "20ffffff" {
-		t.Errorf("setters %s", got)
-	}
+	wantHex(t, "setters", out, "20ffffff")
 }
 
 func TestAtomicAckETHImmDtIETHAtomicWrite(t *testing.T) {
@@ -92,9 +92,7 @@ func TestAtomicAckETHImmDtIETHAtomicWrite(t *testing.T) {
 	b := make([]byte, 8)
 	AtomicAckETH(b).SetOrigData(0x0102030405060708)
 	AtomicWriteData(b[:8]).SetValue(AtomicWriteData(b).Value() + 1)
-	if hexOf(b) != "0102030405060709" {
-		t.Errorf("%x", b)
-	}
+	wantHex(t, "AtomicAckETH and AtomicWriteData setters", b, "0102030405060709")
 	i := make([]byte, 4)
 	ImmDt(i).SetImmediate(0xdeadbeef)
 	if hexOf(i) != "deadbeef" || ImmDt(i).Immediate() != 0xdeadbeef {
@@ -118,14 +116,10 @@ func TestDETH(t *testing.T) {
 		t.Errorf("SrcQP of ones %#x (the reserved byte leaked in)", ones.SrcQP())
 	}
 	ones.Encode(&DETHFields{QKey: 0x80010000, SrcQP: 0xf1234567})
-	if got := hexOf(ones); got != "8001000000234567" {
-		t.Errorf("Encode %s", got)
-	}
+	wantHex(t, "Encode", ones, "8001000000234567")
 	ones.SetQKey(1)
 	ones.SetSrcQP(2)
-	if got := hexOf(ones); got != "0000000100000002" {
-		t.Errorf("setters %s", got)
-	}
+	wantHex(t, "setters", ones, "0000000100000002")
 }
 
 func TestRDETHXRCETH(t *testing.T) {
@@ -134,9 +128,7 @@ func TestRDETHXRCETH(t *testing.T) {
 		t.Error("24-bit fields of ones")
 	}
 	RDETH(b).SetEEContext(0x7abcdef)
-	if hexOf(b) != "00abcdef" {
-		t.Errorf("RDETH %x", b)
-	}
+	wantHex(t, "RDETH", b, "00abcdef")
 	XRCETH(b).SetXRCSRQ(0x123456)
 	if hexOf(b) != "00123456" || XRCETH(b).XRCSRQ() != 0x123456 {
 		t.Errorf("XRCETH %x", b)
@@ -151,17 +143,11 @@ func TestFETH(t *testing.T) {
 	}
 	h.SetPlacementType(FlushPlacementGlobal | FlushPlacementPersistent)
 	h.SetSelectivityLevel(FlushSelectMR)
-	if hexOf(h) != "ffffffd3" {
-		t.Errorf("setters %x", []byte(h))
-	}
+	wantHex(t, "setters", h, "ffffffd3")
 	h.Encode(&FETHFields{PlacementType: FlushPlacementPersistent, SelectivityLevel: FlushSelectRange})
-	if hexOf(h) != "00000002" {
-		t.Errorf("Encode %x", []byte(h))
-	}
+	wantHex(t, "Encode", h, "00000002")
 	h.Encode(&FETHFields{PlacementType: 0xff, SelectivityLevel: 0xff})
-	if hexOf(h) != "0000003f" {
-		t.Errorf("Encode masks: %x", []byte(h))
-	}
+	wantHex(t, "Encode masks", h, "0000003f")
 }
 
 func TestAETHSyndrome(t *testing.T) {
