@@ -183,23 +183,14 @@ func (c *Context) checkQPInit(pd *PD, a *QPInitAttr) error {
 	if a.External || c.cfg.ExternalQPs {
 		minSend = 1
 	}
-	if cp.MaxSendWR < minSend {
-		return fmt.Errorf("MaxSendWR %d not in %d..%d: %w", cp.MaxSendWR, minSend, c.cfg.MaxQPWR, ErrInvalidArgument)
+	if err := capInRange("MaxSendWR", cp.MaxSendWR, minSend, c.cfg.MaxQPWR, "MaxQPWR"); err != nil {
+		return err
 	}
-	if cp.MaxSendWR > c.cfg.MaxQPWR {
-		return tooLargeError("MaxSendWR", "MaxQPWR", uint64(cp.MaxSendWR), uint64(c.cfg.MaxQPWR))
+	if err := capInRange("MaxSendSGE", cp.MaxSendSGE, 0, c.cfg.MaxSGE, "MaxSGE"); err != nil {
+		return err
 	}
-	if cp.MaxSendSGE < 0 {
-		return fmt.Errorf("MaxSendSGE %d not in 0..%d: %w", cp.MaxSendSGE, c.cfg.MaxSGE, ErrInvalidArgument)
-	}
-	if cp.MaxSendSGE > c.cfg.MaxSGE {
-		return tooLargeError("MaxSendSGE", "MaxSGE", uint64(cp.MaxSendSGE), uint64(c.cfg.MaxSGE))
-	}
-	if cp.MaxInlineData < 0 {
-		return fmt.Errorf("MaxInlineData %d not in 0..%d: %w", cp.MaxInlineData, c.cfg.MaxInlineData, ErrInvalidArgument)
-	}
-	if cp.MaxInlineData > c.cfg.MaxInlineData {
-		return tooLargeError("MaxInlineData", "MaxInlineData", uint64(cp.MaxInlineData), uint64(c.cfg.MaxInlineData))
+	if err := capInRange("MaxInlineData", cp.MaxInlineData, 0, c.cfg.MaxInlineData, "MaxInlineData"); err != nil {
+		return err
 	}
 	if a.SRQ != nil {
 		if a.SRQ.ctx != c || a.SRQ.dead || a.SRQ.pd != pd {
@@ -210,17 +201,24 @@ func (c *Context) checkQPInit(pd *PD, a *QPInitAttr) error {
 	// A QP without an SRQ may have no receive queue at all: rxe (rxe_qp_chk_cap)
 	// and siw (siw_create_qp) accept max_recv_wr 0, and programs that only send
 	// ask for it (qperf's rc_bw client). A SEND to it is RNR NAKed.
-	if cp.MaxRecvWR < 0 {
-		return fmt.Errorf("MaxRecvWR %d not in 0..%d: %w", cp.MaxRecvWR, c.cfg.MaxQPWR, ErrInvalidArgument)
+	if err := capInRange("MaxRecvWR", cp.MaxRecvWR, 0, c.cfg.MaxQPWR, "MaxQPWR"); err != nil {
+		return err
 	}
-	if cp.MaxRecvWR > c.cfg.MaxQPWR {
-		return tooLargeError("MaxRecvWR", "MaxQPWR", uint64(cp.MaxRecvWR), uint64(c.cfg.MaxQPWR))
+	if err := capInRange("MaxRecvSGE", cp.MaxRecvSGE, 0, c.cfg.MaxSGE, "MaxSGE"); err != nil {
+		return err
 	}
-	if cp.MaxRecvSGE < 0 {
-		return fmt.Errorf("MaxRecvSGE %d not in 0..%d: %w", cp.MaxRecvSGE, c.cfg.MaxSGE, ErrInvalidArgument)
+	return nil
+}
+
+// capInRange returns an error naming the capacity field unless lo <= v <= max,
+// where max is the ContextConfig limit named limit: ErrInvalidArgument below lo,
+// a *LimitError above max.
+func capInRange(field string, v, lo, max int, limit string) error {
+	if v < lo {
+		return fmt.Errorf("%s %d not in %d..%d: %w", field, v, lo, max, ErrInvalidArgument)
 	}
-	if cp.MaxRecvSGE > c.cfg.MaxSGE {
-		return tooLargeError("MaxRecvSGE", "MaxSGE", uint64(cp.MaxRecvSGE), uint64(c.cfg.MaxSGE))
+	if v > max {
+		return tooLargeError(field, limit, uint64(v), uint64(max))
 	}
 	return nil
 }
