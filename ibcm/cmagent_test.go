@@ -318,13 +318,7 @@ func TestCMAgentPassiveKernel(t *testing.T) {
 				t.Errorf("REQ event %+v from %v, want %+v", *ev.REQ, ev.From, want)
 			}
 			id := ev.ID
-			r.flush(srv)
-			out := received(t, peer)
-			if len(out) != 1 || out[0].mad.Attribute() != AttrREP {
-				t.Fatalf("after the REQ the agent sent %d MADs", len(out))
-			}
-			sameMAD(t, "REP", out[0].mad, rep.mad, 0, 0)
-			sameTransport(t, "REP", out[0], rep, kc.gsiPSN)
+			r.sentLikeKernel(t, srv, peer, "after the REQ", rep, 0, 0, kc.gsiPSN)
 			if id.State() != StateREPSent {
 				t.Errorf("state %v", id.State())
 			}
@@ -338,13 +332,7 @@ func TestCMAgentPassiveKernel(t *testing.T) {
 			if err := srv.agent.HandleMAD(r.net.Now(), dreq.mad, from); err != nil {
 				t.Fatalf("kernel's DREQ: %v", err)
 			}
-			r.flush(srv)
-			out = received(t, peer)
-			if len(out) != 1 || out[0].mad.Attribute() != AttrDREP {
-				t.Fatalf("after the DREQ the agent sent %d MADs", len(out))
-			}
-			sameMAD(t, "DREP", out[0].mad, drep.mad, 0, 0)
-			sameTransport(t, "DREP", out[0], drep, kc.gsiPSN)
+			r.sentLikeKernel(t, srv, peer, "after the DREQ", drep, 0, 0, kc.gsiPSN)
 			if id.State() != StateTimeWait {
 				t.Errorf("state %v after DREP", id.State())
 			}
@@ -359,6 +347,23 @@ func TestCMAgentPassiveKernel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sentLikeKernel flushes n and fails the test unless peer then received exactly
+// one MAD, and it is like the kernel's want: the same bytes but [skipFrom, skipTo)
+// (sameMAD) and the same transport headers (sameTransport). step names what made
+// n send it. It returns the MAD n sent.
+func (r *cmRig) sentLikeKernel(t *testing.T, n *cmNode, peer *sim.Port, step string, want capturedMAD, skipFrom, skipTo int, checkPSN bool) capturedMAD {
+	t.Helper()
+	r.flush(n)
+	out := received(t, peer)
+	attr := want.mad.Attribute()
+	if len(out) != 1 || out[0].mad.Attribute() != attr {
+		t.Fatalf("%s the agent sent %d MADs, want one %v", step, len(out), attr)
+	}
+	sameMAD(t, attr.String(), out[0].mad, want.mad, skipFrom, skipTo)
+	sameTransport(t, attr.String(), out[0], want, checkPSN)
+	return out[0]
 }
 
 // reqFieldsEqual compares two REQs' fields, private data included.
@@ -402,14 +407,7 @@ func TestCMAgentActiveKernel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.flush(cli)
-			out := received(t, peer)
-			if len(out) != 1 {
-				t.Fatalf("Connect sent %d MADs", len(out))
-			}
-			sameMAD(t, "REQ", out[0].mad, req.mad, 8, 16)
-			sameTransport(t, "REQ", out[0], req, kc.gsiPSN)
-			ourTID := out[0].mad.TransactionID()
+			ourTID := r.sentLikeKernel(t, cli, peer, "on Connect", req, 8, 16, kc.gsiPSN).mad.TransactionID()
 
 			from := MADAddress{Remote: ip21, Local: ip22, RemoteQPN: 1}
 			if err := cli.agent.HandleMAD(r.net.Now(), rep.mad, from); err != nil {
@@ -423,29 +421,17 @@ func TestCMAgentActiveKernel(t *testing.T) {
 				got.RNRRetryCount != want.RNRRetryCount || got.LocalCAGUID != want.LocalCAGUID || !bytes.Equal(got.PrivateData, want.PrivateData) {
 				t.Errorf("REP event %+v, want %+v", got, want)
 			}
-			r.flush(cli)
-			out = received(t, peer)
-			if len(out) != 1 {
-				t.Fatalf("after the REP the agent sent %d MADs", len(out))
-			}
-			sameMAD(t, "RTU", out[0].mad, rtu.mad, 8, 16)
-			sameTransport(t, "RTU", out[0], rtu, kc.gsiPSN)
-			if out[0].mad.TransactionID() != ourTID || id.State() != StateEstablished {
-				t.Errorf("RTU TID %#x (REQ's %#x), state %v", out[0].mad.TransactionID(), ourTID, id.State())
+			sent := r.sentLikeKernel(t, cli, peer, "after the REP", rtu, 8, 16, kc.gsiPSN)
+			if sent.mad.TransactionID() != ourTID || id.State() != StateEstablished {
+				t.Errorf("RTU TID %#x (REQ's %#x), state %v", sent.mad.TransactionID(), ourTID, id.State())
 			}
 
 			if err := id.Disconnect(nil); err != nil {
 				t.Fatal(err)
 			}
-			r.flush(cli)
-			out = received(t, peer)
-			if len(out) != 1 {
-				t.Fatalf("Disconnect sent %d MADs", len(out))
-			}
-			sameMAD(t, "DREQ", out[0].mad, dreq.mad, 8, 16)
-			sameTransport(t, "DREQ", out[0], dreq, kc.gsiPSN)
+			sent = r.sentLikeKernel(t, cli, peer, "on Disconnect", dreq, 8, 16, kc.gsiPSN)
 			d := bytes.Clone(drep.mad)
-			MAD(d).SetTransactionID(out[0].mad.TransactionID()) // a DREP echoes the DREQ's TID
+			MAD(d).SetTransactionID(sent.mad.TransactionID()) // a DREP echoes the DREQ's TID
 			if err := cli.agent.HandleMAD(r.net.Now(), d, from); err != nil {
 				t.Fatalf("kernel's DREP: %v", err)
 			}
