@@ -11,7 +11,7 @@ COMMIT   := $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff -
 # module proxy serves it) and runs it from the build cache after that.
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build lib lib-build lib-deps conform-ctl conform-ctl-build demo test vet staticcheck fmt-check unit race fuzz-short fuzz bench bench-go bench-kernel deps clean interop
+.PHONY: all build lib lib-build lib-deps conform-ctl conform-ctl-build demo test test-interop test-rest vet staticcheck fmt-check unit race fuzz-short fuzz bench bench-go bench-kernel deps clean interop
 
 all: build
 
@@ -85,7 +85,19 @@ deps:
 	./scripts/deps.sh
 	$(STATICCHECK) -version >/dev/null
 
-test: deps vet staticcheck fmt-check unit race fuzz-short
+test: deps vet staticcheck fmt-check
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-interop test-rest
+
+# make test's two halves, side by side: the interop tests (kernel guests under
+# emulation: about 18 minutes, mostly on one CPU; they skip without root) and
+# the rest, which is unit, race and fuzz-short without them. Each half's
+# output comes out whole when it ends.
+test-interop:
+	$(GO) test -count=1 -timeout 40m ./test/interop/...
+
+test-rest:
+	$(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/interop$$')
+	$(MAKE) --no-print-directory race fuzz-short
 
 vet:
 	$(GO) vet ./...
