@@ -159,6 +159,49 @@ func (n *node) postSends(o *Options) error {
 	return nil
 }
 
+// sendThenReceive is the transfer of the side that sends first (cmatose's
+// server, udaddy's client): it posts o.Count sends and completes them, then
+// receives o.Count messages, printing the C tools' progress lines. completing,
+// if not empty, is printed between posting and completing the sends.
+func (n *node) sendThenReceive(ctx context.Context, o *Options, stdout io.Writer, completing string) error {
+	fmt.Fprintln(stdout, "initiating data transfers")
+	if err := n.postSends(o); err != nil {
+		return err
+	}
+	if completing != "" {
+		fmt.Fprintln(stdout, completing)
+	}
+	if err := poll(ctx, n.sendCQ, o.Count, nil); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "receiving data transfers")
+	if err := poll(ctx, n.recvCQ, o.Count, nil); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "data transfers complete")
+	return nil
+}
+
+// receiveThenReply is the transfer of the side that receives first (cmatose's
+// client, udaddy's server): it receives o.Count messages, calling each (if not
+// nil) with every completion, then posts o.Count replies and completes them,
+// printing the C tools' progress lines.
+func (n *node) receiveThenReply(ctx context.Context, o *Options, stdout io.Writer, each func(ib.WC)) error {
+	fmt.Fprintln(stdout, "receiving data transfers")
+	if err := poll(ctx, n.recvCQ, o.Count, each); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "sending replies")
+	if err := n.postSends(o); err != nil {
+		return err
+	}
+	if err := poll(ctx, n.sendCQ, o.Count, nil); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "data transfers complete")
+	return nil
+}
+
 // poll waits for count successful completions on cq, calling each (if not
 // nil) with every one.
 func poll(ctx context.Context, cq *ib.CQ, count int, each func(ib.WC)) error {
@@ -211,27 +254,15 @@ func server(ctx context.Context, o *Options, cm *cmSide, ps rdmacm.PortSpace, bi
 			return fmt.Errorf("failure accepting: %w", err)
 		}
 		if o.Count > 0 {
-			fmt.Fprintln(stdout, "receiving data transfers")
 			// create_reply_ah: the reply goes to the QP the immediate
 			// names (the sender's), with the Q_Key of the server's own QP.
-			err := poll(ctx, n.recvCQ, o.Count, func(w ib.WC) {
+			n.remoteQKey = rdmacm.UDPQKey
+			return n.receiveThenReply(ctx, o, stdout, func(w ib.WC) {
 				n.remoteQPN = w.SrcQP
 				if w.Flags&ib.WCFlagWithImm != 0 {
 					n.remoteQPN = w.Imm
 				}
 			})
-			if err != nil {
-				return err
-			}
-			n.remoteQKey = rdmacm.UDPQKey
-			fmt.Fprintln(stdout, "sending replies")
-			if err := n.postSends(o); err != nil {
-				return err
-			}
-			if err := poll(ctx, n.sendCQ, o.Count, nil); err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, "data transfers complete")
 		}
 		return nil
 	}
@@ -242,19 +273,9 @@ func server(ctx context.Context, o *Options, cm *cmSide, ps rdmacm.PortSpace, bi
 		return err
 	}
 	if o.Count > 0 {
-		fmt.Fprintln(stdout, "initiating data transfers")
-		if err := n.postSends(o); err != nil {
+		if err := n.sendThenReceive(ctx, o, stdout, "completing sends"); err != nil {
 			return err
 		}
-		fmt.Fprintln(stdout, "completing sends")
-		if err := poll(ctx, n.sendCQ, o.Count, nil); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, "receiving data transfers")
-		if err := poll(ctx, n.recvCQ, o.Count, nil); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, "data transfers complete")
 	}
 	fmt.Fprintln(stdout, "cmatose: disconnecting")
 	if err := device.CMDisconnect([]*rdmacm.ID{n.id}, device.CMStep); err != nil {
@@ -296,34 +317,14 @@ func client(ctx context.Context, o *Options, cm *cmSide, ps rdmacm.PortSpace, bi
 	if o.UD {
 		n.ah, n.remoteQPN, n.remoteQKey = &ev.UD.AH, ev.UD.QPNum, ev.UD.QKey
 		if o.Count > 0 {
-			fmt.Fprintln(stdout, "initiating data transfers")
-			if err := n.postSends(o); err != nil {
-				return err
-			}
-			if err := poll(ctx, n.sendCQ, o.Count, nil); err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, "receiving data transfers")
-			if err := poll(ctx, n.recvCQ, o.Count, nil); err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, "data transfers complete")
+			return n.sendThenReceive(ctx, o, stdout, "")
 		}
 		return nil
 	}
 	if o.Count > 0 {
-		fmt.Fprintln(stdout, "receiving data transfers")
-		if err := poll(ctx, n.recvCQ, o.Count, nil); err != nil {
+		if err := n.receiveThenReply(ctx, o, stdout, nil); err != nil {
 			return err
 		}
-		fmt.Fprintln(stdout, "sending replies")
-		if err := n.postSends(o); err != nil {
-			return err
-		}
-		if err := poll(ctx, n.sendCQ, o.Count, nil); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, "data transfers complete")
 	}
 	// disconnect_events: the server disconnects; rdma_disconnect answers.
 	if _, err := device.CMWait(ctx, id, o.Timeout, rdmacm.EventDisconnected); err != nil {
