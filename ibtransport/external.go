@@ -217,6 +217,15 @@ type SendWork struct {
 	inline []byte // storage for the inline data copy
 }
 
+// lock locks the context of the wire's QP, which every Wire method runs under,
+// and returns the QP and the context; the caller unlocks c.mu.
+func (w *Wire) lock() (qp *QP, c *Context) {
+	qp = w.qp
+	c = qp.ctx
+	c.mu.Lock()
+	return qp, c
+}
+
 // NextSend moves the next send WQE that may start to the transport and fills dst
 // with it (reusing dst's slices, so that a transport that keeps one SendWork
 // allocates nothing). It reports false if there is none now: the queue is empty,
@@ -228,9 +237,7 @@ type SendWork struct {
 // regions. Inline data is copied into dst (at most MaxInlineData bytes), because
 // the WQE slot that holds it may be reused as soon as the WQE retires.
 func (w *Wire) NextSend(dst *SendWork) bool {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	for {
 		if qp.dead || (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.sq.next == qp.sq.tail {
@@ -351,9 +358,7 @@ func (qp *QP) startedWQE(id uint64) *sendWQE {
 // WQE completes with IBV_WC_LOC_QP_OP_ERR. It reports false if the WQE is no
 // longer outstanding (it was flushed): the transport just drops it.
 func (w *Wire) CompleteSend(id uint64, status WCStatus) bool {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	wq := qp.startedWQE(id)
 	if wq == nil {
@@ -391,9 +396,7 @@ func (qp *QP) finishExternal(wq *sendWQE, status WCStatus) {
 // (as verbs returns it). A local protection fault completes the WQE with
 // IBV_WC_LOC_PROT_ERR. It reports false if the WQE is no longer outstanding.
 func (w *Wire) CompleteAtomic(id uint64, orig uint64) bool {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	wq := qp.startedWQE(id)
 	if wq == nil || !wq.wr.Opcode.atomic() {
@@ -414,9 +417,7 @@ func (w *Wire) CompleteAtomic(id uint64, orig uint64) bool {
 // local write access again. It returns KeyBounds if the range is not inside the
 // READ's length, and nil, KeyUnknown if id is not an outstanding READ.
 func (w *Wire) ReadSink(id, off, n uint64, dst [][]byte) ([][]byte, KeyFault) {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	wq := qp.startedWQE(id)
 	if wq == nil || (wq.wr.Opcode != WRRDMARead && wq.wr.Opcode != WRRDMAReadWithInv) {
@@ -483,9 +484,7 @@ func (qp *QP) resolveSGL(sgl []SGE, off, n uint64, dst [][]byte) ([][]byte, KeyF
 // to the error state, flushing every other outstanding WR. It reports false if the
 // WQE is no longer outstanding (the QP is then already in error, or moves there).
 func (w *Wire) FailSend(id uint64, status WCStatus) bool {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	wq := qp.startedWQE(id)
 	if wq == nil {
@@ -501,9 +500,7 @@ func (w *Wire) FailSend(id uint64, status WCStatus) bool {
 // is the one it can be about) and moves the QP to the error state. With no such
 // WQE it just moves the QP to the error state.
 func (w *Wire) FailOldest(status WCStatus, ev AsyncEventType, postEvent bool) {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	if !qp.failable(ev, postEvent) {
 		return
@@ -521,9 +518,7 @@ func (w *Wire) FailOldest(status WCStatus, ev AsyncEventType, postEvent bool) {
 // the asynchronous event ev first if postEvent is set. A QP already in the error
 // (or reset) state is left alone.
 func (w *Wire) SetError(ev AsyncEventType, postEvent bool) {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	if !qp.failable(ev, postEvent) {
 		return
@@ -559,9 +554,7 @@ func (w *Wire) PostEvent(ev AsyncEventType) {
 // returns it again. It reports false if none is posted, or the QP is not in a
 // state that receives (RTR, RTS, SQD).
 func (w *Wire) BeginRecv() (length uint64, ok bool) {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	switch qp.state {
 	case QPStateRTR, QPStateRTS, QPStateSQD:
@@ -579,9 +572,7 @@ func (w *Wire) BeginRecv() (length uint64, ok bool) {
 // ends beyond the WQE's buffers, IBV_WC_LOC_PROT_ERR if an L_Key check fails, and
 // IBV_WC_LOC_QP_OP_ERR if no WQE is held.
 func (w *Wire) RecvBuffers(off, n uint64, dst [][]byte) ([][]byte, WCStatus) {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	if !qp.rcur.have {
 		return nil, WCLocQPOpErr
@@ -618,9 +609,7 @@ type RecvCompletion struct {
 // invalidation that the key does not allow, nothing completes and the fault is
 // returned: the transport reports the error to its peer and calls FailRecv.
 func (w *Wire) EndRecv(rc RecvCompletion) KeyFault {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	if !qp.rcur.have || qp.dead {
 		return KeyInvalid
@@ -649,9 +638,7 @@ func (w *Wire) EndRecv(rc RecvCompletion) KeyFault {
 // FailRecv completes the held receive WQE (if any) with status, posts ev if
 // postEvent is set, and moves the QP to the error state, flushing the rest.
 func (w *Wire) FailRecv(status WCStatus, ev AsyncEventType, postEvent bool) {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	if qp.rcur.have && qp.state != QPStateErr && !qp.dead {
 		qp.rcur.have = false
@@ -670,9 +657,7 @@ func (w *Wire) FailRecv(status WCStatus, ev AsyncEventType, postEvent bool) {
 // RFC 5040 §6.4) — and returns the memory. A zero-length access checks nothing
 // and returns nil, KeyOK.
 func (w *Wire) RemoteBuffer(rkey uint32, va, n uint64, want Access) ([]byte, KeyFault) {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	if n == 0 {
 		return nil, KeyOK
@@ -718,9 +703,7 @@ type AtomicArgs struct {
 // original value. The memory is a 64-bit integer in host byte order, as for the IB
 // transport's atomics. A VA that is not 8-byte aligned returns KeyBounds.
 func (w *Wire) Atomic(a AtomicArgs) (uint64, KeyFault) {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	if !qp.acceptsRemote() || qp.attr.AccessFlags&AccessRemoteAtomic == 0 {
 		return 0, KeyQPAccess
@@ -786,9 +769,7 @@ func (qp *QP) acceptsRemote() bool {
 // an order the race detector knows, with the rest of the segment placed
 // before. The key is checked again: it may have been invalidated since.
 func (w *Wire) WriteRemote(rkey uint32, va uint64, src []byte) KeyFault {
-	qp := w.qp
-	c := qp.ctx
-	c.mu.Lock()
+	qp, c := w.lock()
 	defer c.mu.Unlock()
 	if len(src) == 0 {
 		return KeyOK
