@@ -179,28 +179,10 @@ func TestCMAgentTimeWaitDuplicateREQ(t *testing.T) {
 	kc := kernelConns[0]
 	req, rep, rtu, dreq, _ := connectionMADs(t, captureCM(t, kc.capture), kc.reqComm)
 	r := newCMRig(t, 5)
-	peer := r.raw("client", mac22, ip22, sim.LinkConfig{})
-	srv := r.node("server", mac21, ip21, sim.LinkConfig{}, 13)
-	repComm := rep.mad.REP().LocalCommID()
-	srv.agent.newCommID = func() uint32 { return repComm }
-	from := MADAddress{Remote: ip22, Local: ip21, RemoteQPN: 1}
 	kernelREP := rep.mad.REP()
-	srv.react = func(ev *Event) {
-		switch ev.Type {
-		case EventREQ:
-			if err := ev.ID.Accept(&ReplyParams{QPN: kernelREP.LocalQPN(), StartingPSN: kernelREP.StartingPSN(),
-				RNRRetryCount: 7}); err != nil {
-				t.Error(err)
-			}
-		case EventDREQ:
-			if err := ev.ID.Disconnect(nil); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	if _, err := srv.agent.Listen(CMAServiceID(RDMAPortSpaceTCP, kc.port), srv.handle); err != nil {
-		t.Fatal(err)
-	}
+	repComm := kernelREP.LocalCommID() // the server takes it (kernelServer)
+	srv, peer, from := r.kernelServer(t, 13, kc.port, rep, ReplyParams{QPN: kernelREP.LocalQPN(), StartingPSN: kernelREP.StartingPSN(),
+		RNRRetryCount: 7})
 	feed := func(what string, m MAD) {
 		t.Helper()
 		if err := srv.agent.HandleMAD(r.net.Now(), bytes.Clone(m), from); err != nil {

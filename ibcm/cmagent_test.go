@@ -279,33 +279,13 @@ func TestCMAgentPassiveKernel(t *testing.T) {
 		t.Run(kc.capture, func(t *testing.T) {
 			req, rep, rtu, dreq, drep := connectionMADs(t, captureCM(t, kc.capture), kc.reqComm)
 			r := newCMRig(t, 1)
-			peer := r.raw("client", mac22, ip22, sim.LinkConfig{})
-			srv := r.node("server", mac21, ip21, sim.LinkConfig{}, 7)
-			repComm := rep.mad.REP().LocalCommID()
-			srv.agent.newCommID = func() uint32 { return repComm }
-			if srv.agent.GUID() != rep.mad.REP().LocalCAGUID() {
-				t.Fatalf("GUID %#x, kernel's %#x", srv.agent.GUID(), rep.mad.REP().LocalCAGUID())
-			}
-			from := MADAddress{Remote: ip22, Local: ip21, RemoteQPN: 1}
+			// Accept as rping's server does: its QP and PSN, one READ each
+			// way (none for perftest), RNR retry 7.
 			kernelREP := rep.mad.REP()
-			srv.react = func(ev *Event) {
-				switch ev.Type {
-				case EventREQ:
-					// Accept as rping's server does: its QP and PSN, one READ each
-					// way (none for perftest), RNR retry 7.
-					err := ev.ID.Accept(&ReplyParams{QPN: kernelREP.LocalQPN(), StartingPSN: kernelREP.StartingPSN(),
-						ResponderResources: kernelREP.ResponderResources(), InitiatorDepth: kernelREP.InitiatorDepth(), RNRRetryCount: 7})
-					if err != nil {
-						t.Fatal(err)
-					}
-				case EventDREQ:
-					if err := ev.ID.Disconnect(nil); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			if _, err := srv.agent.Listen(CMAServiceID(RDMAPortSpaceTCP, kc.port), srv.handle); err != nil {
-				t.Fatal(err)
+			srv, peer, from := r.kernelServer(t, 7, kc.port, rep, ReplyParams{QPN: kernelREP.LocalQPN(), StartingPSN: kernelREP.StartingPSN(),
+				ResponderResources: kernelREP.ResponderResources(), InitiatorDepth: kernelREP.InitiatorDepth(), RNRRetryCount: 7})
+			if srv.agent.GUID() != kernelREP.LocalCAGUID() {
+				t.Fatalf("GUID %#x, kernel's %#x", srv.agent.GUID(), kernelREP.LocalCAGUID())
 			}
 			if err := srv.agent.HandleMAD(r.net.Now(), req.mad, from); err != nil {
 				t.Fatalf("kernel's REQ: %v", err)
@@ -347,6 +327,36 @@ func TestCMAgentPassiveKernel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// kernelServer makes the agent the server of a replayed kernel connection: the
+// raw port "client" (mac22, ip22) plays the kernel's client, and the node
+// "server" (mac21, ip21, seed) listens on the rdma_cm TCP port, takes the
+// communication ID of the kernel's REP, accepts a REQ with reply and answers a
+// DREQ with a DREP. from is the address the kernel's MADs come from.
+func (r *cmRig) kernelServer(t *testing.T, seed uint64, port uint16, rep capturedMAD, reply ReplyParams) (srv *cmNode, peer *sim.Port, from MADAddress) {
+	t.Helper()
+	peer = r.raw("client", mac22, ip22, sim.LinkConfig{})
+	srv = r.node("server", mac21, ip21, sim.LinkConfig{}, seed)
+	repComm := rep.mad.REP().LocalCommID()
+	srv.agent.newCommID = func() uint32 { return repComm }
+	srv.react = func(ev *Event) {
+		switch ev.Type {
+		case EventREQ:
+			p := reply
+			if err := ev.ID.Accept(&p); err != nil {
+				t.Error(err)
+			}
+		case EventDREQ:
+			if err := ev.ID.Disconnect(nil); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if _, err := srv.agent.Listen(CMAServiceID(RDMAPortSpaceTCP, port), srv.handle); err != nil {
+		t.Fatal(err)
+	}
+	return srv, peer, MADAddress{Remote: ip22, Local: ip21, RemoteQPN: 1}
 }
 
 // sentLikeKernel flushes n and fails the test unless peer then received exactly
