@@ -42,11 +42,17 @@ static int sr_cqx_poll1(struct ibv_cq_ex *c)
 	return 0;
 }
 
+// ibv_start_poll takes the CQ's xmu, held until ibv_end_poll, unless it
+// fails (ENOENT: empty), as rxe's cq_start_poll takes and releases its lock.
 static int sr_cqx_start_poll(struct ibv_cq_ex *c, struct ibv_poll_cq_attr *attr)
 {
 	if (attr && attr->comp_mask)
 		return EINVAL;
-	return sr_cqx_poll1(c);
+	pthread_mutex_lock(&sr_cqx(c)->xmu);
+	int rc = sr_cqx_poll1(c);
+	if (rc)
+		pthread_mutex_unlock(&sr_cqx(c)->xmu);
+	return rc;
 }
 
 static int sr_cqx_next_poll(struct ibv_cq_ex *c)
@@ -56,6 +62,7 @@ static int sr_cqx_next_poll(struct ibv_cq_ex *c)
 
 static void sr_cqx_end_poll(struct ibv_cq_ex *c)
 {
+	pthread_mutex_unlock(&sr_cqx(c)->xmu);
 }
 
 static enum ibv_wc_opcode sr_cqx_opcode(struct ibv_cq_ex *c) { return sr_cqx(c)->xwc.opcode; }
@@ -103,6 +110,7 @@ struct ibv_cq_ex *sr_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_at
 	if (!cq)
 		return NULL;
 	struct ibv_cq_ex *c = &((struct sr_cq *)cq)->cqx;
+	pthread_mutex_init(&((struct sr_cq *)cq)->xmu, NULL);
 	c->start_poll = sr_cqx_start_poll;
 	c->next_poll = sr_cqx_next_poll;
 	c->end_poll = sr_cqx_end_poll;

@@ -7,6 +7,7 @@
 #ifndef SROBJ_H
 #define SROBJ_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <infiniband/verbs.h>
 
@@ -17,6 +18,9 @@ struct sr_cq {
 	};
 	uintptr_t h;
 	struct ibv_wc xwc; /* the extended CQ's current completion (start_poll, next_poll) */
+	/* xmu makes ibv_start_poll .. ibv_end_poll a critical section, as rxe's
+	 * CQ lock does: xwc is the polling thread's until ibv_end_poll. */
+	pthread_mutex_t xmu;
 	/* sr_poll_cq: the engine's completion count (sr_wake.seq) read before
 	 * the last poll that left the CQ empty, +1 (0: none known) */
 	uint32_t empty_at;

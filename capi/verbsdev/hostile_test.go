@@ -25,7 +25,7 @@ sends completed once: 12000 of 12000 (twice or more: 0)
 recvs completed once: 12000 of 12000 (twice or more: 0)
 bad status: 0, unknown wr_id: 0
 `
-	for _, mode := range []string{"send", "wr", "recv", "poll"} {
+	for _, mode := range []string{"send", "wr", "recv", "poll", "pollex"} {
 		t.Run(mode, func(t *testing.T) {
 			out, errOut, err := runBounded(t, lib, "roce:"+randomNet()+"1", 2*time.Minute, prog, mode)
 			if err != nil || out != want {

@@ -5,7 +5,9 @@
  * asks of a provider). MODE says which verb gets THREADS threads, the others
  * one each: send (ibv_post_send on a), wr (ibv_wr_start, ibv_wr_send,
  * ibv_wr_set_sge, ibv_wr_complete on a, made with ibv_create_qp_ex), recv
- * (ibv_post_recv on b), poll (ibv_poll_cq on each CQ). Every WR must complete exactly once, successfully; the program
+ * (ibv_post_recv on b), poll (ibv_poll_cq on each CQ), pollex (ibv_start_poll,
+ * ibv_next_poll, ibv_end_poll on each CQ, made with ibv_create_cq_ex: rxe's
+ * start_poll takes the CQ's lock until end_poll). Every WR must complete exactly once, successfully; the program
  * prints the counts and gives up on polling after 60 s (a lost completion). */
 #include <errno.h>
 #include <pthread.h>
@@ -20,12 +22,14 @@
 
 #define THREADS 4
 #define TOTAL 12000
+#define INFLIGHT 256 /* posted and not yet polled, per CQ (of 512) */
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static struct ibv_mr *mr;
 static char *buf;
 static struct ibv_cq *acq, *bcq;
+static struct ibv_cq_ex *acqx, *bcqx; /* mode pollex: the extended CQs */
 static struct ibv_qp *a, *b;
 static struct ibv_qp_ex *ax; /* a's extended QP (mode wr), or NULL */
 static unsigned char seen_send[TOTAL], seen_recv[TOTAL];
@@ -37,6 +41,11 @@ static void *sender(void *arg)
 {
 	int t = (int)(intptr_t)arg, i;
 	while ((i = __atomic_fetch_add(&next_send, 1, __ATOMIC_RELAXED)) < TOTAL) {
+		/* A WQE's slot is free once it completes, polled or not: the
+		 * program keeps what it has posted and not polled within its CQ
+		 * (an overrun CQ loses completions, on rxe as here). */
+		while (i - __atomic_load_n(&done_send, __ATOMIC_RELAXED) >= INFLIGHT)
+			sched_yield();
 		struct ibv_sge s = {.addr = (uintptr_t)buf + t * 64, .length = 8, .lkey = mr->lkey};
 		struct ibv_send_wr w = {.wr_id = (uint64_t)i, .sg_list = &s, .num_sge = 1,
 			.opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED}, *bw;
@@ -63,6 +72,8 @@ static void *receiver(void *arg)
 {
 	int t = (int)(intptr_t)arg, i;
 	while ((i = __atomic_fetch_add(&next_recv, 1, __ATOMIC_RELAXED)) < TOTAL) {
+		while (i - __atomic_load_n(&done_recv, __ATOMIC_RELAXED) >= INFLIGHT)
+			sched_yield();
 		struct ibv_sge s = {.addr = (uintptr_t)buf + 4096 + t * 64, .length = 64, .lkey = mr->lkey};
 		struct ibv_recv_wr w = {.wr_id = (uint64_t)i, .sg_list = &s, .num_sge = 1}, *bw;
 		int rc;
@@ -82,9 +93,26 @@ static void *poller(void *arg)
 	int *done = recv ? &done_recv : &done_send;
 	struct timespec t0, t;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	struct ibv_cq_ex *cqx = recv ? bcqx : acqx;
 	while (__atomic_load_n(done, __ATOMIC_RELAXED) < TOTAL) {
 		struct ibv_wc wc[8];
-		int n = ibv_poll_cq(cq, 8, wc);
+		int n = 0;
+		if (cqx) {
+			struct ibv_poll_cq_attr pa = {0};
+			if (!ibv_start_poll(cqx, &pa)) {
+				do {
+					/* A program may work between the poll and its reads:
+					 * the completion stays its own until ibv_end_poll. */
+					sched_yield();
+					wc[n].wr_id = cqx->wr_id;
+					wc[n].status = cqx->status;
+					n++;
+				} while (n < 8 && !ibv_next_poll(cqx));
+				ibv_end_poll(cqx);
+			}
+		} else {
+			n = ibv_poll_cq(cq, 8, wc);
+		}
 		for (int i = 0; i < n; i++) {
 			if (wc[i].status != IBV_WC_SUCCESS)
 				__atomic_add_fetch(&bad_status, 1, __ATOMIC_RELAXED);
@@ -117,10 +145,10 @@ int main(int argc, char **argv)
 		ns = THREADS;
 	else if (!strcmp(mode, "recv"))
 		nr = THREADS;
-	else if (!strcmp(mode, "poll"))
+	else if (!strcmp(mode, "poll") || !strcmp(mode, "pollex"))
 		np = THREADS;
 	else {
-		fprintf(stderr, "usage: threads send|wr|recv|poll\n");
+		fprintf(stderr, "usage: threads send|wr|recv|poll|pollex\n");
 		return 2;
 	}
 	struct ibv_device **l = ibv_get_device_list(NULL);
@@ -130,8 +158,16 @@ int main(int argc, char **argv)
 	pd = ibv_alloc_pd(ctx);
 	buf = aligned_alloc(4096, 8192);
 	mr = ibv_reg_mr(pd, buf, 8192, IBV_ACCESS_LOCAL_WRITE);
-	acq = ibv_create_cq(ctx, 512, NULL, NULL, 0);
-	bcq = ibv_create_cq(ctx, 512, NULL, NULL, 0);
+	if (!strcmp(mode, "pollex")) {
+		struct ibv_cq_init_attr_ex ca = {.cqe = 512, .wc_flags = IBV_WC_STANDARD_FLAGS};
+		acqx = ibv_create_cq_ex(ctx, &ca);
+		bcqx = ibv_create_cq_ex(ctx, &ca);
+		acq = acqx ? ibv_cq_ex_to_cq(acqx) : NULL;
+		bcq = bcqx ? ibv_cq_ex_to_cq(bcqx) : NULL;
+	} else {
+		acq = ibv_create_cq(ctx, 512, NULL, NULL, 0);
+		bcq = ibv_create_cq(ctx, 512, NULL, NULL, 0);
+	}
 	struct ibv_qp_init_attr ia = {.qp_type = IBV_QPT_RC,
 		.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1}};
 	ia.send_cq = ia.recv_cq = acq;
