@@ -207,17 +207,24 @@ func TestRCRemoteAccessErrors(t *testing.T) {
 			}
 			e.remote.check(t)
 			local.check(t)
-			if c := p.B.QP.Counters(); c.NAKsSent[ib.NAKRemoteAccessError] != 1 {
-				t.Fatalf("NAKs %v", c.NAKsSent)
-			}
-			ev := <-p.B.Ctx.AsyncEvents()
-			for ev.Type == ib.EventCommEst {
-				ev = <-p.B.Ctx.AsyncEvents()
-			}
-			if ev.Type != ib.EventQPAccessErr || ev.QP != p.B.QP {
-				t.Fatalf("async event %s", ev.Type)
-			}
+			wantResponderNAK(t, p, ib.NAKRemoteAccessError, ib.EventQPAccessErr)
 		})
+	}
+}
+
+// wantResponderNAK fails the test unless p.B's QP sent one NAK with code and
+// its first asynchronous event after COMM_EST is ev, about that QP.
+func wantResponderNAK(t *testing.T, p *ibtest.Pair, code ib.NAKCode, ev ib.AsyncEventType) {
+	t.Helper()
+	if c := p.B.QP.Counters(); c.NAKsSent[code] != 1 {
+		t.Fatalf("NAKs %v", c.NAKsSent)
+	}
+	got := <-p.B.Ctx.AsyncEvents()
+	for got.Type == ib.EventCommEst {
+		got = <-p.B.Ctx.AsyncEvents()
+	}
+	if got.Type != ev || got.QP != p.B.QP {
+		t.Fatalf("async event %s, want %s", got.Type, ev)
 	}
 }
 
@@ -249,16 +256,7 @@ func TestRCRemoteOperationalError(t *testing.T) {
 	if !bytes.Equal(recvBuf, make([]byte, 4096)) {
 		t.Fatal("the deregistered region was written")
 	}
-	if c := p.B.QP.Counters(); c.NAKsSent[ib.NAKRemoteOperationalError] != 1 {
-		t.Fatalf("NAKs %v", c.NAKsSent)
-	}
-	ev := <-p.B.Ctx.AsyncEvents()
-	for ev.Type == ib.EventCommEst {
-		ev = <-p.B.Ctx.AsyncEvents()
-	}
-	if ev.Type != ib.EventQPFatal || ev.QP != p.B.QP {
-		t.Fatalf("async event %s", ev.Type)
-	}
+	wantResponderNAK(t, p, ib.NAKRemoteOperationalError, ib.EventQPFatal)
 }
 
 // TestRCInvalidRequests checks requests the responder refuses as invalid.
