@@ -17,18 +17,8 @@ func udQP(t *testing.T, e *ibtest.Endpoint, qkey uint32) *ib.QP {
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := []struct {
-		attr ib.QPAttr
-		mask ib.QPAttrMask
-	}{
-		{ib.QPAttr{QPState: ib.QPStateInit, Port: 1, QKey: qkey}, ib.QPAttrState | ib.QPAttrPKeyIndex | ib.QPAttrPort | ib.QPAttrQKey},
-		{ib.QPAttr{QPState: ib.QPStateRTR}, ib.QPAttrState},
-		{ib.QPAttr{QPState: ib.QPStateRTS, SQPSN: 1}, ib.QPAttrState | ib.QPAttrSQPSN},
-	}
-	for _, s := range steps {
-		if err := qp.Modify(&s.attr, s.mask); err != nil {
-			t.Fatal(err)
-		}
+	if err := ibtest.UDToRTS(qp, qkey, 1); err != nil {
+		t.Fatal(err)
 	}
 	return qp
 }

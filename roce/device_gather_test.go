@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/ibtransport/ibtest"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/roce"
 )
@@ -80,18 +81,8 @@ func TestDeviceGatherSendCompletion(t *testing.T) {
 			var ahAB ibtransport.AddressHandle
 			if typ == ibtransport.QPTypeUD {
 				for _, q := range []*ibtransport.QP{qa, qb} {
-					for _, s := range []struct {
-						a ibtransport.QPAttr
-						m ibtransport.QPAttrMask
-					}{
-						{ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, QKey: qkey},
-							ibtransport.QPAttrState | ibtransport.QPAttrPKeyIndex | ibtransport.QPAttrPort | ibtransport.QPAttrQKey},
-						{ibtransport.QPAttr{QPState: ibtransport.QPStateRTR}, ibtransport.QPAttrState},
-						{ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: 1}, ibtransport.QPAttrState | ibtransport.QPAttrSQPSN},
-					} {
-						if err := q.Modify(&s.a, s.m); err != nil {
-							t.Fatal(err)
-						}
+					if err := ibtest.UDToRTS(q, qkey, 1); err != nil {
+						t.Fatal(err)
 					}
 				}
 				if ahAB, err = a.AddressHandle(ipB); err != nil {

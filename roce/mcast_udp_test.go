@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/ibtransport/ibtest"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/roce"
 )
@@ -32,18 +33,8 @@ func newMcastQP(t *testing.T, d *roce.Device, qkey uint32) *mcastQP {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []struct {
-		a ibtransport.QPAttr
-		m ibtransport.QPAttrMask
-	}{
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, QKey: qkey},
-			ibtransport.QPAttrState | ibtransport.QPAttrPKeyIndex | ibtransport.QPAttrPort | ibtransport.QPAttrQKey},
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTR}, ibtransport.QPAttrState},
-		{ibtransport.QPAttr{QPState: ibtransport.QPStateRTS, SQPSN: 7}, ibtransport.QPAttrState | ibtransport.QPAttrSQPSN},
-	} {
-		if err := qp.Modify(&s.a, s.m); err != nil {
-			t.Fatal(err)
-		}
+	if err := ibtest.UDToRTS(qp, qkey, 7); err != nil {
+		t.Fatal(err)
 	}
 	mr, err := pd.RegMR(make([]byte, 16*1024), ibtransport.AccessLocalWrite)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/ibtransport/ibtest"
 	"github.com/softrdma/softrdma/sim"
 )
 
@@ -685,18 +686,8 @@ func (n *simNode) newUDQP(t *testing.T, depth int, qkey uint32) *ib.QP {
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := []struct {
-		attr ib.QPAttr
-		mask ib.QPAttrMask
-	}{
-		{ib.QPAttr{QPState: ib.QPStateInit, Port: 1, QKey: qkey}, ib.QPAttrState | ib.QPAttrPKeyIndex | ib.QPAttrPort | ib.QPAttrQKey},
-		{ib.QPAttr{QPState: ib.QPStateRTR}, ib.QPAttrState},
-		{ib.QPAttr{QPState: ib.QPStateRTS, SQPSN: 0x777}, ib.QPAttrState | ib.QPAttrSQPSN},
-	}
-	for _, s := range steps {
-		if err := qp.Modify(&s.attr, s.mask); err != nil {
-			t.Fatal(err)
-		}
+	if err := ibtest.UDToRTS(qp, qkey, 0x777); err != nil {
+		t.Fatal(err)
 	}
 	return qp
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/softrdma/softrdma/header"
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/ibtransport/ibtest"
 )
 
 // soakDepth is how many send WRs each UC and UD stream keeps in flight.
@@ -314,10 +315,7 @@ func newUDStream(sn *soakNet, x, y *simNode, seed uint64, n int) (*udStream, err
 		if err != nil {
 			return nil, err
 		}
-		return qp, modifySteps(qp,
-			modifyStep{ib.QPAttr{QPState: ib.QPStateInit, Port: 1, QKey: udQKey}, ib.QPAttrState | ib.QPAttrPKeyIndex | ib.QPAttrPort | ib.QPAttrQKey},
-			modifyStep{ib.QPAttr{QPState: ib.QPStateRTR}, ib.QPAttrState},
-			modifyStep{ib.QPAttr{QPState: ib.QPStateRTS, SQPSN: uint32(seed) & ib.PSNMask}, ib.QPAttrState | ib.QPAttrSQPSN})
+		return qp, ibtest.UDToRTS(qp, udQKey, uint32(seed)&ib.PSNMask)
 	}
 	var err error
 	if s.qa, err = mk(x, s.aS, s.aR, 1); err != nil {

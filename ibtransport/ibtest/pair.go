@@ -47,6 +47,16 @@ func Connect(a, b *ibtransport.QP, o ConnOptions) error {
 	return bringUp(b, a.QPN(), o.PSNA, o.PSNB, *AddressOf(AToB), o)
 }
 
+// UDToRTS moves a UD QP in RESET through INIT (port 1, P_Key index 0, Q_Key
+// qkey) and RTR to RTS, sending from PSN sqpsn: the steps a UD QP takes, with
+// no peer to name.
+func UDToRTS(qp *ibtransport.QP, qkey, sqpsn uint32) error {
+	if qp.Type() != ibtransport.QPTypeUD {
+		return fmt.Errorf("UDToRTS of a %s QP", qp.Type())
+	}
+	return bringUp(qp, 0, 0, sqpsn, ibtransport.AddressHandle{}, ConnOptions{QKey: qkey})
+}
+
 // bringUp moves qp through INIT and RTR to RTS.
 func bringUp(qp *ibtransport.QP, dest, rqpsn, sqpsn uint32, ah ibtransport.AddressHandle, o ConnOptions) error {
 	attr := ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1, AccessFlags: o.Access, QKey: o.QKey}
