@@ -41,7 +41,6 @@ long _ibv_query_gid_table(void) { sr_refuse("_ibv_query_gid_table"); return EOPN
 void *ibv_reg_dmabuf_mr(void) { sr_refuse("ibv_reg_dmabuf_mr"); return NULL; }
 void *ibv_import_dm(void) { sr_refuse("ibv_import_dm"); return NULL; }
 void ibv_unimport_dm(void) { sr_refuse("ibv_unimport_dm"); }
-long ibv_query_qp_data_in_order(void) { sr_refuse("ibv_query_qp_data_in_order"); return EOPNOTSUPP; }
 long ibv_get_pkey_index(void) { sr_refuse("ibv_get_pkey_index"); return EOPNOTSUPP; }
 */
 import "C"

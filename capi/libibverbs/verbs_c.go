@@ -301,6 +301,7 @@ static int sr_query_device_ex(struct ibv_context *ctx, const struct ibv_query_de
 	memset(&a, 0, sizeof(a));
 	SRGO(srgo_query_device, sr_ctx(ctx)->idx, &a.orig_attr);
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags; // as the kernel: the same bits
+	a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;       // as the kernel (ib_uverbs_ex_query_device)
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
 	return 0;
 }

@@ -305,3 +305,78 @@ func TestPyverbsProviders(t *testing.T) {
 		t.Fatalf("importing pyverbs' providers: %v\n%s\nstderr:\n%s", err, out, errOut)
 	}
 }
+
+// rdmaCoreTestsKnown are the tests of rdma-core's suite that fail on the
+// libraries, with why; TestRdmaCoreTests lets them fail (and pass).
+var rdmaCoreTestsKnown = map[string]string{
+	// The test takes index 0 for empty; the library's GID 0 is the
+	// link-local GID, which ibv_query_gid_ex gives.
+	"test_query_gid_ex_bad_flow": "needs an empty GID index below the table's length",
+	// _ibv_query_gid_table is not implemented (EOPNOTSUPP), so no
+	// too-small-buffer error either.
+	"test_query_gid_table_bad_flow": "ibv_query_gid_table is not implemented",
+	// ibv_import_device of another context's command fd: no kernel objects
+	// to share between processes.
+	"test_imported_rc_ex_rdma_write": "ibv_import_device/ibv_import_pd are not implemented",
+}
+
+// TestRdmaCoreTests runs rdma-core's own test suite (pyverbs; Debian ships
+// it in /usr/share/doc/rdma-core/tests, some files gzipped) on the library,
+// one RoCE device, GID index 1 (the IPv4 GID: index 0's link-local GID is
+// the same for every device on lo). About 70 of its 186 tests run and pass,
+// the rest skip as on rxe (XRC, ODP, DM, mlx5...); none may fail but those
+// of rdmaCoreTestsKnown. Two failed before this commit: test_phys_port_cnt_ex
+// (ibv_query_device_ex gave phys_port_cnt_ex 0, the kernel the port count)
+// and test_query_data_in_order (ibv_query_qp_data_in_order was a stub giving
+// EOPNOTSUPP, rdma-core 0 for a provider without it).
+func TestRdmaCoreTests(t *testing.T) {
+	lib := buildLib(t)
+	src := "/usr/share/doc/rdma-core/tests"
+	if _, err := os.Stat(filepath.Join(src, "run_tests.py")); err != nil {
+		t.Skip("needs rdma-core's tests (Debian package rdma-core, /usr/share/doc/rdma-core/tests)")
+	}
+	if err := exec.Command("/usr/bin/python3", "-c", "import pyverbs.device").Run(); err != nil {
+		t.Skip("needs pyverbs (Debian package python3-pyverbs; scripts/deps.sh installs it)")
+	}
+	dir := filepath.Join(t.TempDir(), "tests")
+	if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	gz, _ := filepath.Glob(filepath.Join(dir, "*.gz"))
+	for _, name := range gz {
+		if o, err := exec.Command("gunzip", "-f", name).CombinedOutput(); err != nil {
+			t.Fatalf("gunzip %s: %v\n%s", name, err, o)
+		}
+	}
+	out, errOut, _ := runBounded(t, lib, "roce:"+randomNet()+"1", 3*time.Minute, "/usr/bin/python3",
+		filepath.Join(dir, "run_tests.py"), "--dev", "sr_roce0", "--gid", "1", "-v")
+	if !strings.Contains(errOut, "\nRan ") {
+		t.Fatalf("rdma-core's tests did not finish:\n%s\n%s", out, errOut)
+	}
+	ok, prev := 0, ""
+	for _, line := range strings.Split(errOut, "\n") {
+		line = strings.TrimSpace(line)
+		before := prev
+		prev = line
+		if strings.HasSuffix(line, " ... ok") {
+			ok++
+		}
+		if !strings.HasSuffix(line, " ... ERROR") && !strings.HasSuffix(line, " ... FAIL") {
+			continue
+		}
+		// "test_x (tests.m.C.test_x) ... ERROR", or with a docstring
+		// "test_x (tests.m.C.test_x)" and then "Docstring ... ERROR".
+		name := strings.Fields(line)[0]
+		if !strings.HasPrefix(name, "test_") && before != "" {
+			name = strings.Fields(before)[0]
+		}
+		if why, known := rdmaCoreTestsKnown[name]; known {
+			t.Logf("%s fails (known: %s)", name, why)
+			continue
+		}
+		t.Errorf("rdma-core's %s", line)
+	}
+	if t.Failed() || ok < 50 {
+		t.Errorf("%d tests passed; the run:\n%s", ok, errOut)
+	}
+}
