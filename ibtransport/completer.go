@@ -128,7 +128,7 @@ func (qp *QP) progress(now time.Time, unacked uint32) {
 	if qp.sq.next != qp.sq.tail {
 		// The window moved: a WQE not yet (fully) sent may go now. With
 		// nothing left to send the wake-up would only find no output.
-		qp.schedule()
+		qp.scheduleUnheld()
 	}
 }
 

@@ -64,3 +64,17 @@ func (c *Context) wakeWaiter(ch chan struct{}) {
 	}
 	signal(ch)
 }
+
+// scheduleUnheld is schedule with a wake-up HoldWake does not hold: for
+// requests an ACK let into the window, a stream's. The device loop sends
+// them on its own thread while the holder, a reader, goes on reading the
+// ACKs; sent by the reader itself, a window-bound stream's packets and its
+// ACKs took turns on one thread (softrdma bench, RoCE SEND 64 KiB, 4 rounds:
+// 661 MiB/s before run to completion, 344 with the reader sending them).
+// mu is held.
+func (qp *QP) scheduleUnheld() {
+	held := qp.ctx.wakeHeld
+	qp.ctx.wakeHeld = false
+	qp.schedule()
+	qp.ctx.wakeHeld = held
+}

@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/ibtransport/ibtest"
 )
 
 // closed reports whether ch is closed.
@@ -131,4 +132,44 @@ func TestHoldWakeCancelledWaiter(t *testing.T) {
 		p.B.Ctx.ReleaseWake(nil)
 		wantWC(t, complete(t, p, p.B.CQ, 1)[0], 1, ib.WCRecv, ib.WCSuccess)
 	})
+}
+
+// TestHoldWakeLetsWindowThrough: an ACK that lets waiting requests into the
+// window signals Wake even while the Context holds its wake-ups: a stream's
+// packets are the device loop's to send, on its own thread, while the
+// holder (a reader) goes on reading ACKs.
+func TestHoldWakeLetsWindowThrough(t *testing.T) {
+	p, err := ibtest.NewPair(ib.ContextConfig{Seed: 1, MaxUnackedPSNs: 4}, ib.QPTypeRC, ibtest.DefaultConnOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := regMR(t, p.A.PD, pattern(8<<10, 1), 0)
+	dst := regMR(t, p.B.PD, make([]byte, 8<<10), allAccess)
+	_ = p.Wire.Run(nil, 100000)
+	post(t, p.A.QP, ib.SendWR{WRID: 1, Opcode: ib.WRRDMAWrite, Signaled: true, SGL: []ib.SGE{src.SGE(0, 8<<10)},
+		RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	now := p.Wire.Clock.Now()
+	batch := ib.NewOutputBatch(32, 0, 0)
+	if n := p.A.Ctx.Output(now, batch); n != 4 {
+		t.Fatalf("A sent %d packets of 8, want its window's 4", n)
+	}
+	for _, pkt := range batch.Packets {
+		if err := p.B.Ctx.Input(now, pkt.Packet(), ib.InputMeta{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch.Reset()
+	if n := p.B.Ctx.Output(now, batch); n != 1 {
+		t.Fatalf("B sent %d packets, want an ACK", n)
+	}
+	woken(p.A.Ctx)
+	p.A.Ctx.HoldWake()
+	if err := p.A.Ctx.Input(now, batch.Packets[0].Packet(), ib.InputMeta{}); err != nil {
+		t.Fatal(err)
+	}
+	if !woken(p.A.Ctx) {
+		t.Error("the ACK that opened the window for a waiting WRITE did not signal Wake while held")
+	}
+	p.A.Ctx.ReleaseWake(nil)
+	wantWC(t, complete(t, p, p.A.CQ, 1)[0], 1, ib.WCRDMAWrite, ib.WCSuccess)
 }
