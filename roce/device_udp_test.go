@@ -22,26 +22,7 @@ func TestDeviceOverUDP(t *testing.T) {
 	ipA, ipB := netip.MustParseAddr("127.0.77.1"), netip.MustParseAddr("127.0.77.2")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	open := func(ip netip.Addr, seed uint64) *roce.Device {
-		ep, err := netio.NewUDP(netio.UDPConfig{LocalAddr: netip.AddrPortFrom(ip, netio.RoCEv2Port)})
-		if err != nil {
-			t.Skipf("cannot open a UDP socket on %v: %v", ip, err)
-		}
-		d, err := roce.NewDevice(roce.DeviceConfig{Endpoint: ep, Addrs: []netip.Addr{ip}, Engine: ibtransport.ContextConfig{Seed: seed}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx, netio.SystemClock{}) }()
-		t.Cleanup(func() {
-			ep.Close()
-			if err := <-done; err != nil && ctx.Err() == nil {
-				t.Errorf("Run: %v", err)
-			}
-		})
-		return d
-	}
-	a, b := open(ipA, 1), open(ipB, 2)
+	a, b := runUDPDevice(t, ctx, ipA, 1), runUDPDevice(t, ctx, ipB, 2)
 	qa, cqa, mra := setupQP(t, a)
 	qb, cqb, mrb := setupQP(t, b)
 	connect(t, a, qa, qb, ipB, 0xfffff0, 7) // the requester's PSNs wrap
