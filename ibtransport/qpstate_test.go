@@ -145,21 +145,17 @@ func TestModifyStateMachine(t *testing.T) {
 }
 
 // toSQE moves the A side of a fresh UC or UD pair to SQE the way the engine does: a
-// send that fails locally (UD: longer than the MTU, IBTA 9.8; UC: a bad L_Key).
+// send that fails locally (a bad L_Key).
 func toSQE(t *testing.T, typ ib.QPType) *ib.QP {
 	t.Helper()
 	p := newPair(t, typ, ibtest.DefaultConnOptions())
 	src := regMR(t, p.A.PD, make([]byte, 5000), 0)
-	wr := ib.SendWR{WRID: 1, Opcode: ib.WRSend, Signaled: true}
+	sge := src.SGE(0, 10)
+	sge.LKey ^= 0xff
+	wr := ib.SendWR{WRID: 1, Opcode: ib.WRSend, Signaled: true, SGL: []ib.SGE{sge}}
 	want := ib.WCLocProtErr
 	if typ == ib.QPTypeUD {
-		wr.SGL = []ib.SGE{src.SGE(0, 4097)}
 		wr.AH, wr.RemoteQPN, wr.RemoteQKey = ibtest.AddressOf(ibtest.BToA), p.B.QP.QPN(), 0x11111111
-		want = ib.WCLocLenErr
-	} else {
-		sge := src.SGE(0, 10)
-		sge.LKey ^= 0xff
-		wr.SGL = []ib.SGE{sge}
 	}
 	post(t, p.A.QP, wr)
 	wantWC(t, complete(t, p, p.A.CQ, 1)[0], 1, ib.WCSend, want)

@@ -280,8 +280,20 @@ func (qp *QP) startWQE(w *sendWQE) bool {
 		return false
 	}
 	if qp.typ.datagram() && w.length > uint64(qp.mtu) {
-		qp.fail(w, WCLocLenErr) // UD messages fit one packet (IBTA 9.8)
-		return false
+		// A UD message fits one packet (IBTA 9.8); one longer than the MTU
+		// is sent as no packet at all and is no error (C10-93.1.1): it
+		// completes successfully, taking its PSN, as on rxe (rxe_req.c:
+		// "fake a successful UD send").
+		w.firstPSN, w.npkts = qp.req.psn, 1
+		qp.req.psn = PSNAdd(qp.req.psn, 1)
+		if PSNLess(qp.req.sentHigh, qp.req.psn) {
+			qp.req.sentHigh = qp.req.psn
+		}
+		qp.req.unacked = qp.req.psn
+		w.state, w.status = wqeDone, WCSuccess
+		qp.sq.next++
+		qp.retire()
+		return true
 	}
 	if f := qp.checkLocalSGL(w); f != faultNone {
 		qp.fail(w, WCLocProtErr)

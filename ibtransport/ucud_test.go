@@ -108,29 +108,29 @@ func TestUDSend(t *testing.T) {
 	}
 }
 
-// TestUDTooLong: a UD send beyond the MTU fails with IBV_WC_LOC_LEN_ERR and moves
-// the QP to SQE; SQE→RTS recovers it.
+// TestUDTooLong: a UD send beyond the MTU emits no packet and is no error
+// (IBTA C10-93.1.1; rxe completes it successfully): it completes with
+// IBV_WC_SUCCESS, the QP stays in RTS, and the receiver's first receive gets
+// the next message, the one that fits.
 func TestUDTooLong(t *testing.T) {
 	p := udPair(t)
 	src := regMR(t, p.A.PD, make([]byte, 5000), 0)
 	dst := regMR(t, p.B.PD, make([]byte, 4200), ib.AccessLocalWrite)
+	postRecv(t, p.B.QP, ib.RecvWR{WRID: 5, SGL: []ib.SGE{dst.SGE(0, 4200)}})
 	wr := ib.SendWR{WRID: 1, Opcode: ib.WRSend, SGL: []ib.SGE{src.SGE(0, 4097)}, Signaled: true,
 		AH: ibtest.AddressOf(ibtest.BToA), RemoteQPN: p.B.QP.QPN(), RemoteQKey: 0x11111111}
 	post(t, p.A.QP, wr)
-	wantWC(t, complete(t, p, p.A.CQ, 1)[0], 1, ib.WCSend, ib.WCLocLenErr)
-	if s := p.A.QP.State(); s != ib.QPStateSQE {
-		t.Fatalf("state %s", s)
+	wantWC(t, complete(t, p, p.A.CQ, 1)[0], 1, ib.WCSend, ib.WCSuccess)
+	if s := p.A.QP.State(); s != ib.QPStateRTS {
+		t.Fatalf("state %s after a send beyond the MTU, want RTS", s)
 	}
-	if err := p.A.QP.Modify(&ib.QPAttr{QPState: ib.QPStateRTS}, ib.QPAttrState); err != nil {
-		t.Fatal(err)
-	}
-	postRecv(t, p.B.QP, ib.RecvWR{WRID: 5, SGL: []ib.SGE{dst.SGE(0, 4200)}})
 	wr.WRID, wr.SGL = 2, []ib.SGE{src.SGE(0, 4096)}
 	post(t, p.A.QP, wr)
 	wantWC(t, complete(t, p, p.A.CQ, 1)[0], 2, ib.WCSend, ib.WCSuccess)
-	if wc := complete(t, p, p.B.CQ, 1)[0]; wc.ByteLen != 4136 {
-		t.Fatalf("%v", wc)
+	if wc := complete(t, p, p.B.CQ, 1)[0]; wc.WRID != 5 || wc.ByteLen != 4136 {
+		t.Fatalf("%v, want wr 5 with the 4096 bytes (and the GRH's 40)", wc)
 	}
+	noMore(t, p, p.B.CQ)
 }
 
 func TestFlushAndAtomicWrite(t *testing.T) {

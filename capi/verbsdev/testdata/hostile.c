@@ -395,6 +395,57 @@ int main(void)
 		munmap(g, 2 * pagesz);
 	}
 
+	/* A UD SEND longer than the port's MTU. IBTA C10-93.1.1: no packet is
+	 * sent and it is no error; rxe completes it with IBV_WC_SUCCESS
+	 * (rxe_req.c, "fake a successful UD send"), the QP stays in RTS, and the
+	 * next SEND, which fits, is the receiver's first message. */
+	{
+		struct ibv_port_attr pa;
+		struct ibv_cq *sc = ibv_create_cq(ctx, 8, NULL, NULL, 0), *rc = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+		struct ibv_qp_init_attr ua = {.send_cq = sc, .recv_cq = rc, .qp_type = IBV_QPT_UD,
+			.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+		struct ibv_qp *u[2] = {sc && rc ? ibv_create_qp(pd, &ua) : NULL, sc && rc ? ibv_create_qp(pd, &ua) : NULL};
+		struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1, .grh = {.dgid = gid, .sgid_index = 1, .hop_limit = 64}};
+		struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+		if (!u[0] || !u[1] || !ah || ibv_query_port(ctx, 1, &pa))
+			return 2;
+		for (int i = 0; i < 2; i++) {
+			struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111};
+			if (ibv_modify_qp(u[i], &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+				return 2;
+			a.qp_state = IBV_QPS_RTR;
+			if (ibv_modify_qp(u[i], &a, IBV_QP_STATE))
+				return 2;
+			a.qp_state = IBV_QPS_RTS;
+			if (ibv_modify_qp(u[i], &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
+				return 2;
+		}
+		struct ibv_sge rs = {.addr = (uintptr_t)buf + 16384, .length = 16384, .lkey = mr->lkey};
+		struct ibv_recv_wr rw = {.wr_id = 3, .sg_list = &rs, .num_sge = 1}, *brw;
+		ibv_post_recv(u[1], &rw, &brw);
+		struct ibv_sge ss = {.addr = (uintptr_t)buf, .length = (128u << pa.active_mtu) + 1, .lkey = mr->lkey};
+		struct ibv_send_wr sw = {.wr_id = 4, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+			.send_flags = IBV_SEND_SIGNALED}, *bsw;
+		sw.wr.ud.ah = ah;
+		sw.wr.ud.remote_qpn = u[1]->qp_num;
+		sw.wr.ud.remote_qkey = 0x11111111;
+		struct ibv_wc wc;
+		RC("UD SEND of the MTU + 1: post", 0, ibv_post_send(u[0], &sw, &bsw));
+		mark("UD SEND of the MTU + 1: sender status", 0);
+		expect("UD SEND of the MTU + 1: sender status", poll1(sc, &wc), IBV_WC_SUCCESS);
+		ss.length = 16;
+		RC("UD SEND of 16 after it: post", 0, ibv_post_send(u[0], &sw, &bsw));
+		mark("UD SEND of 16 after it: sender status", 0);
+		expect("UD SEND of 16 after it: sender status", poll1(sc, &wc), IBV_WC_SUCCESS);
+		mark("UD SEND of 16 after it: the receiver's first message", 0);
+		expect("UD SEND of 16 after it: the receiver's first message", poll1(rc, &wc) == IBV_WC_SUCCESS ? (long)wc.byte_len : -1, 16 + 40);
+		ibv_destroy_qp(u[0]);
+		ibv_destroy_qp(u[1]);
+		ibv_destroy_ah(ah);
+		ibv_destroy_cq(sc);
+		ibv_destroy_cq(rc);
+	}
+
 	ibv_dereg_mr(mr);
 	ibv_dereg_mr(mr2);
 	ibv_dealloc_pd(pd);
