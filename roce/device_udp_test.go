@@ -28,58 +28,9 @@ func TestDeviceOverUDP(t *testing.T) {
 	connect(t, a, qa, qb, ipB, 0xfffff0, 7) // the requester's PSNs wrap
 	connect(t, b, qb, qa, ipA, 7, 0xfffff0)
 
-	wait := func(cq *ibtransport.CQ, want ibtransport.WCOpcode) ibtransport.WC {
-		t.Helper()
-		wc := make([]ibtransport.WC, 1)
-		for {
-			if cq.Poll(wc) == 1 {
-				if wc[0].Status != ibtransport.WCSuccess || wc[0].Opcode != want {
-					t.Fatalf("completion %v, want %v success", wc[0], want)
-				}
-				return wc[0]
-			}
-			if err := cq.Wait(ctx); err != nil {
-				t.Fatalf("waiting for %v: %v", want, err)
-			}
-		}
-	}
-	src := mra.Buf()
-	for i := range src {
-		src[i] = byte(i*31 + 5)
-	}
+	wait := completionWaiter(t, ctx, nil)
 	const size = 12000 // 12 packets at IB MTU 1024
-	for round := 0; round < 5; round++ {
-		off := round * size
-		if err := qa.PostSend(ibtransport.SendWR{WRID: uint64(round), Opcode: ibtransport.WRRDMAWrite, Signaled: true,
-			SGL: []ibtransport.SGE{mra.SGE(off, size)}, RemoteAddr: mrb.Addr() + uint64(off), RKey: mrb.RKey()}); err != nil {
-			t.Fatal(err)
-		}
-		wait(cqa, ibtransport.WCRDMAWrite)
-		if !bytes.Equal(mrb.Buf()[off:off+size], src[off:off+size]) {
-			t.Fatalf("round %d: WRITE landed wrong bytes", round)
-		}
-	}
-	// READ back into a fresh part of a's region.
-	if err := qa.PostSend(ibtransport.SendWR{WRID: 10, Opcode: ibtransport.WRRDMARead, Signaled: true,
-		SGL: []ibtransport.SGE{mra.SGE(3*size, size)}, RemoteAddr: mrb.Addr(), RKey: mrb.RKey()}); err != nil {
-		t.Fatal(err)
-	}
-	wait(cqa, ibtransport.WCRDMARead)
-	if !bytes.Equal(mra.Buf()[3*size:4*size], src[:size]) {
-		t.Fatal("READ returned wrong bytes")
-	}
-	// SEND b → a.
-	if err := qa.PostRecv(ibtransport.RecvWR{WRID: 20, SGL: []ibtransport.SGE{mra.SGE(0, 4096)}}); err != nil {
-		t.Fatal(err)
-	}
-	copy(mrb.Buf()[:3000], bytes.Repeat([]byte("softrdma"), 375))
-	if err := qb.PostSend(ibtransport.SendWR{WRID: 21, Opcode: ibtransport.WRSend, Signaled: true, SGL: []ibtransport.SGE{mrb.SGE(0, 3000)}}); err != nil {
-		t.Fatal(err)
-	}
-	wait(cqb, ibtransport.WCSend)
-	if wc := wait(cqa, ibtransport.WCRecv); wc.ByteLen != 3000 || !bytes.Equal(mra.Buf()[:3000], mrb.Buf()[:3000]) {
-		t.Fatalf("SEND: %v", wc)
-	}
+	src := writeReadSend(t, wait, qa, qb, cqa, cqb, mra, mrb, 5, 3*size)
 	for name, d := range map[string]*roce.Device{"a": a, "b": b} {
 		c := d.Counters()
 		if c.BadICRC != 0 || c.Malformed != 0 || c.EngineDrops != 0 || c.FramesIn == 0 {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -75,56 +76,10 @@ func exchange(t *testing.T, a, b *roce.Device, ahAB, ahBA ibtransport.AddressHan
 	mtu := min(a.PathMTU(), b.PathMTU())
 	connectAH(t, qa, qb, ahAB, mtu, 0xfffff0, 7, 17)
 	connectAH(t, qb, qa, ahBA, mtu, 7, 0xfffff0, 17)
-	wait := func(cq *ibtransport.CQ, want ibtransport.WCOpcode) ibtransport.WC {
-		t.Helper()
-		wc := make([]ibtransport.WC, 1)
-		for {
-			if cq.Poll(wc) == 1 {
-				if wc[0].Status != ibtransport.WCSuccess || wc[0].Opcode != want {
-					t.Fatalf("completion %v, want %v success", wc[0], want)
-				}
-				return wc[0]
-			}
-			if err := cq.Wait(ctx); err != nil {
-				t.Fatalf("waiting for %v: %v; counters a %+v b %+v", want, err, a.Counters(), b.Counters())
-			}
-		}
-	}
-	src := mra.Buf()
-	for i := range src {
-		src[i] = byte(i*31 + 5)
-	}
-	const size = 12000
-	for round := range 4 {
-		off := round * size
-		if err := qa.PostSend(ibtransport.SendWR{WRID: uint64(round), Opcode: ibtransport.WRRDMAWrite, Signaled: true,
-			SGL: []ibtransport.SGE{mra.SGE(off, size)}, RemoteAddr: mrb.Addr() + uint64(off), RKey: mrb.RKey()}); err != nil {
-			t.Fatal(err)
-		}
-		wait(cqa, ibtransport.WCRDMAWrite)
-		if !bytes.Equal(mrb.Buf()[off:off+size], src[off:off+size]) {
-			t.Fatalf("round %d: WRITE landed wrong bytes", round)
-		}
-	}
-	if err := qa.PostSend(ibtransport.SendWR{WRID: 10, Opcode: ibtransport.WRRDMARead, Signaled: true,
-		SGL: []ibtransport.SGE{mra.SGE(4*size, size)}, RemoteAddr: mrb.Addr(), RKey: mrb.RKey()}); err != nil {
-		t.Fatal(err)
-	}
-	wait(cqa, ibtransport.WCRDMARead)
-	if !bytes.Equal(mra.Buf()[4*size:5*size], src[:size]) {
-		t.Fatal("READ returned wrong bytes")
-	}
-	if err := qa.PostRecv(ibtransport.RecvWR{WRID: 20, SGL: []ibtransport.SGE{mra.SGE(0, 4096)}}); err != nil {
-		t.Fatal(err)
-	}
-	copy(mrb.Buf()[:3000], bytes.Repeat([]byte("softrdma"), 375))
-	if err := qb.PostSend(ibtransport.SendWR{WRID: 21, Opcode: ibtransport.WRSend, Signaled: true, SGL: []ibtransport.SGE{mrb.SGE(0, 3000)}}); err != nil {
-		t.Fatal(err)
-	}
-	wait(cqb, ibtransport.WCSend)
-	if wc := wait(cqa, ibtransport.WCRecv); wc.ByteLen != 3000 || !bytes.Equal(mra.Buf()[:3000], mrb.Buf()[:3000]) {
-		t.Fatalf("SEND: %v", wc)
-	}
+	wait := completionWaiter(t, ctx, func() string {
+		return fmt.Sprintf("counters a %+v b %+v", a.Counters(), b.Counters())
+	})
+	writeReadSend(t, wait, qa, qb, cqa, cqb, mra, mrb, 4, 4*12000)
 }
 
 func ah(t *testing.T, d *roce.Device, dst netip.Addr, v roce.Version) ibtransport.AddressHandle {
