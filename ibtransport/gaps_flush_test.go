@@ -9,6 +9,22 @@ import (
 	"github.com/softrdma/softrdma/ibtransport/ibtest"
 )
 
+// flushAll returns the FLUSH work request, with info, of the whole region mr:
+// the wr of a case.
+func flushAtStart(info ib.FlushInfo) func(mr *ib.MR) ib.SendWR {
+	return func(mr *ib.MR) ib.SendWR {
+		return ib.SendWR{Opcode: ib.WRFlush, RemoteAddr: mr.Addr(), RKey: mr.RKey(), Flush: info}
+	}
+}
+
+// atomicWriteAt returns a case's wr: an ATOMIC WRITE to offset off of the
+// region mr.
+func atomicWriteAt(off uint64) func(mr *ib.MR) ib.SendWR {
+	return func(mr *ib.MR) ib.SendWR {
+		return ib.SendWR{Opcode: ib.WRAtomicWrite, RemoteAddr: mr.Addr() + off, RKey: mr.RKey()}
+	}
+}
+
 // TestAtomicWriteFlushErrors: a refused ATOMIC WRITE or FLUSH (IBTA Vol1 Annex
 // A19) gets the NAK its class calls for and both sides see it: the requester's
 // WR completes with the NAK's status and its QP goes to ERR; the responder
@@ -31,63 +47,37 @@ func TestAtomicWriteFlushErrors(t *testing.T) {
 		event  ib.AsyncEventType
 	}{
 		{name: "atomic write misaligned by 4", mrAcc: ib.AccessRemoteWrite,
-			wr: func(mr *ib.MR) ib.SendWR {
-				return ib.SendWR{Opcode: ib.WRAtomicWrite, RemoteAddr: mr.Addr() + 4, RKey: mr.RKey()}
-			}, status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
+			wr: atomicWriteAt(4), status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
 		{name: "atomic write misaligned by 1", mrAcc: ib.AccessRemoteWrite,
-			wr: func(mr *ib.MR) ib.SendWR {
-				return ib.SendWR{Opcode: ib.WRAtomicWrite, RemoteAddr: mr.Addr() + 9, RKey: mr.RKey()}
-			}, status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
+			wr: atomicWriteAt(9), status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
 		{name: "atomic write DMA length 16 on the wire", mrAcc: ib.AccessRemoteWrite,
-			wr: func(mr *ib.MR) ib.SendWR {
-				return ib.SendWR{Opcode: ib.WRAtomicWrite, RemoteAddr: mr.Addr(), RKey: mr.RKey()}
-			}, edit: func(pk *ib.Packet) { pk.RETH.SetDMALen(16) },
+			wr: atomicWriteAt(0), edit: func(pk *ib.Packet) { pk.RETH.SetDMALen(16) },
 			status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
 		{name: "atomic write, region without remote write", mrAcc: ib.AccessRemoteRead | ib.AccessRemoteAtomic,
-			wr: func(mr *ib.MR) ib.SendWR {
-				return ib.SendWR{Opcode: ib.WRAtomicWrite, RemoteAddr: mr.Addr(), RKey: mr.RKey()}
-			}, status: ib.WCRemAccessErr, nak: ib.NAKRemoteAccessError, event: ib.EventQPAccessErr},
+			wr: atomicWriteAt(0), status: ib.WCRemAccessErr, nak: ib.NAKRemoteAccessError, event: ib.EventQPAccessErr},
 		{name: "atomic write, QP without remote write", mrAcc: ib.AccessRemoteWrite, qpAcc: ib.AccessRemoteRead | ib.AccessRemoteAtomic,
-			wr: func(mr *ib.MR) ib.SendWR {
-				return ib.SendWR{Opcode: ib.WRAtomicWrite, RemoteAddr: mr.Addr(), RKey: mr.RKey()}
-			}, status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
+			wr: atomicWriteAt(0), status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
 		{name: "atomic write past the end", mrAcc: ib.AccessRemoteWrite,
-			wr: func(mr *ib.MR) ib.SendWR {
-				return ib.SendWR{Opcode: ib.WRAtomicWrite, RemoteAddr: mr.Addr() + size, RKey: mr.RKey()}
-			}, status: ib.WCRemAccessErr, nak: ib.NAKRemoteAccessError, event: ib.EventQPAccessErr},
+			wr: atomicWriteAt(size), status: ib.WCRemAccessErr, nak: ib.NAKRemoteAccessError, event: ib.EventQPAccessErr},
 		{name: "flush placement type 0 on the wire", mrAcc: ib.AccessFlushGlobal,
-			wr: func(mr *ib.MR) ib.SendWR {
-				return ib.SendWR{Opcode: ib.WRFlush, RemoteAddr: mr.Addr(), RKey: mr.RKey(), Flush: ib.FlushInfo{Len: 8, Type: 1}}
-			}, edit: func(pk *ib.Packet) { pk.FETH.SetPlacementType(0) },
+			wr: flushAtStart(ib.FlushInfo{Len: 8, Type: 1}), edit: func(pk *ib.Packet) { pk.FETH.SetPlacementType(0) },
 			status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
 		{name: "flush placement type 4", mrAcc: ib.AccessFlushGlobal | ib.AccessFlushPersistent,
-			wr: func(mr *ib.MR) ib.SendWR {
-				return ib.SendWR{Opcode: ib.WRFlush, RemoteAddr: mr.Addr(), RKey: mr.RKey(), Flush: ib.FlushInfo{Len: 8, Type: 4}}
-			}, status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
+			wr: flushAtStart(ib.FlushInfo{Len: 8, Type: 4}), status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
 		{name: "flush placement type 5", mrAcc: ib.AccessFlushGlobal | ib.AccessFlushPersistent,
-			wr: func(mr *ib.MR) ib.SendWR {
-				return ib.SendWR{Opcode: ib.WRFlush, RemoteAddr: mr.Addr(), RKey: mr.RKey(), Flush: ib.FlushInfo{Len: 8, Type: 5}}
-			}, status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
+			wr: flushAtStart(ib.FlushInfo{Len: 8, Type: 5}), status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
 		{name: "flush selectivity level 2", mrAcc: ib.AccessFlushGlobal,
-			wr: func(mr *ib.MR) ib.SendWR {
-				return ib.SendWR{Opcode: ib.WRFlush, RemoteAddr: mr.Addr(), RKey: mr.RKey(), Flush: ib.FlushInfo{Len: 8, Type: 1, Level: 2}}
-			}, status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
+			wr: flushAtStart(ib.FlushInfo{Len: 8, Type: 1, Level: 2}), status: ib.WCRemInvReqErr, nak: ib.NAKInvalidRequest, event: ib.EventQPReqErr},
 		{name: "flush global without the right", mrAcc: ib.AccessRemoteWrite | ib.AccessFlushPersistent,
-			wr: func(mr *ib.MR) ib.SendWR {
-				return ib.SendWR{Opcode: ib.WRFlush, RemoteAddr: mr.Addr(), RKey: mr.RKey(), Flush: ib.FlushInfo{Len: 8, Type: 1}}
-			}, status: ib.WCRemAccessErr, nak: ib.NAKRemoteAccessError, event: ib.EventQPAccessErr},
+			wr: flushAtStart(ib.FlushInfo{Len: 8, Type: 1}), status: ib.WCRemAccessErr, nak: ib.NAKRemoteAccessError, event: ib.EventQPAccessErr},
 		{name: "flush global and persistent with only global", mrAcc: ib.AccessFlushGlobal,
-			wr: func(mr *ib.MR) ib.SendWR {
-				return ib.SendWR{Opcode: ib.WRFlush, RemoteAddr: mr.Addr(), RKey: mr.RKey(), Flush: ib.FlushInfo{Len: 8, Type: 3}}
-			}, status: ib.WCRemAccessErr, nak: ib.NAKRemoteAccessError, event: ib.EventQPAccessErr},
+			wr: flushAtStart(ib.FlushInfo{Len: 8, Type: 3}), status: ib.WCRemAccessErr, nak: ib.NAKRemoteAccessError, event: ib.EventQPAccessErr},
 		{name: "flush whole region without the right", mrAcc: ib.AccessFlushGlobal,
 			wr: func(mr *ib.MR) ib.SendWR {
 				return ib.SendWR{Opcode: ib.WRFlush, RKey: mr.RKey(), Flush: ib.FlushInfo{Type: 2, Level: 1}}
 			}, status: ib.WCRemAccessErr, nak: ib.NAKRemoteAccessError, event: ib.EventQPAccessErr},
 		{name: "flush range one byte past the end", mrAcc: ib.AccessFlushGlobal,
-			wr: func(mr *ib.MR) ib.SendWR {
-				return ib.SendWR{Opcode: ib.WRFlush, RemoteAddr: mr.Addr(), RKey: mr.RKey(), Flush: ib.FlushInfo{Len: size + 1, Type: 1}}
-			}, status: ib.WCRemAccessErr, nak: ib.NAKRemoteAccessError, event: ib.EventQPAccessErr},
+			wr: flushAtStart(ib.FlushInfo{Len: size + 1, Type: 1}), status: ib.WCRemAccessErr, nak: ib.NAKRemoteAccessError, event: ib.EventQPAccessErr},
 		{name: "flush whole region with a bad key", mrAcc: ib.AccessFlushGlobal,
 			wr: func(mr *ib.MR) ib.SendWR {
 				return ib.SendWR{Opcode: ib.WRFlush, RKey: mr.RKey() ^ 0x80, Flush: ib.FlushInfo{Type: 1, Level: 1}}
