@@ -163,6 +163,20 @@ int main(void)
 		sw.num_sge = rw.num_sge = 1 << 28;
 		RC("post_send num_sge 1<<28, list of one", EINVAL, ibv_post_send(p.a, &sw, &bsw));
 		RC("post_recv num_sge 1<<28, list of one", EINVAL, ibv_post_recv(p.b, &rw, &brw));
+		/* rxe_post_srq_recv -> rxe_post_one_recv: the same for an SRQ,
+		 * the refused WR (not the good one before it) in *bad_wr. */
+		struct ibv_srq_init_attr si = {.attr = {.max_wr = 4, .max_sge = 1}};
+		struct ibv_srq *srq = ibv_create_srq(pd, &si);
+		if (!srq)
+			return 2;
+		struct ibv_recv_wr ok = {.wr_id = 3, .sg_list = last, .num_sge = 1, .next = &rw};
+		rw.num_sge = -1;
+		brw = NULL;
+		RC("post_srq_recv num_sge -1 after a good WR", EINVAL, ibv_post_srq_recv(srq, &ok, &brw));
+		expect("post_srq_recv num_sge -1 after a good WR: bad_wr", brw == &rw, 1);
+		rw.num_sge = 1 << 28;
+		RC("post_srq_recv num_sge 1<<28, list of one", EINVAL, ibv_post_srq_recv(srq, &rw, &brw));
+		RC("destroy_srq", 0, ibv_destroy_srq(srq));
 		/* rxe_poll_cq: for (npolled = 0; npolled < ne; ...): no entries
 		 * asked, none polled, 0. */
 		struct ibv_wc wc;
