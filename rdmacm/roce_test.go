@@ -51,6 +51,32 @@ func (p *pair) connect(pd string) (*rdmacm.ID, *ib.QP) {
 	return id, qp
 }
 
+// closeAll destroys ids, in order, and the listener, lets the CMs settle for
+// d, and checks that neither host leaked (noLeak): qa and qb, the QPs A and B
+// held (nil for none), must be destroyed with their IDs.
+func (p *pair) closeAll(d time.Duration, qa, qb *ib.QP, ids ...*rdmacm.ID) {
+	p.t.Helper()
+	for _, id := range ids {
+		if err := id.Destroy(); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+	if err := p.l.Destroy(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.settle(d)
+	for _, h := range []struct {
+		host *host
+		qp   *ib.QP
+	}{{p.a, qa}, {p.b, qb}} {
+		if h.qp != nil {
+			noLeak(p.t, h.host, h.qp)
+		} else {
+			noLeak(p.t, h.host)
+		}
+	}
+}
+
 // request waits for the server's CONNECT_REQUEST.
 func (p *pair) request(limit time.Duration) rdmacm.Event {
 	p.t.Helper()
@@ -139,12 +165,7 @@ func TestRoCEConnectTrafficDisconnect(t *testing.T) {
 	p.next(sid, rdmacm.EventTimewaitExit, 10*time.Second)
 	noEvent(t, id)
 	noEvent(t, sid)
-	must(t, id.Destroy())
-	must(t, sid.Destroy())
-	must(t, p.l.Destroy())
-	p.settle(time.Minute)
-	noLeak(t, p.a, qa)
-	noLeak(t, p.b, qb)
+	p.closeAll(time.Minute, qa, qb, id, sid)
 }
 
 func must(t *testing.T, err error) {
@@ -168,12 +189,7 @@ func TestRoCEReject(t *testing.T) {
 	if qa.State() != ib.QPStateErr {
 		t.Errorf("client QP %v", qa.State())
 	}
-	must(t, id.Destroy())
-	must(t, req.ID.Destroy())
-	must(t, p.l.Destroy())
-	p.settle(5 * time.Minute)
-	noLeak(t, p.a, qa)
-	noLeak(t, p.b)
+	p.closeAll(5*time.Minute, qa, nil, id, req.ID)
 }
 
 // TestRoCEUnknownService: nobody listens on the port: REJECTED with reason 8
@@ -283,12 +299,7 @@ func TestRoCEPeerVanishes(t *testing.T) {
 		if ev := p.next(id, rdmacm.EventUnreachable, 2*budget); ev.Status != rdmacm.StatusTimedOut {
 			t.Errorf("client: status %d", ev.Status)
 		}
-		must(t, req.ID.Destroy())
-		must(t, id.Destroy())
-		must(t, p.l.Destroy())
-		p.settle(time.Minute)
-		noLeak(t, p.b, qb)
-		noLeak(t, p.a, qa)
+		p.closeAll(time.Minute, qa, qb, req.ID, id)
 	})
 }
 
@@ -661,10 +672,5 @@ func TestRoCEQPGoneBeforeREP(t *testing.T) {
 	if qb.State() != ib.QPStateErr {
 		t.Errorf("server QP %v after the REJ", qb.State())
 	}
-	must(t, id.Destroy())
-	must(t, req.ID.Destroy())
-	must(t, p.l.Destroy())
-	p.settle(5 * time.Minute)
-	noLeak(t, p.a)
-	noLeak(t, p.b, qb)
+	p.closeAll(5*time.Minute, nil, qb, id, req.ID)
 }
