@@ -515,6 +515,10 @@ func (e *PacketEndpoint) readFrames(frames [][]byte, block bool) (int, error) {
 func (e *PacketEndpoint) releaseHeld() {
 	e.scratchUsed = 0
 	e.copyHeld = false
+	if e.ring == nil { // Close unmapped it (under readMu): nothing to hand back
+		e.held = 0
+		return
+	}
 	for ; e.held > 0; e.held-- {
 		i := (e.cur - e.held + e.slotNr) % e.slotNr
 		atomic.StoreUint32(e.slotStatus(i), unix.TP_STATUS_KERNEL)

@@ -710,3 +710,29 @@ func startFrameReader(e *PacketEndpoint, want int, deadline time.Duration) frame
 	}()
 	return r
 }
+
+// TestPacketReadFramesAfterClose: a ReadFrames after Close, while frames
+// the last one returned still hold their ring slots, returns net.ErrClosed.
+// It handed the slots back first, into the ring Close had unmapped: a panic
+// (slice bounds out of range with capacity 0) in roce.Run's reader, whose
+// next read raced the device's Close (seen in roce's -race tests).
+func TestPacketReadFramesAfterClose(t *testing.T) {
+	p, a, b := packetPair(t, PacketConfig{BlockSize: 1 << 16, BlockCount: 4})
+	if _, err := a.Write(roceFrames(p.A, p.B, 0, 4), 0); err != nil {
+		t.Fatal(err)
+	}
+	frames := make([][]byte, 4)
+	if n, err := b.ReadFrames(frames); n == 0 || err != nil {
+		t.Fatalf("ReadFrames: %d frames, %v", n, err)
+	}
+	b.Close()
+	for _, read := range []func() (int, error){
+		func() (int, error) { return b.ReadFrames(frames) },
+		func() (int, error) { return b.TryReadFrames(frames) },
+		func() (int, error) { return b.TryRead([][]byte{make([]byte, 2048)}, []int{0}, 0) },
+	} {
+		if n, err := read(); n != 0 || !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("a read after Close: %d frames, %v; want net.ErrClosed", n, err)
+		}
+	}
+}
