@@ -735,16 +735,25 @@ func (s *rcStream) checkArea(what string, i int, mem []byte) bool {
 	return true
 }
 
+// inOrder reports whether the completion of wr wrid is the one expected next,
+// next; if not, it fails the stream, saying whether wrid completed twice or
+// overtook next (out of order, or next is missing). what is "send" or "recv".
+func (s *rcStream) inOrder(what string, wrid uint64, next int) bool {
+	switch {
+	case wrid == uint64(next):
+		return true
+	case wrid < uint64(next):
+		s.failf("%s wr %d completed twice (next expected %d)", what, wrid, next)
+	default:
+		s.failf("%s wr %d completed before %s wr %d: out of order or missing", what, wrid, what, next)
+	}
+	return false
+}
+
 // onSendWC checks a requester completion: the next WRID in posting order
 // (exactly once, in order), success, and what the operation left behind.
 func (s *rcStream) onSendWC(wc ib.WC) {
-	if wc.WRID != uint64(s.completed) {
-		switch {
-		case wc.WRID < uint64(s.completed):
-			s.failf("send wr %d completed twice (next expected %d)", wc.WRID, s.completed)
-		default:
-			s.failf("send wr %d completed before wr %d: out of order or missing", wc.WRID, s.completed)
-		}
+	if !s.inOrder("send", wc.WRID, s.completed) {
 		return
 	}
 	i := s.completed
@@ -799,13 +808,7 @@ func (s *rcStream) onSendWC(wc ib.WC) {
 // onRecvWC checks a receive completion at B: the next receive in order, the
 // message that had to consume it, its length, immediate data and bytes.
 func (s *rcStream) onRecvWC(wc ib.WC, msgOfRecv []int) {
-	if wc.WRID != uint64(s.received) {
-		switch {
-		case wc.WRID < uint64(s.received):
-			s.failf("recv wr %d completed twice (next expected %d)", wc.WRID, s.received)
-		default:
-			s.failf("recv wr %d completed before recv wr %d", wc.WRID, s.received)
-		}
+	if !s.inOrder("recv", wc.WRID, s.received) {
 		return
 	}
 	j := s.received
