@@ -37,7 +37,6 @@ long ibv_query_ece(void) { sr_refuse("ibv_query_ece"); return EOPNOTSUPP; }
 long ibv_set_ece(void) { sr_refuse("ibv_set_ece"); return EOPNOTSUPP; }
 void ibv_unimport_mr(void) { sr_refuse("ibv_unimport_mr"); }
 void ibv_unimport_pd(void) { sr_refuse("ibv_unimport_pd"); }
-long _ibv_query_gid_table(void) { sr_refuse("_ibv_query_gid_table"); return EOPNOTSUPP; }
 void *ibv_reg_dmabuf_mr(void) { sr_refuse("ibv_reg_dmabuf_mr"); return NULL; }
 void *ibv_import_dm(void) { sr_refuse("ibv_import_dm"); return NULL; }
 void ibv_unimport_dm(void) { sr_refuse("ibv_unimport_dm"); }
