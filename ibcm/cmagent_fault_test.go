@@ -60,12 +60,7 @@ func TestCMAgentPeerVanishes(t *testing.T) {
 		}
 	})
 	t.Run("established, DREQ unanswered", func(t *testing.T) {
-		p := newCMPair(t, sim.LinkConfig{})
-		p.listen(t)
-		p.b.acceptAll(t, nil)
-		p.a.rtuAll(t)
-		id, _ := p.a.agent.Connect(p.connectParams(nil), p.a.handle)
-		p.drive(time.Second, func() bool { return p.b.has(EventRTU) })
+		p, id, _ := newEstablishedPair(t, sim.LinkConfig{})
 		p.net.Partition(p.a.port, p.b.port, p.net.Now(), time.Time{})
 		id.Disconnect(nil)
 		p.drive(2*budget, func() bool { return p.a.has(EventTimeWaitExit) })
@@ -78,20 +73,25 @@ func TestCMAgentPeerVanishes(t *testing.T) {
 	})
 }
 
+// newEstablishedPair returns a pair on links cfg whose A has connected to B
+// (B accepts, A sends the RTU), driven until B has the RTU, with A's and B's
+// IDs of the connection.
+func newEstablishedPair(t *testing.T, cfg sim.LinkConfig) (p *cmPair, a, b *ID) {
+	t.Helper()
+	p = newCMPair(t, cfg)
+	p.listen(t)
+	p.b.acceptAll(t, nil)
+	p.a.rtuAll(t)
+	a, _ = p.a.agent.Connect(p.connectParams(nil), p.a.handle)
+	p.drive(time.Second, func() bool { return p.b.has(EventRTU) })
+	return p, a, p.b.events[0].ID
+}
+
 // TestCMAgentDisconnectRaces: simultaneous DREQs, a lost DREP (answered again
 // from TIMEWAIT), a DREQ for a connection already gone (answered anyway).
 func TestCMAgentDisconnectRaces(t *testing.T) {
-	setup := func(t *testing.T, cfg sim.LinkConfig) (*cmPair, *ID, *ID) {
-		p := newCMPair(t, cfg)
-		p.listen(t)
-		p.b.acceptAll(t, nil)
-		p.a.rtuAll(t)
-		a, _ := p.a.agent.Connect(p.connectParams(nil), p.a.handle)
-		p.drive(time.Second, func() bool { return p.b.has(EventRTU) })
-		return p, a, p.b.events[0].ID
-	}
 	t.Run("simultaneous", func(t *testing.T) {
-		p, a, b := setup(t, sim.LinkConfig{Latency: time.Millisecond})
+		p, a, b := newEstablishedPair(t, sim.LinkConfig{Latency: time.Millisecond})
 		p.a.react, p.b.react = nil, nil
 		a.Disconnect(nil)
 		b.Disconnect(nil)
@@ -103,7 +103,7 @@ func TestCMAgentDisconnectRaces(t *testing.T) {
 		}
 	})
 	t.Run("DREP lost", func(t *testing.T) {
-		p, a, _ := setup(t, sim.LinkConfig{DropFunc: dropFirst(AttrDREP, 1)})
+		p, a, _ := newEstablishedPair(t, sim.LinkConfig{DropFunc: dropFirst(AttrDREP, 1)})
 		a.Disconnect(nil)
 		p.drive(time.Minute, func() bool { return p.a.has(EventDREP) })
 		if c := p.a.agent.Counters(); c.Retries != 1 {
@@ -116,7 +116,7 @@ func TestCMAgentDisconnectRaces(t *testing.T) {
 		}
 	})
 	t.Run("DREP lost, long TIMEWAIT", func(t *testing.T) {
-		p, a, _ := setup(t, sim.LinkConfig{DropFunc: dropFirst(AttrDREP, 1)})
+		p, a, _ := newEstablishedPair(t, sim.LinkConfig{DropFunc: dropFirst(AttrDREP, 1)})
 		p.b.agent.cfg.TimeWait = time.Minute
 		a.Disconnect(nil)
 		p.drive(time.Minute, func() bool { return p.a.has(EventDREP) })
@@ -126,7 +126,7 @@ func TestCMAgentDisconnectRaces(t *testing.T) {
 		}
 	})
 	t.Run("DREQ for a forgotten connection", func(t *testing.T) {
-		p, a, b := setup(t, sim.LinkConfig{})
+		p, a, b := newEstablishedPair(t, sim.LinkConfig{})
 		p.b.agent.mu.Lock()
 		p.b.agent.remove(b) // B forgot (restarted its CM)
 		p.b.agent.mu.Unlock()
@@ -141,12 +141,7 @@ func TestCMAgentDisconnectRaces(t *testing.T) {
 // TestCMAgentStale: a REQ from a QP that has a connection here already (its
 // node restarted) is rejected as stale and the old connection is torn down.
 func TestCMAgentStale(t *testing.T) {
-	p := newCMPair(t, sim.LinkConfig{})
-	p.listen(t)
-	p.b.acceptAll(t, nil)
-	p.a.rtuAll(t)
-	old, _ := p.a.agent.Connect(p.connectParams(nil), p.a.handle)
-	p.drive(time.Second, func() bool { return p.b.has(EventRTU) })
+	p, old, _ := newEstablishedPair(t, sim.LinkConfig{})
 	// The same QP number asks again, as a new connection.
 	id, err := p.a.agent.Connect(p.connectParams(nil), p.a.handle)
 	if err != nil {
