@@ -32,11 +32,18 @@ func ucImm(i int) uint32 { return 0x5a000000 | uint32(i) }
 
 // ucStream runs SEND_IMM, WRITE_IMM and WRITE messages from x to y over UC.
 type ucStream struct {
+	stream
+	w              *workload
+	src, dst, recv *ib.MR
+}
+
+// stream is what the UC and UD streams share: the QPs from x to y, each with a
+// send and a receive CQ, and the counts of the sends and receives.
+type stream struct {
+	kind           string // "uc" or "ud", for errors
 	x, y           *simNode
 	qa, qb         *ib.QP
 	aS, aR, bS, bR *ib.CQ
-	w              *workload
-	src, dst, recv *ib.MR
 
 	posted, completed int
 	received          int    // receives consumed, in order
@@ -46,10 +53,40 @@ type ucStream struct {
 	err               error
 }
 
-func (s *ucStream) failf(format string, args ...any) {
+func (s *stream) failf(format string, args ...any) {
 	if s.err == nil {
-		s.err = fmt.Errorf("uc %s→%s: "+format, append([]any{s.x.name, s.y.name}, args...)...)
+		s.err = fmt.Errorf("%s %s→%s: "+format, append([]any{s.kind, s.x.name, s.y.name}, args...)...)
 	}
+}
+
+// pump posts the next of n messages while fewer than soakDepth are
+// outstanding (wr builds message i's work request), checks the send
+// completions (each the next in order, a success of opcode want(i)), and hands
+// the receive completions to onRecv. It reports whether anything moved.
+func (s *stream) pump(n int, wr func(i int) ib.SendWR, want func(i int) ib.WCOpcode, onRecv func(ib.WC)) bool {
+	moved := false
+	for s.posted < n && s.posted-s.completed < soakDepth && s.err == nil {
+		if err := s.qa.PostSend(wr(s.posted)); err != nil {
+			s.failf("post send %d: %v", s.posted, err)
+			return true
+		}
+		s.posted++
+		moved = true
+	}
+	for _, wc := range s.x.poll(s.aS) {
+		moved = true
+		op := want(min(int(wc.WRID), n-1))
+		if wc.WRID != uint64(s.completed) || wc.Status != ib.WCSuccess || wc.Opcode != op {
+			s.failf("send completion %v, want wr %d %v success (lost, duplicate or out of order)", wc, s.completed, op)
+			continue
+		}
+		s.completed++
+	}
+	for _, wc := range s.y.poll(s.bR) {
+		moved = true
+		onRecv(wc)
+	}
+	return moved
 }
 
 // newUCStream creates and connects the two UC QPs (each with its own CQs),
@@ -57,7 +94,7 @@ func (s *ucStream) failf(format string, args ...any) {
 func newUCStream(sn *soakNet, x, y *simNode, seed uint64, n, maxSize int) (*ucStream, error) {
 	t := sn.t
 	w := buildWorkload(seed, []opKind{opSendImm, opWriteImm, opWrite}, n, maxSize)
-	s := &ucStream{x: x, y: y, w: w, last: -1, got: make([]bool, n)}
+	s := &ucStream{stream: stream{kind: "uc", x: x, y: y, last: -1, got: make([]bool, n)}, w: w}
 	s.aS, s.aR, s.bS, s.bR = x.newCQ(t, 2*soakDepth), x.newCQ(t, 1), y.newCQ(t, 1), y.newCQ(t, max(1, w.recvs)+1)
 	mk := func(nd *simNode, scq, rcq *ib.CQ, recvs int) (*ib.QP, error) {
 		return nd.ctx.CreateQP(nd.pd, ib.QPInitAttr{Type: ib.QPTypeUC, SendCQ: scq, RecvCQ: rcq,
@@ -121,9 +158,7 @@ func (s *ucStream) verify(what string, i int, mem []byte, exact bool) {
 }
 
 func (s *ucStream) step(time.Time) bool {
-	moved := false
-	for s.posted < len(s.w.msgs) && s.posted-s.completed < soakDepth && s.err == nil {
-		i := s.posted
+	return s.pump(len(s.w.msgs), func(i int) ib.SendWR {
 		m := &s.w.msgs[i]
 		wr := ib.SendWR{WRID: uint64(i), Signaled: true, Imm: ucImm(i),
 			SGL: []ib.SGE{s.src.SGE(m.off, m.size)}, RemoteAddr: s.dst.Addr() + uint64(m.off), RKey: s.dst.RKey()}
@@ -139,30 +174,13 @@ func (s *ucStream) step(time.Time) bool {
 		default:
 			wr.Opcode = ib.WRRDMAWrite
 		}
-		if err := s.qa.PostSend(wr); err != nil {
-			s.failf("post send %d: %v", i, err)
-			return true
+		return wr
+	}, func(i int) ib.WCOpcode {
+		if s.w.msgs[i].kind != opSendImm {
+			return ib.WCRDMAWrite
 		}
-		s.posted++
-		moved = true
-	}
-	for _, wc := range s.x.poll(s.aS) {
-		moved = true
-		want := ib.WCSend
-		if s.w.msgs[min(int(wc.WRID), len(s.w.msgs)-1)].kind != opSendImm {
-			want = ib.WCRDMAWrite
-		}
-		if wc.WRID != uint64(s.completed) || wc.Status != ib.WCSuccess || wc.Opcode != want {
-			s.failf("send completion %v, want wr %d %v success (lost, duplicate or out of order)", wc, s.completed, want)
-			continue
-		}
-		s.completed++
-	}
-	for _, wc := range s.y.poll(s.bR) {
-		moved = true
-		s.onRecv(wc)
-	}
-	return moved
+		return ib.WCSend
+	}, s.onRecv)
 }
 
 // onRecv checks a receive completion: the next receive, for a message after
@@ -268,21 +286,12 @@ func (s *ucStream) teardown() error {
 // udStream sends SEND and SEND_IMM datagrams of up to the path MTU from x to
 // y. Each message's first four bytes are its number.
 type udStream struct {
-	x, y           *simNode
-	qa, qb         *ib.QP
-	aS, aR, bS, bR *ib.CQ
-	ah             ib.AddressHandle
-	seed           uint64
-	msgs           []udSoakMsg
-	src, recv      *ib.MR
-
-	posted, completed int
-	received          int
-	last              int
-	got               []bool
-	again, early      int // repeated and out-of-order deliveries
-	badIPHeader       int // deliveries whose IPv4 header failed its checksum
-	err               error
+	stream
+	ah          ib.AddressHandle
+	seed        uint64
+	msgs        []udSoakMsg
+	src, recv   *ib.MR
+	badIPHeader int // deliveries whose IPv4 header failed its checksum
 }
 
 type udSoakMsg struct {
@@ -299,15 +308,9 @@ const (
 	udQKey = 0x51515151
 )
 
-func (s *udStream) failf(format string, args ...any) {
-	if s.err == nil {
-		s.err = fmt.Errorf("ud %s→%s: "+format, append([]any{s.x.name, s.y.name}, args...)...)
-	}
-}
-
 func newUDStream(sn *soakNet, x, y *simNode, seed uint64, n int) (*udStream, error) {
 	t := sn.t
-	s := &udStream{x: x, y: y, seed: seed, last: -1, msgs: make([]udSoakMsg, n), got: make([]bool, n)}
+	s := &udStream{stream: stream{kind: "ud", x: x, y: y, last: -1, got: make([]bool, n)}, seed: seed, msgs: make([]udSoakMsg, n)}
 	s.aS, s.aR, s.bS, s.bR = x.newCQ(t, 2*soakDepth), x.newCQ(t, 1), y.newCQ(t, 1), y.newCQ(t, n+1)
 	mk := func(nd *simNode, scq, rcq *ib.CQ, recvs int) (*ib.QP, error) {
 		qp, err := nd.ctx.CreateQP(nd.pd, ib.QPInitAttr{Type: ib.QPTypeUD, SendCQ: scq, RecvCQ: rcq,
@@ -348,35 +351,15 @@ func newUDStream(sn *soakNet, x, y *simNode, seed uint64, n int) (*udStream, err
 }
 
 func (s *udStream) step(time.Time) bool {
-	moved := false
-	for s.posted < len(s.msgs) && s.posted-s.completed < soakDepth && s.err == nil {
-		i := s.posted
+	return s.pump(len(s.msgs), func(i int) ib.SendWR {
 		m := &s.msgs[i]
 		wr := ib.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Signaled: true,
 			SGL: []ib.SGE{s.src.SGE(udMTU*i, m.size)}, AH: &s.ah, RemoteQPN: s.qb.QPN(), RemoteQKey: udQKey}
 		if m.imm {
 			wr.Opcode, wr.Imm = ib.WRSendWithImm, ucImm(i)
 		}
-		if err := s.qa.PostSend(wr); err != nil {
-			s.failf("post send %d: %v", i, err)
-			return true
-		}
-		s.posted++
-		moved = true
-	}
-	for _, wc := range s.x.poll(s.aS) {
-		moved = true
-		if wc.WRID != uint64(s.completed) || wc.Status != ib.WCSuccess || wc.Opcode != ib.WCSend {
-			s.failf("send completion %v, want wr %d success (lost, duplicate or out of order)", wc, s.completed)
-			continue
-		}
-		s.completed++
-	}
-	for _, wc := range s.y.poll(s.bR) {
-		moved = true
-		s.onRecv(wc)
-	}
-	return moved
+		return wr
+	}, func(int) ib.WCOpcode { return ib.WCSend }, s.onRecv)
 }
 
 func (s *udStream) onRecv(wc ib.WC) {
