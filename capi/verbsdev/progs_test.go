@@ -390,3 +390,35 @@ func TestGIDTable(t *testing.T) {
 		t.Fatalf("gidtable: %v\n%s\nstderr:\n%s", err, out, errOut)
 	}
 }
+
+// TestRates (testdata/rates.c): ibv_rate_to_mult, mult_to_ibv_rate,
+// ibv_rate_to_mbps and mbps_to_ibv_rate answer as rdma-core's libibverbs
+// does for every rate, multiplier and speed (the same program prints the
+// same on both). They were stubs returning EOPNOTSUPP, 95.
+func TestRates(t *testing.T) {
+	lib := buildLib(t)
+	prog := compile(t, lib, "rates")
+	ours, errOut, err := runBounded(t, lib, "roce:"+randomNet()+"1", time.Minute, prog)
+	if err != nil {
+		t.Fatalf("rates on the library: %v\n%s", err, errOut)
+	}
+	sys := filepath.Join(t.TempDir(), "rates-rdma-core")
+	if o, err := exec.Command("gcc", "-Wall", "-o", sys, filepath.Join("testdata", "rates.c"), "-libverbs").CombinedOutput(); err != nil {
+		t.Fatalf("gcc rates.c -libverbs: %v\n%s", err, o)
+	}
+	cmd := exec.Command(sys)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "LD_LIBRARY_PATH=") })
+	want, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("rates on rdma-core's libibverbs: %v", err)
+	}
+	wl, ol := strings.Split(string(want), "\n"), strings.Split(ours, "\n")
+	if len(wl) != len(ol) {
+		t.Fatalf("rates: %d lines, rdma-core's %d", len(ol), len(wl))
+	}
+	for i := range wl {
+		if wl[i] != ol[i] {
+			t.Errorf("rates: %q, rdma-core: %q", ol[i], wl[i])
+		}
+	}
+}
