@@ -36,6 +36,5 @@ void ibv_unimport_pd(void) { sr_refuse("ibv_unimport_pd"); }
 void *ibv_reg_dmabuf_mr(void) { sr_refuse("ibv_reg_dmabuf_mr"); return NULL; }
 void *ibv_import_dm(void) { sr_refuse("ibv_import_dm"); return NULL; }
 void ibv_unimport_dm(void) { sr_refuse("ibv_unimport_dm"); }
-long ibv_get_pkey_index(void) { sr_refuse("ibv_get_pkey_index"); return EOPNOTSUPP; }
 */
 import "C"

@@ -422,3 +422,15 @@ func TestRates(t *testing.T) {
 		}
 	}
 }
+
+// TestPkeyIndex (testdata/pkeyindex.c): ibv_get_pkey_index finds the default
+// P_Key at index 0 and answers a negative value for one not in the table,
+// as rdma-core's does; its stub answered 95 for both.
+func TestPkeyIndex(t *testing.T) {
+	lib := buildLib(t)
+	prog := compile(t, lib, "pkeyindex")
+	out, errOut, err := runBounded(t, lib, "roce:"+randomNet()+"1", time.Minute, prog)
+	if err != nil || out != "default 0 absent -1\n" {
+		t.Fatalf("pkeyindex: %v: %q, want \"default 0 absent -1\"\nstderr:\n%s", err, out, errOut)
+	}
+}
