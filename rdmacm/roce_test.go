@@ -461,13 +461,11 @@ func TestRoCEKernelREQ(t *testing.T) {
 	got := oneMAD(t, kernel, ibcm.AttrREP, "the server sent %d MADs")
 	rep := got
 	// The kernel's REP with this server's comm ID, QPN and PSN.
-	want := ibcm.MAD(bytes.Clone(krep.mad))
-	want.REP().SetLocalCommID(rep.REP().LocalCommID())
-	want.REP().SetLocalQPN(qp.QPN())
-	want.REP().SetStartingPSN(rep.REP().StartingPSN())
-	if !bytes.Equal(rep, want) {
-		t.Errorf("REP\n%x\nwant (the kernel's, with our IDs)\n%x", []byte(rep), []byte(want))
-	}
+	likeKernel(t, "REP", rep, krep.mad, func(want ibcm.MAD) {
+		want.REP().SetLocalCommID(rep.REP().LocalCommID())
+		want.REP().SetLocalQPN(qp.QPN())
+		want.REP().SetStartingPSN(rep.REP().StartingPSN())
+	})
 	if qp.State() != ib.QPStateRTS || qp.Query().DestQPN != 0x1b || qp.Query().SQPSN != kreq.mad.REQ().StartingPSN() ||
 		qp.Query().RQPSN != rep.REP().StartingPSN() || qp.Query().AH.FlowLabel != kreq.mad.REQ().PrimaryPath().FlowLabel() {
 		t.Errorf("server QP %v %+v", qp.State(), qp.Query())
@@ -480,12 +478,19 @@ func TestRoCEKernelREQ(t *testing.T) {
 	must(t, req.ID.Disconnect())
 	w.settle(time.Millisecond)
 	got = oneMAD(t, kernel, ibcm.AttrDREP, "the server sent %d MADs for the DREQ")
-	want = ibcm.MAD(bytes.Clone(kdrep.mad))
-	want.DREP().SetLocalCommID(ours)
-	if !bytes.Equal(got, want) {
-		t.Errorf("DREP\n%x\nwant\n%x", []byte(got), []byte(want))
-	}
+	likeKernel(t, "DREP", got, kdrep.mad, func(want ibcm.MAD) { want.DREP().SetLocalCommID(ours) })
 	w.next(req.ID, rdmacm.EventTimewaitExit, 10*time.Second)
+}
+
+// likeKernel fails the test unless got is the kernel's MAD k once edit has
+// put this side's own IDs, numbers and port into a copy of it.
+func likeKernel(t *testing.T, what string, got, k ibcm.MAD, edit func(want ibcm.MAD)) {
+	t.Helper()
+	want := ibcm.MAD(bytes.Clone(k))
+	edit(want)
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s\n%x\nwant (the kernel's, with our IDs)\n%x", what, []byte(got), []byte(want))
+	}
 }
 
 // oneMAD reads the MADs p holds and fails the test (message format, given
@@ -539,17 +544,15 @@ func TestRoCEKernelREP(t *testing.T) {
 	got := oneMAD(t, kernel, ibcm.AttrREQ, "the client sent %d MADs")
 	req := got
 	port := id.LocalAddr().Port()
-	want := ibcm.MAD(bytes.Clone(kreq.mad))
-	want.SetTransactionID(req.TransactionID())
-	r := want.REQ()
-	r.SetLocalCommID(req.REQ().LocalCommID())
-	r.SetLocalQPN(qp.QPN())
-	r.SetStartingPSN(req.REQ().StartingPSN())
-	r.PrimaryPath().SetFlowLabel(roce.CMFlowLabel(port, rpingPort))
-	ibcm.CMAHeader(r.PrivateData()).SetSrcPort(port)
-	if !bytes.Equal(req, want) {
-		t.Errorf("REQ\n%x\nwant (the kernel's, with our IDs and port)\n%x", []byte(req), []byte(want))
-	}
+	likeKernel(t, "REQ", req, kreq.mad, func(want ibcm.MAD) {
+		want.SetTransactionID(req.TransactionID())
+		r := want.REQ()
+		r.SetLocalCommID(req.REQ().LocalCommID())
+		r.SetLocalQPN(qp.QPN())
+		r.SetStartingPSN(req.REQ().StartingPSN())
+		r.PrimaryPath().SetFlowLabel(roce.CMFlowLabel(port, rpingPort))
+		ibcm.CMAHeader(r.PrivateData()).SetSrcPort(port)
+	})
 	ours := req.REQ().LocalCommID()
 	inject(t, kernel, krep.withIDs(t, func(m ibcm.MAD) { m.REP().SetRemoteCommID(ours) }))
 	est := w.next(id, rdmacm.EventEstablished, time.Second)
@@ -560,21 +563,17 @@ func TestRoCEKernelREP(t *testing.T) {
 	}
 	w.settle(time.Millisecond)
 	got = oneMAD(t, kernel, ibcm.AttrRTU, "after the REP the client sent %d MADs")
-	want = ibcm.MAD(bytes.Clone(krtu.mad))
-	want.SetTransactionID(req.TransactionID())
-	want.RTU().SetLocalCommID(ours)
-	if !bytes.Equal(got, want) {
-		t.Errorf("RTU\n%x\nwant\n%x", []byte(got), []byte(want))
-	}
+	likeKernel(t, "RTU", got, krtu.mad, func(want ibcm.MAD) {
+		want.SetTransactionID(req.TransactionID())
+		want.RTU().SetLocalCommID(ours)
+	})
 	must(t, id.Disconnect())
 	w.settle(time.Millisecond)
 	got = oneMAD(t, kernel, ibcm.AttrDREQ, "Disconnect sent %d MADs")
-	want = ibcm.MAD(bytes.Clone(kdreq.mad))
-	want.SetTransactionID(req.TransactionID())
-	want.DREQ().SetLocalCommID(ours)
-	if !bytes.Equal(got, want) {
-		t.Errorf("DREQ\n%x\nwant\n%x", []byte(got), []byte(want))
-	}
+	likeKernel(t, "DREQ", got, kdreq.mad, func(want ibcm.MAD) {
+		want.SetTransactionID(req.TransactionID())
+		want.DREQ().SetLocalCommID(ours)
+	})
 	inject(t, kernel, kdrep.withIDs(t, func(m ibcm.MAD) { m.DREP().SetRemoteCommID(ours) }))
 	w.next(id, rdmacm.EventDisconnected, time.Second)
 	w.next(id, rdmacm.EventTimewaitExit, 10*time.Second)
