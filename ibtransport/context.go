@@ -142,6 +142,7 @@ type Context struct {
 
 	wake           chan struct{}
 	wakeHeld       bool            // HoldWake: the wake-ups below wait for ReleaseWake
+	quietWakes     bool            // SetQuietWakes
 	wakeMissed     bool            // a Wake signal was held back
 	heldWaiters    []chan struct{} // CQ waiters' and completion channels' wake-ups held back (nil: taken back by a cancelled Wait)
 	heldCompletion bool            // the OnCompletion hook's call held back
@@ -254,6 +255,9 @@ func (c *Context) Counters() ContextCounters {
 func (c *Context) signalWake() {
 	if c.wakeHeld {
 		c.wakeMissed = true
+		return
+	}
+	if c.quietWakes {
 		return
 	}
 	select {
