@@ -232,9 +232,11 @@ type UDPEndpoint struct {
 
 	netns netnsHandle // where NewUDP ran: send sockets are opened there too
 
-	rx  *udpSocket // bound to local: receives, and sends from local's port
-	gso atomic.Bool
-	gro bool
+	rx *udpSocket // bound to local: receives, and sends from local's port
+	// shared: the receiving is shared with a thread outside Go (SharedReads).
+	shared *sharedRead
+	gso    atomic.Bool
+	gro    bool
 
 	closed atomic.Bool
 
@@ -399,7 +401,13 @@ func NewUDP(cfg UDPConfig) (*UDPEndpoint, error) {
 	}
 
 	e.netns = currentNetns()
-	rx, err := e.listen(port, true)
+	var rx *udpSocket
+	var err error
+	if SharedReads.Load() {
+		rx, e.shared, err = e.listenShared(port)
+	} else {
+		rx, err = e.listen(port, true)
+	}
 	if err != nil {
 		e.netns.close()
 		return nil, fmt.Errorf("netio: udp: listening on %v: %w", e.local, err)
@@ -412,6 +420,9 @@ func NewUDP(cfg UDPConfig) (*UDPEndpoint, error) {
 		e.gso.Store(rx.gsoSupported())
 	}
 	e.r.init(e)
+	if e.shared != nil {
+		e.shared.r.init(e)
+	}
 	e.w.init(e)
 	return e, nil
 }
@@ -629,6 +640,9 @@ func (e *UDPEndpoint) Close() error {
 		return nil
 	}
 	err := e.rx.conn.Close()
+	if e.shared != nil {
+		e.shared.closeShared()
+	}
 	e.sockMu.Lock()
 	for p, s := range e.socks {
 		if s.s != nil {
@@ -682,6 +696,9 @@ type udpReader struct {
 	slots   [][]byte
 	pending []pendingDatagram
 	head    int
+	// mm receives for a reader state of its own (the lent reads':
+	// sharedRead); nil: the receiving socket's.
+	mm mmsgConn
 }
 
 // udpOOBLen holds PKTINFO, TTL, TOS, UDP_GRO and SO_TIMESTAMPNS control
@@ -716,14 +733,23 @@ func (r *udpReader) init(e *UDPEndpoint) {
 // recvmmsg, and returns how many arrived; (0, nil) for MSG_DONTWAIT with
 // nothing queued. The caller holds readMu.
 func (e *UDPEndpoint) recv(bufs [][]byte, flags int) (int, error) {
-	r := &e.r
+	return e.recvInto(&e.r, bufs, flags)
+}
+
+// recvInto is recv with the reader state r (the endpoint's, or the lent
+// reads' own: sharedRead).
+func (e *UDPEndpoint) recvInto(r *udpReader, bufs [][]byte, flags int) (int, error) {
 	k := min(len(bufs), len(r.hdrs))
 	for i := 0; i < k; i++ {
 		setIov(&r.iov[i], bufs[i])
 		setMsg(&r.hdrs[i].Hdr, r.iov[i:i+1], &r.names[i], uint32(len(r.names[i])), r.oob[i])
 		r.hdrs[i].Len = 0
 	}
-	n, err := e.rx.mm.recvmmsg(r.hdrs[:k], flags)
+	mm := e.rx.mm
+	if r.mm != nil {
+		mm = r.mm
+	}
+	n, err := mm.recvmmsg(r.hdrs[:k], flags)
 	clear(r.iov[:k]) // keep no reference to the caller's buffers
 	if err != nil {
 		if flags&unix.MSG_DONTWAIT != 0 && errors.Is(err, unix.EAGAIN) {
@@ -746,6 +772,9 @@ func (r *udpReader) message(i int, m *rxMeta) (n int, trunc bool, src netip.Addr
 // Read receives up to len(bufs) frames (at most BatchSize), blocking until
 // at least one arrives. See Endpoint.
 func (e *UDPEndpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if e.shared != nil {
+		return e.readFramesShared(bufs, sizes, offset)
+	}
 	return e.read(bufs, sizes, offset, 0)
 }
 
@@ -818,13 +847,15 @@ func (e *UDPEndpoint) read(bufs [][]byte, sizes []int, offset, flags int) (int, 
 // fill receives a batch of messages into the slots and queues their
 // datagrams (the segments of coalesced ones) in pending, unless datagrams
 // are still pending. The caller holds readMu.
-func (e *UDPEndpoint) fill(want, flags int) error {
-	r := &e.r
+func (e *UDPEndpoint) fill(want, flags int) error { return e.fillInto(&e.r, want, flags) }
+
+// fillInto is fill with the reader state r.
+func (e *UDPEndpoint) fillInto(r *udpReader, want, flags int) error {
 	if r.head < len(r.pending) {
 		return nil
 	}
 	r.pending, r.head = r.pending[:0], 0
-	n, err := e.recv(r.slots[:min(want, len(r.slots))], flags)
+	n, err := e.recvInto(r, r.slots[:min(want, len(r.slots))], flags)
 	if err != nil {
 		return err
 	}
@@ -883,12 +914,23 @@ func (e *UDPEndpoint) readGRO(bufs [][]byte, sizes []int, offset, flags int) (in
 // arrives, and returns them in the endpoint's own buffers: nothing is
 // copied. See DatagramReader.
 func (e *UDPEndpoint) ReadDatagrams(d []Datagram) (int, error) {
+	if e.shared != nil {
+		return e.readShared(d)
+	}
 	return e.readDatagrams(d, 0)
 }
 
 // TryReadDatagrams is ReadDatagrams without blocking: it returns 0, nil
 // when nothing is queued.
 func (e *UDPEndpoint) TryReadDatagrams(d []Datagram) (int, error) {
+	if x := e.shared; x != nil {
+		// The lender's reads (LendReads) have buffers of their own: the
+		// reader goroutine may be handing its last batch to the engine, or
+		// reading again (the reads taken back).
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		return e.readDatagramsInto(&x.r, d, unix.MSG_DONTWAIT)
+	}
 	return e.readDatagrams(d, unix.MSG_DONTWAIT)
 }
 
@@ -898,13 +940,21 @@ func (e *UDPEndpoint) readDatagrams(d []Datagram, flags int) (int, error) {
 	}
 	e.readMu.Lock()
 	defer e.readMu.Unlock()
+	return e.readDatagramsInto(&e.r, d, flags)
+}
+
+// readDatagramsInto is readDatagrams with the reader state r, whose lock
+// the caller holds (readMu for the endpoint's).
+func (e *UDPEndpoint) readDatagramsInto(r *udpReader, d []Datagram, flags int) (int, error) {
+	if e.closed.Load() {
+		return 0, net.ErrClosed
+	}
 	if len(d) == 0 {
 		return 0, nil
 	}
-	if err := e.fill(min(len(d), e.batch), flags); err != nil {
+	if err := e.fillInto(r, min(len(d), e.batch), flags); err != nil {
 		return 0, err
 	}
-	r := &e.r
 	out := 0
 	for out < len(d) && r.head < len(r.pending) {
 		p := &r.pending[r.head]

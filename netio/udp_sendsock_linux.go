@@ -43,7 +43,10 @@ func (e *UDPEndpoint) listenSend(port uint16) (*udpSocket, error) {
 
 // bindSend sets a send socket's options as the net package and
 // setSocketOptions set a listening one's, and binds it to port.
-func (e *UDPEndpoint) bindSend(fd int, port uint16) error {
+func (e *UDPEndpoint) bindSend(fd int, port uint16) error { return e.bindSocket(fd, port, false) }
+
+// bindSocket is bindSend for a send socket or (receiver) a receiving one.
+func (e *UDPEndpoint) bindSocket(fd int, port uint16, receiver bool) error {
 	var sa unix.Sockaddr
 	if e.is6 {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1); err != nil {
@@ -56,7 +59,7 @@ func (e *UDPEndpoint) bindSend(fd int, port uint16) error {
 		}
 		sa = &unix.SockaddrInet4{Port: int(port), Addr: e.local.Addr().As4()}
 	}
-	if err := e.setSocketOptions(fd, false); err != nil {
+	if err := e.setSocketOptions(fd, receiver); err != nil {
 		return err
 	}
 	if err := unix.Bind(fd, sa); err != nil {
