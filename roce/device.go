@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/softrdma/softrdma/header"
@@ -133,6 +134,8 @@ type DeviceCounters struct {
 // It is sans-goroutine: Poll and Flush do the work, driven either by a
 // simulator loop or by Run.
 type Device struct {
+	outside atomic.Pointer[outsideHooks] // Run's loop, for PollInput (pollinput.go)
+
 	cfg   DeviceConfig
 	ctx   *ibtransport.Context
 	gids  []netip.Addr
@@ -1261,6 +1264,8 @@ func (d *Device) Run(ctx context.Context, clock netio.Clock) error {
 	}
 	d.ctx.SetPostHook(func() { d.postFlush(clock.Now(), &plan, kickLoop) }) // rtc.go
 	defer d.ctx.SetPostHook(nil)
+	d.outside.Store(&outsideHooks{plan: &plan, kick: kickLoop}) // pollinput.go
+	defer d.outside.Store(nil)
 	go func() {
 		// The datagrams of a DatagramReader are decoded where they landed;
 		// other endpoints copy frames into these buffers.

@@ -25,6 +25,9 @@ type engine struct {
 	// iwParams are the iWARP device's connection parameters (with
 	// SOFTRDMA_PCAP, the hook that captures them), for rdma_cm (cm.go).
 	iwParams iwarp.ConnParams
+	// rxMu serialises the program's threads' reads of a RoCE device's
+	// socket (srgo_rx: roce.Device.PollInput's buffers are the device's).
+	rxMu sync.Mutex
 }
 
 var engines struct {

@@ -29,6 +29,20 @@ import (
 type wakeWord struct {
 	seq     uint32
 	waiters uint32
+	// The shared reads (sharedreads.go): a thread waiting in poll(2) on the
+	// device's socket (cwaiting), whether the reads are lent to the
+	// program's threads (lent), the socket and the eventfd that completions
+	// signal (sock, cefd; -1 without), and the last idle poll (lastPoll,
+	// CLOCK_MONOTONIC ns). C's struct sr_wake (verbs_c.go) has this layout.
+	cwaiting uint32
+	lent     uint32
+	sock     int32
+	cefd     int32
+	lastPoll int64
+	// owed: srgo_rx left what the datagrams it handed over call for (their
+	// ACKs) to the program's next flush: its post's, or its next wait's.
+	owed uint32
+	_    uint32
 }
 
 // wakeWords holds the word of each engine (by its *ib.Context), made at the
@@ -50,6 +64,7 @@ func wakeOf(ctx *ib.Context) *wakeWord {
 		C.free(unsafe.Pointer(w))
 		return v.(*wakeWord)
 	}
+	w.sock, w.cefd = -1, -1
 	ctx.OnCompletion(w.completed)
 	return w
 }
@@ -62,6 +77,9 @@ func (w *wakeWord) completed() {
 	atomic.AddUint32(&w.seq, 1)
 	if atomic.LoadUint32(&w.waiters) != 0 {
 		syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(&w.seq)), futexWakePrivate, 1<<31-1, 0, 0, 0)
+	}
+	if atomic.LoadUint32(&w.cwaiting) != 0 {
+		w.signalPoller()
 	}
 }
 
@@ -87,6 +105,9 @@ func srgo_cq_wake(h C.uintptr_t) unsafe.Pointer {
 // is safe beside the loop.
 func (e *engine) sendNow() {
 	if e != nil && e.roce != nil {
+		if w, ok := wakeWords.Load(e.ctx); ok {
+			atomic.StoreUint32(&w.(*wakeWord).owed, 0) // this flush sends it
+		}
 		e.roce.Flush(time.Now())
 	}
 }

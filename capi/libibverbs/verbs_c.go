@@ -18,6 +18,7 @@ package main
 #include <time.h>
 #include <unistd.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <sys/syscall.h>
 #include <infiniband/verbs.h>
 #include "srobj.h"
@@ -71,6 +72,10 @@ extern int srgo_poll_cq(uintptr_t h, int n, struct sr_wc *wc, int *more);
 extern int srgo_drop_cq_events(int rfd, int wfd, uint64_t ptr);
 extern uint64_t srgo_mallocs(void);
 extern void *srgo_cq_wake(uintptr_t h);
+extern int srgo_lend(uintptr_t h);
+extern int srgo_rx(uintptr_t h);
+extern int srgo_flush_owed(uintptr_t h);
+extern uint64_t srgo_rx_reads(void);
 extern uintptr_t srgo_create_srq(uintptr_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, int *err);
 extern int srgo_arm_srq(uintptr_t h, uint32_t limit);
 extern int srgo_resize_srq(uintptr_t h, uint32_t max_wr);
@@ -619,9 +624,14 @@ void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 // (softrdma perf send_lat: 20-25 us); ib_write_bw 64 KiB is no slower.
 struct sr_wake {
 	uint32_t seq, waiters;
+	uint32_t cwaiting, lent; // sharedreads.go: a thread in poll(2) on sock; the reads are the program's
+	int32_t sock, cefd;      // the device's socket and the eventfd completions signal, or -1
+	int64_t last_poll;       // CLOCK_MONOTONIC ns of the last idle poll
+	uint32_t owed, pad_;     // srgo_rx left output to the next flush
 };
 
 static int64_t sr_spin_ns = 0, sr_sleep_ns = 100000;
+static int sr_poll_reads; // SOFTRDMA_POLL_READS=1 (sharedreads.go)
 
 // Under SOFTRDMA_STATS=1 the library counts its hot path's calls and says at
 // exit how many of them went into the engine (Go): what a program's polling
@@ -638,12 +648,14 @@ __attribute__((destructor)) static void sr_stats_print(void)
 	fprintf(stderr, "softrdma: ibv_poll_cq: %llu calls, %llu into the engine\n",
 		(unsigned long long)sr_stats.polls, (unsigned long long)sr_stats.polls_go);
 	fprintf(stderr, "softrdma: Go heap allocations: %llu\n", (unsigned long long)SRGO(srgo_mallocs));
+	fprintf(stderr, "softrdma: socket reads by the program's threads: %llu\n", (unsigned long long)SRGO(srgo_rx_reads));
 }
 
 __attribute__((constructor)) static void sr_poll_config(void)
 {
 	const char *v;
 	sr_stats_on = (v = getenv("SOFTRDMA_STATS")) && *v;
+	sr_poll_reads = (v = getenv("SOFTRDMA_POLL_READS")) && !strcmp(v, "1");
 	if ((v = getenv("SOFTRDMA_POLL_SPIN_US")) && *v)
 		sr_spin_ns = strtoll(v, NULL, 10) * 1000;
 	if ((v = getenv("SOFTRDMA_POLL_SLEEP_US")) && *v && strtoll(v, NULL, 10) > 0)
@@ -689,6 +701,50 @@ static int sr_poll_go(struct ibv_cq *cq, int want, struct sr_wc *w, uint32_t seq
 	return got;
 }
 
+// sr_wait_socket is sr_poll_idle's wait when the device's reads are the
+// program's (sharedreads.go): poll(2) on the device's socket and the
+// eventfd completions made elsewhere signal, for at most *t, and datagrams
+// found go to the engine from this thread (srgo_rx). It returns 0 if the
+// reads are not lent (it asks for them: the next wait may use them), and
+// the caller waits on the futex instead.
+static int sr_wait_socket(struct sr_wake *k, uintptr_t h, uint32_t seq, int64_t now, const struct timespec *t)
+{
+	if (!sr_poll_reads)
+		return 0;
+	__atomic_store_n(&k->last_poll, now, __ATOMIC_RELAXED);
+	uint32_t lent = __atomic_load_n(&k->lent, __ATOMIC_ACQUIRE);
+	if (lent != 1) {
+		if (lent == 0) // 2: never (srgo_lend)
+			SRGO(srgo_lend, h);
+		return 0;
+	}
+	int sock = __atomic_load_n(&k->sock, __ATOMIC_RELAXED), cefd = __atomic_load_n(&k->cefd, __ATOMIC_RELAXED);
+	if (sock < 0 || cefd < 0)
+		return 0;
+	if (__atomic_load_n(&k->owed, __ATOMIC_ACQUIRE))
+		SRGO(srgo_flush_owed, h);
+	__atomic_add_fetch(&k->cwaiting, 1, __ATOMIC_SEQ_CST);
+	struct pollfd p[2] = {{.fd = sock, .events = POLLIN}, {.fd = cefd, .events = POLLIN}};
+	int n = 0;
+	if (__atomic_load_n(&k->seq, __ATOMIC_SEQ_CST) == seq)
+		n = ppoll(p, 2, t, NULL);
+	__atomic_sub_fetch(&k->cwaiting, 1, __ATOMIC_SEQ_CST);
+	if (n > 0 && p[1].revents) {
+		uint64_t v;
+		if (read(cefd, &v, sizeof(v)) < 0) {
+		}
+	}
+	if (n > 0 && (p[0].revents & POLLIN))
+		SRGO(srgo_rx, h);
+	else if (n > 0 && (p[0].revents & (POLLERR | POLLHUP | POLLNVAL)))
+		// The socket is unusable here (closed, say): wait on the futex from
+		// now on; the reader goroutine takes the reads back (srgo_lend's
+		// active: no wait updates last_poll any more).
+		__atomic_store_n(&k->lent, 2, __ATOMIC_RELEASE);
+	__atomic_store_n(&k->last_poll, sr_now(), __ATOMIC_RELAXED);
+	return 1;
+}
+
 // sr_poll_idle follows a first poll of cq that found got completions, seq
 // being sr_poll_seq before it: it keeps the context's idle time, and once
 // that is long enough sleeps until the engine's count moves from seq (a
@@ -720,9 +776,12 @@ static int sr_poll_idle(struct ibv_cq *cq, int want, struct sr_wc *w, int got, u
 	if (now - since < sr_spin_ns)
 		return 0;
 	struct timespec t = {.tv_sec = sr_sleep_ns / 1000000000, .tv_nsec = sr_sleep_ns % 1000000000};
+	if (sr_wait_socket(k, h, seq, now, &t))
+		goto woken;
 	__atomic_add_fetch(&k->waiters, 1, __ATOMIC_SEQ_CST);
 	syscall(SYS_futex, &k->seq, FUTEX_WAIT_PRIVATE, seq, &t, NULL, 0);
 	__atomic_sub_fetch(&k->waiters, 1, __ATOMIC_SEQ_CST);
+woken:;
 	uint32_t now_seq = __atomic_load_n(&k->seq, __ATOMIC_SEQ_CST);
 	if (now_seq == seq)
 		return 0; // the time is up (or a signal): the program's loop runs again

@@ -171,6 +171,42 @@ func TestPollOfDrainedCQStaysInC(t *testing.T) {
 	}
 }
 
+// TestPollReadsSocket (testdata/pollwait.c cycles N): with
+// SOFTRDMA_POLL_READS=1 a program's thread that waits for a completion reads
+// the device's socket itself (sharedreads.go) and the messages still arrive
+// (200 round trips to itself, each waited for); with 0 it never does.
+func TestPollReadsSocket(t *testing.T) {
+	lib := buildLib(t)
+	prog := filepath.Join(t.TempDir(), "pollwait")
+	if o, err := exec.Command("gcc", "-Wall", "-pthread", "-o", prog, "testdata/pollwait.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, o)
+	}
+	t.Setenv("SOFTRDMA_POLL_SPIN_US", "0")
+	t.Setenv("SOFTRDMA_STATS", "1")
+	const cycles = 200
+	for _, tc := range []struct {
+		env   string
+		reads bool
+	}{{"1", true}, {"0", false}} {
+		t.Run("SOFTRDMA_POLL_READS="+tc.env, func(t *testing.T) {
+			t.Setenv("SOFTRDMA_POLL_READS", tc.env)
+			addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+			out, errOut, err := run(t, lib, addr, prog, "cycles", fmt.Sprint(cycles))
+			if want := fmt.Sprintf("connected to itself: rc=0\ncycles: %d of %d\n", cycles, cycles); err != nil || out != want {
+				t.Fatalf("pollwait cycles: %v\n%s%s\nwant\n%s", err, out, errOut, want)
+			}
+			_, line, ok := strings.Cut(errOut, "softrdma: socket reads by the program's threads: ")
+			var reads int
+			if _, err := fmt.Sscanf(line, "%d", &reads); !ok || err != nil {
+				t.Fatalf("no socket read count: %v\n%s", err, errOut)
+			}
+			if (reads > 0) != tc.reads {
+				t.Errorf("%d socket reads by the program's thread, want some: %v", reads, tc.reads)
+			}
+		})
+	}
+}
+
 // TestInlineSendAllocs (testdata/pollwait.c sends N): an inline send, its
 // receive and their completions allocate nothing on the Go side: 1100
 // messages cost fewer than 100 heap allocations more than 100 do (the
