@@ -921,17 +921,25 @@ type pendingFrame struct {
 
 // appendPending appends to frames the waiting frames whose next hop has
 // resolved, with its MAC filled in, drops those whose next hop failed or that
-// waited PendingTimeout, and keeps the rest in order.
+// waited PendingTimeout, and keeps the rest in order. Once a frame to a next
+// hop stays, every later frame to it stays too: the resolver may finish
+// during the pass (neigh.Host learns from frames the reader hands it
+// meanwhile), and a later frame sent while an earlier one waits would arrive
+// first (RC: a PSN gap, a NAK and a resend of the whole burst).
 func (d *Device) appendPending(now time.Time, frames [][]byte) [][]byte {
 	if len(d.pending) == 0 {
 		return frames
 	}
 	kept := d.pending[:0]
 	var failed []netip.Addr // next hops found unreachable in this pass
+	var held []netip.Addr   // next hops with a frame kept in this pass
 	for _, p := range d.pending {
 		var mac [6]byte
 		err := ErrNeighborUnreachable
-		if !containsAddr(failed, p.nextHop) {
+		switch {
+		case containsAddr(held, p.nextHop):
+			err = ErrNeighborPending
+		case !containsAddr(failed, p.nextHop):
 			mac, err = d.cfg.Neighbors.Resolve(now, p.nextHop)
 		}
 		switch {
@@ -939,6 +947,9 @@ func (d *Device) appendPending(now time.Time, frames [][]byte) [][]byte {
 			copy(p.frame[0:6], mac[:]) // the ICRC does not cover Ethernet
 			frames = append(frames, p.frame)
 		case errors.Is(err, ErrNeighborPending) && now.Sub(p.since) < PendingTimeout:
+			if !containsAddr(held, p.nextHop) {
+				held = append(held, p.nextHop)
+			}
 			kept = append(kept, p)
 			continue
 		default:
