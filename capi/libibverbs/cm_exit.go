@@ -11,8 +11,8 @@ import "github.com/softrdma/softrdma/rdmacm"
 // (srgo_cm_exit); cmManager calls it once.
 func cmExitArm() { C.sr_cm_arm_exit() }
 
-// srgo_cm_exit destroys, when the process exits, the rdma_cm IDs it has not
-// destroyed, and sends what that queued, as the kernel does when a process
+// srgo_cm_exit destroys, when the process exits, the RoCE rdma_cm IDs it has
+// not destroyed, and sends what that queued, as the kernel does when a process
 // exits (ucma_close destroys each ID: a connection gets its DREQ, a DREQ
 // received its DREP, a request its REJ). The kernel's CM outlives the
 // process; this CM does not, and a peer whose DREQ was not answered waits out
@@ -30,7 +30,10 @@ func srgo_cm_exit() {
 	}
 	var live []*rdmacm.ID
 	for id, w := range idsByEngine {
-		if !w.dead {
+		// RoCE's only: an iWARP connection is the process's TCP socket, which
+		// the kernel closes at exit as it did before this destructor (an ID's
+		// Destroy would abort it instead).
+		if !w.dead && id.Transport() != rdmacm.TransportIWARP {
 			w.dead = true
 			live = append(live, id)
 		}
