@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,6 +78,10 @@ func progPair(t *testing.T, lib, tr, srvAddr string, srvEnv []string, srv, cli f
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Env = append(append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"="+tr+":"+addr, "SOFTRDMA_DEBUG=1"), env...)
 		cmd.WaitDelay = 5 * time.Second
+		// Its own process group: a server's forked children (qperf's, one
+		// per test) go with it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 		out := new(syncBuffer)
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
@@ -85,6 +90,7 @@ func progPair(t *testing.T, lib, tr, srvAddr string, srvEnv []string, srv, cli f
 		return cmd, out
 	}
 	s, sout := start(srvAddr, srvEnv, srv(srvAddr, port))
+	defer syscall.Kill(-s.Process.Pid, syscall.SIGKILL) // children still waiting (a refused client's)
 	for deadline := time.Now().Add(30 * time.Second); !listening46(t, port); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			s.Process.Kill()
@@ -95,7 +101,7 @@ func progPair(t *testing.T, lib, tr, srvAddr string, srvEnv []string, srv, cli f
 	c, cout := start(cliAddr, nil, cli(srvAddr, port))
 	cerr = c.Wait()
 	if cerr != nil || forever {
-		s.Process.Kill() // it may wait for the client that has gone
+		syscall.Kill(-s.Process.Pid, syscall.SIGKILL) // it may wait for the client that has gone
 	}
 	serr = s.Wait()
 	if forever {
