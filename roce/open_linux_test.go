@@ -80,6 +80,17 @@ func exchange(t *testing.T, a, b *roce.Device, ahAB, ahBA ibtransport.AddressHan
 		return fmt.Sprintf("counters a %+v b %+v", a.Counters(), b.Counters())
 	})
 	writeReadSend(t, wait, qa, qb, cqa, cqb, mra, mrb, 4, 4*12000)
+	// The reasons behind the devices' EngineDrops (checkClean), for the log.
+	for _, q := range []struct {
+		name string
+		qp   *ibtransport.QP
+	}{{"a", qa}, {"b", qb}} {
+		for r, n := range q.qp.Counters().Drops {
+			if n != 0 {
+				t.Logf("QP %s (%#x) dropped %d packets: %v", q.name, q.qp.QPN(), n, ibtransport.DropReason(r))
+			}
+		}
+	}
 }
 
 func ah(t *testing.T, d *roce.Device, dst netip.Addr, v roce.Version) ibtransport.AddressHandle {
