@@ -24,15 +24,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pollReadsEnvVar turns the shared reads on ("1"). They are off by
-// default until a hang they show is understood: capi/verbsdev's
-// TestThreadsPostPoll/recv (four threads posting receives, one polling
-// each CQ, SOFTRDMA_DEBUG=1) stalled with the send queue full in about one
-// run in four with them on.
+// pollReadsEnvVar turns the shared reads off ("0"; on by default).
 const pollReadsEnvVar = "SOFTRDMA_POLL_READS"
 
 func init() {
-	netio.SharedReads.Store(os.Getenv(pollReadsEnvVar) == "1")
+	netio.SharedReads.Store(os.Getenv(pollReadsEnvVar) != "0")
 }
 
 // lendNever is wakeWord.lent for a device whose reads cannot be lent.

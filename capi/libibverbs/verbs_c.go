@@ -631,7 +631,7 @@ struct sr_wake {
 };
 
 static int64_t sr_spin_ns = 0, sr_sleep_ns = 100000;
-static int sr_poll_reads; // SOFTRDMA_POLL_READS=1 (sharedreads.go)
+static int sr_poll_reads; // SOFTRDMA_POLL_READS, not 0 (sharedreads.go)
 
 // Under SOFTRDMA_STATS=1 the library counts its hot path's calls and says at
 // exit how many of them went into the engine (Go): what a program's polling
@@ -655,7 +655,7 @@ __attribute__((constructor)) static void sr_poll_config(void)
 {
 	const char *v;
 	sr_stats_on = (v = getenv("SOFTRDMA_STATS")) && *v;
-	sr_poll_reads = (v = getenv("SOFTRDMA_POLL_READS")) && !strcmp(v, "1");
+	sr_poll_reads = !((v = getenv("SOFTRDMA_POLL_READS")) && !strcmp(v, "0"));
 	if ((v = getenv("SOFTRDMA_POLL_SPIN_US")) && *v)
 		sr_spin_ns = strtoll(v, NULL, 10) * 1000;
 	if ((v = getenv("SOFTRDMA_POLL_SLEEP_US")) && *v && strtoll(v, NULL, 10) > 0)
