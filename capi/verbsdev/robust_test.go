@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,13 +36,18 @@ func randomNet() string {
 }
 
 // runBounded runs prog with the library, the devices of list and
-// SOFTRDMA_DEBUG=1, killing it after limit: a check that hangs fails the test
-// instead of stalling it.
+// SOFTRDMA_DEBUG=1, ending it after limit: a check that hangs fails the test
+// instead of stalling it. It ends it with SIGQUIT, on which the library
+// under SOFTRDMA_DEBUG writes its goroutines and every QP's state to stderr
+// (TestDebugQuit), so that the failure says what the program waited for;
+// SIGKILL follows if it is still there 5 s later.
 func runBounded(t *testing.T, lib, list string, limit time.Duration, prog string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 5 * time.Second
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"="+list, "SOFTRDMA_DEBUG=1")
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
