@@ -12,7 +12,23 @@
 #include <stdlib.h>
 
 /*
- * sr_exit_call calls the Go function f with the asynchronous signals blocked,
+ * sr_async_signals fills s with every signal but the synchronous ones (a
+ * fault, a trap, a bad system call), which must reach the thread that caused
+ * them: the set blocked around every call into Go.
+ */
+static inline void sr_async_signals(sigset_t *s)
+{
+	sigfillset(s);
+	sigdelset(s, SIGSEGV);
+	sigdelset(s, SIGBUS);
+	sigdelset(s, SIGFPE);
+	sigdelset(s, SIGILL);
+	sigdelset(s, SIGTRAP);
+	sigdelset(s, SIGSYS);
+}
+
+/*
+ * sr_exit_call calls the Go function f with sr_async_signals blocked,
  * as around every call into Go (SRGO in verbs_c.go). With env non-NULL it
  * calls f only when that environment variable is set and not empty: without
  * the variable it does not call into Go at all (a forked child that exits,
@@ -26,13 +42,7 @@ static inline void sr_exit_call(const char *env, void (*f)(void))
 			return;
 	}
 	sigset_t s, old;
-	sigfillset(&s);
-	sigdelset(&s, SIGSEGV);
-	sigdelset(&s, SIGBUS);
-	sigdelset(&s, SIGFPE);
-	sigdelset(&s, SIGILL);
-	sigdelset(&s, SIGTRAP);
-	sigdelset(&s, SIGSYS);
+	sr_async_signals(&s);
 	pthread_sigmask(SIG_BLOCK, &s, &old);
 	f();
 	pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -22,6 +22,7 @@ package main
 #include <sys/syscall.h>
 #include <infiniband/verbs.h>
 #include "srobj.h"
+#include "srexit.h"
 
 // The Go side (exports.go).
 extern int srgo_ndevices(void);
@@ -125,13 +126,7 @@ static sigset_t sr_async;
 __attribute__((constructor(101))) static void sr_block_async_signals(void)
 {
 	sigset_t s;
-	sigfillset(&s);
-	sigdelset(&s, SIGSEGV);
-	sigdelset(&s, SIGBUS);
-	sigdelset(&s, SIGFPE);
-	sigdelset(&s, SIGILL);
-	sigdelset(&s, SIGTRAP);
-	sigdelset(&s, SIGSYS);
+	sr_async_signals(&s);
 	sr_async = s;
 	pthread_sigmask(SIG_BLOCK, &s, &sr_loader_mask);
 }
