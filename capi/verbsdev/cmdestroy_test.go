@@ -1,10 +1,6 @@
 package verbsdev_test
 
 import (
-	"fmt"
-	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
 	"testing"
 )
 
@@ -16,14 +12,10 @@ import (
 // hold nothing. Over both transports.
 func TestDestroyIDEvents(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "cmdestroy")
-	if o, err := exec.Command("gcc", "-Wall", "-pthread", "-o", prog, "testdata/cmdestroy.c",
-		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
+	prog := compileCM(t, lib, "cmdestroy")
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
-			addr := fmt.Sprintf("127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+			addr := randomNet() + "1"
 			out, errOut, err := run(t, lib, tr+":"+addr, prog, addr)
 			if err != nil || out != "ok\n" {
 				t.Fatalf("cmdestroy: %v\n%s%s", err, out, errOut)

@@ -3,8 +3,6 @@ package verbsdev_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
 	"testing"
 )
 
@@ -15,14 +13,10 @@ import (
 // transports.
 func TestMaxDepthParams(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "cmmaxdepth")
-	if o, err := exec.Command("gcc", "-Wall", "-o", prog, "testdata/cmmaxdepth.c",
-		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
+	prog := compileCM(t, lib, "cmmaxdepth")
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
-			addr := fmt.Sprintf("127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+			addr := randomNet() + "1"
 			out, errOut, err := run(t, lib, tr+":"+addr, prog, addr, fmt.Sprint(20000+rand.IntN(20000)))
 			if err != nil || out != "ok\n" {
 				t.Fatalf("cmmaxdepth: %v\n%s%s", err, out, errOut)
@@ -38,14 +32,10 @@ func TestMaxDepthParams(t *testing.T) {
 // transports.
 func TestCreateQPExSendOps(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "cmqpex")
-	if o, err := exec.Command("gcc", "-Wall", "-o", prog, "testdata/cmqpex.c",
-		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
+	prog := compileCM(t, lib, "cmqpex")
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
-			addr := fmt.Sprintf("127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+			addr := randomNet() + "1"
 			out, errOut, err := run(t, lib, tr+":"+addr, prog, addr, fmt.Sprint(20000+rand.IntN(20000)))
 			if err != nil || out != "ok\n" {
 				t.Fatalf("cmqpex: %v\n%s%s", err, out, errOut)

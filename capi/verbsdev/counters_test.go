@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,7 +67,7 @@ func TestCountersDump(t *testing.T) {
 func TestMetricsEndpoint(t *testing.T) {
 	lib := buildLib(t)
 	t.Setenv("XDG_RUNTIME_DIR", t.TempDir()) // its announce file goes there
-	net3 := fmt.Sprintf("127.%d.%d.", 100+rand.IntN(100), 1+rand.IntN(250))
+	net3 := randomNet()
 	srvAddr, cliAddr := net3+"1", net3+"2"
 	port := fmt.Sprint(freeTCPPort(t, srvAddr))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

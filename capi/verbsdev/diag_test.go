@@ -24,7 +24,7 @@ import (
 func TestDebugQuit(t *testing.T) {
 	lib := buildLib(t)
 	needTools(t, "ib_read_lat")
-	addr := fmt.Sprintf("127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+	addr := randomNet() + "1"
 	cmd := exec.Command("ib_read_lat", "-R", "-d", "sr_roce0", "-p", fmt.Sprint(20000+rand.IntN(20000)))
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"=roce:"+addr, "SOFTRDMA_DEBUG=1")
 	out := new(syncBuffer)

@@ -1,8 +1,6 @@
 package verbsdev_test
 
 import (
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -77,11 +75,7 @@ func TestHostileCalls(t *testing.T) {
 // refusal must say why under SOFTRDMA_DEBUG=1. Over both transports.
 func TestCMOutOfOrder(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "cmorder")
-	if o, err := exec.Command("gcc", "-Wall", "-o", prog, "testdata/cmorder.c",
-		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
+	prog := compileCM(t, lib, "cmorder")
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			addr := randomNet() + "1"

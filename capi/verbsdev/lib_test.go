@@ -3,7 +3,6 @@ package verbsdev_test
 import (
 	"bytes"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -181,10 +180,7 @@ func TestStockTools(t *testing.T) {
 	}
 
 	// The C program.
-	prog := filepath.Join(t.TempDir(), "query")
-	if o, err := exec.Command("gcc", "-Wall", "-o", prog, "testdata/query.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
+	prog := compile(t, lib, "query")
 	// Addresses of their own: the PD opens the device's UDP port. On lo's
 	// route, so the active MTU derives from lo's 65536: 4096 (enum 5).
 	const qlist = "roce:127.0.0.3;iwarp:127.0.0.3"
@@ -227,11 +223,8 @@ func TestStockTools(t *testing.T) {
 // handler's frame had overwritten).
 func TestSignals(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "signals")
-	if o, err := exec.Command("gcc", "-Wall", "-o", prog, "testdata/signals.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
-	addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+	prog := compile(t, lib, "signals")
+	addr := "roce:" + randomNet() + "1"
 	out, errOut, err := run(t, lib, addr, prog)
 	if err != nil {
 		t.Fatalf("signals: %v\n%s%s", err, out, errOut)
@@ -249,11 +242,8 @@ func TestSignals(t *testing.T) {
 // and succeeds after.
 func TestCompletionChannel(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "channel")
-	if o, err := exec.Command("gcc", "-Wall", "-o", prog, "testdata/channel.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
-	addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+	prog := compile(t, lib, "channel")
+	addr := "roce:" + randomNet() + "1"
 	out, errOut, err := run(t, lib, addr, prog)
 	if err != nil {
 		t.Fatalf("channel: %v\n%s%s", err, out, errOut)

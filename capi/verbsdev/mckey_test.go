@@ -164,11 +164,7 @@ func TestAttachMcast(t *testing.T) {
 // EADDRNOTAVAIL.
 func TestJoinBeforeQP(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "cmjoin")
-	if o, err := exec.Command("gcc", "-Wall", "-o", prog, filepath.Join("testdata", "cmjoin.c"),
-		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc cmjoin: %v\n%s", err, o)
-	}
+	prog := compileCM(t, lib, "cmjoin")
 	net3 := randomNet()
 	group := fmt.Sprintf("239.%d.%d.%d", 1+rand.IntN(250), 1+rand.IntN(250), 1+rand.IntN(250))
 	out, errOut, err := runBounded(t, lib, "roce:"+net3+"1", time.Minute, prog, net3+"1", group)

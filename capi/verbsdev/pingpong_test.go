@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -75,7 +74,7 @@ func pair(t *testing.T, lib, prog string, args ...string) (srvOut, cliOut, srvAd
 // pairOnce is one pair of pair; err says how it failed, with both outputs.
 func pairOnce(t *testing.T, lib, prog string, args ...string) (srvOut, cliOut, srvAddr, cliAddr string, err error) {
 	t.Helper()
-	net3 := fmt.Sprintf("127.%d.%d.", 100+rand.IntN(100), 1+rand.IntN(250))
+	net3 := randomNet()
 	srvAddr, cliAddr = net3+"1", net3+"2"
 	port := fmt.Sprint(freeTCPPort(t, srvAddr))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -3,9 +3,7 @@ package verbsdev_test
 import (
 	"bytes"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,13 +54,10 @@ func TestBlockProfile(t *testing.T) {
 // names of the verbs' Go halves the program's traffic ran (its stacks).
 func TestExecutionTrace(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "pollwait")
-	if o, err := exec.Command("gcc", "-Wall", "-pthread", "-o", prog, "testdata/pollwait.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
+	prog := compile(t, lib, "pollwait")
 	file := filepath.Join(t.TempDir(), "lib.trace")
 	t.Setenv("SOFTRDMA_TRACE", file)
-	addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+	addr := "roce:" + randomNet() + "1"
 	if out, errOut, err := run(t, lib, addr, prog, "sends", "10"); err != nil {
 		t.Fatalf("pollwait sends 10: %v\n%s%s", err, out, errOut)
 	}
@@ -84,10 +79,7 @@ func TestExecutionTrace(t *testing.T) {
 // completion on another CQ of the device ends a sleep of a minute at once.
 func TestPollSleeps(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "pollwait")
-	if o, err := exec.Command("gcc", "-Wall", "-pthread", "-o", prog, "testdata/pollwait.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
+	prog := compile(t, lib, "pollwait")
 	for _, tc := range []struct {
 		name, mode, spin, sleep, want string
 	}{
@@ -99,7 +91,7 @@ func TestPollSleeps(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("SOFTRDMA_POLL_SPIN_US", tc.spin)
 			t.Setenv("SOFTRDMA_POLL_SLEEP_US", tc.sleep)
-			addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+			addr := "roce:" + randomNet() + "1"
 			out, errOut, err := run(t, lib, addr, prog, tc.mode)
 			if err != nil || out != tc.want {
 				t.Errorf("pollwait %s: %v\n%s%s\nwant\n%s", tc.mode, err, out, errOut, tc.want)
@@ -117,13 +109,10 @@ func TestPollSleeps(t *testing.T) {
 // library's SOFTRDMA_STATS line.
 func TestPollStaysInC(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "pollwait")
-	if o, err := exec.Command("gcc", "-Wall", "-pthread", "-o", prog, "testdata/pollwait.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
+	prog := compile(t, lib, "pollwait")
 	t.Setenv("SOFTRDMA_POLL_SPIN_US", "-1")
 	t.Setenv("SOFTRDMA_STATS", "1")
-	addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+	addr := "roce:" + randomNet() + "1"
 	out, errOut, err := run(t, lib, addr, prog, "spin")
 	want := "connected to itself: rc=0\nspun: 0 completions\nreceived: success, through the wire and back\n"
 	if err != nil || out != want {
@@ -147,14 +136,11 @@ func TestPollStaysInC(t *testing.T) {
 // that marked it so.
 func TestPollOfDrainedCQStaysInC(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "pollwait")
-	if o, err := exec.Command("gcc", "-Wall", "-pthread", "-o", prog, "testdata/pollwait.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
+	prog := compile(t, lib, "pollwait")
 	t.Setenv("SOFTRDMA_POLL_SPIN_US", "-1")
 	t.Setenv("SOFTRDMA_STATS", "1")
 	const cycles = 200
-	addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+	addr := "roce:" + randomNet() + "1"
 	out, errOut, err := run(t, lib, addr, prog, "cycles", fmt.Sprint(cycles))
 	if want := fmt.Sprintf("connected to itself: rc=0\ncycles: %d of %d\n", cycles, cycles); err != nil || out != want {
 		t.Fatalf("pollwait cycles: %v\n%s%s\nwant\n%s", err, out, errOut, want)
@@ -177,10 +163,7 @@ func TestPollOfDrainedCQStaysInC(t *testing.T) {
 // (200 round trips to itself, each waited for); with 0 it never does.
 func TestPollReadsSocket(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "pollwait")
-	if o, err := exec.Command("gcc", "-Wall", "-pthread", "-o", prog, "testdata/pollwait.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
+	prog := compile(t, lib, "pollwait")
 	t.Setenv("SOFTRDMA_POLL_SPIN_US", "0")
 	t.Setenv("SOFTRDMA_STATS", "1")
 	const cycles = 200
@@ -190,7 +173,7 @@ func TestPollReadsSocket(t *testing.T) {
 	}{{"1", true}, {"0", false}} {
 		t.Run("SOFTRDMA_POLL_READS="+tc.env, func(t *testing.T) {
 			t.Setenv("SOFTRDMA_POLL_READS", tc.env)
-			addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+			addr := "roce:" + randomNet() + "1"
 			out, errOut, err := run(t, lib, addr, prog, "cycles", fmt.Sprint(cycles))
 			if want := fmt.Sprintf("connected to itself: rc=0\ncycles: %d of %d\n", cycles, cycles); err != nil || out != want {
 				t.Fatalf("pollwait cycles: %v\n%s%s\nwant\n%s", err, out, errOut, want)
@@ -214,13 +197,10 @@ func TestPollReadsSocket(t *testing.T) {
 // slice at every ibv_post_send.
 func TestInlineSendAllocs(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "pollwait")
-	if o, err := exec.Command("gcc", "-Wall", "-pthread", "-o", prog, "testdata/pollwait.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
+	prog := compile(t, lib, "pollwait")
 	t.Setenv("SOFTRDMA_STATS", "1")
 	allocs := func(n int) int {
-		addr := fmt.Sprintf("roce:127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+		addr := "roce:" + randomNet() + "1"
 		out, errOut, err := run(t, lib, addr, prog, "sends", fmt.Sprint(n))
 		want := fmt.Sprintf("connected to itself: rc=0\nsent inline and received: %d of %d\n", n, n)
 		if err != nil || out != want {

@@ -280,11 +280,7 @@ func TestQperf(t *testing.T) {
 // which the kernel closes at exit.
 func TestExitDestroysIDs(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "cmexit")
-	if o, err := exec.Command("gcc", "-Wall", "-o", prog, "testdata/cmexit.c",
-		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
+	prog := compileCM(t, lib, "cmexit")
 	so, co := cmPair(t, lib, "roce", prog,
 		func(a string) []string { return []string{"-s", a, "7471"} },
 		func(a string) []string { return []string{"-c", a, "7471"} })
@@ -408,10 +404,7 @@ func TestRates(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rates on the library: %v\n%s", err, errOut)
 	}
-	sys := filepath.Join(t.TempDir(), "rates-rdma-core")
-	if o, err := exec.Command("gcc", "-Wall", "-o", sys, filepath.Join("testdata", "rates.c"), "-libverbs").CombinedOutput(); err != nil {
-		t.Fatalf("gcc rates.c -libverbs: %v\n%s", err, o)
-	}
+	sys := gcc(t, "rates", "-libverbs") // rdma-core's
 	cmd := exec.Command(sys)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "LD_LIBRARY_PATH=") })
 	want, err := cmd.Output()

@@ -135,7 +135,7 @@ func cmPairEnv(t *testing.T, lib, tr, srvProg, cliProg string, srvEnv []string, 
 func cmAttempt(t *testing.T, ctx context.Context, lib, tr, srvProg, cliProg string, srvEnv []string, srv, cli func(srvAddr string) []string) (srvOut, cliOut string, again string) {
 	t.Helper()
 	prog := srvProg
-	net3 := fmt.Sprintf("127.%d.%d.", 100+rand.IntN(100), 1+rand.IntN(250))
+	net3 := randomNet()
 	srvAddr, cliAddr := net3+"1", net3+"2"
 	start := func(prog, addr string, env, args []string) (*exec.Cmd, *syncBuffer) {
 		cmd := exec.CommandContext(ctx, prog, args...)

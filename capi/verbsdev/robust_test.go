@@ -19,11 +19,27 @@ import (
 	"github.com/softrdma/softrdma/devspec"
 )
 
-// compile builds testdata/NAME.c against the library in lib.
+// compile builds testdata/NAME.c against the library in lib (with -pthread:
+// some of the programs start threads).
 func compile(t *testing.T, lib, name string) string {
 	t.Helper()
+	return gcc(t, name, filepath.Join(lib, "libibverbs.so.1"))
+}
+
+// compileCM builds testdata/NAME.c against the rdma_cm library and the verbs
+// library in lib.
+func compileCM(t *testing.T, lib, name string) string {
+	t.Helper()
+	return gcc(t, name, filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1"))
+}
+
+// gcc builds testdata/NAME.c, linked with libs, into a temporary directory
+// and returns the program's path.
+func gcc(t *testing.T, name string, libs ...string) string {
+	t.Helper()
 	prog := filepath.Join(t.TempDir(), name)
-	if o, err := exec.Command("gcc", "-Wall", "-o", prog, filepath.Join("testdata", name+".c"), filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
+	args := append([]string{"-Wall", "-pthread", "-o", prog, filepath.Join("testdata", name+".c")}, libs...)
+	if o, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc %s: %v\n%s", name, err, o)
 	}
 	return prog

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,7 +123,7 @@ func TestRunWrapper(t *testing.T) {
 	})
 
 	t.Run("ibv_rc_pingpong", func(t *testing.T) {
-		net3 := fmt.Sprintf("127.%d.%d.", 100+rand.IntN(100), 1+rand.IntN(250))
+		net3 := randomNet()
 		srvAddr, cliAddr := net3+"1", net3+"2"
 		port := fmt.Sprint(freeTCPPort(t, srvAddr))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -1,10 +1,6 @@
 package verbsdev_test
 
 import (
-	"fmt"
-	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -16,11 +12,8 @@ import (
 // above the depth, and ibv_query_srq reports the new depth and limit.
 func TestSRQResize(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "srqresize")
-	if o, err := exec.Command("gcc", "-Wall", "-o", prog, "testdata/srqresize.c", filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
-	addr := fmt.Sprintf("127.%d.%d.1", 100+rand.IntN(100), 1+rand.IntN(250))
+	prog := compile(t, lib, "srqresize")
+	addr := randomNet() + "1"
 	out, errOut, err := run(t, lib, "roce:"+addr, prog)
 	if err != nil || strings.Contains(out, "BAD") {
 		t.Fatalf("srqresize: %v\n%s%s", err, out, errOut)

@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -157,11 +156,7 @@ type wireCase struct {
 // its end are never written.
 func TestWireHostile(t *testing.T) {
 	lib := buildLib(t)
-	prog := filepath.Join(t.TempDir(), "wiretarget")
-	if o, err := exec.Command("gcc", "-Wall", "-pthread", "-o", prog, "testdata/wiretarget.c",
-		filepath.Join(lib, "libibverbs.so.1")).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, o)
-	}
+	prog := compile(t, lib, "wiretarget")
 	n := randomNet()
 	devIP, peerIP := netip.MustParseAddr(n+"1"), netip.MustParseAddr(n+"2")
 	dev, err := roce.Open(roce.OpenConfig{Backend: roce.BackendUDP, Addrs: []netip.Addr{peerIP}, UDPPort: roce.UDPPort})
