@@ -648,6 +648,9 @@ func (dir *iwarpDir) lost(frame int, n uint32) {
 		return
 	}
 	note := Problem{Frame: frame, Reason: fmt.Sprintf("tcp %s → %s: %d bytes missing from the capture (found at this frame)", dir.src, dir.dst, n)}
+	if cause := dir.stream.lossCause; cause != "" {
+		note.Reason = fmt.Sprintf("tcp %s → %s: %d bytes sent after the last captured byte of the direction not captured (%s)", dir.src, dir.dst, n, cause)
+	}
 	if !dir.startSeen && !dir.startLost && (c.state == connUnknown || dir.stream.synSeen) {
 		// Octets lost before the direction's start frame was decoded: part or all of
 		// it is among them.

@@ -1,6 +1,9 @@
 package decode
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // maxPendingBytes bounds the out-of-order data buffered for one TCP direction. Past it the
 // oldest hole is declared lost (the capture missed those bytes) and decoding resumes after
@@ -40,6 +43,19 @@ type tcpStream struct {
 	pending   []tcpSegment
 	pendBytes int
 
+	// The end of the direction's data that the capture proves was sent, whether or
+	// not it holds the bytes: the sequence number of its FIN (finEnd, at finFrame) and
+	// the highest acknowledgment number of the peer (ackEnd, at ackFrame). finish
+	// declares the bytes between the last captured one and that end lost: a capture
+	// that dropped the last segments of a direction (tcpdump's ring full) is thereby
+	// told apart from a stream that ended inside an FPDU.
+	finEnd, ackEnd     uint32
+	finKnown, ackKnown bool
+	finFrame, ackFrame int
+	// lossCause says why the bytes lose reports are missing when it is not a hole
+	// between captured segments or a frame cut short ("" then).
+	lossCause string
+
 	segments      int // segments carrying data
 	retransmitted int // segments holding only bytes already delivered
 	overlapping   int // segments holding some bytes already delivered
@@ -65,6 +81,9 @@ func (s *tcpStream) segment(frame int, t time.Time, seq uint32, syn, fin bool, p
 	}
 	if fin {
 		s.finSeen = true
+		if !s.finKnown {
+			s.finEnd, s.finKnown, s.finFrame = seq+uint32(wireLen), true, frame
+		}
 	}
 	if wireLen == 0 {
 		return
@@ -108,6 +127,9 @@ func (s *tcpStream) segment(frame int, t time.Time, seq uint32, syn, fin bool, p
 // before buffered data that the peer has acknowledged was delivered, and the capture
 // missed it, so it is declared lost at once rather than at the end of the capture.
 func (s *tcpStream) acked(frame int, ack uint32) {
+	if !s.ackKnown || seqBefore(s.ackEnd, ack) {
+		s.ackEnd, s.ackKnown, s.ackFrame = ack, true, frame
+	}
 	for len(s.pending) > 0 && !seqBefore(ack, s.pending[0].seq) {
 		s.lose(frame, s.pending[0].seq-s.next)
 		s.drain()
@@ -176,11 +198,28 @@ func (s *tcpStream) drain() {
 }
 
 // finish is called at the end of the capture: holes that were never filled are declared
-// lost and the data after them is delivered.
+// lost and the data after them is delivered; then the bytes after the last captured one
+// that the direction's FIN or the peer's ACK shows were sent are declared lost (as
+// Wireshark's "ACKed segment that wasn't captured"). The FIN's sequence number is the
+// exact end. Without it, an ACK one past the last captured byte is taken for the ACK of
+// an uncaptured FIN (no data lost), and one further on, if it also covers such a FIN,
+// counts it as one byte more.
 func (s *tcpStream) finish() {
 	for len(s.pending) > 0 {
 		first := s.pending[0]
 		s.lose(first.frame, first.seq-s.next)
 		s.drain()
 	}
+	if !s.started {
+		return
+	}
+	switch {
+	case s.finKnown && seqBefore(s.next, s.finEnd):
+		s.lossCause = fmt.Sprintf("the FIN at frame %d comes after them", s.finFrame)
+		s.lose(s.finFrame, s.finEnd-s.next)
+	case !s.finKnown && s.ackKnown && seqBefore(s.next+1, s.ackEnd):
+		s.lossCause = fmt.Sprintf("the peer's ACK at frame %d acknowledges them", s.ackFrame)
+		s.lose(s.ackFrame, s.ackEnd-s.next)
+	}
+	s.lossCause = ""
 }

@@ -135,3 +135,47 @@ func TestTCPStreamAcked(t *testing.T) {
 		t.Errorf("delivery frames %s", got)
 	}
 }
+
+// TestTCPStreamTrailingLoss: at the end of the capture, the bytes between the last
+// captured one and the end that the direction's FIN (or, without it, the peer's highest
+// ACK) proves was sent are declared lost; an ACK one past the data is an uncaptured FIN's.
+func TestTCPStreamTrailingLoss(t *testing.T) {
+	tests := []struct {
+		name      string
+		fin       int // sequence offset of a captured FIN after the data (-1: none)
+		ack       int // the peer's highest ACK, as an offset after the SYN (-1: none)
+		want      string
+		lost      uint64
+		lostFrame int
+	}{
+		{"all captured, FIN", 6, 7, "abcdef", 0, 0},
+		{"all captured, no FIN, ACK of the data", -1, 6, "abcdef", 0, 0},
+		{"all captured, FIN not, its ACK", -1, 7, "abcdef", 0, 0},
+		{"tail lost, FIN captured", 10, 11, "abcdef????", 4, -3},
+		{"tail and FIN lost, ACK of them", -1, 11, "abcdef?????", 5, -4},
+		{"tail lost, connection open, ACK of it", -1, 10, "abcdef????", 4, -4},
+		{"nothing from the peer", -1, -1, "abcdef", 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sink := &recordSink{}
+			s := &tcpStream{sink: sink}
+			s.segment(0, time.Time{}, 100, true, false, nil, 0)
+			s.segment(1, time.Time{}, 101, false, false, []byte("abc"), 3)
+			s.segment(2, time.Time{}, 104, false, false, []byte("def"), 3)
+			if tt.fin >= 0 {
+				s.segment(3, time.Time{}, 101+uint32(tt.fin), false, true, nil, 0)
+			}
+			if tt.ack >= 0 {
+				s.acked(4, 101+uint32(tt.ack))
+			}
+			s.finish()
+			if got := sink.got.String(); got != tt.want || s.lostBytes != tt.lost {
+				t.Errorf("stream %q, lost %d; want %q, %d", got, s.lostBytes, tt.want, tt.lost)
+			}
+			if tt.lost > 0 && sink.frames[len(sink.frames)-1] != tt.lostFrame {
+				t.Errorf("loss found at frame %d, want %d", -sink.frames[len(sink.frames)-1], -tt.lostFrame)
+			}
+		})
+	}
+}
