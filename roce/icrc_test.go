@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"hash/crc32"
+	"math/rand/v2"
 	"net/netip"
 	"strconv"
 	"testing"
@@ -315,6 +316,70 @@ func TestUpdateStack(t *testing.T) {
 			if got, want := updateStack(seed, b[:n]), crc32.Update(seed, crc32.IEEETable, b[:n]); got != want {
 				t.Fatalf("seed %#x length %d: %#x, want %#x", seed, n, got, want)
 			}
+			if got, want := updatePiece(seed, b[:n]), crc32.Update(seed, crc32.IEEETable, b[:n]); got != want {
+				t.Fatalf("updatePiece: seed %#x length %d: %#x, want %#x", seed, n, got, want)
+			}
+		}
+	}
+}
+
+// TestICRCRandomPieces compares ComputeICRC with the slow reference on random
+// RoCEv2 packets (IPv4 and IPv6, random header bytes and lengths) split into
+// random pieces: empty ones, and ones just below, at and above the length at
+// which hash/crc32 switches kernels (clmulMin), where updatePiece switches too.
+func TestICRCRandomPieces(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	sizes := []int{0, 1, clmulMin - 1, clmulMin, clmulMin + 1, 2*clmulMin - 1, 2 * clmulMin}
+	for trial := range 3000 {
+		h := FrameHeaders{
+			Src: netip.AddrFrom4([4]byte{10, 0, 0, byte(rng.IntN(256))}), Dst: netip.AddrFrom4([4]byte{10, 0, 1, byte(rng.IntN(256))}),
+			TrafficClass: uint8(rng.IntN(256)), HopLimit: uint8(rng.IntN(256)), IPID: uint16(rng.IntN(1 << 16)),
+			SrcPort: uint16(rng.IntN(1 << 16)),
+		}
+		if trial%2 == 1 {
+			h.Src, h.Dst = netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")
+			h.FlowLabel = uint32(rng.IntN(1 << 20))
+		}
+		n := rng.IntN(300)
+		if trial%3 == 0 {
+			n = sizes[rng.IntN(len(sizes))]
+		}
+		ib := make([]byte, minIBLen+n)
+		for i := range ib {
+			ib[i] = byte(rng.IntN(256))
+		}
+		buf := make([]byte, h.Len()+len(ib)+ICRCLen)
+		copy(buf[h.Len():], ib)
+		if _, err := h.EncodeFrame(buf, len(ib)); err != nil {
+			t.Fatal(err)
+		}
+		var f Frame
+		if err := f.DecodeEthernet(buf); err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		want := referenceICRC(f)
+		if f.ICRC != want {
+			t.Fatalf("trial %d: EncodeFrame wrote ICRC %#x, reference %#x", trial, f.ICRC, want)
+		}
+		// Split the IB packet: the BTH whole first (the fast path) or cut
+		// anywhere (the general path), then pieces of the sizes above.
+		var pieces [][]byte
+		rest := f.IB
+		if trial%4 != 0 {
+			pieces = append(pieces, rest[:minIBLen])
+			rest = rest[minIBLen:]
+		}
+		for len(rest) > 0 {
+			k := min(len(rest), sizes[rng.IntN(len(sizes))])
+			if rng.IntN(3) == 0 {
+				k = min(len(rest), rng.IntN(len(rest)+1))
+			}
+			pieces = append(pieces, rest[:k])
+			rest = rest[k:]
+		}
+		pieces = append(pieces, nil)
+		if got := ComputeICRC(f.IP, f.UDP, pieces...); got != want {
+			t.Fatalf("trial %d (%d-byte IB in %d pieces): ICRC %#x, reference %#x", trial, len(f.IB), len(pieces), got, want)
 		}
 	}
 }
