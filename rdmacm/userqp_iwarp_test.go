@@ -19,20 +19,9 @@ import (
 // breaks the connection. A number naming no RC QP is refused (EINVAL), in an
 // accept and in a connect.
 func TestIWARPAcceptUserQP(t *testing.T) {
-	a, b := newIWHost(t), newIWHost(t)
-	port := uint16(tcploop.FreePort(t))
-	l := iwListen(t, b, port)
-	id := iwResolve(t, a, port)
+	a, b, port, l, id := userQPSetup(t)
 	qa := a.createQP(t, id)
-
-	qb, err := b.pd.Context().CreateQP(b.pd, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: b.cq, RecvCQ: b.cq,
-		Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must(t, qb.Modify(&ib.QPAttr{QPState: ib.QPStateInit, Port: 1, AccessFlags: ib.AccessRemoteWrite},
-		ib.QPAttrState|ib.QPAttrPKeyIndex|ib.QPAttrPort|ib.QPAttrAccessFlags))
-	must(t, qb.PostRecv(ib.RecvWR{WRID: 7, SGL: []ib.SGE{b.mr.SGE(0, 64)}}))
+	qb := iwUserQP(t, b, 7)
 
 	must(t, id.Connect(rdmacm.DefaultConnParam()))
 	req := wait(t, l, rdmacm.EventConnectRequest)
@@ -49,30 +38,19 @@ func TestIWARPAcceptUserQP(t *testing.T) {
 		t.Fatalf("the program's QP: %v, access %v; want RTS with its own REMOTE_WRITE", qb.State(), qb.Query().AccessFlags)
 	}
 
-	poll := func(h *iwHost, want ib.WCStatus) ib.WC {
-		t.Helper()
-		ctx, cancel := contextWithTimeout(10 * time.Second)
-		defer cancel()
-		must(t, h.cq.Wait(ctx))
-		var wc [1]ib.WC
-		if h.cq.Poll(wc[:]) != 1 || wc[0].Status != want {
-			t.Fatalf("completion %+v, want %v", wc[0], want)
-		}
-		return wc[0]
-	}
 	copy(a.buf, "ping")
 	must(t, qa.PostSend(ib.SendWR{WRID: 1, Opcode: ib.WRSend, SGL: []ib.SGE{a.mr.SGE(0, 4)}, Signaled: true}))
-	poll(a, ib.WCSuccess)
-	if wc := poll(b, ib.WCSuccess); wc.WRID != 7 || string(b.buf[:4]) != "ping" {
+	pollOne(t, a, ib.WCSuccess)
+	if wc := pollOne(t, b, ib.WCSuccess); wc.WRID != 7 || string(b.buf[:4]) != "ping" {
 		t.Fatalf("receive %+v, buffer %q", wc, b.buf[:4])
 	}
 	copy(a.buf[100:], "written")
 	must(t, qa.PostSend(ib.SendWR{WRID: 2, Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{a.mr.SGE(100, 7)}, Signaled: true,
 		RemoteAddr: b.mr.Addr() + 200, RKey: b.mr.RKey()}))
-	poll(a, ib.WCSuccess)
+	pollOne(t, a, ib.WCSuccess)
 	must(t, qa.PostSend(ib.SendWR{WRID: 3, Opcode: ib.WRRDMARead, SGL: []ib.SGE{a.mr.SGE(300, 8)}, Signaled: true,
 		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}))
-	if wc := poll(a, ib.WCRemAccessErr); wc.WRID != 3 {
+	if wc := pollOne(t, a, ib.WCRemAccessErr); wc.WRID != 3 {
 		t.Errorf("READ against a QP without remote read: %+v", wc)
 	}
 	if got := string(b.mr.Buf()[200:207]); got != "written" { // Buf: the engine's lock, after its placement
@@ -90,4 +68,71 @@ func TestIWARPAcceptUserQP(t *testing.T) {
 	for _, x := range []*rdmacm.ID{id, id2, req.ID, l} {
 		x.Destroy()
 	}
+}
+
+// TestIWARPConnectUserQP: rdma_connect over iWARP naming, by
+// conn_param.qp_num, a QP the program created and moved to INIT itself with
+// receives posted, as iw_cm takes it (iw_cm_connect finds the QP by number;
+// rping -q's client does this). The connection runs on that QP: it is in RTS
+// once established, and the peer's SEND lands in the receive posted before
+// the connection. It was refused (EOPNOTSUPP).
+func TestIWARPConnectUserQP(t *testing.T) {
+	a, b, _, l, id := userQPSetup(t)
+	qa := iwUserQP(t, a, 9)
+
+	cp := rdmacm.DefaultConnParam()
+	cp.QPNum = qa.QPN()
+	must(t, id.Connect(cp))
+	req := wait(t, l, rdmacm.EventConnectRequest)
+	qb := b.createQP(t, req.ID)
+	must(t, req.ID.Accept(rdmacm.DefaultConnParam()))
+	wait(t, id, rdmacm.EventEstablished)
+	wait(t, req.ID, rdmacm.EventEstablished)
+	if qa.State() != ib.QPStateRTS {
+		t.Fatalf("the program's QP is %v, want RTS", qa.State())
+	}
+
+	copy(b.buf, "pong")
+	must(t, qb.PostSend(ib.SendWR{WRID: 1, Opcode: ib.WRSend, SGL: []ib.SGE{b.mr.SGE(0, 4)}, Signaled: true}))
+	if wc := pollOne(t, a, ib.WCSuccess); wc.WRID != 9 || string(a.buf[:4]) != "pong" {
+		t.Fatalf("receive %+v, buffer %q; want WR 9 with \"pong\"", wc, a.buf[:4])
+	}
+	for _, x := range []*rdmacm.ID{id, req.ID, l} {
+		x.Destroy()
+	}
+}
+
+// userQPSetup is the start of the user-QP tests: two iWARP hosts, b listening
+// on a free loopback port and a's ID resolved to it (not yet connected).
+func userQPSetup(t *testing.T) (a, b *iwHost, port uint16, l, id *rdmacm.ID) {
+	t.Helper()
+	a, b = newIWHost(t), newIWHost(t)
+	port = uint16(tcploop.FreePort(t))
+	l = iwListen(t, b, port)
+	id = iwResolve(t, a, port)
+	return a, b, port, l, id
+}
+
+// iwUserQP is the program's own QP of the user-QP tests: an RC QP on h's CQ,
+// moved to INIT by the program with REMOTE_WRITE access only, and a receive
+// of 64 bytes (WR recvID) posted before any connection, as iw_cm takes it.
+func iwUserQP(t *testing.T, h *iwHost, recvID uint64) *ib.QP {
+	t.Helper()
+	q := newUserQP(t, h.pd, h.cq, ib.AccessRemoteWrite)
+	must(t, q.PostRecv(ib.RecvWR{WRID: recvID, SGL: []ib.SGE{h.mr.SGE(0, 64)}}))
+	return q
+}
+
+// pollOne waits up to 10 s for h's CQ and takes one completion, which must
+// have status want.
+func pollOne(t *testing.T, h *iwHost, want ib.WCStatus) ib.WC {
+	t.Helper()
+	ctx, cancel := contextWithTimeout(10 * time.Second)
+	defer cancel()
+	must(t, h.cq.Wait(ctx))
+	var wc [1]ib.WC
+	if h.cq.Poll(wc[:]) != 1 || wc[0].Status != want {
+		t.Fatalf("completion %+v, want %v", wc[0], want)
+	}
+	return wc[0]
 }

@@ -15,12 +15,20 @@ import (
 // for rping -q, and moves it to INIT itself.
 func (h *host) userQP(t *testing.T) *ib.QP {
 	t.Helper()
-	qp, err := h.pd.Context().CreateQP(h.pd, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: h.cq, RecvCQ: h.cq,
+	return newUserQP(t, h.pd, h.cq, 0)
+}
+
+// newUserQP makes an RC QP on cq outside any ID (ibv_create_qp) and moves it
+// to INIT itself with the access flags given.
+func newUserQP(t *testing.T, pd *ib.PD, cq *ib.CQ, access ib.Access) *ib.QP {
+	t.Helper()
+	qp, err := pd.Context().CreateQP(pd, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: cq, RecvCQ: cq,
 		Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(t, qp.Modify(&ib.QPAttr{QPState: ib.QPStateInit, Port: 1}, ib.QPAttrState|ib.QPAttrPKeyIndex|ib.QPAttrPort|ib.QPAttrAccessFlags))
+	must(t, qp.Modify(&ib.QPAttr{QPState: ib.QPStateInit, Port: 1, AccessFlags: access},
+		ib.QPAttrState|ib.QPAttrPKeyIndex|ib.QPAttrPort|ib.QPAttrAccessFlags))
 	return qp
 }
 
