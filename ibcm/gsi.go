@@ -12,9 +12,11 @@ import (
 
 // GSIConfig sizes a device's General Services Interface (OpenGSI).
 type GSIConfig struct {
-	// RecvDepth is the number of receive buffers kept posted (default 64, the
-	// kernel's default mad_recvq_size is 512; a CM agent of a few connections
-	// needs far fewer).
+	// RecvDepth is the number of receive buffers kept posted (default 512,
+	// the kernel's mad_recvq_size): MADs that arrive between two polls of
+	// the agent, such as the REQs of a program opening a hundred connections
+	// at once, must find a buffer each, or they are dropped and wait for the
+	// peer's retry.
 	RecvDepth int
 	// SendDepth is the depth of the send queue (default 128, the kernel's
 	// mad_sendq_size).
@@ -80,7 +82,7 @@ var ErrGSIClosed = errors.New("ibcm: gsi closed")
 // 0 as the kernel's), and posts the receive buffers. A device has one GSI.
 func OpenGSI(dev *roce.Device, cfg GSIConfig) (*GSI, error) {
 	if cfg.RecvDepth <= 0 {
-		cfg.RecvDepth = 64
+		cfg.RecvDepth = 512
 	}
 	if cfg.SendDepth <= 0 {
 		cfg.SendDepth = 128

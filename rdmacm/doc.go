@@ -51,8 +51,8 @@
 // (StatusTimedOut for a peer that never answered, StatusConnRefused for an
 // iWARP reject), or for EventRejected over RoCE the IB CM reject reason (28
 // for rdma_reject, 8 for a service nobody listens on). Each ID has its own
-// channel; events that find it full are dropped and counted
-// (Manager.Counters), so read them.
+// channel; events that find it full wait, in order, for the consumer to read
+// (none is dropped), so read them.
 //
 // # Driving
 //

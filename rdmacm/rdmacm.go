@@ -188,13 +188,14 @@ type Config struct {
 	// Seed seeds the ephemeral ports and the starting PSNs; 0 picks a random seed.
 	Seed uint64
 	// EventDepth is the capacity of each ID's event channel (default 64).
+	// Events that find it full wait, in order, until the consumer reads
+	// (ID.pump): a burst of connection requests larger than the channel is
+	// not lost.
 	EventDepth int
 }
 
 // Counters count what a Manager did besides delivering events.
 type Counters struct {
-	// EventsDropped counts events that found their ID's channel full.
-	EventsDropped uint64
 	// RequestsRefused counts connection requests dropped for a full backlog
 	// (the RoCE peer's REQ retry asks again) or with no listener bound to their
 	// address (rejected).
@@ -327,6 +328,8 @@ type ID struct {
 	disconnected bool
 	resolveGen   int
 	mcast        map[netip.Addr]bool // groups joined (multicast.go): true for a full member
+	overflow     []Event             // events that found the channel full, oldest first (pump)
+	pumping      bool                // a pump goroutine runs
 
 	roce  roceState
 	iwarp iwarpState
@@ -412,7 +415,8 @@ func (id *ID) SetTOS(tos uint8) {
 	id.m.mu.Unlock()
 }
 
-// push delivers ev to id's channel without blocking. m.mu is held.
+// push delivers ev to id's channel without blocking, or queues it for the
+// pump when the channel is full; false for a destroyed ID. m.mu is held.
 func (m *Manager) push(id *ID, ev Event) bool {
 	if id.state == stateDestroyed {
 		return false
@@ -420,12 +424,50 @@ func (m *Manager) push(id *ID, ev Event) bool {
 	if ev.ID == nil {
 		ev.ID = id
 	}
-	select {
-	case id.events <- ev:
-		return true
-	default:
-		m.counters.EventsDropped++
-		return false
+	if len(id.overflow) == 0 {
+		select {
+		case id.events <- ev:
+			return true
+		default:
+		}
+	}
+	// The channel is full: the event waits its turn behind the ones before
+	// it. rdma_cm's kernel queue has no bound of its own (ucma bounds only
+	// the connection requests, by the listener's backlog); dropping here lost
+	// the requests of a burst past the channel's depth, which then waited for
+	// the peer's REQ retry (seconds) or, on iWARP, were refused.
+	id.overflow = append(id.overflow, ev)
+	if !id.pumping {
+		id.pumping = true
+		go id.pump()
+	}
+	return true
+}
+
+// pump moves the ID's overflow into its channel, oldest first, as the
+// consumer makes room, and closes the channel if Destroy came meanwhile (the
+// consumer reads the events left, as it would those in the channel's
+// buffer). It ends when the overflow is empty.
+func (id *ID) pump() {
+	m := id.m
+	for {
+		m.mu.Lock()
+		if len(id.overflow) == 0 {
+			id.pumping = false
+			id.overflow = nil
+			if id.state == stateDestroyed {
+				close(id.events)
+			}
+			m.mu.Unlock()
+			return
+		}
+		ev := id.overflow[0]
+		m.mu.Unlock()
+		id.events <- ev
+		m.mu.Lock()
+		id.overflow[0] = Event{}
+		id.overflow = id.overflow[1:]
+		m.mu.Unlock()
 	}
 }
 
@@ -815,7 +857,8 @@ func (id *ID) Connect(p ConnParam) error {
 
 // Listen listens for connection requests on the bound address (rdma_listen):
 // each comes as EventConnectRequest with a new ID. backlog bounds the requests
-// delivered and not yet accepted or rejected (0: 128); more are dropped (RoCE:
+// delivered and not yet accepted or rejected (0 or more than MaxBacklog:
+// MaxBacklog, as ucma_listen); more are dropped (RoCE:
 // the peer's REQ retry asks again) or rejected (iWARP). An ID not bound yet is
 // bound to every device on an ephemeral port.
 func (id *ID) Listen(backlog int) error {
@@ -831,8 +874,8 @@ func (id *ID) Listen(backlog int) error {
 	default:
 		return id.errState("listen")
 	}
-	if backlog <= 0 {
-		backlog = 128
+	if backlog <= 0 || backlog > MaxBacklog {
+		backlog = MaxBacklog
 	}
 	id.backlog = backlog
 	id.state = stateListen
@@ -870,6 +913,11 @@ func (id *ID) Listen(backlog int) error {
 	return nil
 }
 
+// MaxBacklog is the backlog of a listener asked for none or more: the
+// kernel's rdma_ucm max_backlog (1024), which ucma_listen puts in place of a
+// backlog <= 0 or above it.
+const MaxBacklog = 1024
+
 // newConn makes the ID of an incoming request on listener l. m.mu is held.
 func (m *Manager) newConn(l *ID, t transport, local, remote netip.AddrPort) *ID {
 	c := m.newID(l.ps, l.qpType)
@@ -882,7 +930,7 @@ func (m *Manager) newConn(l *ID, t transport, local, remote netip.AddrPort) *ID 
 // deliverRequest hands a new connection's request to its listener; it reports
 // false (and counts) when the backlog is full. m.mu is held.
 func (m *Manager) deliverRequest(l, c *ID, ev Event) bool {
-	if l.pending >= l.backlog || len(l.events) == cap(l.events) {
+	if l.pending >= l.backlog {
 		m.counters.RequestsRefused++
 		return false
 	}
@@ -998,7 +1046,9 @@ func (id *ID) Destroy() error {
 		m.unbind(id)
 	}
 	id.state = stateDestroyed
-	close(id.events)
+	if !id.pumping { // else the pump closes it after the overflow
+		close(id.events)
+	}
 	return err
 }
 

@@ -335,6 +335,45 @@ func TestRoCEBacklog(t *testing.T) {
 	}
 }
 
+// TestRoCERequestBurst: more connection requests than an ID's event channel
+// holds (64) reach a listener asked for the default backlog (0: 1024, as
+// ucma_listen) before the program reads any: each is delivered, in the first
+// second, none refused. Before, the 65th and later were dropped as for a full
+// backlog and came again only with the client's REQ retry, seconds later
+// (rdma-core's cmtime -c 100: a connect step of 6.4 s).
+func TestRoCERequestBurst(t *testing.T) {
+	const n = 150
+	w := newWorld(t, 5)
+	a := w.host("a", macA, ipA, sim.LinkConfig{})
+	b := w.host("b", macB, ipB, sim.LinkConfig{})
+	l, err := b.m.CreateID(rdmacm.PortSpaceTCP)
+	must(t, err)
+	must(t, l.BindAddr(netip.AddrPortFrom(ipB, rpingPort)))
+	must(t, l.Listen(0))
+	for range n {
+		id := w.resolve(a, rdmacm.PortSpaceTCP, netip.AddrPortFrom(ipB, rpingPort))
+		a.createQP(t, id)
+		must(t, id.Connect(rdmacm.DefaultConnParam()))
+	}
+	w.settle(time.Second)
+	if c := b.m.Counters(); c.RequestsRefused != 0 {
+		t.Fatalf("%d of %d requests refused", c.RequestsRefused, n)
+	}
+	seen := map[*rdmacm.ID]bool{}
+	for len(seen) < n {
+		select {
+		case ev := <-l.Events():
+			if ev.Type != rdmacm.EventConnectRequest || seen[ev.ID] {
+				t.Fatalf("event %v for %p (seen: %v)", ev.Type, ev.ID, seen[ev.ID])
+			}
+			seen[ev.ID] = true
+		case <-time.After(10 * time.Second): // a safety bound: the requests are there already
+			t.Fatalf("%d of %d requests delivered", len(seen), n)
+		}
+	}
+	must(t, l.Destroy())
+}
+
 // TestRoCEUD: rdma_cm over UD (RDMA_PS_UDP): SIDR resolves the server's QPN
 // and Q_Key, private data both ways, then UD SENDs each way with the
 // addresses the events gave.
