@@ -1,8 +1,9 @@
 // Package header holds what the wire headers of every softrdma protocol package share:
 // the error a decoder or encoder returns for a bad field, and the sentinels that classify
-// it. ibtransport (BTH and its extension headers), roce (Ethernet, IP, UDP, GRH, ICRC,
-// MAD, CM) and iwarp (MPA, DDP, RDMAP) all return a *header.Error, so one errors.As and
-// one vocabulary cover every layer:
+// it. ibtransport (BTH and its extension headers), roce (GRH, ICRC), ibcm (MAD, CM,
+// rdma_cm's CMA header), iwarp (MPA, DDP, RDMAP) and this package's own views (Ethernet,
+// IPv4, IPv6, UDP, TCP) all return a *header.Error, built with Truncated, Invalid or
+// Unsupported, so one errors.As and one vocabulary cover every layer:
 //
 //	bth: pad count 5 > 3
 //	ipv4: total length 1500 > packet 1200
@@ -38,9 +39,10 @@ var (
 )
 
 // Error describes one bad field of a wire header. Its text names the header (which names
-// its package: "bth", "reth" are ibtransport's; "ipv4", "grh", "icrc", "mad", "cm" are
-// roce's; "mpa", "fpdu", "ddp", "rdmap" are iwarp's), the field and the value, and, when
-// the value broke a bound, the relation and the bound:
+// its package: "bth", "reth" are ibtransport's; "grh", "icrc" are roce's; "mad", "cm",
+// "cma" are ibcm's; "ethernet", "ipv4", "ipv6", "udp", "tcp" are this package's; "mpa",
+// "fpdu", "ddp", "rdmap" are iwarp's), the field and the value, and, when the value broke
+// a bound, the relation and the bound:
 //
 //	header: field value [rel [limit-name] limit][: reason]
 //
@@ -131,4 +133,30 @@ func (e *Error) Unwrap() error { return e.Err }
 // "hdr: field have < want", wrapping ErrTruncated.
 func Truncated(hdr, field string, have, want int) *Error {
 	return &Error{Header: hdr, Field: field, Value: uint64(have), Rel: "<", Limit: uint64(want), Err: ErrTruncated}
+}
+
+// Invalid returns the error for a field whose value the format forbids: "hdr: field value
+// [rel limit]", wrapping ErrInvalid. An empty rel leaves limit out of the text.
+func Invalid(hdr, field string, value uint64, rel string, limit uint64) *Error {
+	return &Error{Header: hdr, Field: field, Value: value, Rel: rel, Limit: limit, Err: ErrInvalid}
+}
+
+// Unsupported returns the error for a well-formed field whose value the package does not
+// handle (a version other than the one it knows, an unknown code): "hdr: field value [rel
+// limit]", wrapping ErrUnsupported. An empty rel leaves limit out of the text.
+func Unsupported(hdr, field string, value uint64, rel string, limit uint64) *Error {
+	return &Error{Header: hdr, Field: field, Value: value, Rel: rel, Limit: limit, Err: ErrUnsupported}
+}
+
+// InHex makes e print its value and limit in hexadecimal with at least digits digits
+// (codes, keys and CRCs read better so), and returns e.
+func (e *Error) InHex(digits int) *Error {
+	e.Hex = digits
+	return e
+}
+
+// Because appends reason to e's text ("...: reason") and returns e.
+func (e *Error) Because(reason string) *Error {
+	e.Reason = reason
+	return e
 }

@@ -20,6 +20,11 @@ func TestErrorText(t *testing.T) {
 		{&Error{Header: "ethernet", Field: "ethertype not IPv4", NoValue: true, Err: errOther}, "ethernet: ethertype not IPv4"},
 		{&Error{Header: "stream", Err: ErrTruncated}, "stream: truncated"},
 		{Truncated("reth", "packet length", 20, 28), "reth: packet length 20 < 28"},
+		{Invalid("mad", "length", 257, ">", 256), "mad: length 257 > 256"},
+		{Invalid("mad", "deth q_key", 0x10000, "!=", 0x80010000).InHex(1), "mad: deth q_key 0x10000 != 0x80010000"},
+		{Invalid("cma", "ip version", 5, "", 0).Because("not 4 or 6"), "cma: ip version 5: not 4 or 6"},
+		{Unsupported("cm", "class version", 1, "!=", 2), "cm: class version 1 != 2"},
+		{Unsupported("cm", "attribute id", 0x20, "", 0).InHex(1).Because("unknown"), "cm: attribute id 0x20: unknown"},
 	} {
 		if got := tc.e.Error(); got != tc.want {
 			t.Errorf("Error() = %q, want %q", got, tc.want)
@@ -36,5 +41,8 @@ func TestErrorIsAs(t *testing.T) {
 	}
 	if !errors.Is(Truncated("a", "b", 1, 2), ErrTruncated) {
 		t.Error("Truncated does not wrap ErrTruncated")
+	}
+	if !errors.Is(Invalid("a", "b", 1, "", 0), ErrInvalid) || !errors.Is(Unsupported("a", "b", 1, "", 0), ErrUnsupported) {
+		t.Error("Invalid or Unsupported does not wrap its sentinel")
 	}
 }

@@ -81,16 +81,16 @@ func (m MAD) Attribute() Attribute { return Attribute(m.AttributeID()) }
 // version 2 with a known attribute.
 func CheckCM(m MAD) error {
 	if len(m) < MADLen {
-		return truncated("cm", "mad length", uint64(len(m)), MADLen)
+		return header.Truncated("cm", "mad length", len(m), MADLen)
 	}
 	if c := m.MgmtClass(); c != MgmtClassCM {
-		return malformed("cm", "mgmt class", uint64(c), uint64(MgmtClassCM), "!=")
+		return header.Invalid("cm", "mgmt class", uint64(c), "!=", uint64(MgmtClassCM))
 	}
 	if v := m.ClassVersion(); v != ClassVersion {
-		return &header.Error{Err: header.ErrUnsupported, Header: "cm", Field: "class version", Value: uint64(v), Limit: ClassVersion, Rel: "!="}
+		return header.Unsupported("cm", "class version", uint64(v), "!=", ClassVersion)
 	}
 	if a := m.Attribute(); !a.Known() {
-		return &header.Error{Err: header.ErrUnsupported, Header: "cm", Field: "attribute id", Value: uint64(a), Reason: "unknown", Hex: 1}
+		return header.Unsupported("cm", "attribute id", uint64(a), "", 0).InHex(1).Because("unknown")
 	}
 	return nil
 }
@@ -1173,13 +1173,13 @@ func (h CMAHeader) SetDstAddr(a netip.Addr) { h.setAddr(20, a) }
 // version 0, IP version 4 or 6.
 func (h CMAHeader) Check() error {
 	if len(h) < CMAHeaderLen {
-		return truncated("cma", "length", uint64(len(h)), CMAHeaderLen)
+		return header.Truncated("cma", "length", len(h), CMAHeaderLen)
 	}
 	if v := h.Version(); v != CMAVersion {
-		return &header.Error{Err: header.ErrUnsupported, Header: "cma", Field: "version", Value: uint64(v), Limit: CMAVersion, Rel: "!="}
+		return header.Unsupported("cma", "version", uint64(v), "!=", CMAVersion)
 	}
 	if v := h.IPVersion(); v != 4 && v != 6 {
-		return malformed("cma", "ip version", uint64(v), 0, "not 4 or 6")
+		return header.Invalid("cma", "ip version", uint64(v), "", 0).Because("not 4 or 6")
 	}
 	return nil
 }

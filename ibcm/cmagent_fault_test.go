@@ -282,11 +282,11 @@ func TestCMAgentBadMADs(t *testing.T) {
 	id := srv.events[0].ID
 	ours := id.LocalCommID()
 	to := func(m MAD, attr Attribute) MAD {
-		return edit(m, func(m MAD) { m.SetAttributeID(uint16(attr)); binary32(m.Data()[4:], ours) })
+		return edit(m, func(m MAD) { m.SetAttributeID(uint16(attr)); cmIDs(m.Data()).setRemote(ours) })
 	}
 	check("RTU in REQ_RCVD", to(krtu, AttrRTU), DropState, nil)
 	check("DREP in REQ_RCVD", to(krtu, AttrDREP), DropState, nil)
-	check("RTU from another instance", edit(to(krtu, AttrRTU), func(m MAD) { binary32(m.Data(), 0x99) }), DropWrongPeer, nil)
+	check("RTU from another instance", edit(to(krtu, AttrRTU), func(m MAD) { cmIDs(m.Data()).setLocal(0x99) }), DropWrongPeer, nil)
 	if err := srv.agent.HandleMAD(r.net.Now(), to(krtu, AttrRTU), MADAddress{Remote: ip21, RemoteQPN: 1}); err == nil {
 		t.Error("RTU from another address accepted")
 	}
@@ -319,8 +319,4 @@ func TestCMAgentBadMADs(t *testing.T) {
 	if c.Unsupported != 2 || c.IDs != 1 {
 		t.Errorf("counters %+v", c)
 	}
-}
-
-func binary32(b []byte, v uint32) {
-	b[0], b[1], b[2], b[3] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
 }

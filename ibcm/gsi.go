@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/roce"
 )
@@ -279,12 +280,11 @@ func GRHAreaAddrs(g []byte) (src, dst netip.Addr, ok bool) {
 	if len(g) < grhAreaLen {
 		return src, dst, false
 	}
-	if g[20]>>4 == 4 && allZero(g[:20]) {
-		ip := g[20:40]
-		return netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20])), true
+	if ip := header.IPv4(g[grhAreaLen-header.IPv4MinLen:]); ip.Version() == 4 && allZero(g[:grhAreaLen-header.IPv4MinLen]) {
+		return ip.Src(), ip.Dst(), true
 	}
-	if g[0]>>4 == 6 {
-		return netip.AddrFrom16([16]byte(g[8:24])).Unmap(), netip.AddrFrom16([16]byte(g[24:40])).Unmap(), true
+	if ip := header.IPv6(g); ip.Version() == 6 {
+		return ip.Src().Unmap(), ip.Dst().Unmap(), true
 	}
 	return src, dst, false
 }

@@ -235,13 +235,13 @@ func (m MAD) Fields() MADFields {
 // returns it as a view of b.
 func DecodeMAD(b []byte) (MAD, error) {
 	if len(b) < MADLen {
-		return nil, truncated("mad", "length", uint64(len(b)), MADLen)
+		return nil, header.Truncated("mad", "length", len(b), MADLen)
 	}
 	if len(b) > MADLen {
-		return nil, malformed("mad", "length", uint64(len(b)), MADLen, ">")
+		return nil, header.Invalid("mad", "length", uint64(len(b)), ">", MADLen)
 	}
 	if v := b[0]; v != MADBaseVersion {
-		return nil, &header.Error{Err: header.ErrUnsupported, Header: "mad", Field: "base version", Value: uint64(v), Limit: MADBaseVersion, Rel: "!="}
+		return nil, header.Unsupported("mad", "base version", uint64(v), "!=", MADBaseVersion)
 	}
 	return MAD(b[:MADLen:MADLen]), nil
 }
@@ -251,19 +251,19 @@ func DecodeMAD(b []byte) (MAD, error) {
 // is one MAD. It returns a view of p.Payload.
 func MADFromPacket(p *ibtransport.Packet) (MAD, error) {
 	if len(p.BTH) < ibtransport.BTHLen {
-		return nil, truncated("mad", "bth length", uint64(len(p.BTH)), ibtransport.BTHLen)
+		return nil, header.Truncated("mad", "bth length", len(p.BTH), ibtransport.BTHLen)
 	}
 	if op := p.BTH.Opcode(); op != ibtransport.OpcodeUDSendOnly {
-		return nil, &header.Error{Err: header.ErrInvalid, Header: "mad", Field: "bth opcode", Value: uint64(op), Limit: uint64(ibtransport.OpcodeUDSendOnly), Rel: "!=", Hex: 1}
+		return nil, header.Invalid("mad", "bth opcode", uint64(op), "!=", uint64(ibtransport.OpcodeUDSendOnly)).InHex(1)
 	}
 	if qp := p.BTH.DestQP(); qp != GSIQPN {
-		return nil, malformed("mad", "bth destination qp", uint64(qp), GSIQPN, "!=")
+		return nil, header.Invalid("mad", "bth destination qp", uint64(qp), "!=", GSIQPN)
 	}
 	if len(p.DETH) < ibtransport.DETHLen {
-		return nil, truncated("mad", "deth length", uint64(len(p.DETH)), ibtransport.DETHLen)
+		return nil, header.Truncated("mad", "deth length", len(p.DETH), ibtransport.DETHLen)
 	}
 	if k := p.DETH.QKey(); k != GSIQKey {
-		return nil, &header.Error{Err: header.ErrInvalid, Header: "mad", Field: "deth q_key", Value: uint64(k), Limit: GSIQKey, Rel: "!=", Hex: 1}
+		return nil, header.Invalid("mad", "deth q_key", uint64(k), "!=", GSIQKey).InHex(1)
 	}
 	return DecodeMAD(p.Payload)
 }
