@@ -18,9 +18,10 @@ import (
 // usual. iWARP binds the QP itself to the connection's stream: the kernel's
 // iw_cm looks the QP up by number on the device (iw_get_qp) and the driver
 // moves it from INIT (or RESET) to RTS at the MPA exchange, keeping the access
-// flags the program gave it; so does the passive side here
-// (iwarpTransport.accept). An active iWARP connect with such a QP is not
-// supported.
+// flags the program gave it; so do both sides here (iwarpTransport.connect and
+// accept). rdma_init_qp_attr on iWARP gives what iw_cm_init_qp_attr and
+// rdma_cm give (InitQPAttr), and the active side gets ESTABLISHED, never
+// CONNECT_RESPONSE (cma_iw_handler).
 
 // checkQP reports whether op (connect or accept) has a QP to name: the ID's,
 // or on RoCE an RC QP the program gives by number, or on iWARP (accept) an RC
@@ -63,7 +64,8 @@ func (t *iwarpTransport) userQP(qpn uint32) (*ibtransport.QP, error) {
 // path, MTU, the peer's QPN, the PSN this side expects, responder resources;
 // RTS with the peer's starting PSN, ACK timeout, retry counts and initiator
 // depth. A UD ID's QP gets the Q_Key RDMA_UDP_QKEY and send PSN 0. RTR and
-// RTS of an RC ID need the peer's REQ (passive) or REP (active).
+// RTS of an RC ID need the peer's REQ (passive) or REP (active). iWARP's
+// answers are iw_cm's (iwarpInitQPAttr).
 func (id *ID) InitQPAttr(state ibtransport.QPState) (ibtransport.QPAttr, ibtransport.QPAttrMask, error) {
 	m := id.m
 	m.mu.Lock()
@@ -74,9 +76,12 @@ func (id *ID) InitQPAttr(state ibtransport.QPState) (ibtransport.QPAttr, ibtrans
 	if id.tr == nil {
 		return ibtransport.QPAttr{}, 0, fmt.Errorf("rdmacm: init qp attr before the ID has a device: %w", ErrInvalidState)
 	}
+	if id.tr.kind() == TransportIWARP {
+		return id.iwarpInitQPAttr(state)
+	}
 	t, ok := id.tr.(*roceTransport)
 	if !ok {
-		return ibtransport.QPAttr{}, 0, fmt.Errorf("rdmacm: init qp attr on %v: RoCE only: %w", id.tr.kind(), ErrNotSupported)
+		return ibtransport.QPAttr{}, 0, fmt.Errorf("rdmacm: init qp attr on %v: %w", id.tr.kind(), ErrNotSupported)
 	}
 	a := ibtransport.QPAttr{QPState: state}
 	if id.qpType == ibtransport.QPTypeUD {
@@ -164,13 +169,53 @@ func (t *roceTransport) onREPUserQP(id *ID, ev *ibcm.Event) {
 	}})
 }
 
+// iwarpInitQPAttr is InitQPAttr on iWARP, as the kernel's rdma_init_qp_attr
+// answers for an iWARP device: before the ID connects (it has no iw_cm ID
+// yet) the state asked for with no access, mask STATE|ACCESS_FLAGS; once it
+// connects or a request came (iw_cm_init_qp_attr) INIT and RTR with remote
+// write and read, mask STATE|ACCESS_FLAGS, and RTS with an empty mask, since
+// the driver moves the QP to RTS at the MPA exchange; rdma_cm adds the port
+// (PORT) to each. A listening ID, and a state other than INIT, RTR and RTS
+// of a connection, get EINVAL. m.mu is held.
+func (id *ID) iwarpInitQPAttr(state ibtransport.QPState) (ibtransport.QPAttr, ibtransport.QPAttrMask, error) {
+	a := ibtransport.QPAttr{QPState: state, Port: 1}
+	switch id.state {
+	case stateListen:
+		return a, 0, fmt.Errorf("rdmacm: init qp attr of a listening iWARP ID: %w", ErrInvalidState)
+	case stateConnect, stateAccepted, stateEstablished, stateDisconnect:
+	default:
+		return a, ibtransport.QPAttrState | ibtransport.QPAttrAccessFlags | ibtransport.QPAttrPort, nil
+	}
+	switch state {
+	case ibtransport.QPStateInit, ibtransport.QPStateRTR:
+		a.AccessFlags = ibtransport.AccessRemoteWrite | ibtransport.AccessRemoteRead
+		return a, ibtransport.QPAttrState | ibtransport.QPAttrAccessFlags | ibtransport.QPAttrPort, nil
+	case ibtransport.QPStateRTS:
+		return a, ibtransport.QPAttrPort, nil
+	}
+	return a, 0, fmt.Errorf("rdmacm: init qp attr for state %v of an iWARP connection: %w", state, ErrInvalid)
+}
+
 // Establish completes an active connection whose QP the program moved to
 // RTS itself (rdma_establish): RoCE sends the RTU. No event follows, as with
 // the kernel's rdma_cm.
+//
+// On iWARP the connection is complete at ESTABLISHED and there is nothing to
+// send: an established active iWARP connection returns nil. This differs
+// from the kernel on purpose: its rdma_establish reaches cma_accept_iw
+// without connection parameters, which returns EINVAL, so that rping -q's
+// client, which calls rdma_establish after ESTABLISHED on every transport,
+// fails on siw; here it runs as over RoCE.
 func (id *ID) Establish() error {
 	m := id.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if id.tr != nil && id.tr.kind() == TransportIWARP {
+		if id.state != stateEstablished || id.listener != nil {
+			return id.errState("establish")
+		}
+		return nil
+	}
 	rs := &id.roce
 	if id.state != stateConnect || id.listener != nil || rs.rep == nil {
 		return id.errState("establish")

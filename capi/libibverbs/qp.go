@@ -378,7 +378,11 @@ func srgo_modify_qp(h C.uintptr_t, a *C.struct_sr_qpattr, mask C.int) C.int {
 		}
 		attr.AH = ah
 	}
-	if err := q.qp.Modify(&attr, m); err != nil {
+	err := q.qp.Modify(&attr, m)
+	if err != nil {
+		err = siwModify(q.qp, &attr, m, err) // siwmodify.go
+	}
+	if err != nil {
 		debugf("modify qp 0x%x: %v", q.qp.QPN(), err)
 		return errno(err)
 	}

@@ -12,11 +12,17 @@ import (
 //   - -q (RoCE): each end creates its QP with ibv_create_qp, names it in
 //     conn_param.qp_num and moves it to RTS itself with rdma_init_qp_attr's
 //     attributes; the client gets RDMA_CM_EVENT_CONNECT_RESPONSE and sends the
-//     RTU with rdma_establish. (Not over iWARP: rdma_connect and rdma_accept
-//     take the program's QP there, but rping -q's server moves its QP through
-//     RTR and RTS with rdma_init_qp_attr's attributes, and the library
-//     refuses rdma_init_qp_attr on iWARP: iw_cm_init_qp_attr's masks and
-//     siw's RTR without a path are not implemented.)
+//     RTU with rdma_establish.
+//   - -q (iWARP): rdma_connect and rdma_accept take the program's QP by
+//     number and the MPA exchange moves it to RTS, as iw_cm does; the server
+//     moves its QP first with rdma_init_qp_attr's iWARP attributes (INIT and
+//     RTR: state, remote write and read, port; RTS: the port only), INIT→RTR
+//     leaving it in INIT as siw does; the client, past ESTABLISHED (iWARP has
+//     no CONNECT_RESPONSE), moves its QP, in RTS, to INIT, RTR and RTS, which
+//     siw takes as no-ops but for the access flags, and calls rdma_establish,
+//     which returns 0 (the kernel's returns EINVAL there; see
+//     rdmacm.ID.Establish). rdma_init_qp_attr was refused on iWARP, and the
+//     modifies with it.
 //   - -S 4000 (a 4000-byte ping buffer, more than one MTU for every READ and
 //     WRITE) with -I, the client's source address, on both transports.
 func TestRpingFlags(t *testing.T) {
@@ -28,6 +34,7 @@ func TestRpingFlags(t *testing.T) {
 		cliFlags func(srvAddr string) []string
 	}{
 		{"roce -q", "roce", []string{"-q"}, nil},
+		{"iwarp -q", "iwarp", []string{"-q"}, nil},
 		{"roce -S 4000 -I", "roce", []string{"-S", "4000"}, cliSource},
 		{"iwarp -S 4000 -I", "iwarp", []string{"-S", "4000"}, cliSource},
 	}
@@ -50,7 +57,7 @@ func TestRpingFlags(t *testing.T) {
 					t.Errorf("no %q at both ends\nserver:\n%s\nclient:\n%s", want, so, co)
 				}
 			}
-			if c.flags[0] == "-q" && !strings.Contains(co, "RDMA_CM_EVENT_CONNECT_RESPONSE") {
+			if c.name == "roce -q" && !strings.Contains(co, "RDMA_CM_EVENT_CONNECT_RESPONSE") {
 				t.Errorf("-q: the client got no CONNECT_RESPONSE (rdma_cm moved its QP?):\n%s", co)
 			}
 		})
