@@ -129,42 +129,50 @@ func srgo_reg_mr(pdh C.uintptr_t, addr unsafe.Pointer, length C.size_t, iova C.u
 		*err = C.EINVAL
 		return 0
 	}
+	mr, e := regMR("reg mr", pd, addr, length, uint64(iova), ib.Access(access))
+	if e != 0 {
+		*err = e
+		return 0
+	}
+	*key = C.uint32_t(mr.LKey())
+	return C.uintptr_t(cgo.NewHandle(mr))
+}
+
+// regMR registers [addr, addr+length) of the program's memory on pd at iova
+// (ibv_reg_mr, ibv_rereg_mr's new registration), or returns the errno the
+// kernel gives; op names the verb in SOFTRDMA_DEBUG's line.
+func regMR(op string, pd *ib.PD, addr unsafe.Pointer, length C.size_t, iova uint64, access ib.Access) (*ib.MR, C.int) {
 	// ib_umem_get (drivers/infiniband/core/umem.c): no pages is -EINVAL,
 	// and pinning pages at address 0 fails, -EFAULT.
 	if length == 0 {
-		debugf("reg mr: length 0")
-		*err = C.EINVAL
-		return 0
+		debugf("%s: length 0", op)
+		return nil, C.EINVAL
 	}
 	if addr == nil {
-		debugf("reg mr: address NULL, length %d", length)
-		*err = C.EFAULT
-		return 0
+		debugf("%s: address NULL, length %d", op, length)
+		return nil, C.EFAULT
 	}
 	// ib_access_writable (include/rdma/ib_verbs.h): the pages are pinned
 	// for writing when the region may be written, locally or remotely.
 	const writable = ib.AccessLocalWrite | ib.AccessRemoteWrite | ib.AccessRemoteAtomic | ib.AccessMWBind
-	if e := checkPinnable(uint64(uintptr(addr)), uint64(length), ib.Access(access)&writable != 0); e != nil {
-		debugf("reg mr: %v", e)
-		*err = C.EFAULT
+	if e := checkPinnable(uint64(uintptr(addr)), uint64(length), access&writable != 0); e != nil {
+		debugf("%s: %v", op, e)
 		if errors.Is(e, errRangeWraps) {
-			*err = C.EINVAL
+			return nil, C.EINVAL
 		}
-		return 0
+		return nil, C.EFAULT
 	}
 	buf := unsafe.Slice((*byte)(addr), int(length))
 	// Bits 20..29 (IBV_ACCESS_OPTIONAL_RANGE, e.g. RELAXED_ORDERING, which
 	// perftest sets) are hints a device may ignore: rdma-core strips them
 	// for providers that do not know them.
 	const optionalRange = 0x3ff00000
-	mr, e := pd.RegMRAt(buf, uint64(iova), ib.Access(access)&^optionalRange)
+	mr, e := pd.RegMRAt(buf, iova, access&^optionalRange)
 	if e != nil {
-		debugf("reg mr: %v", e)
-		*err = errno(e)
-		return 0
+		debugf("%s: %v", op, e)
+		return nil, errno(e)
 	}
-	*key = C.uint32_t(mr.LKey())
-	return C.uintptr_t(cgo.NewHandle(mr))
+	return mr, 0
 }
 
 //export srgo_dereg_mr

@@ -23,9 +23,7 @@ void ibv_copy_path_rec_to_kern(void) { sr_refuse("ibv_copy_path_rec_to_kern"); }
 void ibv_copy_qp_attr_from_kern(void) { sr_refuse("ibv_copy_qp_attr_from_kern"); }
 void *ibv_get_sysfs_path(void) { sr_refuse("ibv_get_sysfs_path"); return NULL; }
 void ibv_copy_ah_attr_from_kern(void) { sr_refuse("ibv_copy_ah_attr_from_kern"); }
-long ibv_rereg_mr(void) { sr_refuse("ibv_rereg_mr"); return EOPNOTSUPP; }
 long ibv_resize_cq(void) { sr_refuse("ibv_resize_cq"); return EOPNOTSUPP; }
-long ibv_resolve_eth_l2_from_gid(void) { sr_refuse("ibv_resolve_eth_l2_from_gid"); return EOPNOTSUPP; }
 void *ibv_import_device(void) { sr_refuse("ibv_import_device"); return NULL; }
 void *ibv_import_mr(void) { sr_refuse("ibv_import_mr"); return NULL; }
 void *ibv_import_pd(void) { sr_refuse("ibv_import_pd"); return NULL; }

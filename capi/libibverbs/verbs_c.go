@@ -66,6 +66,8 @@ struct sr_qpattr {
 
 extern uintptr_t srgo_reg_mr(uintptr_t pd, void *addr, size_t length, uint64_t iova, int access, uint32_t *lkey, int *err);
 extern int srgo_dereg_mr(uintptr_t h);
+extern uintptr_t srgo_rereg_mr(uintptr_t h, int flags, uintptr_t pd, void *addr, size_t length, int access,
+			       uint32_t *lkey, int *err);
 extern uintptr_t srgo_create_cq(int i, int cqe, int wfd, uint64_t cqptr, int *depth, int *err);
 extern int srgo_req_notify_cq(uintptr_t h, int solicited_only);
 extern int srgo_destroy_cq(uintptr_t h);
@@ -518,6 +520,52 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 	if (rc)
 		return rc;
 	free(m);
+	return 0;
+}
+
+// ibv_rereg_mr registers mr again with another PD, other access flags or
+// other memory (rereg.go) and returns 0 or an enum ibv_rereg_mr_err_code
+// with errno set, as rdma-core's: IBV_REREG_MR_ERR_INPUT for what libibverbs
+// itself refuses (unknown flags, CHANGE_TRANSLATION without an address or a
+// length, access flags without CHANGE_ACCESS; and here a NULL mr, or a NULL
+// PD with CHANGE_PD, on which rdma-core would crash), IBV_REREG_MR_ERR_CMD
+// for what the kernel refuses (no flags, a PD of another context, and every
+// refusal of the new registration, the reg_mr errno's), the old registration
+// then still in place.
+int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	if (!mr || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!length || !addr)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) ||
+	    ((flags & IBV_REREG_MR_CHANGE_PD) && !pd)) {
+		sr_debug("ibv_rereg_mr: flags 0x%x, pd %p, addr %p, length %zu, access 0x%x: invalid input",
+			 flags, (void *)pd, addr, length, access);
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	struct ibv_pd *npd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : mr->pd;
+	if (!flags || npd->context != mr->context) {
+		sr_debug("ibv_rereg_mr: %s", !flags ? "no flags" : "a PD of another context");
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION)) {
+		addr = mr->addr;
+		length = mr->length;
+	}
+	struct sr_mr *m = (struct sr_mr *)mr;
+	int err = 0;
+	uint32_t key = 0;
+	uintptr_t h = SRGO(srgo_rereg_mr, m->h, flags, ((struct sr_pd *)npd)->h, addr, length, access, &key, &err);
+	if (!h) {
+		errno = err;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	m->h = h;
+	mr->pd = npd;
+	mr->addr = addr;
+	mr->length = length;
+	mr->handle = mr->lkey = mr->rkey = key;
 	return 0;
 }
 
