@@ -10,9 +10,9 @@ package main
 //
 // Events: each ID has a goroutine forwarding its rdmacm events to the queue
 // of the ID's event channel, and the channel's eventfd (semaphore mode) counts
-// them: librdmacm's rdma_get_cm_event reads the fd (blocking or not, as the
-// program set it; poll and epoll work on it) and then takes one event with
-// srcm_next_event.
+// the events queued, exactly: poll and epoll on it say whether one is there.
+// librdmacm's rdma_get_cm_event takes one with srcm_next_event, or waits on
+// the fd (unless the program made it non-blocking).
 
 /*
 #define SRCM_NO_PROTOS
@@ -91,11 +91,51 @@ func cmManager() *rdmacm.Manager {
 }
 
 // cmChannel is an rdma_event_channel: the events not yet taken, counted by
-// the eventfd efd.
+// the eventfd efd. Under cm.mu the eventfd's count is len(q), whatever
+// leaves the queue (taken, dropped with its ID, moved to another channel):
+// poll and epoll on the fd say readable exactly when an event is there.
 type cmChannel struct {
 	efd    int
 	q      []cmQueued // guarded by cm.mu
 	closed bool
+}
+
+// push queues e and adds one to the eventfd. Called with cm.mu held.
+func (ch *cmChannel) push(e cmQueued) {
+	ch.q = append(ch.q, e)
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	syscall.Write(ch.efd, one[:])
+}
+
+// remove takes the queued events drop chooses out of the queue, in order,
+// and their counts off the eventfd (semaphore mode: one read each; none
+// blocks, the count being len(q)). Called with cm.mu held.
+func (ch *cmChannel) remove(drop func(cmQueued) bool) []cmQueued {
+	var gone []cmQueued
+	q := ch.q[:0]
+	for _, e := range ch.q {
+		if drop(e) {
+			gone = append(gone, e)
+			continue
+		}
+		q = append(q, e)
+	}
+	clear(ch.q[len(q):])
+	ch.q = q
+	ch.uncount(len(gone))
+	return gone
+}
+
+// uncount reads n counts off the eventfd. Called with cm.mu held.
+func (ch *cmChannel) uncount(n int) {
+	var v [8]byte
+	for range n {
+		if _, err := syscall.Read(ch.efd, v[:]); err != nil {
+			debugf("rdma_cm: event channel fd %d: read: %v", ch.efd, err)
+			return
+		}
+	}
 }
 
 type cmQueued struct {
@@ -133,13 +173,10 @@ func (w *cmID) forward() {
 			nw := &cmID{id: ev.ID, ch: ch}
 			go nw.forward()
 			ev.Listener = w.id
-			ch.q = append(ch.q, cmQueued{w: nw, ev: ev})
+			ch.push(cmQueued{w: nw, ev: ev})
 		} else {
-			ch.q = append(ch.q, cmQueued{w: w, ev: ev})
+			ch.push(cmQueued{w: w, ev: ev})
 		}
-		var one [8]byte
-		binary.NativeEndian.PutUint64(one[:], 1)
-		syscall.Write(ch.efd, one[:])
 		cm.mu.Unlock()
 	}
 }
@@ -260,21 +297,15 @@ func srcm_destroy_id(h C.uintptr_t) C.int {
 	delete(idsByEngine, w.id)
 	if ch := w.ch; ch != nil {
 		// Events not taken yet that name w go: the C struct they would
-		// name is freed. A request to w (a listener) is rejected.
-		q := ch.q[:0]
-		for _, e := range ch.q {
-			switch {
-			case e.w == w:
-				continue
-			case e.ev.Type == rdmacm.EventConnectRequest && e.ev.Listener == w.id:
+		// name is freed. A request to w (a listener) is rejected, and the
+		// events its connection queued behind it go with it.
+		ch.remove(func(e cmQueued) bool {
+			if e.ev.Type == rdmacm.EventConnectRequest && e.ev.Listener == w.id {
 				e.w.dead = true
 				orphans = append(orphans, e.w.id)
-				continue
 			}
-			q = append(q, e)
-		}
-		clear(ch.q[len(q):])
-		ch.q = q
+			return e.w == w || e.w.dead
+		})
 	}
 	cm.mu.Unlock()
 	for _, id := range orphans {
@@ -297,24 +328,12 @@ func srcm_migrate_id(h, chh C.uintptr_t) C.int {
 		return C.EINVAL
 	}
 	cm.mu.Lock()
-	// Events already queued for w move with it, in order.
+	// Events already queued for w move with it, in order, and their counts
+	// from the old eventfd to the new one.
 	if old := w.ch; old != nil && old != ch {
-		q := old.q[:0]
-		var one [8]byte
-		binary.NativeEndian.PutUint64(one[:], 1)
-		for _, e := range old.q {
-			if e.w == w {
-				// The old fd keeps its count: rdma_get_cm_event on it finds
-				// no event and reads again (librdmacm: migrate with
-				// events pending is the caller's race).
-				ch.q = append(ch.q, e)
-				syscall.Write(ch.efd, one[:])
-				continue
-			}
-			q = append(q, e)
+		for _, e := range old.remove(func(e cmQueued) bool { return e.w == w }) {
+			ch.push(e)
 		}
-		clear(old.q[len(q):])
-		old.q = q
 	}
 	w.ch = ch
 	cm.mu.Unlock()
@@ -339,12 +358,21 @@ func srcm_next_event(chh C.uintptr_t, out *C.struct_srcm_event, size C.size_t) C
 	}()
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
-	if len(ch.q) == 0 {
-		return C.EAGAIN
+	var e cmQueued
+	for {
+		if len(ch.q) == 0 {
+			return C.EAGAIN
+		}
+		e = ch.q[0]
+		ch.q[0] = cmQueued{}
+		ch.q = ch.q[1:]
+		ch.uncount(1)
+		if !e.w.dead {
+			break
+		}
+		// A connection whose request was dropped (its listener destroyed,
+		// or no memory for its struct): no C struct names it.
 	}
-	e := ch.q[0]
-	ch.q[0] = cmQueued{}
-	ch.q = ch.q[1:]
 	*out = C.struct_srcm_event{}
 	ev := e.ev
 	out._type, out.status = C.int32_t(ev.Type), C.int32_t(ev.Status)

@@ -13,15 +13,18 @@
  * rdma_create_qp is created with ibv_create_qp of libibverbs.so.1 and handed
  * to the engine's ID (srcm_attach_qp), which moves it through its states.
  *
- * Events: an rdma_event_channel's fd is an eventfd in semaphore mode that
- * counts the channel's events (poll/epoll work on it; O_NONBLOCK set by the
- * program is honoured); rdma_get_cm_event reads one count, then takes the
- * event from the engine. IDs created without a channel are synchronous, as in
- * rdma-core: the calls that start an exchange wait for its event.
+ * Events: an rdma_event_channel's fd is an eventfd in semaphore mode whose
+ * count is the number of the channel's events queued (poll/epoll work on it;
+ * O_NONBLOCK set by the program is honoured); rdma_get_cm_event takes an
+ * event and its count from the engine, or waits for the fd. IDs created
+ * without a channel are synchronous, as in rdma-core: the calls that start an
+ * exchange wait for its event.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <pthread.h>
 #include <signal.h>
@@ -816,20 +819,25 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 		return ERR(EINVAL);
 	struct sr_chan *ch = sr_chan(channel);
 	struct srcm_event e;
+	/* The engine keeps the fd's count equal to the events queued, and
+	 * srcm_next_event takes an event with its count: with none there, a
+	 * non-blocking channel says EAGAIN and a blocking one waits on the fd
+	 * (another thread, or a destroy that dropped the event, may empty the
+	 * queue between the wakeup and the take: then it waits again). */
 	for (;;) {
-		uint64_t v;
-		ssize_t n = read(channel->fd, &v, sizeof(v));
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1; /* EAGAIN for a non-blocking channel */
-		}
 		int rc = SRGO(srcm_next_event, ch->h, &e, sizeof(struct sr_cmid));
-		if (rc == EAGAIN)
-			continue; /* its ID was destroyed: the count outlived it */
-		if (rc)
+		if (rc == 0)
+			break;
+		if (rc != EAGAIN)
 			return ERR(rc);
-		break;
+		int fl = fcntl(channel->fd, F_GETFL);
+		if (fl < 0)
+			return -1;
+		if (fl & O_NONBLOCK)
+			return ERR(EAGAIN);
+		struct pollfd p = {.fd = channel->fd, .events = POLLIN};
+		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			return -1;
 	}
 	struct sr_event *ev = calloc(1, sizeof(*ev));
 	if (!ev)

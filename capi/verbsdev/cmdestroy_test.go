@@ -9,7 +9,10 @@ import (
 // event taken by rdma_get_cm_event and not acknowledged it waits for the
 // rdma_ack_cm_event (the event's ID stays the program's until then), events
 // still queued go with the ID and are never returned, and acknowledged ones
-// hold nothing. Over both transports.
+// hold nothing. The channel's fd is readable exactly when an event is
+// queued: after a destroy dropped the only event, and on the old channel
+// after rdma_migrate_id moved it, poll says not readable. Over both
+// transports.
 func TestDestroyIDEvents(t *testing.T) {
 	lib := buildLib(t)
 	prog := compileCM(t, lib, "cmdestroy")

@@ -4,7 +4,9 @@
  * program has taken with rdma_get_cm_event and not yet acknowledged keep the
  * ID alive, rdma_destroy_id waits until each is acknowledged; the events
  * still queued, not taken, go with the ID (the kernel's ucma_destroy_id
- * drops them) and are never returned.
+ * drops them) and are never returned. The channel's fd is readable exactly
+ * when an event is queued: dropped (destroy) or moved (rdma_migrate_id),
+ * an event leaves no readiness behind.
  *
  * Usage: cmdestroy ADDR (an address of the softrdma device in
  * SOFTRDMA_DEVICES). Prints "ok" and exits 0, or names the check that failed
@@ -47,6 +49,13 @@ static int returned(int fd, int ms)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN};
 	return poll(&p, 1, ms) == 1;
+}
+
+/* readable reports whether poll says fd has an event, at once. */
+static int readable(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	return poll(&p, 1, 0) == 1;
 }
 
 static void resolve(struct rdma_cm_id *id, struct sockaddr_in *dst)
@@ -117,6 +126,10 @@ int main(int argc, char **argv)
 		fail("b's ADDR_RESOLVED never queued");
 	if (rdma_destroy_id(b))
 		fail("rdma_destroy_id b with its event queued");
+	if (readable(ch->fd)) {
+		errno = 0;
+		fail("the channel fd is readable after rdma_destroy_id dropped its only event");
+	}
 	struct rdma_cm_id *c;
 	if (rdma_create_id(ch, &c, NULL, RDMA_PS_TCP))
 		fail("rdma_create_id c");
@@ -132,6 +145,39 @@ int main(int argc, char **argv)
 		fail("rdma_ack_cm_event c");
 	if (rdma_destroy_id(c))
 		fail("rdma_destroy_id c");
+
+	/* 4. rdma_migrate_id moves a queued event, and its readiness, to the
+	 * new channel: the old fd is no longer readable, the new one is. */
+	struct rdma_event_channel *ch2 = rdma_create_event_channel();
+	if (!ch2)
+		fail("rdma_create_event_channel 2");
+	struct rdma_cm_id *m;
+	if (rdma_create_id(ch, &m, NULL, RDMA_PS_TCP))
+		fail("rdma_create_id m");
+	resolve(m, &dst);
+	if (poll(&pf, 1, 5000) != 1)
+		fail("m's ADDR_RESOLVED never queued");
+	if (rdma_migrate_id(m, ch2))
+		fail("rdma_migrate_id m");
+	errno = 0;
+	if (readable(ch->fd))
+		fail("the old channel fd is readable after rdma_migrate_id moved its only event");
+	if (!readable(ch2->fd))
+		fail("the new channel fd is not readable after rdma_migrate_id moved an event to it");
+	if (rdma_get_cm_event(ch2, &ev))
+		fail("rdma_get_cm_event m on the new channel");
+	if (ev->id != m || ev->event != RDMA_CM_EVENT_ADDR_RESOLVED) {
+		errno = 0;
+		fail("the new channel's event is not m's ADDR_RESOLVED");
+	}
+	if (rdma_ack_cm_event(ev))
+		fail("rdma_ack_cm_event m");
+	errno = 0;
+	if (readable(ch2->fd))
+		fail("the new channel fd is readable with its event taken");
+	if (rdma_destroy_id(m))
+		fail("rdma_destroy_id m");
+	rdma_destroy_event_channel(ch2);
 	rdma_destroy_event_channel(ch);
 	printf("ok\n");
 	return 0;
