@@ -9,12 +9,10 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/device"
-	"github.com/softrdma/softrdma/ibcm"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/netio/netns"
 	"github.com/softrdma/softrdma/rdmacm"
-	"github.com/softrdma/softrdma/roce"
 )
 
 // The rdma_cm scale row (issue 22): "cm setup n QPs", QP pairs connected per
@@ -227,46 +225,20 @@ func (cm *cmSides) connectPairs(e *env, n int) (float64, error) {
 	return secs, acceptErr
 }
 
-// openRoCECM puts a CM agent on QP1 of each device (driven by its Run
-// until close) and a Manager on each agent.
-func openRoCECM(da, db *roce.Device, addrA, addrB netip.Addr) (*cmSides, error) {
-	cm := &cmSides{addrA: addrA, addrB: addrB, inA: func(f func() error) error { return f() }}
-	var closers []func()
-	cm.close = func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
+// openRoCECM puts rdma_cm on each device (device.RoCE.StartCM: a CM
+// agent on QP1 and a Manager on it) until close.
+func openRoCECM(da, db *device.RoCE, addrA, addrB netip.Addr) (*cmSides, error) {
+	cmA, err := da.StartCM(device.CMConfig{})
+	if err != nil {
+		return nil, err
 	}
-	for i, d := range []*roce.Device{da, db} {
-		agent, err := ibcm.NewAgent(ibcm.AgentConfig{Device: d})
-		if err != nil {
-			cm.close()
-			return nil, err
-		}
-		m := rdmacm.NewManager(rdmacm.Config{})
-		if err := m.AddRoCE(agent); err != nil {
-			agent.Close()
-			cm.close()
-			return nil, err
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); agent.Run(ctx) }()
-		closers = append(closers, func() {
-			// What the CM just queued on QP1 (a DREP) goes out before QP1 does.
-			d.Flush(time.Now())
-			m.Close()
-			cancel()
-			<-done
-			agent.Close()
-		})
-		if i == 0 {
-			cm.a = m
-		} else {
-			cm.b = m
-		}
+	cmB, err := db.StartCM(device.CMConfig{})
+	if err != nil {
+		cmA.Close()
+		return nil, err
 	}
-	return cm, nil
+	return &cmSides{addrA: addrA, addrB: addrB, inA: func(f func() error) error { return f() },
+		a: cmA.Manager, b: cmB.Manager, close: func() { cmB.Close(); cmA.Close() }}, nil
 }
 
 // openIWARPCM puts a Manager on each iWARP device: A listens in its

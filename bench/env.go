@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/counters"
+	"github.com/softrdma/softrdma/device"
+	"github.com/softrdma/softrdma/devspec"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
 	"github.com/softrdma/softrdma/netio"
@@ -76,44 +78,23 @@ func openEnv(pair *netns.Pair, transport, backend string, o *Options) (*env, err
 	return e, err
 }
 
-// capture makes cfg's device record into the --pcap file (tap, if not
-// nil): its capture (roce.OpenConfig.Capture) is merged into the file, with the
-// IPv4 IDs a UDP socket hides recovered. It adds to e what ends the merge,
-// before what closes the device (e's closers run last first), so that it runs
-// once the device's last frame is flushed.
-func (e *env) capture(tap *pcaptap.Tap, cfg *roce.OpenConfig) {
-	if tap == nil {
-		return
-	}
-	tap.Record(cfg, cfg.Backend == roce.BackendUDP) // the device's Close flushes it
-}
-
 // openRoCE opens a RoCE device on the backend in each namespace with
-// roce.Open, as softrdma perf does, and runs it.
+// device.Open, as softrdma perf does, its loop running until e closes.
 func openRoCE(pair *netns.Pair, backend string, tap *pcaptap.Tap) (*env, error) {
 	e := &env{transport: "roce", backend: backend}
-	devs := make([]*roce.Device, 2)
+	devs := make([]*device.RoCE, 2)
 	for i, s := range []*netns.Side{&pair.A, &pair.B} {
-		cfg := roce.OpenConfig{Backend: roce.Backend(backend), Interface: s.Link, Engine: engineConfig()}
+		spec := devspec.Spec{Transport: devspec.RoCE, Backend: devspec.Backend(backend), Iface: s.Link, Addr: s.IPv4.Addr()}
+		cfg := device.Config{Tap: tap, Engine: engineConfig()}
 		if s.Link == "" { // --addrs: an address of this host, the path MTU given
-			cfg.Addrs = []netip.Addr{s.IPv4.Addr()}
 			cfg.Engine.PortMTU = roce.PathMTUFor(s.MTU)
 		}
-		e.capture(tap, &cfg)
-		var d *roce.Device
-		err := s.NS.Do(func() (err error) {
-			d, err = roce.Open(cfg)
-			return err
-		})
+		d, err := openDevice(s.NS, spec, cfg)
 		if err != nil {
-			closeDevices(devs)
 			e.close()
-			on := s.Link
-			if on == "" {
-				on = s.IPv4.Addr().String()
-			}
-			return nil, fmt.Errorf("roce.Open %s on %s: %w", backend, on, err)
+			return nil, err
 		}
+		e.closers = append(e.closers, func() { d.Close() })
 		devs[i] = d
 	}
 	if err := e.runRoCE(devs, pair.A.IPv4.Addr(), pair.B.IPv4.Addr()); err != nil {
@@ -126,6 +107,18 @@ func openRoCE(pair *netns.Pair, backend string, tap *pcaptap.Tap) (*env, error) 
 		e.raw = &packetRaw{pair: pair}
 	}
 	return e, nil
+}
+
+// openDevice opens the RoCE device spec describes in namespace ns.
+func openDevice(ns *netns.NS, spec devspec.Spec, cfg device.Config) (*device.RoCE, error) {
+	var d device.Device
+	if err := ns.Do(func() (err error) {
+		d, err = device.Open(spec, cfg)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("device.Open %v: %w", spec, err)
+	}
+	return d.(*device.RoCE), nil
 }
 
 // The TAP row's hosts, all in namespace A: the device is host .2 behind a
@@ -142,29 +135,28 @@ var (
 )
 
 // openTAP opens the tap backend's row: in namespace A, side A is a
-// device behind a TAP device (roce.Open with BackendTAP, as softrdma perf
-// --backend tap) and side B a UDP device on the kernel's side of it, so
-// every packet crosses the TAP once. (The TAP is the NIC of a host, not a
-// link between namespaces: this is the path TestPerfTAP runs.)
+// device behind a TAP device (backend=tap, as softrdma perf --backend tap)
+// and side B a UDP device on the kernel's side of it, so every packet
+// crosses the TAP once. (The TAP is the NIC of a host, not a link between
+// namespaces: this is the path TestPerfTAP runs.)
 func openTAP(pair *netns.Pair, tap *pcaptap.Tap) (*env, error) {
 	e := &env{transport: "roce", backend: "tap"}
-	devs := make([]*roce.Device, 2)
-	for i, cfg := range []roce.OpenConfig{
-		{Backend: roce.BackendTAP, Interface: tapName, Addrs: []netip.Addr{tapHost.Addr()},
-			TAPKernelAddrs: []netip.Prefix{tapKernel}, MTU: pair.A.MTU},
-		{Backend: roce.BackendUDP, Interface: tapName, Addrs: []netip.Addr{tapKernel.Addr()}},
+	devs := make([]*device.RoCE, 2)
+	for i, side := range []struct {
+		spec devspec.Spec
+		cfg  device.Config
+	}{
+		{devspec.Spec{Transport: devspec.RoCE, Backend: devspec.BackendTAP, Iface: tapName, Addr: tapHost.Addr()},
+			device.Config{TAPKernelAddrs: []netip.Prefix{tapKernel}, TAPMTU: pair.A.MTU}},
+		{devspec.Spec{Transport: devspec.RoCE, Backend: devspec.BackendUDP, Iface: tapName, Addr: tapKernel.Addr()}, device.Config{}},
 	} {
-		cfg.Engine = engineConfig()
-		e.capture(tap, &cfg)
-		var d *roce.Device
-		if err := pair.A.NS.Do(func() (err error) {
-			d, err = roce.Open(cfg)
-			return err
-		}); err != nil {
-			closeDevices(devs)
+		side.cfg.Tap, side.cfg.Engine = tap, engineConfig()
+		d, err := openDevice(pair.A.NS, side.spec, side.cfg)
+		if err != nil {
 			e.close()
-			return nil, fmt.Errorf("roce.Open %s on %s: %w", cfg.Backend, tapName, err)
+			return nil, err
 		}
+		e.closers = append(e.closers, func() { d.Close() })
 		devs[i] = d
 	}
 	if err := e.runRoCE(devs, tapHost.Addr(), tapKernel.Addr()); err != nil {
@@ -174,28 +166,10 @@ func openTAP(pair *netns.Pair, tap *pcaptap.Tap) (*env, error) {
 	return e, nil
 }
 
-// closeDevices closes the devices opened so far.
-func closeDevices(devs []*roce.Device) {
-	for _, d := range devs {
-		if d != nil {
-			d.Close()
-		}
-	}
-}
-
-// runRoCE runs devs (A's, then B's) until e closes, and makes e.connect
-// join QPs between them, A at addrA and B at addrB.
-func (e *env) runRoCE(devs []*roce.Device, addrA, addrB netip.Addr) error {
-	for _, d := range devs {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx, netio.SystemClock{}) }()
-		e.closers = append(e.closers, func() {
-			cancel()
-			d.Close()
-			<-done
-		})
-	}
+// runRoCE makes e describe devs (A's, then B's) and connect QPs between
+// them, A at addrA and B at addrB.
+func (e *env) runRoCE(ds []*device.RoCE, addrA, addrB netip.Addr) error {
+	devs := []*roce.Device{ds[0].RoCE(), ds[1].RoCE()}
 	da, db := devs[0], devs[1]
 	e.envCounters([2]*ibtransport.Context{da.Context(), db.Context()}, [2]netip.Addr{addrA, addrB}, [2]*roce.Device{da, db})
 	e.stats = func() string {
@@ -215,7 +189,7 @@ func (e *env) runRoCE(devs []*roce.Device, addrA, addrB netip.Addr) error {
 		return b.String()
 	}
 	e.a, e.b = da.Context(), db.Context()
-	e.openCM = func() (*cmSides, error) { return openRoCECM(da, db, addrA, addrB) }
+	e.openCM = func() (*cmSides, error) { return openRoCECM(ds[0], ds[1], addrA, addrB) }
 	e.pathMTU = min(da.PathMTU(), db.PathMTU())
 	ahA, err := da.AddressHandle(addrB)
 	if err != nil {
@@ -284,22 +258,41 @@ func modifyRC(qp *ibtransport.QP, ah ibtransport.AddressHandle, mtu int, timeout
 			ibtransport.QPAttrRNRRetry|ibtransport.QPAttrMaxRdAtomic)
 }
 
-// openIWARP opens an iWARP device on each side, a listener in A, and
-// connects each QP pair with Dial from B and Accept in A. With --pcap (tap not
-// nil) the dialing side's connections are observed (iwarp.ConnParams.Observe)
-// and written as synthesised TCP segments (pcaptap.TCP): one side sees all the
-// octets of a connection, both ways; observing the other too would record each
-// connection twice under one 4-tuple with other sequence numbers.
+// openIWARP opens an iWARP device in each namespace (device.Open), a
+// listener in A, and connects each QP pair with iwarp.Dial from B and
+// Accept in A: the rows measure the engine on its TCP connections, without
+// rdma_cm's exchanges (the cm setup rows measure those). With --pcap (tap not
+// nil) the dialing side's connections are observed (device.IWARP.Params)
+// and written as synthesised TCP segments (pcaptap.TCP): one side sees all
+// the octets of a connection, both ways; observing the other too would
+// record each connection twice under one 4-tuple with other sequence numbers.
 func openIWARP(pair *netns.Pair, tap *pcaptap.Tap) (*env, error) {
 	e := &env{transport: "iwarp", backend: "tcp"}
-	da, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64(), MaxQP: maxQP}})
-	if err != nil {
-		return nil, err
+	// READs outstanding as on RoCE (and as siw allows, 128): with
+	// iwarp's default of 16 the READ rows measured the round trip, not the
+	// transport (64 B READ rate 0.03 of the path, issue 22).
+	params := iwarp.ConnParams{IRD: maxRdAtomic, ORD: maxRdAtomic}
+	devs := make([]*device.IWARP, 2)
+	for i, s := range []*netns.Side{&pair.A, &pair.B} {
+		cfg := device.Config{Engine: ibtransport.ContextConfig{MaxQP: maxQP}, IWARP: params}
+		if i == 1 {
+			cfg.Tap = tap
+		}
+		spec := devspec.Spec{Transport: devspec.IWARP, Addr: s.IPv4.Addr()}
+		var d device.Device
+		if err := s.NS.Do(func() (err error) {
+			d, err = device.Open(spec, cfg)
+			return err
+		}); err != nil {
+			e.close()
+			return nil, fmt.Errorf("device.Open %v: %w", spec, err)
+		}
+		// First in, so last out: after the listener, once the connections
+		// are closed (B's Close hands the capture's error to tap).
+		e.closers = append(e.closers, func() { d.Close() })
+		devs[i] = d.(*device.IWARP)
 	}
-	db, err := iwarp.Open(iwarp.DeviceConfig{Context: ibtransport.ContextConfig{Seed: rand.Uint64(), MaxQP: maxQP}})
-	if err != nil {
-		return nil, err
-	}
+	da, db := devs[0].IWARP(), devs[1].IWARP()
 	e.a, e.b = da.Context(), db.Context()
 	e.envCounters([2]*ibtransport.Context{e.a, e.b}, [2]netip.Addr{pair.A.IPv4.Addr(), pair.B.IPv4.Addr()}, [2]*roce.Device{})
 	e.stats = func() string {
@@ -310,26 +303,14 @@ func openIWARP(pair *netns.Pair, tap *pcaptap.Tap) (*env, error) {
 	addr := net.JoinHostPort(pair.A.IPv4.Addr().String(), strconv.Itoa(iwarpPort))
 	var ln *iwarp.Listener
 	if err := pair.A.NS.Do(func() (err error) {
-		ln, err = iwarp.Listen(addr, iwarp.ConnParams{IRD: maxRdAtomic, ORD: maxRdAtomic})
+		ln, err = iwarp.Listen(addr, params)
 		return err
 	}); err != nil {
+		e.close()
 		return nil, fmt.Errorf("iwarp.Listen %s: %w", addr, err)
 	}
 	e.closers = append(e.closers, func() { ln.Close() })
-	// READs outstanding as on RoCE (and as siw allows, 128): with
-	// iwarp's default of 16 the READ rows measured the round trip, not the
-	// transport (64 B READ rate 0.03 of the path, issue 22).
-	dialParams := iwarp.ConnParams{IRD: maxRdAtomic, ORD: maxRdAtomic}
-	if tap != nil {
-		tcp := tap.TCP()
-		dialParams.Observe = tcp.Observe
-		// First in, so last out: after the listener, once the connections are closed.
-		e.closers = append([]func(){func() {
-			if err := tcp.Err(); err != nil {
-				tap.Fail(err)
-			}
-		}}, e.closers...)
-	}
+	dialParams := devs[1].Params()
 	e.connect = func(qa, qb *ibtransport.QP) (func(), error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

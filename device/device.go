@@ -18,6 +18,7 @@ import (
 	"github.com/softrdma/softrdma/devspec"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
+	"github.com/softrdma/softrdma/pcaptap"
 	"github.com/softrdma/softrdma/rdmacm"
 )
 
@@ -63,12 +64,25 @@ type Config struct {
 	// pcaptap.IPv4IDRestorer), iWARP's connections as synthesised TCP
 	// segments (pcaptap.TCP).
 	Pcap string
+	// Tap, if not nil, is a --pcap file other captures write too (a command
+	// that records several devices): the device records into it as into
+	// Pcap's, and Close leaves it open (a capture error goes to Tap.Fail).
+	// At most one of Pcap and Tap.
+	Tap *pcaptap.Tap
+	// UDPPort is a RoCE device's RoCEv2 UDP port (0: 4791).
+	UDPPort uint16
+	// Idle leaves a RoCE device's loop unstarted: its endpoint is the
+	// caller's to read and write (conform's tester, which sends frames of
+	// its own and uses the device for its endpoint and neighbours alone).
+	Idle bool
 	// TAPAddrs are, for backend=tap, the addresses of the host the device
 	// is, in GID order (default: the Spec's address alone; the Spec's must
 	// be among them).
 	TAPAddrs []netip.Addr
 	// TAPKernelAddrs go to the kernel's side of a TAP device (backend=tap).
 	TAPKernelAddrs []netip.Prefix
+	// TAPMTU is the MTU of backend=tap's TAP device (0: the kernel's, 1500).
+	TAPMTU int
 	// AddrFlag is the flag that names the device's address (-d, say): an
 	// address already in use gets a hint that says what to type with it
 	// (without one the hint names the address alone).
@@ -108,6 +122,9 @@ func Open(s devspec.Spec, cfg Config) (Device, error) {
 			return nil, fmt.Errorf("device seed: %w", err)
 		}
 		cfg.Seed = binary.LittleEndian.Uint64(b[:])
+	}
+	if cfg.Pcap != "" && cfg.Tap != nil {
+		return nil, fmt.Errorf("device %v: give Config.Pcap or Config.Tap, not both", s)
 	}
 	// Each case returns a nil Device, not a nil pointer in one, on failure.
 	switch s.Transport {

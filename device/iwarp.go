@@ -29,8 +29,9 @@ type IWARP struct {
 	mtu    int      // the active MTU in octets
 	gid0   [16]byte // GID index 0
 
-	file    *os.File
-	capture *pcaptap.TCP
+	file    *os.File     // Config.Pcap's
+	tap     *pcaptap.Tap // Config.Tap
+	capture *pcaptap.TCP // into file or tap
 	once    sync.Once
 	err     error
 
@@ -77,6 +78,10 @@ func openIWARP(s devspec.Spec, cfg Config) (*IWARP, error) {
 			return nil, err
 		}
 		d.file = f
+	} else if cfg.Tap != nil {
+		d.tap, d.capture = cfg.Tap, cfg.Tap.TCP()
+	}
+	if d.capture != nil {
 		d.params.Observe = d.capture.Observe
 	}
 	eng := cfg.Engine
@@ -184,7 +189,15 @@ func (d *IWARP) FlushCapture() error {
 	return d.capture.Err()
 }
 
+// closeCapture closes Config.Pcap's file; Config.Tap stays open, given the
+// capture's error (Tap.Fail) for its owner's Flush to report.
 func (d *IWARP) closeCapture() error {
+	if d.tap != nil {
+		if err := d.capture.Err(); err != nil {
+			d.tap.Fail(err)
+		}
+		return nil
+	}
 	if d.file == nil {
 		return nil
 	}

@@ -28,11 +28,11 @@ type RoCE struct {
 	dev  *roce.Device
 	name string
 
-	file *os.File     // Config.Pcap
-	tap  *pcaptap.Tap // writes file
+	file *os.File     // Config.Pcap's, nil with Config.Tap
+	tap  *pcaptap.Tap // writes file, or Config.Tap
 
 	cancel context.CancelFunc
-	done   chan error
+	done   chan error // nil with Config.Idle
 	once   sync.Once
 	err    error
 
@@ -45,11 +45,15 @@ var _ Device = (*RoCE)(nil)
 // the spec's address (the GID table is its interface's, or the address alone
 // if no interface holds it), afpacket answers on it on the spec's interface,
 // tap is the host with Config.TAPAddrs behind a TAP device named by the
-// spec's iface (the kernel picks tapN without one).
+// spec's iface (the kernel picks tapN without one). Without an address, udp
+// binds the interface's first and afpacket answers on all of them.
 func openRoCE(s devspec.Spec, cfg Config) (*RoCE, error) {
 	eng := cfg.Engine
 	eng.Seed = cfg.Seed
-	oc := roce.OpenConfig{Backend: roce.Backend(s.Backend), Interface: s.Iface, Addrs: []netip.Addr{s.Addr}, Engine: eng}
+	oc := roce.OpenConfig{Backend: roce.Backend(s.Backend), Interface: s.Iface, Engine: eng, UDPPort: cfg.UDPPort}
+	if s.Addr.IsValid() {
+		oc.Addrs = []netip.Addr{s.Addr}
+	}
 	switch s.Backend {
 	case devspec.BackendUDP, "":
 		oc.Backend = roce.BackendUDP
@@ -61,11 +65,11 @@ func openRoCE(s devspec.Spec, cfg Config) (*RoCE, error) {
 			}
 			oc.Addrs = cfg.TAPAddrs
 		}
-		oc.TAPKernelAddrs = cfg.TAPKernelAddrs
+		oc.TAPKernelAddrs, oc.MTU = cfg.TAPKernelAddrs, cfg.TAPMTU
 	default:
 		return nil, fmt.Errorf("device %v: backend %q: want udp, afpacket or tap", s, s.Backend)
 	}
-	d := &RoCE{spec: s, name: s.Iface}
+	d := &RoCE{spec: s, name: s.Iface, tap: cfg.Tap}
 	if cfg.Pcap != "" {
 		f, err := os.Create(cfg.Pcap)
 		if err != nil {
@@ -76,6 +80,8 @@ func openRoCE(s devspec.Spec, cfg Config) (*RoCE, error) {
 			return nil, err
 		}
 		d.file = f
+	}
+	if d.tap != nil {
 		// A UDP socket hides the IPv4 ID of what it receives: the stream's
 		// frames get it back from their ICRCs.
 		d.tap.Record(&oc, oc.Backend == roce.BackendUDP)
@@ -89,14 +95,21 @@ func openRoCE(s devspec.Spec, cfg Config) (*RoCE, error) {
 		return nil, err
 	}
 	d.dev = dev
+	if !d.spec.Addr.IsValid() && len(dev.Addrs()) > 0 {
+		d.spec.Addr = dev.Addrs()[0]
+	}
 	if s.Backend == devspec.BackendTAP {
 		if t, ok := unwrap(dev.Endpoint()).(interface{ Name() string }); ok {
 			d.name = t.Name()
 			d.spec.Iface = d.name
 		}
 	}
-	if d.name == "" && s.Addr.IsLoopback() {
+	if d.name == "" && d.spec.Addr.IsLoopback() {
 		d.name = "lo"
+	}
+	d.cancel = func() {}
+	if cfg.Idle {
+		return d, nil
 	}
 	d.done = make(chan error, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -187,8 +200,10 @@ func (d *RoCE) Close() error {
 		if err := d.dev.Close(); err != nil && d.err == nil {
 			d.err = err
 		}
-		if err := <-d.done; err != nil && !errors.Is(err, context.Canceled) && d.err == nil {
-			d.err = err
+		if d.done != nil {
+			if err := <-d.done; err != nil && !errors.Is(err, context.Canceled) && d.err == nil {
+				d.err = err
+			}
 		}
 		if err := d.closeCapture(); err != nil && d.err == nil {
 			d.err = err
@@ -208,7 +223,8 @@ func (d *RoCE) FlushCapture() error {
 	return d.tap.Flush()
 }
 
-// closeCapture flushes the capture into the file, and closes it.
+// closeCapture flushes the capture into the file, and closes it; a
+// Config.Tap stays open (its owner's Flush reports its errors).
 func (d *RoCE) closeCapture() error {
 	if d.file == nil {
 		return nil

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/softrdma/softrdma/conform"
-	"github.com/softrdma/softrdma/counters"
 	"github.com/softrdma/softrdma/device"
 	"github.com/softrdma/softrdma/devspec"
 	"github.com/softrdma/softrdma/roce"
@@ -355,40 +354,40 @@ func conformSetup(ctx context.Context, o Options, pcap *conformPcap, stderr io.W
 	if ipText == "" {
 		ipText = host
 	}
-	peerIP, err := resolveIP(ctx, ipText)
+	peerIP, err := device.ResolveHost(ctx, ipText)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("peer address %q: %w", ipText, err)
 	}
-	local, err := localIPFor(o.Local, peerIP, o.UDPPort)
+	local, err := localAddr(o.Local, peerIP)
 	if err != nil {
 		return nil, "", nil, err
 	}
-	dev, err := roce.Open(roce.OpenConfig{Backend: roce.Backend(o.Backend), Interface: o.Interface,
-		Addrs: []netip.Addr{local}, UDPPort: o.UDPPort})
+	// The tester reads and writes the endpoint itself: the device's loop
+	// stays unstarted (Idle).
+	d, err := device.Open(devspec.Spec{Transport: devspec.RoCE, Backend: devspec.Backend(o.Backend), Iface: o.Interface, Addr: local},
+		device.Config{UDPPort: o.UDPPort, Idle: true, AddrFlag: "--local"})
 	if err != nil {
 		return nil, "", nil, err
 	}
+	dev := d.(*device.RoCE).RoCE()
 	var peerMAC [6]byte
 	if o.Backend == "afpacket" {
 		if peerMAC, err = resolveMAC(ctx, dev, peerIP); err != nil {
-			dev.Close()
+			d.Close()
 			return nil, "", nil, err
 		}
 	}
-	var mac [6]byte
-	if hw := macOfInterface(o.Interface); hw != nil {
-		copy(mac[:], hw)
-	}
+	mac := dev.MAC()
 	link := conform.NewEndpointLink(dev.Endpoint())
 	wire, err := conform.NewWire(conform.WireConfig{Link: pcap.wrapLink(link, o.Backend == "udp"), LocalIP: local, PeerIP: peerIP, LocalMAC: mac,
 		PeerMAC: peerMAC, UDPSocket: o.Backend == "udp", SrcPort: o.UDPPort, DstPort: o.UDPPort})
 	if err != nil {
-		dev.Close()
+		d.Close()
 		return nil, "", nil, err
 	}
 	cleanup := func() {
 		link.Close()
-		dev.Close()
+		d.Close()
 	}
 	addr := net.JoinHostPort(host, port)
 	var peer conform.Control
@@ -415,41 +414,21 @@ func conformSetup(ctx context.Context, o Options, pcap *conformPcap, stderr io.W
 	return env, name, cleanup, nil
 }
 
-func resolveIP(ctx context.Context, s string) (netip.Addr, error) {
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap(), nil
-	}
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", s)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	for _, a := range addrs {
-		if a.Unmap().Is4() {
-			return a.Unmap(), nil
-		}
-	}
-	if len(addrs) == 0 {
-		return netip.Addr{}, fmt.Errorf("no address")
-	}
-	return addrs[0], nil
-}
-
-// localIPFor returns the tester's address: given, or the one the kernel would
-// send from to reach peer (a connected UDP socket sends nothing).
-func localIPFor(given string, peer netip.Addr, port uint16) (netip.Addr, error) {
-	if given != "" {
-		a, err := netip.ParseAddr(given)
+// localAddr returns the tester's address: given (--local), or the one the
+// kernel sends from towards peer.
+func localAddr(given string, peer netip.Addr) (netip.Addr, error) {
+	if given == "" {
+		a, err := device.RouteSource(peer)
 		if err != nil {
-			return netip.Addr{}, fmt.Errorf("--local %q: %w", given, err)
+			return netip.Addr{}, fmt.Errorf("no route to %v: %w", peer, err)
 		}
-		return a.Unmap(), nil
+		return a, nil
 	}
-	c, err := net.Dial("udp", netip.AddrPortFrom(peer, port).String())
+	a, err := netip.ParseAddr(given)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("no route to %v: %w", peer, err)
+		return netip.Addr{}, fmt.Errorf("--local %q: %w", given, err)
 	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
+	return a.Unmap(), nil
 }
 
 // resolveMAC asks the device's neighbour resolution for the peer's MAC.
@@ -478,17 +457,6 @@ func resolveMAC(ctx context.Context, dev *roce.Device, ip netip.Addr) ([6]byte, 
 	}
 }
 
-func macOfInterface(name string) net.HardwareAddr {
-	if name == "" {
-		return nil
-	}
-	ifi, err := net.InterfaceByName(name)
-	if err != nil {
-		return nil
-	}
-	return ifi.HardwareAddr
-}
-
 // ServeOptions are the flags of softrdma conform serve.
 type ServeOptions struct {
 	Listen, Transport, Backend, Addr, Interface, Pcap string
@@ -514,7 +482,8 @@ func Serve(ctx context.Context, o ServeOptions, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softrdma conform serve: --transport %q: want roce or iwarp\n", o.Transport)
 		return 2
 	}
-	cfg := roce.OpenConfig{Backend: roce.Backend(o.Backend), Interface: o.Interface, UDPPort: o.UDPPort}
+	// The name is the device's in softrdma stat and --metrics.
+	spec := devspec.Spec{Transport: devspec.RoCE, Backend: devspec.Backend(o.Backend), Iface: o.Interface, Name: cmp.Or(o.Interface, "conform")}
 	if o.Transport == "roce" {
 		if o.Addr != "" {
 			a, err := netip.ParseAddr(o.Addr)
@@ -522,7 +491,7 @@ func Serve(ctx context.Context, o ServeOptions, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "softrdma conform serve: --addr %q: %v\n", o.Addr, err)
 				return 2
 			}
-			cfg.Addrs = []netip.Addr{a}
+			spec.Addr = a.Unmap()
 		}
 		if o.Addr == "" && o.Interface == "" {
 			fmt.Fprintln(stderr, "softrdma conform serve: give --addr or --interface")
@@ -538,7 +507,7 @@ func Serve(ctx context.Context, o ServeOptions, stdout, stderr io.Writer) int {
 	if o.Transport == "iwarp" {
 		code = conformServeIWARP(ctx, o.Listen, o.Addr, o.MaxSessionMemory, pcap, stdout, stderr)
 	} else {
-		code = conformServeRoCE(ctx, o.Listen, o.MaxSessionMemory, cfg, pcap, stdout, stderr)
+		code = conformServeRoCE(ctx, o.Listen, o.MaxSessionMemory, spec, o.UDPPort, pcap, stdout, stderr)
 	}
 	if err := pcap.close(stderr, "softrdma conform serve"); err != nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: --pcap: %v\n", err)
@@ -547,32 +516,22 @@ func Serve(ctx context.Context, o ServeOptions, stdout, stderr io.Writer) int {
 	return code
 }
 
-// conformServeRoCE serves the control protocol for a RoCE device opened with
-// cfg, its frames recorded into pcap (if not nil): the device's own capture
-// (roce.OpenConfig.Capture) merged into the file, with the IPv4 IDs a UDP
-// socket hides recovered (as pingpong's ppCapture does).
-func conformServeRoCE(ctx context.Context, listen string, maxMem int64, cfg roce.OpenConfig, pcap *conformPcap, stdout, stderr io.Writer) int {
+// conformServeRoCE serves the control protocol for the RoCE device spec
+// describes, its frames recorded into pcap (if not nil), with the IPv4 IDs a
+// UDP socket hides recovered (device.Config.Tap).
+func conformServeRoCE(ctx context.Context, listen string, maxMem int64, spec devspec.Spec, udpPort uint16, pcap *conformPcap, stdout, stderr io.Writer) int {
+	cfg := device.Config{UDPPort: udpPort, AddrFlag: "--addr"}
 	if pcap != nil {
-		pcap.tap.Record(&cfg, cfg.Backend == "" || cfg.Backend == roce.BackendUDP)
+		cfg.Tap = pcap.tap
 	}
-	dev, err := roce.Open(cfg)
+	d, err := device.Open(spec, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "softrdma conform serve: %v\n", err)
 		return 1
 	}
-	defer counters.RegisterRoCE(cmp.Or(cfg.Interface, "conform"), dev)() // softrdma stat, --metrics
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	defer func() {
-		// The device stops before its capture is closed: nothing records after.
-		cancel()
-		dev.Close()
-		<-done
-	}()
-	go func() {
-		defer close(done)
-		dev.Run(ctx, nil)
-	}()
+	// The device stops before its capture is closed: nothing records after.
+	defer d.Close()
+	dev := d.(*device.RoCE).RoCE()
 	return serveControl(ctx, listen, &conform.Server{Device: dev, MaxSessionMemory: maxMem},
 		fmt.Sprintf("for the RoCE device at %v (path MTU %d)", dev.GIDs(), dev.PathMTU()), stdout, stderr)
 }
