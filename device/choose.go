@@ -121,7 +121,7 @@ func findInterface(name string, peer netip.Addr) (ifc *net.Interface, lone netip
 	}
 	if ip, err := netip.ParseAddr(name); err == nil {
 		ip = ip.Unmap()
-		if i := holding(ifs, ip); i != nil {
+		if i := roce.InterfaceWithAddr(ip); i != nil {
 			return i, ip, nil
 		}
 		if ip.IsLoopback() {
@@ -131,7 +131,7 @@ func findInterface(name string, peer netip.Addr) (ifc *net.Interface, lone netip
 	}
 	if name == "" && peer.IsValid() {
 		if src, err := RouteSource(peer); err == nil {
-			if i := holding(ifs, src); i != nil {
+			if i := roce.InterfaceWithAddr(src); i != nil {
 				return i, netip.Addr{}, nil
 			}
 		}
@@ -168,22 +168,6 @@ func findInterface(name string, peer netip.Addr) (ifc *net.Interface, lone netip
 	return nil, netip.Addr{}, fmt.Errorf("IB device %s not found (no such interface)", name)
 }
 
-// holding returns the interface of ifs whose GID table holds a, or nil.
-func holding(ifs []net.Interface, a netip.Addr) *net.Interface {
-	for i := range ifs {
-		gids, err := roce.InterfaceGIDTable(ifs[i].Name)
-		if err != nil {
-			continue
-		}
-		for _, g := range gids[1:] {
-			if g.Unmap() == a {
-				return &ifs[i]
-			}
-		}
-	}
-	return nil
-}
-
 // routable says whether ifc has an IPv4 or a global IPv6 address.
 func routable(ifc *net.Interface) bool {
 	gids, err := roce.InterfaceGIDTable(ifc.Name)
@@ -209,22 +193,14 @@ func RouteSource(dst netip.Addr) (netip.Addr, error) {
 	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
 }
 
-// interfaceOf returns the interface with address a (the loopback interface
-// for any loopback address), or nil.
+// interfaceOf returns the interface with address a (roce.InterfaceWithAddr;
+// the loopback interface for any loopback address), or nil.
 func interfaceOf(a netip.Addr) *net.Interface {
-	ifcs, err := net.Interfaces()
-	if err != nil {
-		return nil
-	}
-	if i := holding(ifcs, a); i != nil {
+	if i := roce.InterfaceWithAddr(a); i != nil {
 		return i
 	}
 	if a.IsLoopback() {
-		for i := range ifcs {
-			if ifcs[i].Flags&net.FlagLoopback != 0 {
-				return &ifcs[i]
-			}
-		}
+		return roce.LoopbackInterface()
 	}
 	return nil
 }

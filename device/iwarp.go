@@ -53,12 +53,10 @@ func openIWARP(s devspec.Spec, cfg Config) (*IWARP, error) {
 	if s.Addr.IsValid() {
 		d.addrs = append(d.addrs, s.Addr)
 	}
-	if as, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range as {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() != s.Addr {
-					d.addrs = append(d.addrs, ip.Unmap())
-				}
+	for _, ifi := range devspec.Interfaces() {
+		for _, a := range ifi.Addrs {
+			if a != s.Addr {
+				d.addrs = append(d.addrs, a)
 			}
 		}
 	}
