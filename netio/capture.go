@@ -313,130 +313,43 @@ func NewCaptureInto(ep Endpoint, w *CaptureWriter, clock Clock, received func([]
 			_ = ts.EnableRxTimestamps()
 		}
 	}
-	dr, isDR := ep.(DatagramReader)
-	fr, isFR := ep.(FrameReader)
-	vw, isVW := ep.(VectorWriter)
-	dw, isDW := ep.(DatagramWriter)
-	d, f, v, g := captureDatagramReader{c, dr}, captureFrameReader{c, fr}, captureVectorWriter{c, vw}, captureDatagramWriter{c, dw}
-	// One struct type per combination: a method set cannot be built at run
-	// time, and embedding a nil interface would offer what ep does not.
-	switch {
-	case isDR && isFR && isVW && isDW:
-		return &struct {
-			*Capture
-			captureDatagramReader
-			captureFrameReader
-			captureVectorWriter
-			captureDatagramWriter
-		}{c, d, f, v, g}
-	case isDR && isFR && isVW:
-		return &struct {
-			*Capture
-			captureDatagramReader
-			captureFrameReader
-			captureVectorWriter
-		}{c, d, f, v}
-	case isDR && isFR && isDW:
-		return &struct {
-			*Capture
-			captureDatagramReader
-			captureFrameReader
-			captureDatagramWriter
-		}{c, d, f, g}
-	case isDR && isVW && isDW:
-		return &struct {
-			*Capture
-			captureDatagramReader
-			captureVectorWriter
-			captureDatagramWriter
-		}{c, d, v, g}
-	case isFR && isVW && isDW:
-		return &struct {
-			*Capture
-			captureFrameReader
-			captureVectorWriter
-			captureDatagramWriter
-		}{c, f, v, g}
-	case isDR && isFR:
-		return &struct {
-			*Capture
-			captureDatagramReader
-			captureFrameReader
-		}{c, d, f}
-	case isDR && isVW:
-		return &struct {
-			*Capture
-			captureDatagramReader
-			captureVectorWriter
-		}{c, d, v}
-	case isDR && isDW:
-		return &struct {
-			*Capture
-			captureDatagramReader
-			captureDatagramWriter
-		}{c, d, g}
-	case isFR && isVW:
-		return &struct {
-			*Capture
-			captureFrameReader
-			captureVectorWriter
-		}{c, f, v}
-	case isFR && isDW:
-		return &struct {
-			*Capture
-			captureFrameReader
-			captureDatagramWriter
-		}{c, f, g}
-	case isVW && isDW:
-		return &struct {
-			*Capture
-			captureVectorWriter
-			captureDatagramWriter
-		}{c, v, g}
-	case isDR:
-		return &struct {
-			*Capture
-			captureDatagramReader
-		}{c, d}
-	case isFR:
-		return &struct {
-			*Capture
-			captureFrameReader
-		}{c, f}
-	case isVW:
-		return &struct {
-			*Capture
-			captureVectorWriter
-		}{c, v}
-	case isDW:
-		return &struct {
-			*Capture
-			captureDatagramWriter
-		}{c, g}
-	}
-	return c
+	return withFastPaths(c, &captureFast{c: c})
 }
 
-// captureDatagramReader is a Capture's DatagramReader, for a wrapped endpoint
-// that is one.
-type captureDatagramReader struct {
+//go:generate go run gen_capture_paths.go
+
+// captureFast serves a Capture's optional fast paths through the wrapped
+// endpoint's (the fields withFastPaths fills in); the Capture offers only
+// those the endpoint has.
+type captureFast struct {
 	c  *Capture
 	dr DatagramReader
+	rl ReadLender
+	fr FrameReader
+	vw VectorWriter
+	dw DatagramWriter
 }
 
 // ReadDatagrams reads datagrams from the wrapped endpoint and records each
 // as the frame Read would have returned for it.
-func (x captureDatagramReader) ReadDatagrams(d []Datagram) (int, error) {
+func (x *captureFast) ReadDatagrams(d []Datagram) (int, error) {
 	n, err := x.dr.ReadDatagrams(d)
 	x.c.recordDatagrams(d[:n])
 	return n, err
 }
 
 // TryReadDatagrams is ReadDatagrams without blocking.
-func (x captureDatagramReader) TryReadDatagrams(d []Datagram) (int, error) {
+func (x *captureFast) TryReadDatagrams(d []Datagram) (int, error) {
 	n, err := x.dr.TryReadDatagrams(d)
 	x.c.recordDatagrams(d[:n])
 	return n, err
+}
+
+// LendReads lends the wrapped endpoint's reads: the outside thread reads
+// through the capture's TryReadDatagrams (roce.Device.PollInput), so what
+// it reads is recorded too.
+func (x *captureFast) LendReads(active func() bool) (sock int, ok bool) {
+	return x.rl.LendReads(active)
 }
 
 // datagramFramer is implemented by endpoints that know the frame their Read
@@ -504,35 +417,23 @@ func appendDatagramFrame(b []byte, d *Datagram) []byte {
 	return b
 }
 
-// captureFrameReader is a Capture's FrameReader, for a wrapped endpoint that is one.
-type captureFrameReader struct {
-	c  *Capture
-	fr FrameReader
-}
-
 // ReadFrames reads frames where they lie in the wrapped endpoint and records them.
-func (x captureFrameReader) ReadFrames(frames [][]byte) (int, error) {
+func (x *captureFast) ReadFrames(frames [][]byte) (int, error) {
 	n, err := x.fr.ReadFrames(frames)
 	x.c.record(frames[:n], nil, 0)
 	return n, err
 }
 
 // TryReadFrames is ReadFrames without blocking.
-func (x captureFrameReader) TryReadFrames(frames [][]byte) (int, error) {
+func (x *captureFast) TryReadFrames(frames [][]byte) (int, error) {
 	n, err := x.fr.TryReadFrames(frames)
 	x.c.record(frames[:n], nil, 0)
 	return n, err
 }
 
-// captureVectorWriter is a Capture's VectorWriter, for a wrapped endpoint that is one.
-type captureVectorWriter struct {
-	c  *Capture
-	vw VectorWriter
-}
-
 // WriteVectors records each frame (its pieces joined) and writes them to the
 // wrapped endpoint, recording before writing as Write does.
-func (x captureVectorWriter) WriteVectors(frames [][][]byte) (int, error) {
+func (x *captureFast) WriteVectors(frames [][][]byte) (int, error) {
 	if len(frames) > 0 {
 		c := x.c
 		ts := c.clock.Now()
@@ -549,17 +450,10 @@ func (x captureVectorWriter) WriteVectors(frames [][][]byte) (int, error) {
 	return x.vw.WriteVectors(frames)
 }
 
-// captureDatagramWriter is a Capture's DatagramWriter, for a wrapped
-// endpoint that is one.
-type captureDatagramWriter struct {
-	c  *Capture
-	dw DatagramWriter
-}
-
 // WriteDatagrams records each datagram as the frame that leaves (the UDP
 // endpoint's addresses and MACs, the IPv4 ID the sender chose) and writes
 // them to the wrapped endpoint, recording before writing as Write does.
-func (x captureDatagramWriter) WriteDatagrams(d []OutDatagram) (int, error) {
+func (x *captureFast) WriteDatagrams(d []OutDatagram) (int, error) {
 	if len(d) > 0 {
 		c := x.c
 		ts := c.clock.Now()
@@ -579,7 +473,7 @@ func (x captureDatagramWriter) WriteDatagrams(d []OutDatagram) (int, error) {
 }
 
 // IPv4Run passes on the wrapped endpoint's.
-func (x captureDatagramWriter) IPv4Run() (datagrams, bytes int) { return x.dw.IPv4Run() }
+func (x *captureFast) IPv4Run() (datagrams, bytes int) { return x.dw.IPv4Run() }
 
 // appendOutDatagramFrame appends to b the Ethernet, IP and UDP frame that
 // carries d from src (the unspecified address of d.Dst's family if src is
@@ -738,8 +632,9 @@ func (c *Capture) Unwrap() Endpoint { return c.ep }
 
 var (
 	_ CaptureEndpoint = (*Capture)(nil)
-	_ DatagramReader  = captureDatagramReader{}
-	_ FrameReader     = captureFrameReader{}
-	_ VectorWriter    = captureVectorWriter{}
-	_ DatagramWriter  = captureDatagramWriter{}
+	_ DatagramReader  = (*captureFast)(nil)
+	_ ReadLender      = (*captureFast)(nil)
+	_ FrameReader     = (*captureFast)(nil)
+	_ VectorWriter    = (*captureFast)(nil)
+	_ DatagramWriter  = (*captureFast)(nil)
 )

@@ -18,6 +18,12 @@ type fastEnd struct {
 	frames [][]byte
 	wrote  [][]byte
 	sent   []OutDatagram
+	lent   bool
+}
+
+func (f *fastEnd) LendReads(active func() bool) (int, bool) {
+	f.lent = active()
+	return 42, true
 }
 
 func (f *fastEnd) WriteDatagrams(d []OutDatagram) (int, error) {
@@ -74,9 +80,22 @@ type (
 		VectorWriter
 		DatagramWriter
 	}
+	epDRRL struct {
+		Endpoint
+		DatagramReader
+		ReadLender
+	}
+	epSharedUDP struct {
+		Endpoint
+		DatagramReader
+		ReadLender
+		VectorWriter
+		DatagramWriter
+	}
 	epAll struct {
 		Endpoint
 		DatagramReader
+		ReadLender
 		FrameReader
 		VectorWriter
 		DatagramWriter
@@ -85,7 +104,8 @@ type (
 
 // TestCaptureForwardsFastPaths: a capture offers exactly the optional fast
 // paths of the endpoint it wraps (before, it offered none, so --pcap turned
-// the zero-copy paths off), and records what goes through each.
+// the zero-copy paths off; then none but LendReads, so SOFTRDMA_PCAP turned
+// the C library's shared reads off), and records what goes through each.
 func TestCaptureForwardsFastPaths(t *testing.T) {
 	dg := Datagram{
 		Payload: []byte("ib packet and icrc"),
@@ -100,19 +120,21 @@ func TestCaptureForwardsFastPaths(t *testing.T) {
 		Src: netip.MustParseAddr("10.0.0.1"), SrcPort: 0xc001, Dst: netip.MustParseAddrPort("10.0.0.2:4791"),
 		TOS: 0x2e, TTL: 63, IPv4ID: 3}
 	tests := []struct {
-		name           string
-		wrap           func(*fastEnd) Endpoint
-		dr, fr, vw, dw bool
+		name               string
+		wrap               func(*fastEnd) Endpoint
+		dr, rl, fr, vw, dw bool
 	}{
-		{"plain", func(f *fastEnd) Endpoint { return epPlain{f.Endpoint} }, false, false, false, false},
-		{"datagrams", func(f *fastEnd) Endpoint { return epDR{f.Endpoint, f} }, true, false, false, false},
-		{"frames", func(f *fastEnd) Endpoint { return epFR{f.Endpoint, f} }, false, true, false, false},
-		{"vectors", func(f *fastEnd) Endpoint { return epVW{f.Endpoint, f} }, false, false, true, false},
-		{"datagram writer", func(f *fastEnd) Endpoint { return epDW{f.Endpoint, f} }, false, false, false, true},
-		{"datagrams+vectors", func(f *fastEnd) Endpoint { return epDRVW{f.Endpoint, f, f} }, true, false, true, false},
-		{"udp-like", func(f *fastEnd) Endpoint { return epUDP{f.Endpoint, f, f, f} }, true, false, true, true},
-		{"afpacket-like", func(f *fastEnd) Endpoint { return epFRVW{f.Endpoint, f, f} }, false, true, true, false},
-		{"all", func(f *fastEnd) Endpoint { return epAll{f.Endpoint, f, f, f, f} }, true, true, true, true},
+		{"plain", func(f *fastEnd) Endpoint { return epPlain{f.Endpoint} }, false, false, false, false, false},
+		{"datagrams", func(f *fastEnd) Endpoint { return epDR{f.Endpoint, f} }, true, false, false, false, false},
+		{"frames", func(f *fastEnd) Endpoint { return epFR{f.Endpoint, f} }, false, false, true, false, false},
+		{"vectors", func(f *fastEnd) Endpoint { return epVW{f.Endpoint, f} }, false, false, false, true, false},
+		{"datagram writer", func(f *fastEnd) Endpoint { return epDW{f.Endpoint, f} }, false, false, false, false, true},
+		{"datagrams+vectors", func(f *fastEnd) Endpoint { return epDRVW{f.Endpoint, f, f} }, true, false, false, true, false},
+		{"datagrams+lender", func(f *fastEnd) Endpoint { return epDRRL{f.Endpoint, f, f} }, true, true, false, false, false},
+		{"udp-like", func(f *fastEnd) Endpoint { return epUDP{f.Endpoint, f, f, f} }, true, false, false, true, true},
+		{"udp-like, shared reads", func(f *fastEnd) Endpoint { return epSharedUDP{f.Endpoint, f, f, f, f} }, true, true, false, true, true},
+		{"afpacket-like", func(f *fastEnd) Endpoint { return epFRVW{f.Endpoint, f, f} }, false, false, true, true, false},
+		{"all", func(f *fastEnd) Endpoint { return epAll{f.Endpoint, f, f, f, f, f} }, true, true, true, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,12 +146,18 @@ func TestCaptureForwardsFastPaths(t *testing.T) {
 				t.Fatal(err)
 			}
 			dr, isDR := c.(DatagramReader)
+			rl, isRL := c.(ReadLender)
 			fr, isFR := c.(FrameReader)
 			vw, isVW := c.(VectorWriter)
 			dw, isDW := c.(DatagramWriter)
-			if isDR != tt.dr || isFR != tt.fr || isVW != tt.vw || isDW != tt.dw {
-				t.Fatalf("capture offers DatagramReader %v FrameReader %v VectorWriter %v DatagramWriter %v, want %v %v %v %v",
-					isDR, isFR, isVW, isDW, tt.dr, tt.fr, tt.vw, tt.dw)
+			if isDR != tt.dr || isRL != tt.rl || isFR != tt.fr || isVW != tt.vw || isDW != tt.dw {
+				t.Fatalf("capture offers DatagramReader %v ReadLender %v FrameReader %v VectorWriter %v DatagramWriter %v, want %v %v %v %v %v",
+					isDR, isRL, isFR, isVW, isDW, tt.dr, tt.rl, tt.fr, tt.vw, tt.dw)
+			}
+			if isRL {
+				if sock, ok := rl.LendReads(func() bool { return true }); sock != 42 || !ok || !f.lent {
+					t.Fatalf("LendReads = %d, %v (reached the wrapped endpoint: %v)", sock, ok, f.lent)
+				}
 			}
 			var want [][]byte
 			if isDR {

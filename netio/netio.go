@@ -127,6 +127,16 @@ type DatagramReader interface {
 	TryReadDatagrams(d []Datagram) (int, error)
 }
 
+// ReadLender is implemented by DatagramReader endpoints that can hand their
+// receiving to a thread outside Go (the UDP backend opened with
+// SharedReads): that thread waits on the socket and reads with
+// TryReadDatagrams. See UDPEndpoint.LendReads.
+type ReadLender interface {
+	// LendReads lends the reads while active reports true and returns the
+	// socket to wait on; ok is false if the endpoint does not share them.
+	LendReads(active func() bool) (sock int, ok bool)
+}
+
 // FrameReader is implemented by endpoints that can hand over received
 // frames where they lie (the AF_PACKET ring) instead of copying them into
 // the caller's buffers as Read does. Reads of either kind may be mixed; only

@@ -171,3 +171,5 @@ func (x *sharedRead) wait() {
 func (x *sharedRead) closeShared() {
 	x.signal()
 }
+
+var _ ReadLender = (*UDPEndpoint)(nil)

@@ -72,14 +72,16 @@ func srgo_lend(h C.uintptr_t) C.int {
 	}
 	w := wakeOf(c.cq.Context())
 	e := engineFor(c.cq.Context())
-	var ep *netio.UDPEndpoint
+	var ep netio.ReadLender
 	if e != nil && e.roce != nil {
-		ep, _ = e.roce.Endpoint().(*netio.UDPEndpoint)
+		// A UDP endpoint, or a capture of one (SOFTRDMA_PCAP), which
+		// forwards LendReads and records what the program's thread reads.
+		ep, _ = e.roce.Endpoint().(netio.ReadLender)
 	}
 	if ep == nil || !netio.SharedReads.Load() {
-		// Not a RoCE device on a UDP socket of its own (iWARP, a capture,
-		// a raw backend): its reader goroutine reads, and the program's
-		// threads wait on the futex without asking again.
+		// Not a RoCE device on a UDP socket (iWARP, a raw backend): its
+		// reader goroutine reads, and the program's threads wait on the
+		// futex without asking again.
 		atomic.StoreUint32(&w.lent, lendNever)
 		return 0
 	}

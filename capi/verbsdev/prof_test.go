@@ -3,10 +3,13 @@ package verbsdev_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 )
 
 // TestCPUProfile runs ibv_devices with SOFTRDMA_CPUPROFILE set: the library
@@ -160,7 +163,10 @@ func TestPollOfDrainedCQStaysInC(t *testing.T) {
 // TestPollReadsSocket (testdata/pollwait.c cycles N): with
 // SOFTRDMA_POLL_READS=1 a program's thread that waits for a completion reads
 // the device's socket itself (sharedreads.go) and the messages still arrive
-// (200 round trips to itself, each waited for); with 0 it never does.
+// (200 round trips to itself, each waited for); with 0 it never does. With
+// SOFTRDMA_PCAP set as well it still does (the capture forwards LendReads;
+// it did not, and a capture turned the shared reads off) and the capture
+// holds the 200 SENDs.
 func TestPollReadsSocket(t *testing.T) {
 	lib := buildLib(t)
 	prog := compile(t, lib, "pollwait")
@@ -168,11 +174,17 @@ func TestPollReadsSocket(t *testing.T) {
 	t.Setenv("SOFTRDMA_STATS", "1")
 	const cycles = 200
 	for _, tc := range []struct {
-		env   string
-		reads bool
-	}{{"1", true}, {"0", false}} {
-		t.Run("SOFTRDMA_POLL_READS="+tc.env, func(t *testing.T) {
+		name, env string
+		pcap      bool
+		reads     bool
+	}{{"SOFTRDMA_POLL_READS=1", "1", false, true}, {"SOFTRDMA_POLL_READS=0", "0", false, false}, {"SOFTRDMA_PCAP", "1", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("SOFTRDMA_POLL_READS", tc.env)
+			pcap := ""
+			if tc.pcap {
+				pcap = filepath.Join(t.TempDir(), "reads.pcapng")
+			}
+			t.Setenv("SOFTRDMA_PCAP", pcap)
 			addr := "roce:" + randomNet() + "1"
 			out, errOut, err := run(t, lib, addr, prog, "cycles", fmt.Sprint(cycles))
 			if want := fmt.Sprintf("connected to itself: rc=0\ncycles: %d of %d\n", cycles, cycles); err != nil || out != want {
@@ -185,6 +197,28 @@ func TestPollReadsSocket(t *testing.T) {
 			}
 			if (reads > 0) != tc.reads {
 				t.Errorf("%d socket reads by the program's thread, want some: %v", reads, tc.reads)
+			}
+			if pcap == "" {
+				return
+			}
+			b, err := os.ReadFile(pcap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := decode.Run(bytes.NewReader(b), io.Discard, decode.Options{Flows: true})
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			sends := 0
+			for _, fl := range res.Flows {
+				sends += fl.Messages["SEND"]
+			}
+			// Each SEND is recorded as sent and as received (read by the
+			// program's thread, or by the reader goroutine).
+			t.Logf("capture: %d frames, %d RDMA frames, %d SEND messages", res.Frames, res.RDMAFrames, sends)
+			if len(res.Errors) != 0 || sends < cycles || res.RDMAFrames < 2*cycles {
+				t.Errorf("capture: %d RDMA frames, %d SEND messages, errors %v; want at least %d and %d, none",
+					res.RDMAFrames, sends, res.Errors, 2*cycles, cycles)
 			}
 		})
 	}
