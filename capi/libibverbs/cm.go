@@ -150,6 +150,13 @@ type cmID struct {
 	ch   *cmChannel // guarded by cm.mu
 	cptr uint64     // the C struct rdma_cm_id; guarded by cm.mu
 	dead bool       // destroyed; guarded by cm.mu
+
+	// reported counts the events of the ID the program has taken (a
+	// connection request counts against its listener), as the kernel's
+	// ucma does: rdma_destroy_id and rdma_migrate_id wait until librdmacm
+	// has seen as many acknowledged. Guarded by cm.mu, so that an event
+	// taken is counted before a destroy or migration can read the count.
+	reported int
 }
 
 // forward moves w's events to its channel until the ID is destroyed. A
@@ -286,7 +293,7 @@ func srcm_create_id(chh C.uintptr_t, cptr C.uint64_t, ps C.int, err *C.int) C.ui
 }
 
 //export srcm_destroy_id
-func srcm_destroy_id(h C.uintptr_t) C.int {
+func srcm_destroy_id(h C.uintptr_t, reported *C.int) C.int {
 	w, ok := value[*cmID](h)
 	if !ok {
 		return C.EINVAL
@@ -294,6 +301,7 @@ func srcm_destroy_id(h C.uintptr_t) C.int {
 	var orphans []*rdmacm.ID
 	cm.mu.Lock()
 	w.dead = true
+	*reported = C.int(w.reported)
 	delete(idsByEngine, w.id)
 	if ch := w.ch; ch != nil {
 		// Events not taken yet that name w go: the C struct they would
@@ -321,22 +329,39 @@ func srcm_destroy_id(h C.uintptr_t) C.int {
 }
 
 //export srcm_migrate_id
-func srcm_migrate_id(h, chh C.uintptr_t) C.int {
+func srcm_migrate_id(h, chh C.uintptr_t, reported *C.int) C.int {
 	w, ok := value[*cmID](h)
 	ch, ok2 := value[*cmChannel](chh)
 	if !ok || !ok2 {
 		return C.EINVAL
 	}
 	cm.mu.Lock()
-	// Events already queued for w move with it, in order, and their counts
-	// from the old eventfd to the new one.
-	if old := w.ch; old != nil && old != ch {
-		for _, e := range old.remove(func(e cmQueued) bool { return e.w == w }) {
-			ch.push(e)
-		}
-	}
+	defer cm.mu.Unlock()
+	*reported = C.int(w.reported)
+	old := w.ch
 	w.ch = ch
-	cm.mu.Unlock()
+	if old == nil || old == ch {
+		return 0
+	}
+	// Events already queued for w move with it, in order, with their
+	// counts, as the kernel's ucma_migrate_id moves them: w's own and, for
+	// a listener, its connection requests. A request's connection goes to
+	// the new channel too (librdmacm gives it the channel the request is
+	// taken from), with the events it queued behind its request.
+	conns := map[*cmID]bool{}
+	moved := old.remove(func(e cmQueued) bool {
+		if e.ev.Type == rdmacm.EventConnectRequest && e.ev.Listener == w.id {
+			conns[e.w] = true
+			return true
+		}
+		return e.w == w || conns[e.w]
+	})
+	for nw := range conns {
+		nw.ch = ch
+	}
+	for _, e := range moved {
+		ch.push(e)
+	}
 	return 0
 }
 
@@ -375,6 +400,7 @@ func srcm_next_event(chh C.uintptr_t, out *C.struct_srcm_event, size C.size_t) C
 	}
 	*out = C.struct_srcm_event{}
 	ev := e.ev
+	owner := e.w // whose count the event is
 	out._type, out.status = C.int32_t(ev.Type), C.int32_t(ev.Status)
 	if ev.Type == rdmacm.EventConnectRequest {
 		// The new connection's C struct is made here, under cm.mu, so that
@@ -387,11 +413,13 @@ func srcm_next_event(chh C.uintptr_t, out *C.struct_srcm_event, size C.size_t) C
 		}
 		e.w.cptr = uint64(uintptr(p))
 		out.newh = C.uintptr_t(cgo.NewHandle(e.w))
+		idsByEngine[e.w.id] = e.w
 		if l := idsByEngine[ev.Listener]; l != nil {
 			out.listen = C.uint64_t(l.cptr)
+			owner = l
 		}
-		idsByEngine[e.w.id] = e.w
 	}
+	owner.reported++
 	out.id = C.uint64_t(e.w.cptr)
 	pd := ev.Param.PrivateData
 	if e.w.id.PortSpace() == rdmacm.PortSpaceUDP {

@@ -49,8 +49,8 @@ extern int srcm_destroy_channel(uintptr_t ch);
 /* size: the size of the C struct a new connection's ID needs (calloc'd here). */
 extern int srcm_next_event(uintptr_t ch, struct srcm_event *ev, size_t size);
 extern uintptr_t srcm_create_id(uintptr_t ch, uint64_t cptr, int ps, int *err);
-extern int srcm_destroy_id(uintptr_t h);
-extern int srcm_migrate_id(uintptr_t h, uintptr_t ch);
+extern int srcm_destroy_id(uintptr_t h, int *reported);
+extern int srcm_migrate_id(uintptr_t h, uintptr_t ch, int *reported);
 extern int srcm_info(uintptr_t h, struct srcm_info *info);
 extern int srcm_bind_addr(uintptr_t h, const struct sockaddr *a);
 extern int srcm_resolve_addr(uintptr_t h, const struct sockaddr *src, const struct sockaddr *dst, int timeout_ms);

@@ -176,7 +176,7 @@ struct sr_cmid {
 	struct ibv_qp_init_attr *qp_init_attr; /* rdma_create_ep, passive: the QP of each request */
 	uint8_t req_depth, req_resources;      /* a request's initiator depth and responder resources */
 	struct ibv_sa_path_rec path;
-	int events_reported, events_completed; /* taken by rdma_get_cm_event, acknowledged; sr_ev_mu */
+	int events_completed;                  /* events acknowledged; sr_ev_mu (the engine counts those taken) */
 	struct sr_mc *mc_list;                 /* groups joined (rdma_join_multicast); sr_ev_mu */
 };
 
@@ -199,9 +199,12 @@ struct sr_event {
 };
 
 /* sr_ev_mu guards the IDs' event counts; sr_ev_acked is signalled at each
- * rdma_ack_cm_event. As in rdma-core (cma.c: rdma_destroy_id waits until
- * events_completed reaches the events_reported the kernel returns), an event
- * the program has taken keeps its ID until it is acknowledged. */
+ * rdma_ack_cm_event. As in rdma-core (cma.c: rdma_destroy_id and
+ * rdma_migrate_id wait until events_completed reaches the events_reported the
+ * kernel returns), an event the program has taken keeps its ID, and its
+ * channel, until it is acknowledged. The engine counts the events taken, in
+ * the step that takes them, and srcm_destroy_id / srcm_migrate_id return the
+ * count: an event being taken on another thread is never missed. */
 static pthread_mutex_t sr_ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sr_ev_acked = PTHREAD_COND_INITIALIZER;
 
@@ -358,9 +361,10 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 		rdma_ack_cm_event(id->event);
 		id->event = NULL;
 	}
-	SRGO(srcm_destroy_id, c->h); /* drops the events not taken yet */
+	int reported = 0;
+	SRGO(srcm_destroy_id, c->h, &reported); /* drops the events not taken yet */
 	pthread_mutex_lock(&sr_ev_mu);
-	while (c->events_completed < c->events_reported)
+	while (c->events_completed < reported)
 		pthread_cond_wait(&sr_ev_acked, &sr_ev_mu);
 	pthread_mutex_unlock(&sr_ev_mu);
 	if (c->sync)
@@ -753,6 +757,10 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 	if (!id)
 		return ERR(EINVAL);
 	struct sr_cmid *c = sr_id(id);
+	if (c->sync && !channel) {
+		sr_debug("rdma_migrate_id: the ID has no channel of the program's: it needs one (EINVAL)");
+		return ERR(EINVAL); /* rdma-core's answer */
+	}
 	int sync = 0;
 	if (!channel) {
 		channel = rdma_create_event_channel();
@@ -760,16 +768,30 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 			return -1;
 		sync = 1;
 	}
-	int rc = SRGO(srcm_migrate_id, c->h, sr_chan(channel)->h);
+	/* The engine moves the ID's queued events at once, as the kernel's
+	 * MIGRATE_ID does; then, as rdma-core, the call waits until each event
+	 * of the ID the program took is acknowledged, so that none is handled on
+	 * the old channel after it returns. */
+	int reported = 0;
+	int rc = SRGO(srcm_migrate_id, c->h, sr_chan(channel)->h, &reported);
 	if (rc) {
 		if (sync)
 			rdma_destroy_event_channel(channel);
 		return ERR(rc);
 	}
-	if (c->sync)
+	if (c->sync) {
+		if (id->event) {
+			rdma_ack_cm_event(id->event);
+			id->event = NULL;
+		}
 		rdma_destroy_event_channel(id->channel);
+	}
+	pthread_mutex_lock(&sr_ev_mu);
 	c->sync = sync;
 	id->channel = channel;
+	while (c->events_completed < reported)
+		pthread_cond_wait(&sr_ev_acked, &sr_ev_mu);
+	pthread_mutex_unlock(&sr_ev_mu);
 	return 0;
 }
 
@@ -818,6 +840,10 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	if (!channel || !event)
 		return ERR(EINVAL);
 	struct sr_chan *ch = sr_chan(channel);
+	/* The event's memory first: once taken, an event is counted. */
+	struct sr_event *ev = calloc(1, sizeof(*ev));
+	if (!ev)
+		return ERR(ENOMEM);
 	struct srcm_event e;
 	/* The engine keeps the fd's count equal to the events queued, and
 	 * srcm_next_event takes an event with its count: with none there, a
@@ -828,20 +854,18 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 		int rc = SRGO(srcm_next_event, ch->h, &e, sizeof(struct sr_cmid));
 		if (rc == 0)
 			break;
-		if (rc != EAGAIN)
-			return ERR(rc);
-		int fl = fcntl(channel->fd, F_GETFL);
-		if (fl < 0)
-			return -1;
-		if (fl & O_NONBLOCK)
-			return ERR(EAGAIN);
+		int fl = rc == EAGAIN ? fcntl(channel->fd, F_GETFL) : 0;
+		if (rc != EAGAIN || fl < 0 || (fl & O_NONBLOCK)) {
+			int err = rc != EAGAIN ? rc : fl < 0 ? errno : EAGAIN;
+			free(ev);
+			return ERR(err);
+		}
 		struct pollfd p = {.fd = channel->fd, .events = POLLIN};
-		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+		if (poll(&p, 1, -1) < 0 && errno != EINTR) {
+			free(ev);
 			return -1;
+		}
 	}
-	struct sr_event *ev = calloc(1, sizeof(*ev));
-	if (!ev)
-		return ERR(ENOMEM);
 	struct sr_cmid *c = (struct sr_cmid *)(uintptr_t)e.id;
 	struct sr_cmid *l = (struct sr_cmid *)(uintptr_t)e.listen;
 	if (e.newh) {
@@ -863,9 +887,6 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	sr_refresh(c);
 	/* A request counts against its listener, as in rdma-core. */
 	ev->owner = e.newh && l ? l : c;
-	pthread_mutex_lock(&sr_ev_mu);
-	ev->owner->events_reported++;
-	pthread_mutex_unlock(&sr_ev_mu);
 	ev->ev.id = &c->id;
 	ev->ev.listen_id = l ? &l->id : NULL;
 	ev->ev.event = e.type;

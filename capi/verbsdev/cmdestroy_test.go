@@ -1,7 +1,10 @@
 package verbsdev_test
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // TestDestroyIDEvents (testdata/cmdestroy.c): rdma_destroy_id keeps
@@ -22,6 +25,28 @@ func TestDestroyIDEvents(t *testing.T) {
 			out, errOut, err := run(t, lib, tr+":"+addr, prog, addr)
 			if err != nil || out != "ok\n" {
 				t.Fatalf("cmdestroy: %v\n%s%s", err, out, errOut)
+			}
+		})
+	}
+}
+
+// TestMigrateIDEvents (testdata/cmmigrate.c): rdma_migrate_id keeps
+// rdma-core's contract with the events of the ID (librdmacm/cma.c and the
+// kernel's ucma_migrate_id): the queued events move to the new channel at
+// once (a listener's connection requests too, their connections with them),
+// the call returns only once the events the program took are acknowledged
+// (one thread migrates while the main thread holds an event), later events
+// reach the new channel, and a synchronous ID cannot move to no channel
+// (EINVAL). One process connects to itself, over both transports.
+func TestMigrateIDEvents(t *testing.T) {
+	lib := buildLib(t)
+	prog := compileCM(t, lib, "cmmigrate")
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			addr := randomNet() + "1"
+			out, errOut, err := runBounded(t, lib, tr+":"+addr, time.Minute, prog, addr, fmt.Sprint(20000+rand.IntN(20000)))
+			if err != nil || out != "ok\n" {
+				t.Fatalf("cmmigrate: %v\n%s%s", err, out, errOut)
 			}
 		})
 	}
