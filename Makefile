@@ -104,7 +104,7 @@ vet:
 	$(GO) vet ./...
 	CGO_ENABLED=1 $(GO) vet ./capi/...
 
-# staticcheck's default checks over every package; cmd/softrdma, perf, bench, pingpong and rping have a
+# staticcheck's default checks over every package; perf, bench, pingpong and rping have a
 # staticcheck.conf saying why ST1005 is off there.
 # Twice: the softrdma binary and the Go packages build with CGO_ENABLED=0, where the
 # cgo-only files drop out; the C-ABI libraries need cgo.

@@ -29,7 +29,6 @@ import (
 	"github.com/softrdma/softrdma/device"
 	"github.com/softrdma/softrdma/devspec"
 	ib "github.com/softrdma/softrdma/ibtransport"
-	"github.com/softrdma/softrdma/perf"
 	"github.com/softrdma/softrdma/rdmacm"
 )
 
@@ -218,7 +217,7 @@ func poll(ctx context.Context, cq *ib.CQ, count int, each func(ib.WC)) error {
 		}
 		done += n
 		if n == 0 {
-			if err := perf.WaitCQ(ctx, cq, time.Time{}); err != nil {
+			if err := device.WaitCQ(ctx, cq, time.Time{}); err != nil {
 				return err
 			}
 		}

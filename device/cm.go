@@ -2,16 +2,47 @@ package device
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"time"
 
+	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/rdmacm"
 )
 
 // The rdma_cm steps the tools take on a CM (StartCM's): wait for an event,
-// resolve an address and route, disconnect.
+// resolve an address and route, disconnect; and their wait for a completion.
+
+// NoProgress is how long a tool waits for a completion before giving up on
+// a vanished peer (perftest's server gives up after 120 s without a message).
+const NoProgress = 60 * time.Second
+
+// WaitCQ blocks until cq has a completion, until deadline (if not zero: then
+// it returns nil, and the caller looks at the clock), or until nothing has
+// happened for NoProgress (an error).
+func WaitCQ(ctx context.Context, cq *ibtransport.CQ, deadline time.Time) error {
+	limit := time.Now().Add(NoProgress)
+	expired := false
+	if !deadline.IsZero() && deadline.Before(limit) {
+		limit, expired = deadline, true
+	}
+	wctx, cancel := context.WithDeadline(ctx, limit)
+	defer cancel()
+	err := cq.Wait(wctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded) && expired:
+		return nil // the caller's deadline: it looks at the clock
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("no completion for %v: is the peer still there?", NoProgress)
+	}
+	return err
+}
 
 // CMWait returns the next event of id of one of the wanted types; any
 // other event, or none within timeout, is an error.

@@ -14,7 +14,7 @@ import (
 // MAD.Data(), with the byte offsets of IBTA Vol. 1 Tables 106-120 (the kernel's
 // include/rdma/ibta_vol1_c12.h uses the same offsets); multi-bit fields are numbered
 // from the most significant bit of their byte, as in the spec. Every view is
-// MADDataLen bytes; methods do not check the length: [CheckCM] does.
+// MADDataLen bytes; methods do not check the length: [Check] does.
 
 // ClassVersion is the class version of the CM MADs the kernel sends (IBTA 1.2 and later).
 const ClassVersion = 2
@@ -77,9 +77,9 @@ func (a Attribute) Known() bool {
 // Attribute returns m's attribute ID as a CM attribute.
 func (m MAD) Attribute() Attribute { return Attribute(m.AttributeID()) }
 
-// CheckCM checks that m (already a valid MAD, see DecodeMAD) is a CM MAD of class
+// Check checks that m (already a valid MAD, see DecodeMAD) is a CM MAD of class
 // version 2 with a known attribute.
-func CheckCM(m MAD) error {
+func Check(m MAD) error {
 	if len(m) < MADLen {
 		return header.Truncated("cm", "mad length", len(m), MADLen)
 	}
@@ -95,10 +95,10 @@ func CheckCM(m MAD) error {
 	return nil
 }
 
-// EncodeCM writes the header of a CM MAD (class 0x07, version 2, method Send) for
+// Encode writes the header of a CM MAD (class 0x07, version 2, method Send) for
 // attribute a into m and clears the data; fill it through the view, e.g.
 // m.REQ().SetLocalCommID(...).
-func EncodeCM(m MAD, a Attribute, transactionID uint64) {
+func Encode(m MAD, a Attribute, transactionID uint64) {
 	m.Encode(&MADFields{
 		MgmtClass:     MgmtClassCM,
 		ClassVersion:  ClassVersion,

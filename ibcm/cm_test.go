@@ -211,7 +211,7 @@ func checkConnection(t *testing.T, mads []MAD, frames []roce.Frame, c connection
 func checkReencode(t *testing.T, m MAD) {
 	t.Helper()
 	out := make(MAD, MADLen)
-	EncodeCM(out, m.Attribute(), m.TransactionID())
+	Encode(out, m.Attribute(), m.TransactionID())
 	switch m.Attribute() {
 	case AttrREQ:
 		f := m.REQ().Fields()
@@ -257,7 +257,7 @@ func TestCMBuild(t *testing.T) {
 		}
 	}
 
-	EncodeCM(m, AttrREJ, 7)
+	Encode(m, AttrREJ, 7)
 	j := m.REJ()
 	j.SetLocalCommID(0x01020304)
 	j.SetRemoteCommID(0x05060708)
@@ -271,11 +271,11 @@ func TestCMBuild(t *testing.T) {
 		j.MessageRejected() != 2 || j.RejectedInfoLength() != 3 || len(j.PrivateData()) != REJPrivateDataLen {
 		t.Errorf("REJ %v %x", j.Reason(), j.ARI())
 	}
-	if CheckCM(m) != nil || m.Attribute().String() != "ConnectReject" || m.Method() != MADMethodSend || m.TransactionID() != 7 {
+	if Check(m) != nil || m.Attribute().String() != "ConnectReject" || m.Method() != MADMethodSend || m.TransactionID() != 7 {
 		t.Error("REJ header")
 	}
 
-	EncodeCM(m, AttrMRA, 8)
+	Encode(m, AttrMRA, 8)
 	a := m.MRA()
 	a.SetLocalCommID(1)
 	a.SetRemoteCommID(2)
@@ -286,7 +286,7 @@ func TestCMBuild(t *testing.T) {
 		t.Error("MRA")
 	}
 
-	EncodeCM(m, AttrSIDRREQ, 9)
+	Encode(m, AttrSIDRREQ, 9)
 	s := m.SIDRREQ()
 	s.SetRequestID(0x11223344)
 	s.SetPKey(0xFFFF)
@@ -296,7 +296,7 @@ func TestCMBuild(t *testing.T) {
 		t.Error("SIDR_REQ")
 	}
 
-	EncodeCM(m, AttrSIDRREP, 10)
+	Encode(m, AttrSIDRREP, 10)
 	p := m.SIDRREP()
 	p.SetRequestID(0x11223344)
 	p.SetStatus(0)
@@ -311,7 +311,7 @@ func TestCMBuild(t *testing.T) {
 	}
 
 	// REQ bit fields do not spill into each other.
-	EncodeCM(m, AttrREQ, 11)
+	Encode(m, AttrREQ, 11)
 	r := m.REQ()
 	r.SetLocalQPN(0xFFFFFF)
 	r.SetResponderResources(0xFF)
@@ -346,7 +346,7 @@ func TestCMBuild(t *testing.T) {
 		t.Error("SAP bit")
 	}
 
-	EncodeCM(m, AttrREP, 12)
+	Encode(m, AttrREP, 12)
 	p2 := m.REP()
 	p2.SetTargetACKDelay(0x1F)
 	p2.SetFailoverAccepted(2)
@@ -372,13 +372,13 @@ func TestCMNames(t *testing.T) {
 		t.Error("reject reason names")
 	}
 	m := make(MAD, MADLen)
-	EncodeCM(m, 0x0020, 1)
-	if err := CheckCM(m); err == nil || err.Error() != "cm: attribute id 0x20: unknown" {
+	Encode(m, 0x0020, 1)
+	if err := Check(m); err == nil || err.Error() != "cm: attribute id 0x20: unknown" {
 		t.Errorf("unknown attribute: %v", err)
 	}
-	EncodeCM(m, AttrREQ, 1)
+	Encode(m, AttrREQ, 1)
 	m.SetClassVersion(1)
-	if err := CheckCM(m); err == nil || err.Error() != "cm: class version 1 != 2" {
+	if err := Check(m); err == nil || err.Error() != "cm: class version 1 != 2" {
 		t.Errorf("class version: %v", err)
 	}
 }

@@ -939,7 +939,7 @@ func (a *Agent) Connect(p *ConnectParams, h Handler) (*ID, error) {
 	}
 	id.ackTimeout = path.LocalACKTimeout
 	m := MAD(id.msg)
-	EncodeCM(m, AttrREQ, id.tid)
+	Encode(m, AttrREQ, id.tid)
 	m.REQ().Encode(&REQFields{
 		LocalCommID:             id.localID,
 		ServiceID:               p.ServiceID,
@@ -985,7 +985,7 @@ func (a *Agent) SIDRRequest(p *SIDRRequestParams, h Handler) (*ID, error) {
 		return nil, err
 	}
 	m := MAD(id.msg)
-	EncodeCM(m, AttrSIDRREQ, id.tid)
+	Encode(m, AttrSIDRREQ, id.tid)
 	r := m.SIDRREQ()
 	r.SetRequestID(id.localID)
 	r.SetPKey(pkeyOrDefault(p.PKey))
@@ -1105,7 +1105,7 @@ func (a *Agent) sendResp(id *ID, m []byte) {
 // buildREJ writes a REJ into a.scratch. mu is held.
 func (a *Agent) buildREJ(tid uint64, local, remote uint32, msg uint8, reason RejectReason, ari, pd []byte) MAD {
 	m := MAD(a.scratch[:])
-	EncodeCM(m, AttrREJ, tid)
+	Encode(m, AttrREJ, tid)
 	j := m.REJ()
 	j.SetLocalCommID(local)
 	j.SetRemoteCommID(remote)
@@ -1316,7 +1316,7 @@ func (a *Agent) handleMAD(now time.Time, b []byte, from MADAddress) error {
 	}
 	if m.ClassVersion() != ClassVersion {
 		a.answerUnsupported(m, from, madStatusBadVersion)
-		return a.drop(DropClassVersion, 0, 0, CheckCM(m))
+		return a.drop(DropClassVersion, 0, 0, Check(m))
 	}
 	attr := m.Attribute()
 	if m.Method() != MADMethodSend {
@@ -1362,7 +1362,7 @@ func (a *Agent) handleMAD(now time.Time, b []byte, from MADAddress) error {
 	}
 	// ClassPortInfo, LAP and APR (alternate paths do not exist on RoCE), and
 	// attributes IBTA does not define.
-	return a.drop(DropAttribute, attr, 0, CheckCM(m))
+	return a.drop(DropAttribute, attr, 0, Check(m))
 }
 
 // lookup finds the ID a message addresses: by its Remote Comm ID (our
@@ -1494,7 +1494,7 @@ func (a *Agent) duplicateREQ(now time.Time, id *ID) error {
 
 func (a *Agent) sendMRA(id *ID, which uint8, timeout uint8, pd []byte) {
 	m := MAD(a.scratch[:])
-	EncodeCM(m, AttrMRA, id.tid)
+	Encode(m, AttrMRA, id.tid)
 	r := m.MRA()
 	r.SetLocalCommID(id.localID)
 	r.SetRemoteCommID(id.remoteID)
@@ -1602,7 +1602,7 @@ func (a *Agent) handleDREQ(now time.Time, m MAD, from MADAddress) error {
 		// DREP all the same, so that the peer's disconnect completes.
 		a.counters.Drops[DropUnknownID]++
 		d := MAD(a.scratch[:])
-		EncodeCM(d, AttrDREP, m.TransactionID())
+		Encode(d, AttrDREP, m.TransactionID())
 		d.DREP().SetLocalCommID(r.RemoteCommID())
 		d.DREP().SetRemoteCommID(r.LocalCommID())
 		a.reply(d, from)
@@ -1684,7 +1684,7 @@ func (a *Agent) handleSIDRREQ(now time.Time, m MAD, from MADAddress) error {
 	l := a.listeners[r.ServiceID()]
 	if l == nil {
 		p := MAD(a.scratch[:])
-		EncodeCM(p, AttrSIDRREP, m.TransactionID())
+		Encode(p, AttrSIDRREP, m.TransactionID())
 		p.SIDRREP().SetRequestID(r.RequestID())
 		p.SIDRREP().SetStatus(uint8(SIDRUnsupported))
 		p.SIDRREP().SetServiceID(r.ServiceID())
@@ -1796,7 +1796,7 @@ func (id *ID) Accept(p *ReplyParams) error {
 	}
 	id.localQPN = p.QPN
 	m := MAD(id.msg)
-	EncodeCM(m, AttrREP, id.tid)
+	Encode(m, AttrREP, id.tid)
 	m.REP().Encode(&REPFields{
 		LocalCommID:         id.localID,
 		RemoteCommID:        id.remoteID,
@@ -1834,7 +1834,7 @@ func (id *ID) SendRTU(privateData []byte) error {
 		return id.badState("send RTU")
 	}
 	m := MAD(a.scratch[:])
-	EncodeCM(m, AttrRTU, id.tid)
+	Encode(m, AttrRTU, id.tid)
 	m.RTU().SetLocalCommID(id.localID)
 	m.RTU().SetRemoteCommID(id.remoteID)
 	copy(m.RTU().PrivateData(), privateData)
@@ -1925,7 +1925,7 @@ func (a *Agent) sendDREQ(id *ID, now time.Time, pd []byte) {
 		// The passive side's own messages carry its own transaction ID.
 		tid = uint64(a.tidHigh)<<32 | uint64(id.localID)
 	}
-	EncodeCM(m, AttrDREQ, tid)
+	Encode(m, AttrDREQ, tid)
 	m.DREQ().SetLocalCommID(id.localID)
 	m.DREQ().SetRemoteCommID(id.remoteID)
 	m.DREQ().SetRemoteQPN(id.remoteQPN)
@@ -1945,7 +1945,7 @@ func (a *Agent) sendDREQ(id *ID, now time.Time, pd []byte) {
 // sendDREP answers a DREQ. mu is held.
 func (a *Agent) sendDREP(id *ID, pd []byte) {
 	m := MAD(a.scratch[:])
-	EncodeCM(m, AttrDREP, id.drepTID)
+	Encode(m, AttrDREP, id.drepTID)
 	m.DREP().SetLocalCommID(id.localID)
 	m.DREP().SetRemoteCommID(id.remoteID)
 	copy(m.DREP().PrivateData(), pd)
@@ -1998,7 +1998,7 @@ func (id *ID) SIDRReply(p *SIDRReply) error {
 
 func (a *Agent) sidrReply(id *ID, p *SIDRReply) {
 	m := MAD(a.scratch[:])
-	EncodeCM(m, AttrSIDRREP, id.tid)
+	Encode(m, AttrSIDRREP, id.tid)
 	r := m.SIDRREP()
 	r.SetRequestID(id.remoteID)
 	r.SetStatus(uint8(p.Status))

@@ -11,9 +11,9 @@ import (
 	"github.com/softrdma/softrdma/sim"
 )
 
-// TestCMAgentPeerVanishes: a partition in the middle of the handshake ends in
+// TestAgentPeerVanishes: a partition in the middle of the handshake ends in
 // a timeout on the side left waiting, after every retry, and in no ID left.
-func TestCMAgentPeerVanishes(t *testing.T) {
+func TestAgentPeerVanishes(t *testing.T) {
 	try := cmTry(DefaultResponseTimeout, DefaultPacketLifeTime)
 	budget := time.Duration(DefaultMaxRetries+1) * try
 	t.Run("before REQ", func(t *testing.T) {
@@ -87,9 +87,9 @@ func newEstablishedPair(t *testing.T, cfg sim.LinkConfig) (p *cmPair, a, b *ID) 
 	return p, a, p.b.events[0].ID
 }
 
-// TestCMAgentDisconnectRaces: simultaneous DREQs, a lost DREP (answered again
+// TestAgentDisconnectRaces: simultaneous DREQs, a lost DREP (answered again
 // from TIMEWAIT), a DREQ for a connection already gone (answered anyway).
-func TestCMAgentDisconnectRaces(t *testing.T) {
+func TestAgentDisconnectRaces(t *testing.T) {
 	t.Run("simultaneous", func(t *testing.T) {
 		p, a, b := newEstablishedPair(t, sim.LinkConfig{Latency: time.Millisecond})
 		p.a.react, p.b.react = nil, nil
@@ -138,9 +138,9 @@ func TestCMAgentDisconnectRaces(t *testing.T) {
 	})
 }
 
-// TestCMAgentStale: a REQ from a QP that has a connection here already (its
+// TestAgentStale: a REQ from a QP that has a connection here already (its
 // node restarted) is rejected as stale and the old connection is torn down.
-func TestCMAgentStale(t *testing.T) {
+func TestAgentStale(t *testing.T) {
 	p, old, _ := newEstablishedPair(t, sim.LinkConfig{})
 	// The same QP number asks again, as a new connection.
 	id, err := p.a.agent.Connect(p.connectParams(nil), p.a.handle)
@@ -159,9 +159,9 @@ func TestCMAgentStale(t *testing.T) {
 	}
 }
 
-// TestCMAgentSIDR: SIDR resolution of a UD service: a reply with QPN, Q_Key
+// TestAgentSIDR: SIDR resolution of a UD service: a reply with QPN, Q_Key
 // and private data; an unknown service; a lost reply; no answer.
-func TestCMAgentSIDR(t *testing.T) {
+func TestAgentSIDR(t *testing.T) {
 	sidrParams := func(pd []byte) *SIDRRequestParams {
 		return &SIDRRequestParams{ServiceID: CMAServiceID(RDMAPortSpaceUDP, 7174), To: MADAddress{Remote: cmIPB}, PrivateData: pd}
 	}
@@ -214,10 +214,10 @@ func TestCMAgentSIDR(t *testing.T) {
 	})
 }
 
-// TestCMAgentBadMADs feeds every kind of bad input: each is dropped and
+// TestAgentBadMADs feeds every kind of bad input: each is dropped and
 // counted under its reason, Get/Set MADs nobody serves are answered
 // "unsupported", a DREQ for an unknown connection gets its DREP.
-func TestCMAgentBadMADs(t *testing.T) {
+func TestAgentBadMADs(t *testing.T) {
 	var kreq, krep, krtu, kdreq MAD
 	for _, c := range captureCM(t, "rxe-rdma-cm-rping.pcap") {
 		switch c.mad.Attribute() {

@@ -9,17 +9,17 @@ import (
 	"github.com/softrdma/softrdma/sim"
 )
 
-// fuzzRecord is one step of FuzzCMAgentMAD's input: a flag byte, then up to a
+// fuzzRecord is one step of FuzzAgentMAD's input: a flag byte, then up to a
 // MAD's bytes (the last record may be short: a truncated MAD).
 const fuzzRecord = 1 + MADLen
 
-// FuzzCMAgentMAD feeds sequences of MADs to an agent that listens on the
+// FuzzAgentMAD feeds sequences of MADs to an agent that listens on the
 // captures' services, has a connection of its own under way, and answers
 // everything (Accept, RTU, DREP, SIDR_REP), with the clock moved between
 // steps so that timers fire. Invariants: no panic; every MAD is counted once,
 // and dropped (with a *DropError and one drop counted) or handled; the
 // agent's indexes name only live CMIDs in a state other than IDLE.
-func FuzzCMAgentMAD(f *testing.F) {
+func FuzzAgentMAD(f *testing.F) {
 	all := captureCM(f, "rxe-rdma-cm-rping.pcap")
 	var seq []byte
 	for _, c := range all {

@@ -45,12 +45,12 @@ func (p *cmPair) driveUntil(at time.Time) {
 	}
 }
 
-// TestCMAgentMRAForREP: A answers B's REP with an MRA instead of an RTU
+// TestAgentMRAForREP: A answers B's REP with an MRA instead of an RTU
 // (REP_RCVD → MRA_REP_SENT); B, in MRA_REP_RCVD, holds its REP timer for the
 // MRA's service timeout — longer than its whole REP retry budget — and A's RTU,
 // sent after that budget, still connects. Without the MRA the same late RTU
 // finds B gone: it gave up with REJ(timeout) at the end of the budget.
-func TestCMAgentMRAForREP(t *testing.T) {
+func TestAgentMRAForREP(t *testing.T) {
 	// B's REP retry budget: the REQ's response timeout and the packet lifetime
 	// B derives from the REQ's local ACK timeout (19 - 1), per try, 1 + 15 tries.
 	try := cmTry(DefaultResponseTimeout, LocalACKTimeout(DefaultPacketLifeTime, DefaultCAACKDelay)-1)
@@ -169,13 +169,13 @@ func TestCMAgentMRAForREP(t *testing.T) {
 	}
 }
 
-// TestCMAgentTimeWaitDuplicateREQ: the kernel's REQ replayed to a connection
+// TestAgentTimeWaitDuplicateREQ: the kernel's REQ replayed to a connection
 // in TIMEWAIT that ended with DREQ/DREP (not a REJ) gets a REJ with reason
 // stale connection (IBTA Vol. 1 ch. 12: a REQ for a connection the CM still
 // holds in TimeWait is stale) and is counted as stale; TIMEWAIT itself goes
 // on unchanged. Once TIMEWAIT is over, the CM has forgotten the connection and
 // the same REQ bytes are a new REQ: a new ID, a REQ event, a REP.
-func TestCMAgentTimeWaitDuplicateREQ(t *testing.T) {
+func TestAgentTimeWaitDuplicateREQ(t *testing.T) {
 	kc := kernelConns[0]
 	req, rep, rtu, dreq, _ := connectionMADs(t, captureCM(t, kc.capture), kc.reqComm)
 	r := newCMRig(t, 5)

@@ -140,9 +140,9 @@ func (p *cmPair) listen(t *testing.T) {
 	}
 }
 
-// TestCMAgentConnectDisconnect: private data both ways, parameters carried,
+// TestAgentConnectDisconnect: private data both ways, parameters carried,
 // disconnect, TIMEWAIT, nothing left.
-func TestCMAgentConnectDisconnect(t *testing.T) {
+func TestAgentConnectDisconnect(t *testing.T) {
 	p := newCMPair(t, sim.LinkConfig{Latency: 100 * time.Microsecond})
 	p.listen(t)
 	p.b.acceptAll(t, []byte("welcome"))
@@ -184,9 +184,9 @@ func TestCMAgentConnectDisconnect(t *testing.T) {
 	}
 }
 
-// TestCMAgentLoss: each message of the handshake lost once is recovered by
+// TestAgentLoss: each message of the handshake lost once is recovered by
 // the retry of the side waiting for it, with exactly one connection made.
-func TestCMAgentLoss(t *testing.T) {
+func TestAgentLoss(t *testing.T) {
 	try := cmTry(DefaultResponseTimeout, DefaultPacketLifeTime)
 	for _, tc := range []struct {
 		lost      Attribute
@@ -242,10 +242,10 @@ func countEvents(n *cmNode, t EventType) int {
 	return k
 }
 
-// TestCMAgentMRA: B's consumer takes longer than A's response timeout; the
+// TestAgentMRA: B's consumer takes longer than A's response timeout; the
 // duplicate REQ gets an MRA, A waits the service timeout, and B's late REP
 // connects.
-func TestCMAgentMRA(t *testing.T) {
+func TestAgentMRA(t *testing.T) {
 	p := newCMPair(t, sim.LinkConfig{})
 	p.listen(t)
 	p.a.rtuAll(t)
@@ -279,9 +279,9 @@ func TestCMAgentMRA(t *testing.T) {
 	}
 }
 
-// TestCMAgentReject: a consumer's REJ with ARI and private data reaches A; a
+// TestAgentReject: a consumer's REJ with ARI and private data reaches A; a
 // lost REJ is answered again from TIMEWAIT when A's REQ comes back.
-func TestCMAgentReject(t *testing.T) {
+func TestAgentReject(t *testing.T) {
 	for _, lost := range []int{0, 1} {
 		p := newCMPair(t, sim.LinkConfig{DropFunc: dropFirst(AttrREJ, lost)})
 		p.listen(t)
@@ -312,9 +312,9 @@ func TestCMAgentReject(t *testing.T) {
 	}
 }
 
-// TestCMAgentREQRejects: REQs the agent cannot take (the kernel's, edited)
+// TestAgentREQRejects: REQs the agent cannot take (the kernel's, edited)
 // get a REJ with the reason IBTA names and no connection is made.
-func TestCMAgentREQRejects(t *testing.T) {
+func TestAgentREQRejects(t *testing.T) {
 	var kreq MAD
 	for _, c := range captureCM(t, "rxe-rdma-cm-rping.pcap") {
 		if c.mad.Attribute() == AttrREQ {

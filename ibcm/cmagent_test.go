@@ -271,10 +271,10 @@ var (
 	ip22 = netip.MustParseAddr("10.77.0.22")
 )
 
-// TestCMAgentPassiveKernel plays the kernel's active side (the captured REQ,
+// TestAgentPassiveKernel plays the kernel's active side (the captured REQ,
 // RTU and DREQ) against the agent as the server, and compares the agent's REP
 // and DREP with the kernel's, byte for byte.
-func TestCMAgentPassiveKernel(t *testing.T) {
+func TestAgentPassiveKernel(t *testing.T) {
 	for _, kc := range kernelConns {
 		t.Run(kc.capture, func(t *testing.T) {
 			req, rep, rtu, dreq, drep := connectionMADs(t, captureCM(t, kc.capture), kc.reqComm)
@@ -383,11 +383,11 @@ func reqFieldsEqual(a, b REQFields) bool {
 	return reflect.DeepEqual(a, b) && bytes.Equal(pa, pb)
 }
 
-// TestCMAgentActiveKernel connects from the agent as rping's and perftest's
+// TestAgentActiveKernel connects from the agent as rping's and perftest's
 // clients did, compares the REQ, RTU and DREQ with the kernel's (all but the
 // transaction ID, which is the kernel's MAD agent's own number), and feeds the
 // captured REP and DREP back.
-func TestCMAgentActiveKernel(t *testing.T) {
+func TestAgentActiveKernel(t *testing.T) {
 	for _, kc := range kernelConns {
 		t.Run(kc.capture, func(t *testing.T) {
 			req, rep, rtu, dreq, drep := connectionMADs(t, captureCM(t, kc.capture), kc.reqComm)

@@ -7,14 +7,14 @@ import (
 	"github.com/softrdma/softrdma/sim"
 )
 
-// TestCMAgentScansArmedTimersOnly: the agent's timer scans (NextDeadline,
+// TestAgentScansArmedTimersOnly: the agent's timer scans (NextDeadline,
 // runTimers, at every MAD and wake-up of Run) look at the IDs with a timer
 // armed, not at every connection it holds: with n connections established
 // and nothing in flight, the set they scan is empty and there is no
 // deadline. (They ranged over every ID: softrdma bench's rdma_cm connect rate
 // fell from 21k to 2k pairs/s between 256 and 4096 connections, issue 22.)
 // A connection being set up is in the set while it waits for an answer.
-func TestCMAgentScansArmedTimersOnly(t *testing.T) {
+func TestAgentScansArmedTimersOnly(t *testing.T) {
 	p := newCMPair(t, sim.LinkConfig{Latency: 100 * time.Microsecond})
 	p.listen(t)
 	qpn := uint32(0x300)

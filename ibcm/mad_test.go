@@ -55,7 +55,7 @@ func TestCaptureMADs(t *testing.T) {
 			t.Fatalf("%s: %d MADs, want %d", tc.capture, len(mads), len(tc.attrs))
 		}
 		for i, m := range mads {
-			if err := CheckCM(m); err != nil {
+			if err := Check(m); err != nil {
 				t.Errorf("%s MAD %d: %v", tc.capture, i, err)
 			}
 			if got := m.Attribute().String(); got != tc.attrs[i] {
@@ -105,8 +105,8 @@ func TestMADAccessors(t *testing.T) {
 	if MgmtClass(0x42).String() != "MgmtClass(0x42)" || MADMethod(0x42).String() != "MADMethod(0x42)" {
 		t.Fatal("unknown names")
 	}
-	if err := CheckCM(m); !errors.Is(err, header.ErrInvalid) {
-		t.Fatalf("CheckCM on an SA MAD: %v", err)
+	if err := Check(m); !errors.Is(err, header.ErrInvalid) {
+		t.Fatalf("Check on an SA MAD: %v", err)
 	}
 }
 
@@ -195,7 +195,7 @@ func FuzzMAD(f *testing.F) {
 			t.Fatalf("header not stable: %+v vs %+v", c.Fields(), hf)
 		}
 		_ = m.Attribute().String()
-		if CheckCM(m) != nil {
+		if Check(m) != nil {
 			return
 		}
 		exerciseCM(t, m)
@@ -211,7 +211,7 @@ func exerciseCM(t *testing.T, m MAD) {
 	case AttrREQ:
 		r := m.REQ()
 		fl := r.Fields()
-		EncodeCM(out, AttrREQ, m.TransactionID())
+		Encode(out, AttrREQ, m.TransactionID())
 		out.REQ().Encode(&fl)
 		if got := out.REQ().Fields(); !equalREQ(got, fl) {
 			t.Fatalf("REQ not stable:\n%+v\n%+v", got, fl)
@@ -227,7 +227,7 @@ func exerciseCM(t *testing.T, m MAD) {
 		_, _, _ = ParseCMAServiceID(r.ServiceID())
 	case AttrREP:
 		fl := m.REP().Fields()
-		EncodeCM(out, AttrREP, m.TransactionID())
+		Encode(out, AttrREP, m.TransactionID())
 		out.REP().Encode(&fl)
 		if got := out.REP().Fields(); !equalREP(got, fl) {
 			t.Fatalf("REP not stable:\n%+v\n%+v", got, fl)

@@ -146,7 +146,7 @@ func (q *qpCarrier) poll(ctx context.Context, cq *ibtransport.CQ, what string) (
 			}
 			return wc[0], nil
 		}
-		if err := WaitCQ(ctx, cq, time.Time{}); err != nil {
+		if err := device.WaitCQ(ctx, cq, time.Time{}); err != nil {
 			return ibtransport.WC{}, fmt.Errorf("perftest message %s: %w", what, err)
 		}
 	}

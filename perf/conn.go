@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/softrdma/softrdma/device"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/oob/perftest"
 	"github.com/softrdma/softrdma/rdmacm"
@@ -202,7 +203,7 @@ func (s *session) takeUDParams(ctx context.Context, cq *ibtransport.CQ, n int) e
 	wc := make([]ibtransport.WC, 1)
 	for got := 0; got < n; {
 		if cq.Poll(wc) == 0 {
-			if err := WaitCQ(ctx, cq, time.Time{}); err != nil {
+			if err := device.WaitCQ(ctx, cq, time.Time{}); err != nil {
 				return fmt.Errorf("UD connection parameters in RDMA CM: %w", err)
 			}
 			continue

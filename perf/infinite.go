@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/softrdma/softrdma/device"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/oob/perftest"
 )
@@ -96,7 +97,7 @@ func (s *session) runBWInfinitely(ctx context.Context, size uint64) (perftest.BW
 					deadline = d
 				}
 			}
-			if err := WaitCQ(ctx, s.sendCQ, deadline); err != nil {
+			if err := device.WaitCQ(ctx, s.sendCQ, deadline); err != nil {
 				return perftest.BWReport{}, s.withReport(err)
 			}
 			continue
@@ -143,7 +144,7 @@ func (s *session) runBWReceiverInfinitely(ctx context.Context, size uint64) (per
 		if n == 0 {
 			// A sender that has gone leaves this side waiting until it is
 			// stopped, as perftest's server does.
-			if err := WaitCQ(ctx, s.recvCQ, clock.at(next)); err != nil {
+			if err := device.WaitCQ(ctx, s.recvCQ, clock.at(next)); err != nil {
 				return perftest.BWReport{}, s.withReport(err)
 			}
 			continue

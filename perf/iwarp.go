@@ -191,7 +191,7 @@ func (c *credit) due(rcnt uint64) bool { return rcnt%c.rxDepth%c.every == 0 }
 func (c *credit) reap(ctx context.Context, s *session) error {
 	n := s.sendCQ.Poll(c.wc)
 	if n == 0 {
-		return WaitCQ(ctx, s.sendCQ, time.Time{})
+		return device.WaitCQ(ctx, s.sendCQ, time.Time{})
 	}
 	for _, w := range c.wc[:n] {
 		q := int(w.WRID)

@@ -20,8 +20,8 @@ import (
 )
 
 // noProgress is how long a run waits for a completion before giving up on a
-// vanished peer (perftest's server gives up after 120 s without a message).
-const noProgress = 60 * time.Second
+// vanished peer (device.NoProgress, WaitCQ's).
+const noProgress = device.NoProgress
 
 // DialWait is how long the client retries a refused connection by default
 // (--wait): long enough to start both sides at once. (perftest's client gives
@@ -645,30 +645,6 @@ func (t *timer) phase(now int64) phase {
 	return over
 }
 
-// WaitCQ blocks until cq has a completion, until deadline (if not zero), or
-// until nothing has happened for noProgress.
-func WaitCQ(ctx context.Context, cq *ibtransport.CQ, deadline time.Time) error {
-	limit := time.Now().Add(noProgress)
-	expired := false
-	if !deadline.IsZero() && deadline.Before(limit) {
-		limit, expired = deadline, true
-	}
-	wctx, cancel := context.WithDeadline(ctx, limit)
-	defer cancel()
-	err := cq.Wait(wctx)
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case errors.Is(err, context.DeadlineExceeded) && expired:
-		return nil // the caller's deadline: it looks at the clock
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("no completion for %v: is the peer still there?", noProgress)
-	}
-	return err
-}
-
 // completionError reports a completion with an error status as perftest
 // does, followed by the engine's state of every QP (ibtransport StateReport:
 // timeouts, retransmissions, NAKs and drops), which tells what a transport
@@ -837,7 +813,7 @@ func (s *session) runBWSender(ctx context.Context, size uint64) (perftest.BWRepo
 				// completion here: look at the credit word again soon.
 				deadline = time.Now().Add(creditPoll)
 			}
-			if err := WaitCQ(ctx, s.sendCQ, deadline); err != nil {
+			if err := device.WaitCQ(ctx, s.sendCQ, deadline); err != nil {
 				return perftest.BWReport{}, s.withReport(err)
 			}
 			continue
@@ -935,7 +911,7 @@ func (s *session) receiveLoop(ctx context.Context, size uint64, report bool) (pe
 			if dur && !first {
 				deadline = clock.at(timer.end)
 			}
-			if err := WaitCQ(ctx, s.recvCQ, deadline); err != nil {
+			if err := device.WaitCQ(ctx, s.recvCQ, deadline); err != nil {
 				return perftest.BWReport{}, s.withReport(err)
 			}
 			continue
@@ -1061,7 +1037,7 @@ func (r *latRun) waitSend(ctx context.Context) (bool, error) {
 		if r.over() {
 			return false, nil
 		}
-		if err := WaitCQ(ctx, s.sendCQ, r.deadline()); err != nil {
+		if err := device.WaitCQ(ctx, s.sendCQ, r.deadline()); err != nil {
 			return false, s.withReport(err)
 		}
 	}
@@ -1174,7 +1150,7 @@ func (s *session) runLatSend(ctx context.Context, size uint64) error {
 				if r.over() {
 					break
 				}
-				if err := WaitCQ(ctx, s.recvCQ, r.deadline()); err != nil {
+				if err := device.WaitCQ(ctx, s.recvCQ, r.deadline()); err != nil {
 					return s.withReport(err)
 				}
 			}

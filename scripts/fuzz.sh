@@ -15,7 +15,7 @@
 # coordinator's deadline races the worker's) and restarts it, losing its runs.
 # A target whose inputs are a kilobyte or more then spent a short run
 # minimizing: FuzzStreamDecoder (captured streams of 1500 octets) counted 41
-# executions in 10 s from an empty cache, FuzzCMAgentMAD 221. So the
+# executions in 10 s from an empty cache, FuzzAgentMAD 221. So the
 # minimization is bounded by a count, FUZZMINIMIZE runs (default 1000x: the
 # tail cuts and one pass of single-octet cuts of a kilobyte), after which the
 # input is kept as it stands; with it the two counted 97,951 and 28,109.

@@ -265,7 +265,7 @@ func (d *decoder) fillMAD(p *Packet, pkt *ibtransport.Packet, f *roce.Frame) (*c
 	if mad.MgmtClass() != ibcm.MgmtClassCM {
 		return nil, nil
 	}
-	if err := ibcm.CheckCM(mad); err != nil {
+	if err := ibcm.Check(mad); err != nil {
 		return nil, err
 	}
 	a := mad.Attribute()

@@ -367,7 +367,7 @@ func TestCMMRAAndREJ(t *testing.T) {
 			}
 			r := m.REP()
 			local, remote := r.LocalCommID(), r.RemoteCommID()
-			ibcm.EncodeCM(m, a, m.TransactionID())
+			ibcm.Encode(m, a, m.TransactionID())
 			m.REJ().SetLocalCommID(local) // MRA and REJ put the IDs where every CM message does
 			m.REJ().SetRemoteCommID(remote)
 			fill(m)
