@@ -1,6 +1,9 @@
 package header
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"net/netip"
+)
 
 // UDPLen is the length of a UDP header.
 const UDPLen = 8
@@ -66,4 +69,36 @@ func (u UDP) Encode(f *UDPFields) {
 	u.SetDstPort(f.DstPort)
 	u.SetLength(f.Length)
 	u.SetChecksum(f.Checksum)
+}
+
+// IPUDPFields are what the IP and UDP headers in front of a datagram's
+// payload say of it, for EncodeIPUDP: the frame a UDP socket's datagram is
+// shown as (a capture, Read) and the headers a RoCEv2 ICRC covers.
+type IPUDPFields struct {
+	Src, Dst   netip.AddrPort
+	TOS, TTL   uint8  // IPv4 TOS and TTL, or IPv6 traffic class and hop limit
+	IPv4ID     uint16 // IPv4 Identification; ignored for IPv6
+	PayloadLen int    // UDP payload bytes
+}
+
+// EncodeIPUDP writes an IPv4 header (v4: 20 bytes, DF, its checksum, the
+// addresses unmapped) or an IPv6 header (flow label 0) and a UDP header
+// (checksum 0) for f into b, and returns their length.
+func EncodeIPUDP(b []byte, v4 bool, f *IPUDPFields) int {
+	udpLen := uint16(UDPLen + f.PayloadLen)
+	ipLen := IPv6Len
+	if v4 {
+		ipLen = IPv4MinLen
+		IPv4(b).Encode(&IPv4Fields{
+			TOS: f.TOS, TotalLength: uint16(IPv4MinLen) + udpLen, ID: f.IPv4ID, FlagsFragment: IPv4FlagDF,
+			TTL: f.TTL, Protocol: IPProtocolUDP, Src: f.Src.Addr().Unmap(), Dst: f.Dst.Addr().Unmap(),
+		})
+	} else {
+		IPv6(b).Encode(&IPv6Fields{
+			TrafficClass: f.TOS, PayloadLength: udpLen, NextHeader: IPProtocolUDP,
+			HopLimit: f.TTL, Src: f.Src.Addr(), Dst: f.Dst.Addr(),
+		})
+	}
+	UDP(b[ipLen:]).Encode(&UDPFields{SrcPort: f.Src.Port(), DstPort: f.Dst.Port(), Length: udpLen})
+	return ipLen + UDPLen
 }

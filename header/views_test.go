@@ -182,3 +182,52 @@ func TestNoAllocs(t *testing.T) {
 		t.Errorf("%v allocations, want 0", n)
 	}
 }
+
+// TestEncodeIPUDP: the IP and UDP headers EncodeIPUDP writes read back
+// through the views as the fields given, IPv4 addresses unmapped, and pass
+// their Checks with the payload behind them.
+func TestEncodeIPUDP(t *testing.T) {
+	tests := []struct {
+		name     string
+		v4       bool
+		src, dst netip.AddrPort
+		wantSrc  netip.Addr
+	}{
+		{"ipv4", true, netip.MustParseAddrPort("10.0.0.2:49152"), netip.MustParseAddrPort("10.0.0.1:4791"), netip.MustParseAddr("10.0.0.2")},
+		{"ipv4 mapped", true, netip.MustParseAddrPort("[::ffff:10.0.0.2]:49152"), netip.MustParseAddrPort("[::ffff:10.0.0.1]:4791"), netip.MustParseAddr("10.0.0.2")},
+		{"ipv6", false, netip.MustParseAddrPort("[fd00::2]:49152"), netip.MustParseAddrPort("[fd00::1]:4791"), netip.MustParseAddr("fd00::2")},
+		{"ipv6 unspecified source", false, netip.AddrPortFrom(netip.Addr{}, 49152), netip.MustParseAddrPort("[fd00::1]:4791"), netip.IPv6Unspecified()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const payload = 30
+			b := make([]byte, IPv6Len+UDPLen+payload)
+			n := EncodeIPUDP(b, tt.v4, &IPUDPFields{Src: tt.src, Dst: tt.dst, TOS: 0x2e, TTL: 63, IPv4ID: 7, PayloadLen: payload})
+			var src, dst netip.Addr
+			var tos, ttl uint8
+			if tt.v4 {
+				ip := IPv4(b[:n+payload])
+				if err := ip.Check(); err != nil || n != IPv4MinLen+UDPLen || !ip.IsChecksumValid() {
+					t.Fatalf("ipv4: %v, length %d, checksum valid %v", err, n, ip.IsChecksumValid())
+				}
+				if ip.ID() != 7 || ip.FlagsFragment() != IPv4FlagDF || ip.Protocol() != IPProtocolUDP {
+					t.Errorf("ipv4: id %d flags %#x protocol %d", ip.ID(), ip.FlagsFragment(), ip.Protocol())
+				}
+				src, dst, tos, ttl = ip.Src(), ip.Dst(), ip.TOS(), ip.TTL()
+			} else {
+				ip := IPv6(b[:n+payload])
+				if err := ip.Check(); err != nil || n != IPv6Len+UDPLen || ip.NextHeader() != IPProtocolUDP || ip.FlowLabel() != 0 {
+					t.Fatalf("ipv6: %v, length %d, next header %d, flow label %d", err, n, ip.NextHeader(), ip.FlowLabel())
+				}
+				src, dst, tos, ttl = ip.Src(), ip.Dst(), ip.TrafficClass(), ip.HopLimit()
+			}
+			if src != tt.wantSrc || dst != tt.dst.Addr().Unmap() || tos != 0x2e || ttl != 63 {
+				t.Errorf("ip: %v > %v tos %#x ttl %d", src, dst, tos, ttl)
+			}
+			u := UDP(b[n-UDPLen : n+payload])
+			if err := u.Check(len(u)); err != nil || u.SrcPort() != 49152 || u.DstPort() != 4791 || u.Length() != UDPLen+payload || u.Checksum() != 0 {
+				t.Errorf("udp: %v, %d > %d length %d checksum %#x", err, u.SrcPort(), u.DstPort(), u.Length(), u.Checksum())
+			}
+		})
+	}
+}

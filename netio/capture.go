@@ -389,31 +389,27 @@ func (c *Capture) recordDatagrams(d []Datagram) {
 // appendDatagramFrame appends to b an Ethernet (zero MAC addresses), IP and
 // UDP frame carrying d, IPv4 if both addresses are (after unmapping).
 func appendDatagramFrame(b []byte, d *Datagram) []byte {
-	src, dst := d.Src.Addr().Unmap(), d.Dst.Addr().Unmap()
-	eth := header.EthernetFields{Type: header.EtherTypeIPv6}
+	v4 := d.Src.Addr().Unmap().Is4() && d.Dst.Addr().Unmap().Is4()
+	return appendUDPFrame(b, [6]byte{}, [6]byte{}, v4, &header.IPUDPFields{
+		Src: d.Src, Dst: d.Dst, TOS: d.TOS, TTL: d.TTL, PayloadLen: len(d.Payload),
+	}, d.Payload)
+}
+
+// appendUDPFrame appends to b the Ethernet, IP (IPv4 if v4) and UDP headers
+// for f, then the payload pieces.
+func appendUDPFrame(b []byte, dstMAC, srcMAC [6]byte, v4 bool, f *header.IPUDPFields, payload ...[]byte) []byte {
+	eth := header.EthernetFields{Dst: dstMAC, Src: srcMAC, Type: header.EtherTypeIPv6}
 	ipLen := header.IPv6Len
-	if src.Is4() && dst.Is4() {
+	if v4 {
 		eth.Type, ipLen = header.EtherTypeIPv4, header.IPv4MinLen
 	}
-	n := header.EthernetLen + ipLen + header.UDPLen
 	start := len(b)
-	b = append(b, make([]byte, n)...)
-	b = append(b, d.Payload...)
-	f := b[start:]
-	header.Ethernet(f).Encode(&eth)
-	udpLen := uint16(header.UDPLen + len(d.Payload))
-	if ipLen == header.IPv4MinLen {
-		header.IPv4(f[header.EthernetLen:]).Encode(&header.IPv4Fields{
-			TOS: d.TOS, TotalLength: uint16(ipLen) + udpLen, FlagsFragment: header.IPv4FlagDF,
-			TTL: d.TTL, Protocol: header.IPProtocolUDP, Src: src, Dst: dst,
-		})
-	} else {
-		header.IPv6(f[header.EthernetLen:]).Encode(&header.IPv6Fields{
-			TrafficClass: d.TOS, PayloadLength: udpLen, NextHeader: header.IPProtocolUDP,
-			HopLimit: d.TTL, Src: d.Src.Addr(), Dst: d.Dst.Addr(),
-		})
+	b = append(b, make([]byte, header.EthernetLen+ipLen+header.UDPLen)...)
+	header.Ethernet(b[start:]).Encode(&eth)
+	header.EncodeIPUDP(b[start+header.EthernetLen:], v4, f)
+	for _, p := range payload {
+		b = append(b, p...)
 	}
-	header.UDP(f[header.EthernetLen+ipLen:]).Encode(&header.UDPFields{SrcPort: d.Src.Port(), DstPort: d.Dst.Port(), Length: udpLen})
 	return b
 }
 
@@ -479,49 +475,14 @@ func (x *captureFast) IPv4Run() (datagrams, bytes int) { return x.dw.IPv4Run() }
 // carries d from src (the unspecified address of d.Dst's family if src is
 // not valid): IPv4 with d.IPv4ID and DF, UDP checksum 0, flow label 0.
 func appendOutDatagramFrame(b []byte, dstMAC, srcMAC [6]byte, src netip.Addr, d *OutDatagram) []byte {
-	dst := d.Dst.Addr().Unmap()
-	v4 := dst.Is4()
-	if !src.IsValid() {
-		src = netip.IPv6Unspecified()
-		if v4 {
-			src = netip.IPv4Unspecified()
-		}
-	}
-	if v4 {
-		src = src.Unmap()
-	} else {
-		dst = d.Dst.Addr()
-	}
-	eth := header.EthernetFields{Dst: dstMAC, Src: srcMAC, Type: header.EtherTypeIPv6}
-	ipLen := header.IPv6Len
-	if v4 {
-		eth.Type, ipLen = header.EtherTypeIPv4, header.IPv4MinLen
-	}
 	plen := 0
 	for _, p := range d.Payload {
 		plen += len(p)
 	}
-	start := len(b)
-	b = append(b, make([]byte, header.EthernetLen+ipLen+header.UDPLen)...)
-	for _, p := range d.Payload {
-		b = append(b, p...)
-	}
-	f := b[start:]
-	header.Ethernet(f).Encode(&eth)
-	udpLen := uint16(header.UDPLen + plen)
-	if v4 {
-		header.IPv4(f[header.EthernetLen:]).Encode(&header.IPv4Fields{
-			TOS: d.TOS, TotalLength: uint16(ipLen) + udpLen, ID: d.IPv4ID, FlagsFragment: header.IPv4FlagDF,
-			TTL: d.TTL, Protocol: header.IPProtocolUDP, Src: src, Dst: dst,
-		})
-	} else {
-		header.IPv6(f[header.EthernetLen:]).Encode(&header.IPv6Fields{
-			TrafficClass: d.TOS, PayloadLength: udpLen, NextHeader: header.IPProtocolUDP,
-			HopLimit: d.TTL, Src: src, Dst: dst,
-		})
-	}
-	header.UDP(f[header.EthernetLen+ipLen:]).Encode(&header.UDPFields{SrcPort: d.SrcPort, DstPort: d.Dst.Port(), Length: udpLen})
-	return b
+	// An invalid src is written as zeros: the unspecified address.
+	return appendUDPFrame(b, dstMAC, srcMAC, d.Dst.Addr().Unmap().Is4(), &header.IPUDPFields{
+		Src: netip.AddrPortFrom(src, d.SrcPort), Dst: d.Dst, TOS: d.TOS, TTL: d.TTL, IPv4ID: d.IPv4ID, PayloadLen: plen,
+	}, d.Payload...)
 }
 
 // Read reads from the wrapped endpoint and records the frames read.

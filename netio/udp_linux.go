@@ -1027,42 +1027,19 @@ func parseRxControl(b []byte, m *rxMeta) {
 // payload of n bytes already at f[e.hdrLen:], and returns the frame length.
 func (e *UDPEndpoint) synthesise(f []byte, m *rxMeta, src netip.AddrPort, n int) int {
 	eth := header.EthernetFields{Dst: e.localMAC, Src: e.peerMAC, Type: etherTypeIPv4}
-	var ipLen int
+	dst := e.local.Addr()
 	if e.is6 {
-		eth.Type, ipLen = etherTypeIPv6, ipv6HeaderLen
-		dst := e.local.Addr()
+		eth.Type = etherTypeIPv6
 		if m.haveDst {
 			dst = netip.AddrFrom16(m.dst)
 		}
-		header.IPv6(f[EthernetHeaderLen:]).Encode(&header.IPv6Fields{
-			TrafficClass:  m.tos, // flow label 0
-			PayloadLength: uint16(udpHeaderLen + n),
-			NextHeader:    ipProtoUDP,
-			HopLimit:      m.ttl,
-			Src:           src.Addr(),
-			Dst:           dst,
-		})
-	} else {
-		ipLen = ipv4HeaderLen
-		dst := e.local.Addr()
-		if m.haveDst {
-			dst = netip.AddrFrom4([4]byte(m.dst[:4]))
-		}
-		header.IPv4(f[EthernetHeaderLen:]).Encode(&header.IPv4Fields{
-			TOS:           m.tos,
-			TotalLength:   uint16(ipv4HeaderLen + udpHeaderLen + n),
-			FlagsFragment: ipv4FlagDF, // Identification 0: unknown, see UnknownIPv4ID
-			TTL:           m.ttl,
-			Protocol:      ipProtoUDP,
-			Src:           src.Addr(),
-			Dst:           dst,
-		})
+	} else if m.haveDst {
+		dst = netip.AddrFrom4([4]byte(m.dst[:4]))
 	}
 	header.Ethernet(f).Encode(&eth)
-	header.UDP(f[EthernetHeaderLen+ipLen:]).Encode(&header.UDPFields{
-		SrcPort: src.Port(),
-		DstPort: e.local.Port(),
-		Length:  uint16(udpHeaderLen + n),
+	// Identification 0: unknown, see UnknownIPv4ID.
+	header.EncodeIPUDP(f[EthernetHeaderLen:], !e.is6, &header.IPUDPFields{
+		Src: src, Dst: netip.AddrPortFrom(dst, e.local.Port()), TOS: m.tos, TTL: m.ttl, PayloadLen: n,
 	})
 	return e.hdrLen + n
 }

@@ -701,36 +701,15 @@ func (d *Device) datagramFrame(f *Frame, dg *netio.Datagram, hdr *datagramHeader
 		return verdictMalformed
 	}
 	src, dst := dg.Src.Addr().Unmap(), dg.Dst.Addr().Unmap()
-	var ip []byte
-	switch {
-	case src.Is4() && dst.Is4():
-		ip = hdr[:IPv4Len]
-		// The checksum is not covered by the ICRC; Encode writes it anyway.
-		header.IPv4(ip).Encode(&header.IPv4Fields{
-			TOS:           dg.TOS,
-			TotalLength:   uint16(IPv4Len + UDPLen + n),
-			FlagsFragment: header.IPv4FlagDF, // ID 0 (unknown), DF
-			TTL:           dg.TTL,
-			Protocol:      IPProtocolUDP,
-			Src:           src,
-			Dst:           dst,
-		})
-	case src.Is6() && dst.Is6():
-		ip = hdr[:IPv6Len]
-		f.IPv6 = true
-		header.IPv6(ip).Encode(&header.IPv6Fields{
-			TrafficClass:  dg.TOS,
-			PayloadLength: uint16(UDPLen + n),
-			NextHeader:    IPProtocolUDP,
-			HopLimit:      dg.TTL,
-			Src:           src,
-			Dst:           dst,
-		})
-	default:
+	v4 := src.Is4() && dst.Is4()
+	if !v4 && !(src.Is6() && dst.Is6()) {
 		return verdictMalformed
 	}
-	udp := hdr[len(ip) : len(ip)+UDPLen]
-	header.UDP(udp).Encode(&header.UDPFields{SrcPort: dg.Src.Port(), DstPort: dg.Dst.Port(), Length: uint16(UDPLen + n)})
+	f.IPv6 = !v4
+	// ID 0 (unknown), DF. The IPv4 checksum is not covered by the ICRC;
+	// EncodeIPUDP writes it anyway.
+	hlen := header.EncodeIPUDP(hdr[:], v4, &header.IPUDPFields{Src: dg.Src, Dst: dg.Dst, TOS: dg.TOS, TTL: dg.TTL, PayloadLen: n})
+	ip, udp := hdr[:hlen-UDPLen], hdr[hlen-UDPLen:hlen]
 	f.Version = RoCEv2
 	f.IP, f.UDP = ip[:len(ip):len(ip)], udp[:UDPLen:UDPLen]
 	f.Src, f.Dst = src, dst
