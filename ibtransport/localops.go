@@ -85,7 +85,8 @@ func (qp *QP) fastRegister(r *RegMRInfo) WCStatus {
 
 // bindMW binds a memory window to a range of a region (IBTA 10.6.7.3). A type 1
 // window may be rebound at any time, and a zero-length bind unbinds it; a type 2
-// window must be unbound (invalidated) first and is then tied to this QP.
+// window must be unbound (invalidated) first, takes a region and a length, and is
+// then tied to this QP.
 func (qp *QP) bindMW(b *MWBindInfo) WCStatus {
 	mw := b.MW
 	if mw == nil || mw.ctx != qp.ctx || mw.state == mrFreed || mw.pd != qp.pd {
@@ -99,6 +100,9 @@ func (qp *QP) bindMW(b *MWBindInfo) WCStatus {
 	}
 	if b.Access&^(AccessRemoteRead|AccessRemoteWrite|AccessRemoteAtomic) != 0 {
 		return WCMWBindErr
+	}
+	if mw.typ == MWType2 && (b.MR == nil || b.Length == 0) {
+		return WCMWBindErr // a type 2 window is unbound only by invalidation (o10-37.2.40)
 	}
 	if mw.typ == MWType1 && b.Length == 0 {
 		mw.unbind()

@@ -320,3 +320,34 @@ func TestSendWithInvalidateFastReg(t *testing.T) {
 	}
 	mem.check(t)
 }
+
+// TestMWType2ZeroLength: a type 2 window is unbound only by invalidation, so a
+// bind without a region or with length 0 fails with IBV_WC_MW_BIND_ERR, as on
+// rxe (o10-37.2.40); a type 1 window is unbound that way.
+func TestMWType2ZeroLength(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		noMR  bool
+		typ   ib.MWType
+		other ib.WCStatus
+	}{
+		{"type 2 length 0", false, ib.MWType2, ib.WCMWBindErr},
+		{"type 2 without a region", true, ib.MWType2, ib.WCMWBindErr},
+		{"type 1 length 0", false, ib.MWType1, ib.WCSuccess},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := newRC(t)
+			region := regMR(t, p.B.PD, make([]byte, 64), ib.AccessLocalWrite|ib.AccessMWBind)
+			mw, err := p.B.PD.AllocMW(c.typ)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := ib.MWBindInfo{MW: mw, RKey: mw.RKey()&^0xff | (mw.RKey()+1)&0xff, MR: region, Addr: region.Addr(), Access: ib.AccessRemoteWrite}
+			if c.noMR {
+				b.MR, b.Addr = nil, 0
+			}
+			post(t, p.B.QP, ib.SendWR{WRID: 1, Opcode: ib.WRBindMW, Signaled: true, Bind: b})
+			wantWC(t, complete(t, p, p.B.CQ, 1)[0], 1, ib.WCBindMW, c.other)
+		})
+	}
+}
