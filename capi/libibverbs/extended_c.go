@@ -226,6 +226,18 @@ static void sr_wr_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
 		w->wr.invalidate_rkey = rkey;
 }
 
+// sr_wr_bind_mw binds a type 2 window (or a type 1) to the range of
+// b->mr with the new R_Key rkey, whose low byte the window takes.
+static void sr_wr_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *b)
+{
+	struct sr_xwr *w = sr_new_wr(q, IBV_WR_BIND_MW);
+	if (!w)
+		return;
+	w->wr.bind_mw.mw = mw;
+	w->wr.bind_mw.rkey = rkey;
+	w->wr.bind_mw.bind_info = *b;
+}
+
 static void sr_wr_rdma(struct ibv_qp_ex *q, enum ibv_wr_opcode op, uint32_t rkey, uint64_t addr, __be32 imm)
 {
 	struct sr_xwr *w = sr_new_wr(q, op);
@@ -340,7 +352,6 @@ static void sr_wr_unsupported(struct ibv_qp_ex *q, const char *what)
 		s->err = EOPNOTSUPP;
 }
 
-static void sr_wr_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *b) { sr_wr_unsupported(q, "ibv_wr_bind_mw"); }
 static void sr_wr_send_tso(struct ibv_qp_ex *q, void *hdr, uint16_t hdr_sz, uint16_t mss) { sr_wr_unsupported(q, "ibv_wr_send_tso"); }
 static void sr_wr_set_xrc_srqn(struct ibv_qp_ex *q, uint32_t srqn) { sr_wr_unsupported(q, "ibv_wr_set_xrc_srqn"); }
 static void sr_wr_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, const void *p) { sr_wr_unsupported(q, "ibv_wr_atomic_write"); }
@@ -400,17 +411,19 @@ static int sr_wr_complete(struct ibv_qp_ex *q)
 
 // What rxe's provider offers (RXE_SUP_RC_QP_SEND_OPS_FLAGS and the others in
 // providers/rxe/rxe.c), less what the engine's verbs here cannot carry
-// (memory window binds, atomic write).
+// (atomic write).
 static uint64_t sr_send_ops(enum ibv_qp_type t)
 {
 	switch (t) {
 	case IBV_QPT_RC:
 		return IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
 		       IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-		       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+		       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV |
+		       IBV_QP_EX_WITH_BIND_MW;
 	case IBV_QPT_UC:
 		return IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-		       IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+		       IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV |
+		       IBV_QP_EX_WITH_BIND_MW;
 	case IBV_QPT_UD:
 		return IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 	default:

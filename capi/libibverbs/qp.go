@@ -10,6 +10,9 @@ struct sr_swr {
 	struct ibv_sge *sg;
 	uintptr_t ah; // UD: the Go handle of the address handle
 	uint32_t remote_qpn, remote_qkey;
+	uintptr_t mw, mr; // BIND_MW (verbs_c.go)
+	uint64_t mw_length;
+	uint32_t mw_access;
 };
 struct sr_rwr {
 	uint64_t wr_id;
@@ -530,6 +533,15 @@ func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C
 			debugf("post send: WR %d: atomic remote_addr 0x%x not 8-byte aligned", k, wr.RemoteAddr)
 			return C.EINVAL
 		}
+		if wr.Opcode == ib.WRBindMW {
+			b, why := bindInfo(c)
+			if why != "" {
+				*posted = C.int(k)
+				debugf("post send: WR %d: BIND_MW %s", k, why)
+				return C.EINVAL
+			}
+			wr.Bind = b
+		}
 		if c.ah != 0 {
 			ah, ok := value[*ib.AddressHandle](c.ah)
 			if !ok {
@@ -714,4 +726,37 @@ func srgo_post_recv(h C.uintptr_t, w *C.struct_sr_rwr, n C.int, posted *C.int) C
 	var tooMany int
 	q.recv, q.rsges, tooMany = recvWRs(q.recv, q.rsges, w, n, q.qp.Cap().MaxRecvSGE)
 	return postRecvs(q.qp.PostRecv, q.recv, tooMany, "post recv", posted)
+}
+
+// mwLocalAccess are the bits of a bind's mw_access_flags that name no remote
+// right: rxe keeps them in the window (rxe_bind_mw accepts any of the
+// region's access bits) where they mean nothing, and pyverbs' MW tests ask
+// for IBV_ACCESS_LOCAL_WRITE; the engine takes remote rights only.
+const mwLocalAccess = ib.AccessLocalWrite | ib.AccessMWBind
+
+// bindInfo converts the BIND_MW fields of a flat send WR, or says why
+// ibv_post_send refuses it with EINVAL: validate_send_wr (rdma-core
+// providers/rxe/rxe.c) refuses a bind with SGEs or immediate data, and the
+// window must be one. The new R_Key keeps the window's index and takes the
+// low byte the program chose, as rxe_do_bind_mw does.
+func bindInfo(c *C.struct_sr_swr) (ib.MWBindInfo, string) {
+	if c.num_sge != 0 || c.imm != 0 {
+		return ib.MWBindInfo{}, "with SGEs or immediate data"
+	}
+	mw, ok := value[*ib.MW](c.mw)
+	if !ok {
+		return ib.MWBindInfo{}, "without a memory window"
+	}
+	b := ib.MWBindInfo{
+		MW: mw, RKey: mw.RKey()&^0xff | uint32(c.rkey)&0xff,
+		Addr: uint64(c.remote_addr), Length: uint64(c.mw_length), Access: ib.Access(c.mw_access) &^ mwLocalAccess,
+	}
+	if c.mr != 0 {
+		mr, ok := value[*ib.MR](c.mr)
+		if !ok {
+			return ib.MWBindInfo{}, "with a region that is not one"
+		}
+		b.MR = mr
+	}
+	return b, ""
 }

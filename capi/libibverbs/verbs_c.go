@@ -44,6 +44,12 @@ struct sr_swr {
 	struct ibv_sge *sg;
 	uintptr_t ah; // UD: the Go handle of the address handle
 	uint32_t remote_qpn, remote_qkey;
+	// BIND_MW: the Go handles of the window and the region (0: none), the
+	// range's length and the window's rights; remote_addr is the range's
+	// address and rkey the window's new R_Key.
+	uintptr_t mw, mr;
+	uint64_t mw_length;
+	uint32_t mw_access;
 };
 struct sr_rwr {
 	uint64_t wr_id;
@@ -66,6 +72,8 @@ struct sr_qpattr {
 
 extern uintptr_t srgo_reg_mr(uintptr_t pd, void *addr, size_t length, uint64_t iova, int access, uint32_t *lkey, int *err);
 extern int srgo_dereg_mr(uintptr_t h);
+extern uintptr_t srgo_alloc_mw(uintptr_t pd, int type, uint32_t *rkey, int *err);
+extern int srgo_dealloc_mw(uintptr_t h);
 extern uintptr_t srgo_rereg_mr(uintptr_t h, int flags, uintptr_t pd, void *addr, size_t length, int access,
 			       uint32_t *lkey, int *err);
 extern uintptr_t srgo_create_cq(int i, int cqe, int wfd, uint64_t cqptr, int *depth, int *err);
@@ -179,6 +187,15 @@ struct sr_mr {
 	struct ibv_mr mr;
 	uintptr_t h;
 };
+
+struct sr_mw {
+	struct ibv_mw mw;
+	uintptr_t h;
+};
+
+static struct ibv_mw *sr_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+static int sr_dealloc_mw(struct ibv_mw *mw);
+static int sr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
 
 // struct sr_cq and struct sr_qp: srobj.h.
 
@@ -335,6 +352,9 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->ops.poll_cq = sr_poll_cq;
 	ctx->ops.req_notify_cq = sr_req_notify_cq;
 	ctx->ops.post_srq_recv = sr_post_srq_recv;
+	ctx->ops.alloc_mw = sr_alloc_mw; // verbs.h's inline ibv_alloc_mw, ibv_dealloc_mw, ibv_bind_mw
+	ctx->ops.dealloc_mw = sr_dealloc_mw;
+	ctx->ops.bind_mw = sr_bind_mw;
 	pthread_mutex_init(&ctx->mutex, NULL);
 	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
 	int err = sr_async_open(ctx);
@@ -521,6 +541,87 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 		return rc;
 	free(m);
 	return 0;
+}
+
+// sr_alloc_mw allocates a memory window (ibv_alloc_mw) on a device that
+// offers them (IBV_DEVICE_MEM_WINDOW: RoCE, as rxe; siw has none, and
+// libibverbs answers EOPNOTSUPP for it).
+static struct ibv_mw *sr_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	struct ibv_device_attr da;
+	memset(&da, 0, sizeof(da));
+	SRGO(srgo_query_device, sr_ctx(pd->context)->idx, &da);
+	if (!(da.device_cap_flags & IBV_DEVICE_MEM_WINDOW)) {
+		sr_debug("alloc mw: the device has no memory windows (as siw)");
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct sr_mw *w = calloc(1, sizeof(*w));
+	if (!w) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	int err = 0;
+	uint32_t rkey = 0;
+	w->h = SRGO(srgo_alloc_mw, ((struct sr_pd *)pd)->h, (int)type, &rkey, &err);
+	if (!w->h) {
+		free(w);
+		errno = err;
+		return NULL;
+	}
+	w->mw.context = pd->context;
+	w->mw.pd = pd;
+	w->mw.rkey = rkey;
+	w->mw.handle = rkey;
+	w->mw.type = type;
+	return &w->mw;
+}
+
+static int sr_dealloc_mw(struct ibv_mw *mw)
+{
+	struct sr_mw *w = (struct sr_mw *)mw;
+	int rc = SRGO(srgo_dealloc_mw, w->h);
+	if (rc)
+		return rc;
+	free(w);
+	return 0;
+}
+
+// sr_bind_mw binds a type 1 window (ibv_bind_mw; verbs.h's inline refuses
+// the other type) by posting a BIND_MW work request with the window's next
+// key, which it stores in mw->rkey once posted, as rxe_bind_mw (rdma-core
+// providers/rxe/rxe.c) does; a bind that fails later completes with
+// IBV_WC_MW_BIND_ERR, and the program undoes the key.
+static int sr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mb)
+{
+	struct ibv_mw_bind_info *b = &mb->bind_info;
+	int rc = 0;
+	if (!b->mr && (b->addr || b->length)) {
+		sr_debug("bind mw: a range without a region");
+		rc = EINVAL;
+	} else if (b->mw_access_flags & IBV_ACCESS_ZERO_BASED) {
+		sr_debug("bind mw: a zero-based type 1 window");
+		rc = EINVAL;
+	} else if (b->mr && b->mr->pd != mw->pd) {
+		sr_debug("bind mw: the region and the window are in different PDs");
+		rc = EPERM;
+	}
+	if (!rc) {
+		struct ibv_send_wr wr, *bad;
+		memset(&wr, 0, sizeof(wr));
+		wr.opcode = IBV_WR_BIND_MW;
+		wr.wr_id = mb->wr_id;
+		wr.send_flags = mb->send_flags;
+		wr.bind_mw.mw = mw;
+		wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+		wr.bind_mw.bind_info = *b;
+		rc = qp->context->ops.post_send(qp, &wr, &bad);
+		if (!rc)
+			mw->rkey = wr.bind_mw.rkey;
+	}
+	if (rc)
+		errno = rc;
+	return rc;
 }
 
 // ibv_rereg_mr registers mr again with another PD, other access flags or
@@ -1233,6 +1334,16 @@ static int sr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
 				break;
 			default:
 				o->imm = be32toh(wr->imm_data);
+			}
+			if (wr->opcode == IBV_WR_BIND_MW) {
+				struct ibv_mw_bind_info *b = &wr->bind_mw.bind_info;
+				o->mw = wr->bind_mw.mw ? ((struct sr_mw *)wr->bind_mw.mw)->h : 0;
+				o->mr = b->mr ? ((struct sr_mr *)b->mr)->h : 0;
+				o->remote_addr = b->addr;
+				o->mw_length = b->length;
+				o->mw_access = b->mw_access_flags;
+				o->rkey = wr->bind_mw.rkey;
+				continue;
 			}
 			if (qp->qp_type == IBV_QPT_UD) {
 				o->ah = wr->wr.ud.ah ? ((struct sr_ah *)wr->wr.ud.ah)->h : 0;

@@ -44,12 +44,12 @@ plain received b'plain send'
 extended completions [(10, 0, 0, 13), (11, 0, 1, 16), (20, 0, 128, 13), (21, 0, 129, 16)]
 extended received b'extended send' b'written with imm'
 refused cq timestamps 95
-refused qp bind_mw 95
+refused ud qp bind_mw 95
 `
 		if out != want {
 			t.Errorf("pyverbs printed\n%s%s\nwant\n%s", out, errOut, want)
 		}
-		for _, w := range []string{"softrdma: create cq ex: wc_flags 0x80", "softrdma: create qp ex: send_ops_flags 0x100"} {
+		for _, w := range []string{"softrdma: create cq ex: wc_flags 0x80", "softrdma: create qp ex: send_ops_flags 0x100 not supported on QP type 4"} {
 			if !strings.Contains(errOut, w) {
 				t.Errorf("no %q on stderr:\n%s", w, errOut)
 			}

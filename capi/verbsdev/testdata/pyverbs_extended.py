@@ -115,6 +115,6 @@ def refused(f):
 
 
 print("refused cq timestamps", refused(lambda: CQEX(ctx, CqInitAttrEx(cqe=4, wc_flags=e.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP))))
-bind = QPInitAttrEx(qp_type=e.IBV_QPT_RC, scq=cqx, rcq=cqx, cap=cap, pd=pd, send_ops_flags=e.IBV_QP_EX_WITH_BIND_MW,
+bind = QPInitAttrEx(qp_type=e.IBV_QPT_UD, scq=cqx, rcq=cqx, cap=cap, pd=pd, send_ops_flags=e.IBV_QP_EX_WITH_BIND_MW,
                     comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
-print("refused qp bind_mw", refused(lambda: QPEx(ctx, bind)))
+print("refused ud qp bind_mw", refused(lambda: QPEx(ctx, bind)))
