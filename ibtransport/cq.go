@@ -54,8 +54,12 @@ func (c *Context) CreateCQ(depth int) (*CQ, error) {
 	}, nil
 }
 
-// Depth returns the number of completions the CQ holds.
-func (cq *CQ) Depth() int { return len(cq.ring) }
+// Depth returns the number of completions the CQ holds (Resize changes it).
+func (cq *CQ) Depth() int {
+	cq.ctx.mu.Lock()
+	defer cq.ctx.mu.Unlock()
+	return len(cq.ring)
+}
 
 // Poll moves up to len(wc) completions into wc, oldest first, and returns how many
 // (ibv_poll_cq). After an overrun it still returns the completions it holds; Err
