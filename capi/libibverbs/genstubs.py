@@ -20,9 +20,8 @@ import re
 import sys
 
 PRIVATE_IMPLEMENTED = {"ibv_query_gid_type"}
-VOID = {"ibv_copy_path_rec_from_kern", "ibv_copy_path_rec_to_kern", "ibv_copy_qp_attr_from_kern",
-        "ibv_copy_ah_attr_from_kern"}
-PTR_EXTRA = {"ibv_get_sysfs_path"}
+VOID = set()
+PTR_EXTRA = set()
 
 syms = []
 for line in sys.stdin:

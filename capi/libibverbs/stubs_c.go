@@ -18,11 +18,6 @@ static void sr_refuse(const char *verb)
 	errno = EOPNOTSUPP;
 }
 
-void ibv_copy_path_rec_from_kern(void) { sr_refuse("ibv_copy_path_rec_from_kern"); }
-void ibv_copy_path_rec_to_kern(void) { sr_refuse("ibv_copy_path_rec_to_kern"); }
-void ibv_copy_qp_attr_from_kern(void) { sr_refuse("ibv_copy_qp_attr_from_kern"); }
-void *ibv_get_sysfs_path(void) { sr_refuse("ibv_get_sysfs_path"); return NULL; }
-void ibv_copy_ah_attr_from_kern(void) { sr_refuse("ibv_copy_ah_attr_from_kern"); }
 long ibv_resize_cq(void) { sr_refuse("ibv_resize_cq"); return EOPNOTSUPP; }
 void *ibv_import_device(void) { sr_refuse("ibv_import_device"); return NULL; }
 void *ibv_import_mr(void) { sr_refuse("ibv_import_mr"); return NULL; }

@@ -445,6 +445,33 @@ func TestRates(t *testing.T) {
 	}
 }
 
+// TestMarshall (testdata/marshall.c): ibv_copy_ah_attr_from_kern,
+// ibv_copy_qp_attr_from_kern, ibv_copy_path_rec_from_kern and
+// ibv_copy_path_rec_to_kern write the same bytes as rdma-core's (every field
+// the kernel ABI's struct and libibverbs' share, the rest left as it was),
+// and ibv_get_sysfs_path answers as rdma-core's, with and without
+// SYSFS_PATH. They were stubs that wrote nothing and returned NULL.
+func TestMarshall(t *testing.T) {
+	lib := buildLib(t)
+	prog := compile(t, lib, "marshall")
+	sys := gcc(t, "marshall", "-libverbs") // rdma-core's
+	for _, args := range [][]string{nil, {"/tmp/softrdma sysfs//"}} {
+		ours, errOut, err := runBounded(t, lib, "roce:"+randomNet()+"1", time.Minute, prog, args...)
+		if err != nil {
+			t.Fatalf("marshall %q on the library: %v\n%s", args, err, errOut)
+		}
+		cmd := exec.Command(sys, args...)
+		cmd.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "LD_LIBRARY_PATH=") })
+		want, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("marshall %q on rdma-core's libibverbs: %v", args, err)
+		}
+		if ours != string(want) {
+			t.Errorf("marshall %q: the library printed\n%s\nrdma-core's\n%s", args, ours, want)
+		}
+	}
+}
+
 // TestPkeyIndex (testdata/pkeyindex.c): ibv_get_pkey_index finds the default
 // P_Key at index 0 and answers a negative value for one not in the table,
 // as rdma-core's does; its stub answered 95 for both.
