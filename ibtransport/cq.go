@@ -81,6 +81,31 @@ func (cq *CQ) Poll(wc []WC) int {
 	return n
 }
 
+// drop removes the completions of QP qpn not yet polled, keeping the others
+// in order: a QP moved to RESET takes its completions with it, as rdma-core's
+// hardware providers do (mlx5_modify_qp and mlx4's clean the QP's CQEs from
+// both CQs), so that a QP brought back to RTS after an error does not hand
+// the program the flushes of its previous life (rdma-core's tests/test_mr.py
+// restates QPs this way). mu is held.
+func (cq *CQ) drop(qpn uint32) {
+	if cq == nil {
+		return
+	}
+	kept := 0
+	for i := 0; i < cq.count; i++ {
+		w := cq.ring[(cq.head+i)%len(cq.ring)]
+		if w.QPNum == qpn {
+			continue
+		}
+		cq.ring[(cq.head+kept)%len(cq.ring)] = w
+		kept++
+	}
+	for i := kept; i < cq.count; i++ {
+		cq.ring[(cq.head+i)%len(cq.ring)] = WC{}
+	}
+	cq.count = kept
+}
+
 // Len returns the number of completions waiting to be polled.
 func (cq *CQ) Len() int {
 	cq.ctx.mu.Lock()

@@ -446,6 +446,10 @@ func (qp *QP) changeState(from, to QPState) {
 	case QPStateReset:
 		qp.state = QPStateReset
 		qp.resetTransport()
+		qp.sendCQ.drop(qp.qpn)
+		if qp.recvCQ != qp.sendCQ {
+			qp.recvCQ.drop(qp.qpn)
+		}
 		return
 	case QPStateErr:
 		qp.enterError()

@@ -319,3 +319,40 @@ func TestResetAndReuse(t *testing.T) {
 	wantWC(t, complete(t, p, p.A.CQ, 1)[0], 2, ib.WCSend, ib.WCSuccess)
 	wantWC(t, complete(t, p, p.B.CQ, 1)[0], 1, ib.WCRecv, ib.WCSuccess)
 }
+
+// TestResetDropsCompletions: a QP moved to RESET takes its completions not
+// yet polled out of its CQs, as rdma-core's hardware providers do, and leaves
+// those of another QP on the same CQ in order; a QP brought back to RTS does
+// not hand over the flushes of its previous life.
+func TestResetDropsCompletions(t *testing.T) {
+	p := newRC(t)
+	other, err := p.A.Ctx.CreateQP(p.A.PD, ib.QPInitAttr{Type: ib.QPTypeRC, SendCQ: p.A.CQ, RecvCQ: p.A.CQ,
+		Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := regMR(t, p.A.PD, make([]byte, 64), ib.AccessLocalWrite)
+	if err := other.Modify(&ib.QPAttr{QPState: ib.QPStateInit, Port: 1}, ib.QPAttrState|ib.QPAttrPort|ib.QPAttrAccessFlags|ib.QPAttrPKeyIndex); err != nil {
+		t.Fatal(err)
+	}
+	postRecv(t, other, ib.RecvWR{WRID: 50, SGL: []ib.SGE{buf.SGE(0, 16)}})
+	postRecv(t, p.A.QP, ib.RecvWR{WRID: 1, SGL: []ib.SGE{buf.SGE(16, 16)}})
+	postRecv(t, other, ib.RecvWR{WRID: 51, SGL: []ib.SGE{buf.SGE(32, 16)}})
+	postRecv(t, p.A.QP, ib.RecvWR{WRID: 2, SGL: []ib.SGE{buf.SGE(48, 16)}})
+	for _, qp := range []*ib.QP{other, p.A.QP} {
+		if err := qp.Modify(&ib.QPAttr{QPState: ib.QPStateErr}, ib.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := p.A.CQ.Len(); n != 4 {
+		t.Fatalf("%d completions after the QPs' errors, want 4 flushes", n)
+	}
+	if err := p.A.QP.Modify(&ib.QPAttr{QPState: ib.QPStateReset}, ib.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	wc := make([]ib.WC, 8)
+	n := p.A.CQ.Poll(wc)
+	if n != 2 || wc[0].WRID != 50 || wc[1].WRID != 51 {
+		t.Fatalf("after RESET the CQ holds %v, want the other QP's flushes 50 and 51 only", wc[:n])
+	}
+}
