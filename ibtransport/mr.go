@@ -26,9 +26,10 @@ type MR struct {
 	lkey   uint32
 	rkey   uint32
 	state  mrState
-	fast   bool // allocated with AllocMR, registered by a REG_MR work request
-	maxLen int  // fast-register MRs: the largest region a REG_MR may map
-	mws    int  // memory windows bound to it
+	fast   bool   // allocated with AllocMR, registered by a REG_MR work request
+	maxLen int    // fast-register MRs: the largest region a REG_MR may map
+	mws    int    // memory windows bound to it
+	regs   uint32 // times Rereg changed it: a placement begun before is stale
 }
 
 // RegMR registers buf for access (ibv_reg_mr). The region gets an address in the

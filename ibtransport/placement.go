@@ -29,6 +29,7 @@ type placeRef struct {
 	mr       *MR
 	mw       *MW
 	key      uint32 // the MR's L_Key or the MW's R_Key
+	regs     uint32 // MR: its Rereg count
 	bound    *MR    // MW: the region it was bound to
 	mwAddr   uint64 // MW: its bound range
 	mwLength uint64
@@ -42,7 +43,7 @@ func (p *placeRef) stale() bool {
 		return mw.state != mrValid || mw.rkey != p.key || mw.mr != p.bound || mw.addr != p.mwAddr ||
 			mw.length != p.mwLength || mw.mr == nil || mw.mr.state != mrValid
 	}
-	return p.mr.state != mrValid || p.mr.lkey != p.key
+	return p.mr.state != mrValid || p.mr.lkey != p.key || p.mr.regs != p.regs
 }
 
 // placement is a Wire's open placement.
@@ -110,7 +111,7 @@ func (w *Wire) recordMR(mr *MR) {
 	if w.place.interrupt == nil || mr == nil {
 		return
 	}
-	w.record(placeRef{mr: mr, key: mr.lkey})
+	w.record(placeRef{mr: mr, key: mr.lkey, regs: mr.regs})
 }
 
 // recordRemote adds the region or window rkey names (just checked by
@@ -122,7 +123,7 @@ func (w *Wire) recordRemote(rkey uint32) {
 	e := w.qp.ctx.keys[rkey>>8]
 	switch {
 	case e.mr != nil:
-		w.record(placeRef{mr: e.mr, key: e.mr.lkey})
+		w.record(placeRef{mr: e.mr, key: e.mr.lkey, regs: e.mr.regs})
 	case e.mw != nil:
 		mw := e.mw
 		w.record(placeRef{mw: mw, key: mw.rkey, bound: mw.mr, mwAddr: mw.addr, mwLength: mw.length})

@@ -145,15 +145,31 @@ func srgo_reg_mr(pdh C.uintptr_t, addr unsafe.Pointer, length C.size_t, iova C.u
 // (ibv_reg_mr, ibv_rereg_mr's new registration), or returns the errno the
 // kernel gives; op names the verb in SOFTRDMA_DEBUG's line.
 func regMR(op string, pd *ib.PD, addr unsafe.Pointer, length C.size_t, iova uint64, access ib.Access) (*ib.MR, C.int) {
+	buf, access, e := pinnable(op, addr, length, access)
+	if e != 0 {
+		return nil, e
+	}
+	mr, err := pd.RegMRAt(buf, iova, access)
+	if err != nil {
+		debugf("%s: %v", op, err)
+		return nil, errno(err)
+	}
+	return mr, 0
+}
+
+// pinnable checks [addr, addr+length) as the kernel checks memory it is asked
+// to pin for a region with access, and returns it as a slice with the access
+// a device acts on, or the errno of the refusal.
+func pinnable(op string, addr unsafe.Pointer, length C.size_t, access ib.Access) ([]byte, ib.Access, C.int) {
 	// ib_umem_get (drivers/infiniband/core/umem.c): no pages is -EINVAL,
 	// and pinning pages at address 0 fails, -EFAULT.
 	if length == 0 {
 		debugf("%s: length 0", op)
-		return nil, C.EINVAL
+		return nil, 0, C.EINVAL
 	}
 	if addr == nil {
 		debugf("%s: address NULL, length %d", op, length)
-		return nil, C.EFAULT
+		return nil, 0, C.EFAULT
 	}
 	// ib_access_writable (include/rdma/ib_verbs.h): the pages are pinned
 	// for writing when the region may be written, locally or remotely.
@@ -161,22 +177,17 @@ func regMR(op string, pd *ib.PD, addr unsafe.Pointer, length C.size_t, iova uint
 	if e := checkPinnable(uint64(uintptr(addr)), uint64(length), access&writable != 0); e != nil {
 		debugf("%s: %v", op, e)
 		if errors.Is(e, errRangeWraps) {
-			return nil, C.EINVAL
+			return nil, 0, C.EINVAL
 		}
-		return nil, C.EFAULT
+		return nil, 0, C.EFAULT
 	}
-	buf := unsafe.Slice((*byte)(addr), int(length))
-	// Bits 20..29 (IBV_ACCESS_OPTIONAL_RANGE, e.g. RELAXED_ORDERING, which
-	// perftest sets) are hints a device may ignore: rdma-core strips them
-	// for providers that do not know them.
-	const optionalRange = 0x3ff00000
-	mr, e := pd.RegMRAt(buf, iova, access&^optionalRange)
-	if e != nil {
-		debugf("%s: %v", op, e)
-		return nil, errno(e)
-	}
-	return mr, 0
+	return unsafe.Slice((*byte)(addr), int(length)), access &^ optionalAccess, 0
 }
+
+// optionalAccess is IBV_ACCESS_OPTIONAL_RANGE, bits 20..29 (e.g.
+// RELAXED_ORDERING, which perftest sets): hints a device may ignore, which
+// rdma-core strips for providers that do not know them.
+const optionalAccess = 0x3ff00000
 
 //export srgo_dereg_mr
 func srgo_dereg_mr(h C.uintptr_t) C.int {

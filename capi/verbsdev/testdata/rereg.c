@@ -5,9 +5,11 @@
  * reg_mr's rules for the new registration: remote write without local write
  * EINVAL, memory that is not mapped EFAULT). Then the region moves to other
  * access flags, another PD (the old PD deallocates, the new one is busy) and
- * other memory, and an RDMA WRITE of a QP connected to itself on the new PD
- * goes through the new keys into the new memory; a refused call left the
- * region as it was. One line per check (checks.h). */
+ * other memory, keeping its L_Key and R_Key as rxe does (a peer holding the
+ * R_Key goes on using it: rdma-core's tests/test_mr.py rereg cases rely on
+ * it), and an RDMA WRITE of a QP connected to itself on the new PD goes
+ * through those keys into the new memory; a refused call left the region as
+ * it was. One line per check (checks.h). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,7 @@ int main(void)
 	struct ibv_mr *mr = ibv_reg_mr(pd1, a, sizeof(a), IBV_ACCESS_LOCAL_WRITE);
 	if (!mr)
 		return 1;
+	const uint32_t lkey = mr->lkey, rkey = mr->rkey;
 	const int T = IBV_REREG_MR_CHANGE_TRANSLATION, P = IBV_REREG_MR_CHANGE_PD, A = IBV_REREG_MR_CHANGE_ACCESS;
 
 	RR("unknown flag", IBV_REREG_MR_ERR_INPUT, EINVAL, ibv_rereg_mr(mr, 8, NULL, NULL, 0, 0));
@@ -64,6 +67,7 @@ int main(void)
 	RC("dealloc the new pd", EBUSY, ibv_dealloc_pd(pd2));
 	RR("change translation", 0, 0, ibv_rereg_mr(mr, T, NULL, b, sizeof(b), 0));
 	expect("the region's memory", mr->addr == b && mr->length == sizeof(b), 1);
+	expect("the region's keys stayed", mr->lkey == lkey && mr->rkey == rkey, 1);
 
 	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
 		.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
@@ -77,7 +81,7 @@ int main(void)
 	strcpy(b, "through the new registration");
 	struct ibv_sge s = {.addr = (uintptr_t)b, .length = 64, .lkey = mr->lkey};
 	struct ibv_send_wr w = {.wr_id = 1, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
-		.send_flags = IBV_SEND_SIGNALED, .wr.rdma = {.remote_addr = (uintptr_t)b + 4096, .rkey = mr->rkey}}, *bad_wr;
+		.send_flags = IBV_SEND_SIGNALED, .wr.rdma = {.remote_addr = (uintptr_t)b + 4096, .rkey = rkey}}, *bad_wr;
 	RC("post write", 0, ibv_post_send(qp, &w, &bad_wr));
 	struct ibv_wc wc;
 	expect("write completion", poll1(cq, &wc), IBV_WC_SUCCESS);
