@@ -610,14 +610,23 @@ func TestUDPGSOToPacketEndpoint(t *testing.T) {
 			if _, err := u.Write(sent[:1], 0); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(50 * time.Millisecond)
-			for {
-				k, err := raw.TryRead([][]byte{make([]byte, 2048)}, []int{0}, 0)
+			// Read until the primer itself has come (it waits for the
+			// neighbour entry, which can take long on a loaded host), so
+			// that it cannot be taken for the batch's first frame.
+			deadline := time.Now().Add(10 * time.Second)
+			for primed := false; !primed; {
+				buf, sizes := make([]byte, 2048), []int{0}
+				k, err := raw.TryRead([][]byte{buf}, sizes, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if k == 0 {
-					break
+				switch {
+				case k == 1:
+					primed = sizes[0] == len(sent[0]) && bytes.Equal(buf[tc.hdrLen:sizes[0]-4], sent[0][tc.hdrLen:len(sent[0])-4])
+				case time.Now().After(deadline):
+					t.Fatal("the priming datagram did not arrive in 10 s")
+				default:
+					time.Sleep(time.Millisecond)
 				}
 			}
 			before := raw.Stats()
