@@ -1,6 +1,10 @@
 package ibtransport
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/softrdma/softrdma/header"
+)
 
 // BTHLen is the length of the Base Transport Header in bytes.
 const BTHLen = 12
@@ -224,16 +228,16 @@ func (b BTH) Fields() BTHFields {
 func (f *BTHFields) Validate() error {
 	switch {
 	case f.PadCount > MaxPadCount:
-		return &HeaderError{Header: "bth", Field: "pad count", Value: uint64(f.PadCount),
+		return &header.Error{Header: "bth", Field: "pad count", Value: uint64(f.PadCount),
 			Rel: ">", Limit: MaxPadCount, Err: ErrInvalidField}
 	case f.TVer != 0:
-		return &HeaderError{Header: "bth", Field: "transport header version", Value: uint64(f.TVer),
+		return &header.Error{Header: "bth", Field: "transport header version", Value: uint64(f.TVer),
 			Rel: "!=", Limit: 0, Err: ErrInvalidField}
 	case f.DestQP > QPNMask:
-		return &HeaderError{Header: "bth", Field: "destination QP", Value: uint64(f.DestQP),
+		return &header.Error{Header: "bth", Field: "destination QP", Value: uint64(f.DestQP),
 			Rel: ">", Limit: QPNMask, Err: ErrInvalidField}
 	case f.PSN > PSNMask:
-		return &HeaderError{Header: "bth", Field: "PSN", Value: uint64(f.PSN),
+		return &header.Error{Header: "bth", Field: "PSN", Value: uint64(f.PSN),
 			Rel: ">", Limit: PSNMask, Err: ErrInvalidField}
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 func TestBTHAccessors(t *testing.T) {
@@ -165,13 +167,13 @@ func TestBTHFieldsValidate(t *testing.T) {
 
 func TestHeaderErrorText(t *testing.T) {
 	tests := []struct {
-		e    HeaderError
+		e    header.Error
 		want string
 	}{
-		{HeaderError{Header: "bth", Field: "pad count", Value: 5, Rel: ">", Limit: 3}, "bth: pad count 5 > 3"},
-		{HeaderError{Header: "bth", Field: "opcode", Value: 0x5, Hex: 2, Reason: "reserved"}, "bth: opcode 0x05: reserved"},
-		{HeaderError{Header: "bth", Field: "opcode", Value: 0xfe, Hex: 2}, "bth: opcode 0xfe"},
-		{HeaderError{Header: "reth", Field: "packet length", Value: 20, Rel: "<", Limit: 28, Reason: "RC RDMA_WRITE_FIRST"},
+		{header.Error{Header: "bth", Field: "pad count", Value: 5, Rel: ">", Limit: 3}, "bth: pad count 5 > 3"},
+		{header.Error{Header: "bth", Field: "opcode", Value: 0x5, Hex: 2, Reason: "reserved"}, "bth: opcode 0x05: reserved"},
+		{header.Error{Header: "bth", Field: "opcode", Value: 0xfe, Hex: 2}, "bth: opcode 0xfe"},
+		{header.Error{Header: "reth", Field: "packet length", Value: 20, Rel: "<", Limit: 28, Reason: "RC RDMA_WRITE_FIRST"},
 			"reth: packet length 20 < 28: RC RDMA_WRITE_FIRST"},
 	}
 	for _, tt := range tests {
@@ -179,7 +181,7 @@ func TestHeaderErrorText(t *testing.T) {
 			t.Errorf("%q, want %q", got, tt.want)
 		}
 	}
-	e := &HeaderError{Err: ErrTruncated}
+	e := &header.Error{Err: ErrTruncated}
 	if !errors.Is(e, ErrTruncated) || errors.Is(e, ErrInvalidField) {
 		t.Error("errors.Is does not follow Err")
 	}

@@ -282,7 +282,7 @@ func (qp *QP) Counters() QPCounters {
 // (the RoCE layer checked and removed the ICRC). Input copies what it needs; pkt
 // may be reused when it returns. The packet's effects (data placed, completions,
 // ACKs queued for Output) happen before Input returns. It returns a
-// *HeaderError for a packet that does not decode, a *DropError for one it dropped,
+// *header.Error for a packet that does not decode, a *DropError for one it dropped,
 // and nil otherwise (including duplicates it answered).
 func (c *Context) Input(now time.Time, pkt []byte, meta InputMeta) error {
 	var p Packet

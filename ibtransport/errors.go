@@ -6,7 +6,7 @@ import (
 	"github.com/softrdma/softrdma/header"
 )
 
-// Sentinel errors of the IB transport wire format. Every *HeaderError wraps exactly
+// Sentinel errors of the IB transport wire format. Every *header.Error wraps exactly
 // one of them, so callers can classify a bad packet with errors.Is. ErrTruncated and
 // ErrInvalidField are the shared header.ErrTruncated and header.ErrInvalid, so they
 // also match the truncation and bad-value errors of roce and iwarp.
@@ -23,10 +23,3 @@ var (
 	// carries none, or an opcode with a fixed payload size carries another size.
 	ErrUnexpectedPayload = errors.New("ibtransport: unexpected payload")
 )
-
-// HeaderError describes one defect of a packet's IB transport headers: which header,
-// which field, the value found and the limit it broke. It is the one header error type
-// of every protocol package (see package header); its text reads like
-// "bth: pad count 5 > 3" or "reth: packet length 20 < 28: RC RDMA_WRITE_FIRST".
-// errors.Is(err, ErrTruncated) etc. work through Unwrap.
-type HeaderError = header.Error

@@ -1,6 +1,10 @@
 package ibtransport
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/softrdma/softrdma/header"
+)
 
 // Packet is a decoded IB transport packet: views of the BTH and of each extension
 // header the opcode carries, the payload and the pad. Every field is a sub-slice of
@@ -59,18 +63,18 @@ var extHeaderErrNames = [numExtHeaders]string{
 func (p *Packet) Decode(b []byte) error {
 	*p = Packet{}
 	if len(b) < BTHLen {
-		return &HeaderError{Header: "bth", Field: "packet length", Value: uint64(len(b)),
+		return &header.Error{Header: "bth", Field: "packet length", Value: uint64(len(b)),
 			Rel: "<", Limit: BTHLen, Err: ErrTruncated}
 	}
 	bth := BTH(b[:BTHLen:BTHLen])
 	op := bth.Opcode()
 	e := &opcodeTable[op]
 	if e.flags&opValid == 0 {
-		return &HeaderError{Header: "bth", Field: "opcode", Value: uint64(op), Hex: 2,
+		return &header.Error{Header: "bth", Field: "opcode", Value: uint64(op), Hex: 2,
 			Reason: "reserved " + op.Service().String() + " opcode", Err: ErrInvalidOpcode}
 	}
 	if tv := bth.TVer(); tv != 0 {
-		return &HeaderError{Header: "bth", Field: "transport header version", Value: uint64(tv),
+		return &header.Error{Header: "bth", Field: "transport header version", Value: uint64(tv),
 			Rel: "!=", Limit: 0, Err: ErrInvalidField}
 	}
 	hl := int(e.hdrLen)
@@ -80,17 +84,17 @@ func (p *Packet) Decode(b []byte) error {
 	rest := b[hl:]
 	pad := int(bth.PadCount())
 	if pad > len(rest) {
-		return &HeaderError{Header: "bth", Field: "pad count", Value: uint64(pad),
+		return &header.Error{Header: "bth", Field: "pad count", Value: uint64(pad),
 			Rel: ">", Limit: uint64(len(rest)), Reason: "bytes after the headers", Err: ErrInvalidField}
 	}
 	n := len(rest) - pad
 	hasPayload := e.flags&opPayload != 0
 	if !hasPayload && n != 0 {
-		return &HeaderError{Header: "bth", Field: "payload length", Value: uint64(n),
+		return &header.Error{Header: "bth", Field: "payload length", Value: uint64(n),
 			Rel: "!=", Limit: 0, Reason: op.String() + " carries no payload", Err: ErrUnexpectedPayload}
 	}
 	if e.flags&opAtomicWrite != 0 && n != AtomicWriteDataLen {
-		return &HeaderError{Header: "atomic write", Field: "payload length", Value: uint64(n),
+		return &header.Error{Header: "atomic write", Field: "payload length", Value: uint64(n),
 			Rel: "!=", Limit: AtomicWriteDataLen, Err: ErrUnexpectedPayload}
 	}
 
@@ -157,7 +161,7 @@ func truncatedExtHeader(op Opcode, n int) error {
 			break
 		}
 	}
-	return &HeaderError{Header: name, Field: "packet length", Value: uint64(n),
+	return &header.Error{Header: name, Field: "packet length", Value: uint64(n),
 		Rel: "<", Limit: uint64(e.hdrLen), Reason: op.String(), Err: ErrTruncated}
 }
 
@@ -258,16 +262,16 @@ func (f *PacketFields) HeaderLen() int { return f.BTH.Opcode.HeaderLen() }
 func (f *PacketFields) Validate() error {
 	op := f.BTH.Opcode
 	if !op.Valid() {
-		return &HeaderError{Header: "bth", Field: "opcode", Value: uint64(op), Hex: 2,
+		return &header.Error{Header: "bth", Field: "opcode", Value: uint64(op), Hex: 2,
 			Reason: "reserved " + op.Service().String() + " opcode", Err: ErrInvalidOpcode}
 	}
 	if err := f.BTH.Validate(); err != nil {
 		return err
 	}
 	ext := op.ExtHeaders()
-	check := func(h ExtHeaders, header, field string, v, limit uint64) error {
+	check := func(h ExtHeaders, hdr, field string, v, limit uint64) error {
 		if ext&h != 0 && v > limit {
-			return &HeaderError{Header: header, Field: field, Value: v, Rel: ">", Limit: limit, Err: ErrInvalidField}
+			return &header.Error{Header: hdr, Field: field, Value: v, Rel: ">", Limit: limit, Err: ErrInvalidField}
 		}
 		return nil
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 
 	"github.com/google/gopacket/pcapgo"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 const capturesDir = "../testdata/captures"
@@ -492,9 +494,9 @@ func TestDecodeErrors(t *testing.T) {
 			if !errors.Is(err, tt.err) {
 				t.Fatalf("err %v, want %v", err, tt.err)
 			}
-			var he *HeaderError
+			var he *header.Error
 			if !errors.As(err, &he) {
-				t.Fatalf("err %T is not a *HeaderError", err)
+				t.Fatalf("err %T is not a *header.Error", err)
 			}
 			if err.Error() != tt.text {
 				t.Errorf("text %q, want %q", err.Error(), tt.text)
@@ -797,9 +799,9 @@ func FuzzPacketDecode(f *testing.F) {
 			t.Fatal("Decode modified its input")
 		}
 		if err != nil {
-			var he *HeaderError
+			var he *header.Error
 			if !errors.As(err, &he) || he.Err == nil || he.Header == "" {
-				t.Fatalf("error %v is not a complete *HeaderError", err)
+				t.Fatalf("error %v is not a complete *header.Error", err)
 			}
 			if p.BTH != nil || p.Payload != nil || p.Pad != nil {
 				t.Fatal("failed Decode left fields set")

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/header"
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
 )
@@ -253,7 +254,7 @@ func TestBadPeerTerminates(t *testing.T) {
 		etype   uint8
 		code    uint8
 		errText string        // the local error names this
-		field   string        // if set, the local error is a *HeaderError for this "header: field"
+		field   string        // if set, the local error is a *header.Error for this "header: field"
 		echoed  bool          // the Terminate carries the offending DDP header
 		rdma    bool          // ... and the Read Request header
 		recvs   []ib.WCStatus // statuses of the two receive WRs (nil: both flushed)
@@ -457,7 +458,7 @@ func TestBadPeerTerminates(t *testing.T) {
 			if !strings.Contains(err.Error(), c.errText) {
 				t.Fatalf("local error %q does not name %q", err, c.errText)
 			}
-			var he *iwarp.HeaderError
+			var he *header.Error
 			if c.field != "" && (!errors.As(err, &he) || he.Header+": "+he.Field != c.field) {
 				t.Fatalf("local error %q is not a header error for %q", err, c.field)
 			}

@@ -2,6 +2,8 @@ package iwarp
 
 import (
 	"encoding/binary"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // DDP segment headers (RFC 5041 §5). The first two octets are common:
@@ -54,7 +56,7 @@ func ParseDDP(b []byte) (DDP, error) {
 		return nil, truncated("ddp", "segment length", len(b), n)
 	}
 	if v := d.Version(); v != DDPVersion {
-		return d, &HeaderError{Header: "ddp", Field: "version", Value: uint64(v),
+		return d, &header.Error{Header: "ddp", Field: "version", Value: uint64(v),
 			Limit: DDPVersion, Rel: "!=", Err: ErrBadVersion}
 	}
 	return d, nil

@@ -6,7 +6,7 @@ import (
 	"github.com/softrdma/softrdma/header"
 )
 
-// Sentinel errors. Every error returned by the decoders of this package is a *HeaderError
+// Sentinel errors. Every error returned by the decoders of this package is a *header.Error
 // that wraps one of these, so errors.Is(err, ErrTruncated) and friends work, and errors.As
 // gives the header, field and values. ErrTruncated, ErrBadCRC and ErrBadValue are the
 // shared header.ErrTruncated, header.ErrBadChecksum and header.ErrInvalid, so they also
@@ -38,12 +38,6 @@ var (
 	// ErrBadValue: some other field holds a value the protocol does not allow.
 	ErrBadValue = header.ErrInvalid
 )
-
-// HeaderError describes a malformed or inconsistent field; it is the one header error
-// type of every protocol package (see package header). Its text names the header, the
-// field and the values, e.g. "mpa: private data length 600 > 512". Header is "mpa",
-// "fpdu", "marker", "ddp", "rdmap", "terminate", "atomic" or "stream".
-type HeaderError = header.Error
 
 // truncated reports that header needs want octets and got have.
 func truncated(hdr, field string, have, want int) error {

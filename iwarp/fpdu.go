@@ -3,6 +3,8 @@ package iwarp
 import (
 	"encoding/binary"
 	"hash/crc32"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // An FPDU (RFC 5044 §4.1), shown here without markers:
@@ -92,7 +94,7 @@ func AppendFPDU(dst []byte, crc bool, ulpdu ...[]byte) ([]byte, error) {
 		n += len(p)
 	}
 	if n > MaxULPDULen {
-		return dst, &HeaderError{Header: "fpdu", Field: "ULPDU length", Value: uint64(n),
+		return dst, &header.Error{Header: "fpdu", Field: "ULPDU length", Value: uint64(n),
 			Limit: MaxULPDULen, Rel: ">", Err: ErrTooLong}
 	}
 	start := len(dst)
@@ -162,6 +164,6 @@ func checkCRC(got, want uint32) error {
 	if got == want {
 		return nil
 	}
-	return &HeaderError{Header: "mpa", Field: "CRC", Value: uint64(got), Limit: uint64(want),
+	return &header.Error{Header: "mpa", Field: "CRC", Value: uint64(got), Limit: uint64(want),
 		Rel: "!=", Hex: 8, Err: ErrBadCRC}
 }

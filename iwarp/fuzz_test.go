@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // captureSeeds returns the captures' MPA frames, FPDUs and direction streams.
@@ -29,9 +31,9 @@ func captureSeeds(t testing.TB) (frames, fpdus, streams [][]byte) {
 
 func checkHeaderError(t *testing.T, err error) {
 	t.Helper()
-	var he *HeaderError
+	var he *header.Error
 	if !errors.As(err, &he) || he.Err == nil || err.Error() == "" {
-		t.Fatalf("error %v (%T) is not a *HeaderError wrapping a sentinel", err, err)
+		t.Fatalf("error %v (%T) is not a *header.Error wrapping a sentinel", err, err)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // This file is MPA connection setup (RFC 5044 §7, RFC 6581): the Request and Reply
@@ -43,12 +45,12 @@ func readStartFrame(nc net.Conn, obs StreamObserver, request bool) (MPAFrame, er
 	}
 	m := MPAFrame(hdr[:MPAFrameHeaderLen])
 	if (request && !m.IsRequest()) || (!request && !m.IsReply()) {
-		return nil, handshakeError(&HeaderError{Header: "mpa", Field: "key", NoValue: true,
+		return nil, handshakeError(&header.Error{Header: "mpa", Field: "key", NoValue: true,
 			Reason: quoteKey(m.Key()) + " is not the " + what + " key", Err: ErrBadKey})
 	}
 	pd := int(m.PrivateDataLen())
 	if pd > MPAMaxPrivateData {
-		return m, handshakeError(&HeaderError{Header: "mpa", Field: "private data length", Value: uint64(pd),
+		return m, handshakeError(&header.Error{Header: "mpa", Field: "private data length", Value: uint64(pd),
 			Limit: MPAMaxPrivateData, Rel: ">", Err: ErrTooLong})
 	}
 	n, err = io.ReadFull(nc, hdr[MPAFrameHeaderLen:MPAFrameHeaderLen+pd])
@@ -125,7 +127,7 @@ func rtrOf(w MPAv2IRDORD) RTRFlags {
 func requestFrame(p *ConnParams, ird, ord int) (*MPAFrameFields, error) {
 	rev := p.revision()
 	if len(p.PrivateData) > maxAppPrivateData(rev) {
-		return nil, &HeaderError{Header: "mpa", Field: "private data length", Value: uint64(len(p.PrivateData)),
+		return nil, &header.Error{Header: "mpa", Field: "private data length", Value: uint64(len(p.PrivateData)),
 			Limit: uint64(maxAppPrivateData(rev)), Rel: ">", Reason: "revision " + strconv.Itoa(int(rev)), Err: ErrTooLong}
 	}
 	f := &MPAFrameFields{Request: true, Revision: rev,
@@ -153,7 +155,7 @@ func negotiateAsInitiator(p *ConnParams, req, rep MPAFrame, ird, ord int) (neg N
 	rev := rep.Revision()
 	neg = Negotiated{Revision: rev, IRD: ird, ORD: ord, PeerIRD: -1, PeerORD: -1}
 	if rev < MPARevision1 || rev > req.Revision() {
-		return neg, nil, nil, handshakeError(&HeaderError{Header: "mpa", Field: "reply revision", Value: uint64(rev),
+		return neg, nil, nil, handshakeError(&header.Error{Header: "mpa", Field: "reply revision", Value: uint64(rev),
 			Reason: "the request offered " + strconv.Itoa(int(req.Revision())), Err: ErrBadValue})
 	}
 	neg.Enhanced = rev == MPARevision2 && enhancedFrame(req) && enhancedFrame(rep)
@@ -246,7 +248,7 @@ func judgeRequest(p *ConnParams, req MPAFrame) requestVerdict {
 // rejection carrying pd.
 func replyFrame(p *ConnParams, req MPAFrame, v requestVerdict, ird, ord int, reject bool, pd []byte) (*MPAFrameFields, error) {
 	if len(pd) > maxAppPrivateData(v.rev) {
-		return nil, &HeaderError{Header: "mpa", Field: "private data length", Value: uint64(len(pd)),
+		return nil, &header.Error{Header: "mpa", Field: "private data length", Value: uint64(len(pd)),
 			Limit: uint64(maxAppPrivateData(v.rev)), Rel: ">", Err: ErrTooLong}
 	}
 	f := &MPAFrameFields{Revision: v.rev, Reject: reject,

@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // gopacket layers for iWARP. They are thin adapters over ParseMPAFrame, ParseFPDU,
@@ -161,7 +163,7 @@ func (m *MPA) SerializeTo(b gopacket.SerializeBuffer, opts gopacket.SerializeOpt
 		return nil
 	}
 	if n > MaxULPDULen {
-		return &HeaderError{Header: "fpdu", Field: "ULPDU length", Value: uint64(n),
+		return &header.Error{Header: "fpdu", Field: "ULPDU length", Value: uint64(n),
 			Limit: MaxULPDULen, Rel: ">", Err: ErrTooLong}
 	}
 	hdr, err := b.PrependBytes(FPDUHeaderLen)

@@ -1,6 +1,10 @@
 package iwarp
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/softrdma/softrdma/header"
+)
 
 // MPA markers (RFC 5044 §4.3):
 //
@@ -117,11 +121,11 @@ func AppendMarkedFPDU(dst []byte, pos uint32, crc bool, ulpdu ...[]byte) ([]byte
 		n += len(p)
 	}
 	if n > MaxULPDULen {
-		return dst, &HeaderError{Header: "fpdu", Field: "ULPDU length", Value: uint64(n),
+		return dst, &header.Error{Header: "fpdu", Field: "ULPDU length", Value: uint64(n),
 			Limit: MaxULPDULen, Rel: ">", Err: ErrTooLong}
 	}
 	if pos%4 != 0 {
-		return dst, &HeaderError{Header: "marker", Field: "FPDU position", Value: uint64(pos),
+		return dst, &header.Error{Header: "marker", Field: "FPDU position", Value: uint64(pos),
 			Reason: "not a multiple of 4", Err: ErrBadValue}
 	}
 	start := len(dst)

@@ -2,6 +2,8 @@ package iwarp
 
 import (
 	"encoding/binary"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // MPA start frames (RFC 5044 §7.1, RFC 6581 §5):
@@ -73,12 +75,12 @@ func ParseMPAFrame(b []byte) (MPAFrame, error) {
 	}
 	m := MPAFrame(b)
 	if !m.IsRequest() && !m.IsReply() {
-		return nil, &HeaderError{Header: "mpa", Field: "key", NoValue: true,
+		return nil, &header.Error{Header: "mpa", Field: "key", NoValue: true,
 			Reason: quoteKey(b[:MPAKeyLen]), Err: ErrBadKey}
 	}
 	pd := int(m.PrivateDataLen())
 	if pd > MPAMaxPrivateData {
-		return nil, &HeaderError{Header: "mpa", Field: "private data length", Value: uint64(pd),
+		return nil, &header.Error{Header: "mpa", Field: "private data length", Value: uint64(pd),
 			Limit: MPAMaxPrivateData, Rel: ">", Err: ErrTooLong}
 	}
 	if len(b) < MPAFrameHeaderLen+pd {
@@ -244,7 +246,7 @@ func (f *MPAFrameFields) Len() int { return MPAFrameHeaderLen + len(f.PrivateDat
 // number of octets written.
 func (f *MPAFrameFields) Encode(b []byte) (int, error) {
 	if len(f.PrivateData) > MPAMaxPrivateData {
-		return 0, &HeaderError{Header: "mpa", Field: "private data length",
+		return 0, &header.Error{Header: "mpa", Field: "private data length",
 			Value: uint64(len(f.PrivateData)), Limit: MPAMaxPrivateData, Rel: ">", Err: ErrTooLong}
 	}
 	n := f.Len()

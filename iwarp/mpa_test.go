@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"testing"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 func mustHex(t testing.TB, s string) []byte {
@@ -88,9 +90,9 @@ func TestMPAFrameErrors(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 			continue
 		}
-		var he *HeaderError
+		var he *header.Error
 		if !errors.As(err, &he) || he.Header != "mpa" {
-			t.Errorf("%s: %T not a *HeaderError", tc.name, err)
+			t.Errorf("%s: %T not a *header.Error", tc.name, err)
 		}
 		if err.Error() != tc.text {
 			t.Errorf("%s: %q, want %q", tc.name, err, tc.text)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softrdma/softrdma/header"
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
 )
@@ -179,7 +180,7 @@ func TestPrivateDataLimits(t *testing.T) {
 		_, err = iwarp.Dial(context.Background(), a2.qp, ln.Addr().String(),
 			iwarp.ConnParams{Revision: c.rev, PrivateData: append(pd, 1)})
 		ln.Close()
-		var he *iwarp.HeaderError
+		var he *header.Error
 		if !errors.As(err, &he) || !errors.Is(err, iwarp.ErrTooLong) || !strings.Contains(err.Error(), "private data length") {
 			t.Fatalf("rev %d with %d octets: %v, want a private data length error", c.rev, c.max+1, err)
 		}

@@ -324,7 +324,7 @@ type Negotiated struct {
 }
 
 // Errors. Each error of the package wraps one of these (errors.Is), besides the
-// *HeaderError of the decoders.
+// *header.Error of the decoders.
 var (
 	// ErrRejected: the MPA exchange rejected the connection (*RejectError).
 	ErrRejected = errors.New("iwarp: connection rejected")

@@ -3,6 +3,8 @@ package iwarp
 import (
 	"encoding/binary"
 	"strconv"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // RDMAP (RFC 5040 §4, RFC 7306) has no header of its own: its control octet is the DDP
@@ -135,12 +137,12 @@ type RDMAP []byte
 func ParseRDMAP(d DDP) (RDMAP, error) {
 	r := RDMAP(d)
 	if v := r.Version(); v != RDMAPVersion {
-		return r, &HeaderError{Header: "rdmap", Field: "version", Value: uint64(v),
+		return r, &header.Error{Header: "rdmap", Field: "version", Value: uint64(v),
 			Limit: RDMAPVersion, Rel: "!=", Err: ErrBadVersion}
 	}
 	op := r.Opcode()
 	if !op.Valid() {
-		return r, &HeaderError{Header: "rdmap", Field: "opcode", Value: uint64(op),
+		return r, &header.Error{Header: "rdmap", Field: "opcode", Value: uint64(op),
 			Reason: "reserved", Err: ErrBadOpcode}
 	}
 	if op.Tagged() != d.Tagged() {
@@ -148,11 +150,11 @@ func ParseRDMAP(d DDP) (RDMAP, error) {
 		if op.Tagged() {
 			reason = "needs the tagged buffer model"
 		}
-		return r, &HeaderError{Header: "rdmap", Field: "opcode", Value: uint64(op),
+		return r, &header.Error{Header: "rdmap", Field: "opcode", Value: uint64(op),
 			Reason: op.String() + " " + reason, Err: ErrBadOpcode}
 	}
 	if !d.Tagged() && d.QN() != op.QueueNumber() {
-		return r, &HeaderError{Header: "rdmap", Field: "queue number", Value: uint64(d.QN()),
+		return r, &header.Error{Header: "rdmap", Field: "queue number", Value: uint64(d.QN()),
 			Limit: uint64(op.QueueNumber()), Rel: "!=", Reason: "for " + op.String(),
 			Err: ErrBadOpcode}
 	}

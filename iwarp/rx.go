@@ -10,6 +10,8 @@ import (
 	"time"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // This file is the receive path: the reader goroutine of a connection reads each
@@ -116,7 +118,7 @@ func (r *rxState) marker() error {
 		want = r.pos - r.hdrPos
 	}
 	if got := Marker(m[:]).FPDUPointer(); uint64(got) != want {
-		return &HeaderError{Header: "marker", Field: "FPDU pointer", Value: uint64(got), Limit: want,
+		return &header.Error{Header: "marker", Field: "FPDU pointer", Value: uint64(got), Limit: want,
 			Rel: "!=", Err: ErrMarkerMismatch}
 	}
 	r.pos += MarkerLen
@@ -321,7 +323,7 @@ func (c *Conn) readFPDU1(h *rxHdr) error {
 	h.ulpdu = int(binary.BigEndian.Uint16(h.b[:]))
 	h.ddp, h.opHdr = nil, nil
 	if h.ulpdu > c.maxRecv {
-		return llpError(ECodeMPAMarkerMismatch, &HeaderError{Header: "fpdu", Field: "ULPDU length",
+		return llpError(ECodeMPAMarkerMismatch, &header.Error{Header: "fpdu", Field: "ULPDU length",
 			Value: uint64(h.ulpdu), Limit: uint64(c.maxRecv), Rel: ">", Err: ErrTooLong})
 	}
 	if h.ulpdu < 2 {
@@ -350,7 +352,7 @@ func (c *Conn) readFPDU1(h *rxHdr) error {
 			ophl = min(rest, len(h.b)-FPDUHeaderLen-h.hl)
 		}
 		if rest < ophl || (ophl > 0 && h.op != OpTerminate && rest != ophl) {
-			perr = rdmapOperation(ECodeRDMAPCatastrophicStream, &HeaderError{Header: "rdmap",
+			perr = rdmapOperation(ECodeRDMAPCatastrophicStream, &header.Error{Header: "rdmap",
 				Field: h.op.String() + " length", Value: uint64(rest), Limit: uint64(ophl), Rel: "!=", Err: ErrBadValue})
 			ophl = 0
 		}
@@ -451,7 +453,7 @@ func (c *Conn) revoked(h *rxHdr) *rxError {
 func (c *Conn) checkHeaders(h *rxHdr, rest int) *rxError {
 	d := h.ddp
 	if d.Version() != DDPVersion {
-		err := &HeaderError{Header: "ddp", Field: "version", Value: uint64(d.Version()), Limit: DDPVersion, Rel: "!=", Err: ErrBadVersion}
+		err := &header.Error{Header: "ddp", Field: "version", Value: uint64(d.Version()), Limit: DDPVersion, Rel: "!=", Err: ErrBadVersion}
 		if d.Tagged() {
 			return newRxError(LayerDDP, ETypeDDPTaggedBuffer, ECodeDDPTaggedInvalidVersion, ib.EventQPReqErr, err)
 		}
@@ -459,7 +461,7 @@ func (c *Conn) checkHeaders(h *rxHdr, rest int) *rxError {
 	}
 	rd := RDMAP(d)
 	if rd.Version() != RDMAPVersion {
-		return rdmapOperation(ECodeRDMAPInvalidVersion, &HeaderError{Header: "rdmap", Field: "version",
+		return rdmapOperation(ECodeRDMAPInvalidVersion, &header.Error{Header: "rdmap", Field: "version",
 			Value: uint64(rd.Version()), Limit: RDMAPVersion, Rel: "!=", Err: ErrBadVersion})
 	}
 	op := rd.Opcode()
@@ -473,7 +475,7 @@ func (c *Conn) checkHeaders(h *rxHdr, rest int) *rxError {
 		case op.Tagged() != d.Tagged():
 			reason = "wrong buffer model"
 		}
-		return rdmapOperation(ECodeRDMAPUnexpectedOpcode, &HeaderError{Header: "rdmap", Field: "opcode",
+		return rdmapOperation(ECodeRDMAPUnexpectedOpcode, &header.Error{Header: "rdmap", Field: "opcode",
 			Value: uint64(op), Reason: reason, Err: ErrBadOpcode})
 	}
 	if d.Tagged() {
@@ -481,25 +483,25 @@ func (c *Conn) checkHeaders(h *rxHdr, rest int) *rxError {
 	}
 	qn := d.QN()
 	if qn > QueueAtomicResponse || (qn == QueueAtomicResponse && !c.neg.Extensions) {
-		return ddpUntagged(ECodeDDPUntaggedInvalidQN, &HeaderError{Header: "ddp", Field: "queue number",
+		return ddpUntagged(ECodeDDPUntaggedInvalidQN, &header.Error{Header: "ddp", Field: "queue number",
 			Value: uint64(qn), Err: ErrBadValue})
 	}
 	if qn != op.QueueNumber() {
-		return rdmapOperation(ECodeRDMAPUnexpectedOpcode, &HeaderError{Header: "rdmap", Field: "queue number",
+		return rdmapOperation(ECodeRDMAPUnexpectedOpcode, &header.Error{Header: "rdmap", Field: "queue number",
 			Value: uint64(qn), Limit: uint64(op.QueueNumber()), Rel: "!=", Reason: "for " + op.String(), Err: ErrBadOpcode})
 	}
 	q := &c.rq[qn]
 	if d.MSN() != q.msn {
-		return ddpUntagged(ECodeDDPUntaggedMSNRange, &HeaderError{Header: "ddp", Field: "MSN",
+		return ddpUntagged(ECodeDDPUntaggedMSNRange, &header.Error{Header: "ddp", Field: "MSN",
 			Value: uint64(d.MSN()), Limit: uint64(q.msn), Rel: "!=", Reason: fmt.Sprintf("queue %d", qn), Err: ErrBadValue})
 	}
 	if d.MO() != q.mo {
-		return ddpUntagged(ECodeDDPUntaggedInvalidMO, &HeaderError{Header: "ddp", Field: "MO",
+		return ddpUntagged(ECodeDDPUntaggedInvalidMO, &header.Error{Header: "ddp", Field: "MO",
 			Value: uint64(d.MO()), Limit: uint64(q.mo), Rel: "!=", Err: ErrBadValue})
 	}
 	if qn != QueueSend && !d.Last() {
 		// Read Requests, Terminates and atomics are single-segment messages.
-		return ddpUntagged(ECodeDDPUntaggedInvalidMO, &HeaderError{Header: "ddp", Field: "L",
+		return ddpUntagged(ECodeDDPUntaggedInvalidMO, &header.Error{Header: "ddp", Field: "L",
 			Value: 0, Reason: op.String() + " must be one segment", Err: ErrBadValue})
 	}
 	return nil
@@ -525,7 +527,7 @@ func (c *Conn) place(h *rxHdr) ([][]byte, func() error, *rxError) {
 	case OpAtomicResponse:
 		return c.placeAtomicResponse(h)
 	}
-	return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, &HeaderError{Header: "rdmap", Field: "opcode",
+	return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, &header.Error{Header: "rdmap", Field: "opcode",
 		Value: uint64(h.op), Reason: h.op.String() + " unexpected here", Err: ErrBadOpcode})
 }
 
@@ -612,13 +614,13 @@ func (c *Conn) placeReadResponse(d DDP, n uint64) ([][]byte, func() error, *rxEr
 	c.mu.Unlock()
 	if d.STag() != o.sinkSTag {
 		return nil, nil, newRxError(LayerDDP, ETypeDDPTaggedBuffer, ECodeDDPTaggedInvalidSTag, ib.EventQPAccessErr,
-			&HeaderError{Header: "rdmap", Field: "read response STag", Value: uint64(d.STag()), Rel: "!=",
+			&header.Error{Header: "rdmap", Field: "read response STag", Value: uint64(d.STag()), Rel: "!=",
 				LimitName: "the sink's", Limit: uint64(o.sinkSTag), Hex: 8, Err: ErrBadValue})
 	}
 	off := d.TO() - o.sinkTO
 	if d.TO() < o.sinkTO || off != o.placed || n > o.length-o.placed || (d.Last() && o.placed+n != o.length) {
 		return nil, nil, newRxError(LayerDDP, ETypeDDPTaggedBuffer, ECodeDDPTaggedBaseBounds, ib.EventQPAccessErr,
-			&HeaderError{Header: "rdmap", Field: "read response TO", Value: d.TO(), Hex: 1, Err: ErrBadValue,
+			&header.Error{Header: "rdmap", Field: "read response TO", Value: d.TO(), Hex: 1, Err: ErrBadValue,
 				Reason: fmt.Sprintf("length %d outside the sink's next octets (TO 0x%x, %d of %d placed)", n, o.sinkTO, o.placed, o.length)})
 	}
 	bufs, f := c.wire.ReadSink(o.id, off, n, c.sinkBufs)
@@ -747,7 +749,7 @@ func (c *Conn) placeAtomicResponse(h *rxHdr) ([][]byte, func() error, *rxError) 
 	o := c.orq[c.orqHead]
 	id := binary.BigEndian.Uint32(a)
 	if id != o.reqID {
-		return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, &HeaderError{Header: "atomic", Field: "response's request ID",
+		return nil, nil, rdmapOperation(ECodeRDMAPUnexpectedOpcode, &header.Error{Header: "atomic", Field: "response's request ID",
 			Value: uint64(id), Rel: "!=", LimitName: "expected", Limit: uint64(o.reqID), Err: ErrBadValue})
 	}
 	c.fx = rxEffect{id: o.id, orig: a.OriginalValue()}
@@ -836,7 +838,7 @@ func (c *Conn) atomicRequest(h *rxHdr) error {
 	case AtomicCompareSwap:
 		args.Op = ib.AtomicOpCompareSwap
 	default:
-		return rdmapOperation(ECodeRDMAPUnspecified, &HeaderError{Header: "atomic", Field: "operation",
+		return rdmapOperation(ECodeRDMAPUnspecified, &header.Error{Header: "atomic", Field: "operation",
 			Value: uint64(a.Opcode()), Reason: a.Opcode().String() + " not supported", Err: ErrBadOpcode})
 	}
 	c.mu.Lock()

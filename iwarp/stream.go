@@ -3,6 +3,8 @@ package iwarp
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // ErrClosed is returned by StreamDecoder.Write after Close.
@@ -355,7 +357,7 @@ func (d *StreamDecoder) feedStart(p []byte) []byte {
 	p = p[k:]
 	if d.state == stStart {
 		if !keyPrefix(d.buf) {
-			d.errorRecord(d.bufOff, 0, &HeaderError{Header: "stream", Err: ErrNoNegotiation})
+			d.errorRecord(d.bufOff, 0, &header.Error{Header: "stream", Err: ErrNoNegotiation})
 			d.crc = crcDetect
 			d.enterResync(d.buf, d.bufOff)
 			return p
@@ -432,7 +434,7 @@ func (d *StreamDecoder) endWait(force bool) {
 			d.crc = crcOn
 		}
 		if len(d.buf) > 0 {
-			d.errorRecord(d.bufOff, 0, &HeaderError{Header: "stream", Err: ErrNegotiationIncomplete,
+			d.errorRecord(d.bufOff, 0, &header.Error{Header: "stream", Err: ErrNegotiationIncomplete,
 				Reason: "decoding without the peer's MPA frame"})
 		}
 	}
@@ -607,7 +609,7 @@ func (d *StreamDecoder) feedMarked(p []byte) []byte {
 					want = uint16(d.markerAt - d.hdrPos)
 				}
 				if ptr != want && d.markerErr == nil {
-					d.markerErr = &HeaderError{Header: "marker", Field: "FPDU pointer",
+					d.markerErr = &header.Error{Header: "marker", Field: "FPDU pointer",
 						Value: uint64(ptr), Limit: uint64(want), Rel: "!=", Err: ErrMarkerMismatch}
 				}
 			}
@@ -635,7 +637,7 @@ func (d *StreamDecoder) feedMarked(p []byte) []byte {
 		p = p[k:]
 		if len(d.buf) == framedLen && want == framedLen && !framed(d.buf) {
 			d.inFPDU = false
-			d.errorRecord(d.fpduStart, int(d.pos-d.fpduStart), &HeaderError{
+			d.errorRecord(d.fpduStart, int(d.pos-d.fpduStart), &header.Error{
 				Header: "stream", Err: ErrFramingLost, Reason: "markers in use, decoding stopped"})
 			d.state = stDead
 			d.buf = d.buf[:0]
@@ -662,7 +664,7 @@ func (d *StreamDecoder) startMarked() {
 // consumed, starting at stream offset off) still to scan.
 func (d *StreamDecoder) enterResync(b []byte, off uint64) {
 	if d.markers {
-		d.errorRecord(off, len(b), &HeaderError{Header: "stream", Err: ErrFramingLost,
+		d.errorRecord(off, len(b), &header.Error{Header: "stream", Err: ErrFramingLost,
 			Reason: "markers in use, decoding stopped"})
 		d.state = stDead
 		d.buf = d.buf[:0]
@@ -689,7 +691,7 @@ func (d *StreamDecoder) skip(n int) {
 	if n <= 0 {
 		return
 	}
-	d.errorRecord(d.bufOff, n, &HeaderError{Header: "stream", Field: "octets skipped",
+	d.errorRecord(d.bufOff, n, &header.Error{Header: "stream", Field: "octets skipped",
 		Value: uint64(n), Err: ErrFramingLost})
 	d.buf = append(d.buf[:0], d.buf[n:]...)
 	d.bufOff += uint64(n)

@@ -3,6 +3,8 @@ package iwarp
 import (
 	"encoding/binary"
 	"strconv"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // Terminate message (RFC 5040 §4.8), the payload of an untagged segment on queue 2:
@@ -370,12 +372,12 @@ func (f *TerminateFields) Len() int {
 // Encode writes the message into b (at least f.Len() octets) and returns its length.
 func (f *TerminateFields) Encode(b []byte) (int, error) {
 	if f.DDPHeader != nil && (len(f.DDPHeader) == 0 || len(f.DDPHeader) != DDP(f.DDPHeader).HeaderLen()) {
-		return 0, &HeaderError{Header: "terminate", Field: "DDP header length",
+		return 0, &header.Error{Header: "terminate", Field: "DDP header length",
 			Value: uint64(len(f.DDPHeader)), Reason: "not 14 (tagged) or 18 (untagged)",
 			Err: ErrBadValue}
 	}
 	if f.RDMAHeader != nil && len(f.RDMAHeader) != TerminatedRDMAHeaderLen {
-		return 0, &HeaderError{Header: "terminate", Field: "RDMA header length",
+		return 0, &header.Error{Header: "terminate", Field: "RDMA header length",
 			Value: uint64(len(f.RDMAHeader)), Limit: TerminatedRDMAHeaderLen, Rel: "!=",
 			Err: ErrBadValue}
 	}

@@ -11,9 +11,9 @@ import (
 )
 
 // Sentinel errors. Every error returned by this package's decoders matches exactly one
-// of them with errors.Is; most are a *HeaderError that says which field was wrong.
+// of them with errors.Is; most are a *header.Error that says which field was wrong.
 // Sentinel errors. Every error returned by this package's decoders matches exactly one
-// of them with errors.Is; most are a *HeaderError that says which field was wrong.
+// of them with errors.Is; most are a *header.Error that says which field was wrong.
 // ErrTruncated, ErrMalformed, ErrUnsupported and ErrBadICRC are the shared
 // header.ErrTruncated, header.ErrInvalid, header.ErrUnsupported and header.ErrBadChecksum,
 // so they also match the same classes of error from ibtransport and iwarp.
@@ -33,38 +33,13 @@ var (
 	ErrBadICRC = header.ErrBadChecksum
 )
 
-// HeaderError describes a bad header field, e.g. "ipv4: total length 1500 > packet 1200";
-// it is the one header error type of every protocol package (see package header). Header
-// is "ethernet", "vlan", "ip", "ipv4", "ipv6", "udp", "grh", "icrc", "mad", "cm", ...
-type HeaderError = header.Error
-
-// truncated reports that hdr's field is value and must be at least limit.
-func truncated(hdr, field string, value, limit uint64) error {
-	return &HeaderError{Err: ErrTruncated, Header: hdr, Field: field, Value: value, Rel: "<", Limit: limit}
-}
-
-// malformed reports a field whose value the format forbids. rel is how value compares
-// with limit ("<", ">", "!="), or else a phrase that says what is wrong ("not 4 or 6"),
-// with value left out of the text if it is 0 ("grh: gid: missing").
-func malformed(hdr, field string, value, limit uint64, rel string) error {
-	e := &HeaderError{Err: ErrMalformed, Header: hdr, Field: field, Value: value, Limit: limit}
-	switch rel {
-	case "<", ">", "<=", ">=", "!=", "==":
-		e.Rel = rel
-	default:
-		e.Reason = rel
-		e.NoValue = value == 0
-	}
-	return e
-}
-
 // Frames that are not RoCE are normal traffic on a shared link: these errors are
 // preallocated (and shared: do not modify them) so that skipping costs no allocation.
 var (
-	errNotRoCEEtherType = &HeaderError{Err: ErrNotRoCE, Header: "ethernet", Field: "ethertype not IPv4, IPv6 or RoCEv1 (0x8915)", NoValue: true}
-	errNotRoCEProtocol  = &HeaderError{Err: ErrNotRoCE, Header: "ip", Field: "protocol not UDP", NoValue: true}
-	errNotRoCEPort      = &HeaderError{Err: ErrNotRoCE, Header: "udp", Field: "destination port not 4791", NoValue: true}
-	errNotRoCEFragment  = &HeaderError{Err: ErrNotRoCE, Header: "ipv4", Field: "non-first fragment", NoValue: true}
+	errNotRoCEEtherType = &header.Error{Err: ErrNotRoCE, Header: "ethernet", Field: "ethertype not IPv4, IPv6 or RoCEv1 (0x8915)", NoValue: true}
+	errNotRoCEProtocol  = &header.Error{Err: ErrNotRoCE, Header: "ip", Field: "protocol not UDP", NoValue: true}
+	errNotRoCEPort      = &header.Error{Err: ErrNotRoCE, Header: "udp", Field: "destination port not 4791", NoValue: true}
+	errNotRoCEFragment  = &header.Error{Err: ErrNotRoCE, Header: "ipv4", Field: "non-first fragment", NoValue: true}
 )
 
 // Version is the RoCE encapsulation of a frame.
@@ -152,7 +127,7 @@ type Frame struct {
 
 // DecodeEthernet decodes an Ethernet frame (with at most one 802.1Q tag) carrying
 // RoCEv1 or RoCEv2. A frame that is not RoCE returns an error matching ErrNotRoCE
-// (and costs no allocation); a RoCE frame with bad lengths returns a *HeaderError
+// (and costs no allocation); a RoCE frame with bad lengths returns a *header.Error
 // matching ErrTruncated, ErrMalformed or ErrUnsupported. The ICRC is not checked: see
 // VerifyICRC. f refers to b afterwards.
 func (f *Frame) DecodeEthernet(b []byte) error {
@@ -165,7 +140,7 @@ func (f *Frame) DecodeEthernet(b []byte) error {
 func (f *Frame) DecodeEthernetPort(b []byte, port uint16) error {
 	*f = Frame{}
 	if len(b) < EthernetLen {
-		return truncated("ethernet", "length", uint64(len(b)), EthernetLen)
+		return header.Truncated("ethernet", "length", len(b), EthernetLen)
 	}
 	eth := header.Ethernet(b)
 	f.DstMAC, f.SrcMAC = eth.DstMAC(), eth.SrcMAC()
@@ -173,7 +148,7 @@ func (f *Frame) DecodeEthernetPort(b []byte, port uint16) error {
 	off := EthernetLen
 	if eth.Tagged() {
 		if len(b) < EthernetLen+VLANTagLen {
-			return truncated("vlan", "length", uint64(len(b)), EthernetLen+VLANTagLen)
+			return header.Truncated("vlan", "length", len(b), EthernetLen+VLANTagLen)
 		}
 		f.HasVLAN = true
 		f.VLANTCI = eth.VLANTCI()
@@ -199,7 +174,7 @@ func (f *Frame) DecodeEthernetPort(b []byte, port uint16) error {
 func (f *Frame) DecodeIP(b []byte) error {
 	*f = Frame{}
 	if len(b) == 0 {
-		return truncated("ip", "length", 0, 1)
+		return header.Truncated("ip", "length", 0, 1)
 	}
 	switch b[0] >> 4 {
 	case 4:
@@ -207,7 +182,8 @@ func (f *Frame) DecodeIP(b []byte) error {
 	case 6:
 		return f.decodeIPv6(b, UDPPort)
 	}
-	return malformed("ip", "version", uint64(b[0]>>4), 0, "not 4 or 6")
+	v := b[0] >> 4
+	return &header.Error{Header: "ip", Field: "version", Value: uint64(v), Reason: "not 4 or 6", NoValue: v == 0, Err: ErrMalformed}
 }
 
 // DecodeGRH decodes a RoCEv1 packet starting at its GRH; the Ethernet fields stay
@@ -219,21 +195,21 @@ func (f *Frame) DecodeGRH(b []byte) error {
 
 func (f *Frame) decodeIPv4(b []byte, port uint16) error {
 	if len(b) < IPv4Len {
-		return truncated("ipv4", "length", uint64(len(b)), IPv4Len)
+		return header.Truncated("ipv4", "length", len(b), IPv4Len)
 	}
 	ip := header.IPv4(b)
 	if v := ip.Version(); v != 4 {
-		return malformed("ipv4", "version", uint64(v), 4, "!=")
+		return header.Invalid("ipv4", "version", uint64(v), "!=", 4)
 	}
 	if ip.Protocol() != IPProtocolUDP {
 		return errNotRoCEProtocol
 	}
 	ihl := ip.HeaderLen()
 	if ihl < IPv4Len {
-		return malformed("ipv4", "header length", uint64(ihl), IPv4Len, "<")
+		return header.Invalid("ipv4", "header length", uint64(ihl), "<", IPv4Len)
 	}
 	if ihl > len(b) {
-		return &HeaderError{Err: ErrTruncated, Header: "ipv4", Field: "header length", Value: uint64(ihl), Limit: uint64(len(b)), Rel: ">", LimitName: "packet"}
+		return &header.Error{Err: ErrTruncated, Header: "ipv4", Field: "header length", Value: uint64(ihl), Limit: uint64(len(b)), Rel: ">", LimitName: "packet"}
 	}
 	frag := ip.FlagsFragment()
 	if frag&0x1FFF != 0 {
@@ -242,7 +218,7 @@ func (f *Frame) decodeIPv4(b []byte, port uint16) error {
 	}
 	total := int(ip.TotalLength())
 	if total < ihl+UDPLen {
-		return malformed("ipv4", "total length", uint64(total), uint64(ihl+UDPLen), "<")
+		return header.Invalid("ipv4", "total length", uint64(total), "<", uint64(ihl+UDPLen))
 	}
 	// The port decides whether the frame is RoCE at all, so look at it before
 	// judging the length: a non-RoCE datagram cut by the snaplen is not RoCE.
@@ -250,10 +226,10 @@ func (f *Frame) decodeIPv4(b []byte, port uint16) error {
 		return errNotRoCEPort
 	}
 	if total > len(b) {
-		return &HeaderError{Err: ErrTruncated, Header: "ipv4", Field: "total length", Value: uint64(total), Limit: uint64(len(b)), Rel: ">", LimitName: "packet"}
+		return &header.Error{Err: ErrTruncated, Header: "ipv4", Field: "total length", Value: uint64(total), Limit: uint64(len(b)), Rel: ">", LimitName: "packet"}
 	}
 	if frag&header.IPv4FlagMF != 0 {
-		return &HeaderError{Err: ErrUnsupported, Header: "ipv4", Field: "flags", Value: uint64(frag >> 13), Reason: "has more fragments set", Hex: 1}
+		return &header.Error{Err: ErrUnsupported, Header: "ipv4", Field: "flags", Value: uint64(frag >> 13), Reason: "has more fragments set", Hex: 1}
 	}
 	f.Version = RoCEv2
 	f.IP = b[:ihl:ihl]
@@ -264,11 +240,11 @@ func (f *Frame) decodeIPv4(b []byte, port uint16) error {
 
 func (f *Frame) decodeIPv6(b []byte, port uint16) error {
 	if len(b) < IPv6Len {
-		return truncated("ipv6", "length", uint64(len(b)), IPv6Len)
+		return header.Truncated("ipv6", "length", len(b), IPv6Len)
 	}
 	ip := header.IPv6(b)
 	if v := ip.Version(); v != 6 {
-		return malformed("ipv6", "version", uint64(v), 6, "!=")
+		return header.Invalid("ipv6", "version", uint64(v), "!=", 6)
 	}
 	// Extension headers are not followed: rxe never sends them, and a RoCE packet
 	// behind one is reported as not RoCE.
@@ -278,13 +254,13 @@ func (f *Frame) decodeIPv6(b []byte, port uint16) error {
 	plen := int(ip.PayloadLength())
 	if plen < UDPLen {
 		// This includes 0, a jumbogram, which RoCE does not use.
-		return malformed("ipv6", "payload length", uint64(plen), UDPLen, "<")
+		return header.Invalid("ipv6", "payload length", uint64(plen), "<", UDPLen)
 	}
 	if len(b) >= IPv6Len+4 && header.UDP(b[IPv6Len:]).DstPort() != port {
 		return errNotRoCEPort
 	}
 	if IPv6Len+plen > len(b) {
-		return &HeaderError{Err: ErrTruncated, Header: "ipv6", Field: "payload length", Value: uint64(plen), Limit: uint64(len(b) - IPv6Len), Rel: ">", LimitName: "packet"}
+		return &header.Error{Err: ErrTruncated, Header: "ipv6", Field: "payload length", Value: uint64(plen), Limit: uint64(len(b) - IPv6Len), Rel: ">", LimitName: "packet"}
 	}
 	f.Version = RoCEv2
 	f.IPv6 = true
@@ -299,10 +275,10 @@ func (f *Frame) decodeUDP(b []byte) error {
 	udp := header.UDP(b)
 	ulen := int(udp.Length())
 	if ulen != len(b) {
-		return &HeaderError{Err: ErrMalformed, Header: "udp", Field: "length", Value: uint64(ulen), Limit: uint64(len(b)), Rel: "!=", LimitName: "ip payload"}
+		return &header.Error{Err: ErrMalformed, Header: "udp", Field: "length", Value: uint64(ulen), Limit: uint64(len(b)), Rel: "!=", LimitName: "ip payload"}
 	}
 	if ulen < UDPLen+minIBLen+ICRCLen {
-		return malformed("udp", "length", uint64(ulen), UDPLen+minIBLen+ICRCLen, "<")
+		return header.Invalid("udp", "length", uint64(ulen), "<", UDPLen+minIBLen+ICRCLen)
 	}
 	f.UDP = b[:UDPLen:UDPLen]
 	f.SrcPort, f.DstPort = udp.SrcPort(), udp.DstPort()
@@ -317,7 +293,7 @@ func (f *Frame) decodeGRH(b []byte) error {
 	}
 	n := int(g.PayLen())
 	if GRHLen+n > len(b) {
-		return &HeaderError{Err: ErrTruncated, Header: "grh", Field: "paylen", Value: uint64(n), Limit: uint64(len(b) - GRHLen), Rel: ">", LimitName: "packet"}
+		return &header.Error{Err: ErrTruncated, Header: "grh", Field: "paylen", Value: uint64(n), Limit: uint64(len(b) - GRHLen), Rel: ">", LimitName: "packet"}
 	}
 	f.Version = RoCEv1
 	f.GRH = g[:GRHLen:GRHLen]
@@ -441,10 +417,10 @@ func (h *FrameHeaders) Len() int {
 func (h *FrameHeaders) Encode(b []byte, ibLen int) (int, error) {
 	n := h.Len()
 	if len(b) < n {
-		return 0, truncated("frame headers", "buffer length", uint64(len(b)), uint64(n))
+		return 0, header.Truncated("frame headers", "buffer length", len(b), n)
 	}
 	if ibLen < minIBLen {
-		return 0, malformed("frame headers", "ib length", uint64(ibLen), minIBLen, "<")
+		return 0, header.Invalid("frame headers", "ib length", uint64(ibLen), "<", minIBLen)
 	}
 	eth := header.EthernetFields{Dst: h.DstMAC, Src: h.SrcMAC, VLAN: h.VLAN, VLANTCI: h.VLANTCI}
 	off := eth.Len()
@@ -453,10 +429,10 @@ func (h *FrameHeaders) Encode(b []byte, ibLen int) (int, error) {
 	switch {
 	case h.version() == RoCEv1:
 		if !h.Src.IsValid() || !h.Dst.IsValid() {
-			return 0, malformed("grh", "gid", 0, 0, "missing")
+			return 0, &header.Error{Header: "grh", Field: "gid", Reason: "missing", NoValue: true, Err: ErrMalformed}
 		}
 		if payload > 0xFFFF {
-			return 0, malformed("grh", "paylen", uint64(payload), 0xFFFF, ">")
+			return 0, header.Invalid("grh", "paylen", uint64(payload), ">", 0xFFFF)
 		}
 		eth.Type = EtherTypeRoCEv1
 		header.Ethernet(b).Encode(&eth)
@@ -471,14 +447,14 @@ func (h *FrameHeaders) Encode(b []byte, ibLen int) (int, error) {
 		})
 		return n, nil
 	case h.version() != RoCEv2:
-		return 0, malformed("frame headers", "version", uint64(h.Version), 0, "unknown")
+		return 0, &header.Error{Header: "frame headers", Field: "version", Value: uint64(h.Version), Reason: "unknown", NoValue: h.Version == 0, Err: ErrMalformed}
 	case h.ipv4():
 		if !h.Dst.Is4() {
-			return 0, malformed("ipv4", "destination address", 0, 0, "not IPv4")
+			return 0, &header.Error{Header: "ipv4", Field: "destination address", Reason: "not IPv4", NoValue: true, Err: ErrMalformed}
 		}
 		total := IPv4Len + UDPLen + payload
 		if total > 0xFFFF {
-			return 0, malformed("ipv4", "total length", uint64(total), 0xFFFF, ">")
+			return 0, header.Invalid("ipv4", "total length", uint64(total), ">", 0xFFFF)
 		}
 		eth.Type = EtherTypeIPv4
 		header.Ethernet(b).Encode(&eth)
@@ -499,10 +475,10 @@ func (h *FrameHeaders) Encode(b []byte, ibLen int) (int, error) {
 		off += IPv4Len
 	default:
 		if !h.Src.Is6() || !h.Dst.Is6() {
-			return 0, malformed("ipv6", "address", 0, 0, "not IPv6 on both ends")
+			return 0, &header.Error{Header: "ipv6", Field: "address", Reason: "not IPv6 on both ends", NoValue: true, Err: ErrMalformed}
 		}
 		if UDPLen+payload > 0xFFFF {
-			return 0, malformed("ipv6", "payload length", uint64(UDPLen+payload), 0xFFFF, ">")
+			return 0, header.Invalid("ipv6", "payload length", uint64(UDPLen+payload), ">", 0xFFFF)
 		}
 		eth.Type = EtherTypeIPv6
 		header.Ethernet(b).Encode(&eth)
@@ -532,7 +508,7 @@ func (h *FrameHeaders) Encode(b []byte, ibLen int) (int, error) {
 func (h *FrameHeaders) EncodeFrame(b []byte, ibLen int) (int, error) {
 	total := h.Len() + ibLen + ICRCLen
 	if len(b) < total {
-		return 0, truncated("frame", "buffer length", uint64(len(b)), uint64(total))
+		return 0, header.Truncated("frame", "buffer length", len(b), total)
 	}
 	n, err := h.Encode(b, ibLen)
 	if err != nil {

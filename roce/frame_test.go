@@ -341,9 +341,9 @@ func TestDecodeErrors(t *testing.T) {
 			t.Errorf("%s: error %v, want %v", tc.name, err, tc.kind)
 			continue
 		}
-		var he *HeaderError
+		var he *header.Error
 		if !errors.As(err, &he) {
-			t.Errorf("%s: %T is not a *HeaderError", tc.name, err)
+			t.Errorf("%s: %T is not a *header.Error", tc.name, err)
 		}
 		if !strings.Contains(err.Error(), tc.text) {
 			t.Errorf("%s: error %q does not contain %q", tc.name, err, tc.text)

@@ -3,6 +3,8 @@ package roce
 import (
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // GRH is the InfiniBand Global Route Header (IBTA Vol. 1 §8.3), the 40-byte network
@@ -114,16 +116,16 @@ func (g GRH) SetDGID(gid [16]byte) { copy(g[grhDGID:], gid[:]) }
 // PayLen with what follows; [Frame.DecodeEthernet] does.
 func (g GRH) Check() error {
 	if len(g) < GRHLen {
-		return truncated("grh", "length", uint64(len(g)), GRHLen)
+		return header.Truncated("grh", "length", len(g), GRHLen)
 	}
 	if v := g.IPVer(); v != GRHVersion {
-		return malformed("grh", "ipver", uint64(v), GRHVersion, "!=")
+		return header.Invalid("grh", "ipver", uint64(v), "!=", GRHVersion)
 	}
 	if h := g.NxtHdr(); h != NxtHdrBTH {
-		return &HeaderError{Err: ErrUnsupported, Header: "grh", Field: "nxthdr", Value: uint64(h), Limit: NxtHdrBTH, Rel: "!="}
+		return &header.Error{Err: ErrUnsupported, Header: "grh", Field: "nxthdr", Value: uint64(h), Limit: NxtHdrBTH, Rel: "!="}
 	}
 	if n := g.PayLen(); n < minIBLen+ICRCLen {
-		return malformed("grh", "paylen", uint64(n), minIBLen+ICRCLen, "<")
+		return header.Invalid("grh", "paylen", uint64(n), "<", minIBLen+ICRCLen)
 	}
 	return nil
 }

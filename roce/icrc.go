@@ -3,6 +3,8 @@ package roce
 import (
 	"encoding/binary"
 	"hash/crc32"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // The invariant CRC (IBTA Vol. 1 §7.8.1; for RoCE Annexes A16 and A17)
@@ -186,14 +188,14 @@ func (f *Frame) ComputeICRC() uint32 {
 }
 
 // VerifyICRC checks the ICRC that f carries. It returns nil if it is right and a
-// *HeaderError matching ErrBadICRC if not (or ErrTruncated for a Frame that was not
+// *header.Error matching ErrBadICRC if not (or ErrTruncated for a Frame that was not
 // decoded). It allocates only on failure.
 func VerifyICRC(f *Frame) error {
 	if len(f.IB) < minIBLen || len(f.icrc) != ICRCLen {
-		return truncated("icrc", "ib length", uint64(len(f.IB)), minIBLen)
+		return header.Truncated("icrc", "ib length", len(f.IB), minIBLen)
 	}
 	if want := f.ComputeICRC(); want != f.ICRC {
-		return &HeaderError{Err: ErrBadICRC, Header: "icrc", Field: "value", Value: uint64(f.ICRC), Limit: uint64(want), Rel: "!=", LimitName: "computed", Hex: 1}
+		return &header.Error{Err: ErrBadICRC, Header: "icrc", Field: "value", Value: uint64(f.ICRC), Limit: uint64(want), Rel: "!=", LimitName: "computed", Hex: 1}
 	}
 	return nil
 }

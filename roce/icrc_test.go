@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/softrdma/softrdma/header"
 )
 
 // TestICRCSeed pins the constant: the CRC state after eight 0xFF bytes is 0xdebb20e3
@@ -223,7 +225,7 @@ func TestVerifyICRCErrors(t *testing.T) {
 	f := roceFrames(t, "rxe-send-lat.pcap")[0]
 	f.ICRC ^= 1
 	err := VerifyICRC(&f)
-	var he *HeaderError
+	var he *header.Error
 	if !errors.Is(err, ErrBadICRC) || !errors.As(err, &he) || he.Limit != uint64(f.ComputeICRC()) {
 		t.Fatalf("%v", err)
 	}

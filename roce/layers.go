@@ -7,6 +7,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/ibtransport"
 )
 
@@ -120,7 +121,7 @@ func (g *GRHLayer) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) erro
 // GRH.Encode). With opts.FixLengths, PayLen is set to the bytes already in b.
 func (g *GRHLayer) SerializeTo(b gopacket.SerializeBuffer, opts gopacket.SerializeOptions) error {
 	if len(g.GRH) < GRHLen {
-		return truncated("grh", "length", uint64(len(g.GRH)), GRHLen)
+		return header.Truncated("grh", "length", len(g.GRH), GRHLen)
 	}
 	n := len(b.Bytes())
 	hdr, err := b.PrependBytes(GRHLen)
@@ -186,7 +187,7 @@ func (ib *IBTransport) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) 
 	*ib = IBTransport{}
 	if len(data) < ibtransport.BTHLen+ICRCLen {
 		df.SetTruncated()
-		return truncated("ib", "packet length", uint64(len(data)), ibtransport.BTHLen+ICRCLen)
+		return header.Truncated("ib", "packet length", len(data), ibtransport.BTHLen+ICRCLen)
 	}
 	n := len(data) - ICRCLen
 	if err := ib.Packet.Decode(data[:n]); err != nil {
@@ -207,7 +208,7 @@ func (ib *IBTransport) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) 
 // are the ICRC layer's, the payload the payload layer's.
 func (ib *IBTransport) SerializeTo(b gopacket.SerializeBuffer, opts gopacket.SerializeOptions) error {
 	if len(ib.Contents) < ibtransport.BTHLen {
-		return truncated("ib", "header length", uint64(len(ib.Contents)), ibtransport.BTHLen)
+		return header.Truncated("ib", "header length", len(ib.Contents), ibtransport.BTHLen)
 	}
 	hdr, err := b.PrependBytes(len(ib.Contents))
 	if err != nil {
@@ -269,10 +270,10 @@ func (c *ICRC) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 	*c = ICRC{}
 	if len(data) < ICRCLen {
 		df.SetTruncated()
-		return truncated("icrc", "length", uint64(len(data)), ICRCLen)
+		return header.Truncated("icrc", "length", len(data), ICRCLen)
 	}
 	if len(data) > ICRCLen+3 {
-		return malformed("icrc", "trailer length", uint64(len(data)), ICRCLen+3, ">")
+		return header.Invalid("icrc", "trailer length", uint64(len(data)), ">", ICRCLen+3)
 	}
 	n := len(data) - ICRCLen
 	c.Contents = data
@@ -320,7 +321,7 @@ func SetFrameICRC(frame []byte) error {
 func VerifyPacketICRC(p gopacket.Packet) error {
 	ibl, _ := p.Layer(LayerTypeIBTransport).(*IBTransport)
 	if ibl == nil || len(ibl.Trailer) < ICRCLen {
-		return truncated("icrc", "ib transport layer", 0, 1)
+		return header.Truncated("icrc", "ib transport layer", 0, 1)
 	}
 	carried := binary.LittleEndian.Uint32(ibl.Trailer[len(ibl.Trailer)-ICRCLen:])
 	var want uint32
@@ -333,12 +334,12 @@ func VerifyPacketICRC(p gopacket.Packet) error {
 			ip = p.Layer(layers.LayerTypeIPv6)
 		}
 		if udp == nil || ip == nil {
-			return truncated("icrc", "ip and udp layers", 0, 1)
+			return header.Truncated("icrc", "ip and udp layers", 0, 1)
 		}
 		want = ComputeICRC(ip.LayerContents(), udp.LayerContents(), ibl.Raw)
 	}
 	if want != carried {
-		return &HeaderError{Err: ErrBadICRC, Header: "icrc", Field: "value", Value: uint64(carried), Limit: uint64(want), Rel: "!=", LimitName: "computed", Hex: 1}
+		return &header.Error{Err: ErrBadICRC, Header: "icrc", Field: "value", Value: uint64(carried), Limit: uint64(want), Rel: "!=", LimitName: "computed", Hex: 1}
 	}
 	return nil
 }
