@@ -1,6 +1,10 @@
 package sim
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/softrdma/softrdma/header"
+)
 
 // Switch is a learning Ethernet switch joining any number of nodes' Ports,
 // each over its own Link. It forwards a frame the instant it arrives
@@ -80,9 +84,8 @@ func (sp *switchPort) arriveLocked(dir *linkDir, data []byte, origin *Port, sent
 		sw.stats.Runts++
 		return nil
 	}
-	var dst, src [6]byte
-	copy(dst[:], data[0:6])
-	copy(src[:], data[6:12])
+	eth := header.Ethernet(data)
+	dst, src := eth.DstMAC(), eth.SrcMAC()
 	if src[0]&1 == 0 {
 		sw.table[src] = sp
 	}
