@@ -233,7 +233,10 @@ func (r *session) newQP(id *rdmacm.ID) (err error) {
 }
 
 // selfModifyQP is rping_self_modify_qp (-q): INIT, RTR and RTS with the
-// attributes rdma_init_qp_attr gives for id's connection.
+// attributes rdma_init_qp_attr gives for id's connection. On iWARP these are
+// iw_cm's masks, which the IBTA table refuses and siw takes as no-ops but for
+// the access flags (rdmacm.ModifyAsSiw): the server's QP stays in INIT until
+// rdma_accept moves it to RTS, the client's, past ESTABLISHED, in RTS.
 func (r *session) selfModifyQP(id *rdmacm.ID) error {
 	for _, st := range []ib.QPState{ib.QPStateInit, ib.QPStateRTR, ib.QPStateRTS} {
 		a, mask, err := id.InitQPAttr(st)
@@ -241,7 +244,9 @@ func (r *session) selfModifyQP(id *rdmacm.ID) error {
 			return fmt.Errorf("rdma_init_qp_attr %v: %w", st, err)
 		}
 		if err := r.qp.Modify(&a, mask); err != nil {
-			return fmt.Errorf("ibv_modify_qp %v: %w", st, err)
+			if err = rdmacm.ModifyAsSiw(r.qp, &a, mask, err); err != nil {
+				return fmt.Errorf("ibv_modify_qp %v: %w", st, err)
+			}
 		}
 	}
 	return nil
@@ -428,9 +433,12 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 }
 
 // dial is rping_bind_client and rping_connect_client, then the pings. src is
-// -I's address (rdma_resolve_addr's source), or invalid. With -q the REP
-// comes as CONNECT_RESPONSE (the ID has no QP to move): the QP goes to RTS
-// and rdma_establish sends the RTU.
+// -I's address (rdma_resolve_addr's source), or invalid. With -q, on RoCE the
+// REP comes as CONNECT_RESPONSE (the ID has no QP to move): the QP goes to
+// RTS and rdma_establish sends the RTU; on iWARP the MPA exchange has moved
+// the QP already and ESTABLISHED comes, after which rping.c makes the same
+// calls (its CONNECTED state follows either event): the modifies leave the
+// QP in RTS and rdma_establish does nothing (rdmacm.ID.Establish).
 func (r *session) dial(ctx context.Context, cm *cmSide, src netip.Addr, peer netip.AddrPort) error {
 	id, err := cm.m.CreateID(rdmacm.PortSpaceTCP)
 	if err != nil {
@@ -461,11 +469,11 @@ func (r *session) dial(ctx context.Context, cm *cmSide, src netip.Addr, peer net
 	if err := id.Connect(r.connParam()); err != nil {
 		return fmt.Errorf("rdma_connect: %w", err)
 	}
-	want := rdmacm.EventEstablished
+	want := []rdmacm.EventType{rdmacm.EventEstablished}
 	if r.o.SelfQP {
-		want = rdmacm.EventConnectResponse
+		want = append(want, rdmacm.EventConnectResponse)
 	}
-	if _, err := r.cmWait(ctx, id, 15*time.Second, want); err != nil {
+	if _, err := r.cmWait(ctx, id, 15*time.Second, want...); err != nil {
 		return fmt.Errorf("connect error: %w", err)
 	}
 	if r.o.SelfQP {

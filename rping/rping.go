@@ -60,7 +60,8 @@ type Options struct {
 	Source string
 	// SelfQP is rping's -q: the program creates its QP with the verbs and
 	// moves it to INIT, RTR and RTS itself with rdma_init_qp_attr's
-	// attributes, naming it in conn_param.qp_num (RoCE only).
+	// attributes, naming it in conn_param.qp_num (on iWARP rdma_cm moves it
+	// to RTS at the MPA exchange, as iw_cm does).
 	SelfQP            bool
 	Addr              string
 	Port              int

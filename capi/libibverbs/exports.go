@@ -47,6 +47,16 @@ func device(i C.int) *verbsdev.Device {
 	return l[i]
 }
 
+// debugf prints to stderr when SOFTRDMA_DEBUG is set: why a verb was refused.
+func debugf(format string, a ...any) {
+	if debugOn() {
+		fmt.Fprintf(os.Stderr, "softrdma: "+format+"\n", a...)
+	}
+}
+
+// debugOn reports whether SOFTRDMA_DEBUG is set.
+func debugOn() bool { return os.Getenv("SOFTRDMA_DEBUG") != "" }
+
 //export srgo_ndevices
 func srgo_ndevices() C.int { return C.int(len(loadDevices())) }
 

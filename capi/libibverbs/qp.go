@@ -44,6 +44,7 @@ import (
 	"unsafe"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/rdmacm"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -402,7 +403,12 @@ func srgo_modify_qp(h C.uintptr_t, a *C.struct_sr_qpattr, mask C.int) C.int {
 	}
 	err := q.qp.Modify(&attr, m)
 	if err != nil {
-		err = siwModify(q.qp, &attr, m, err) // siwmodify.go
+		// On iWARP, what siw takes as a no-op (rping -q's modifies with
+		// rdma_init_qp_attr's masks) the engine's IBTA table refuses.
+		refused := err
+		if err = rdmacm.ModifyAsSiw(q.qp, &attr, m, refused); err == nil {
+			debugf("%v: on iWARP the QP stays in %v and only its access flags change, as siw does", refused, q.qp.State())
+		}
 	}
 	if err != nil {
 		debugf("modify qp 0x%x: %v", q.qp.QPN(), err)

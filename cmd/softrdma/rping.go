@@ -29,7 +29,7 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVarP(&o.Addr, "addr", "a", "", "address (server: to bind, default any; client: of the server)")
 	fs.BoolVarP(&o.Persistent, "persistent", "P", false, "persistent server: serve connection after connection, side by side, until stopped")
 	fs.StringVarP(&o.Source, "source", "I", "", "client: the source address to bind to (and the device on it)")
-	fs.BoolVarP(&o.SelfQP, "self-qp", "q", false, "create the QP with the verbs and move it to RTS from rdma_init_qp_attr, instead of rdma_cm (--transport roce)")
+	fs.BoolVarP(&o.SelfQP, "self-qp", "q", false, "create the QP with the verbs and move it with rdma_init_qp_attr's attributes, naming it to rdma_cm (iWARP: the MPA exchange moves it to RTS)")
 	fs.IntVarP(&o.Port, "port", "p", 7174, "port")
 	fs.IntVarP(&o.Count, "count", "C", 0, "ping count times (0: forever)")
 	fs.IntVarP(&o.Size, "size", "S", 64, "ping data size")
@@ -59,10 +59,6 @@ func rpingCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.Source != "" && !o.Client {
 		fmt.Fprintln(stderr, "softrdma rping: -I is the client's source address (the server binds -a)")
-		return 2
-	}
-	if o.SelfQP && o.Transport != "roce" {
-		fmt.Fprintln(stderr, "softrdma rping: -q needs --transport roce (on iWARP rdma_cm binds the QP to the connection's stream)")
 		return 2
 	}
 	if o.Size < rping.MinSize || o.Size > rping.MaxSize {

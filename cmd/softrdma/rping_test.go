@@ -18,21 +18,31 @@ import (
 // loopback: both exit 0, both print rping.c's lines, and the client's capture
 // decodes with no error and holds the MPA exchange rdma_cm makes on iWARP
 // (IRD/ORD words only, peer-to-peer mode with the Read RTR), the RTR and its
-// answer, and the 7 FPDUs of each ping.
+// answer, and the 7 FPDUs of each ping. With -q at both ends (QPs the
+// program creates and moves itself; the MPA exchange moves them to RTS) the
+// wire is the same; -q was refused on iWARP.
 func TestRping(t *testing.T) {
-	for _, crc := range []string{"accept", "require"} {
-		t.Run(crc, func(t *testing.T) {
+	for _, c := range []struct {
+		name, crc string
+		flags     []string
+	}{
+		{"accept", "accept", nil},
+		{"require", "require", nil},
+		{"accept -q", "accept", []string{"-q"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			const count, size = 10, 64
+			crc := c.crc
 			port := strconv.Itoa(tcploop.FreePort(t))
 			pcap := filepath.Join(t.TempDir(), "rping.pcap")
 			var sOut, sErr bytes.Buffer
 			done := make(chan int, 1)
 			go func() {
-				done <- rpingCmd([]string{"-s", "-a", "127.0.0.1", "-p", port, "-v", "--crc", crc, "--timeout", "30s"}, &sOut, &sErr)
+				done <- rpingCmd(append([]string{"-s", "-a", "127.0.0.1", "-p", port, "-v", "--crc", crc, "--timeout", "30s"}, c.flags...), &sOut, &sErr)
 			}()
 			code, cOut, cErr := untilListening(50*time.Millisecond, []string{"refused"}, func(stdout, stderr io.Writer) int {
-				return rpingCmd([]string{"-c", "-a", "127.0.0.1", "-p", port, "-C", strconv.Itoa(count), "-S", strconv.Itoa(size),
-					"-v", "-V", "--crc", crc, "--pcap", pcap, "--timeout", "30s"}, stdout, stderr)
+				return rpingCmd(append([]string{"-c", "-a", "127.0.0.1", "-p", port, "-C", strconv.Itoa(count), "-S", strconv.Itoa(size),
+					"-v", "-V", "--crc", crc, "--pcap", pcap, "--timeout", "30s"}, c.flags...), stdout, stderr)
 			})
 			if code != 0 {
 				t.Fatalf("client exit %d\n%s%s", code, cOut.String(), cErr.String())

@@ -1,16 +1,17 @@
-package main
+package rdmacm_test
 
 import (
 	"testing"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/rdmacm"
 )
 
-// TestSiwModify: a modify of an iWARP QP that the engine's IBTA table
+// TestModifyAsSiw: a modify of an iWARP QP that the engine's IBTA table
 // refuses and siw performs as a no-op keeps the state and applies only the
 // access flags (rdma_init_qp_attr's iWARP masks, rping -q); one siw refuses
 // too, a bad port, and any refusal on a RoCE QP stay refused.
-func TestSiwModify(t *testing.T) {
+func TestModifyAsSiw(t *testing.T) {
 	const (
 		stAccPort = ib.QPAttrState | ib.QPAttrAccessFlags | ib.QPAttrPort
 		rw        = ib.AccessRemoteWrite | ib.AccessRemoteRead
@@ -57,10 +58,10 @@ func TestSiwModify(t *testing.T) {
 			if err == nil {
 				t.Fatalf("the engine took %v→%v with %v", c.from, c.to, c.mask)
 			}
-			err = siwModify(q, &a, c.mask, err)
+			err = rdmacm.ModifyAsSiw(q, &a, c.mask, err)
 			switch {
 			case (err == nil) != c.ok:
-				t.Fatalf("siwModify: %v, want ok %v", err, c.ok)
+				t.Fatalf("ModifyAsSiw: %v, want ok %v", err, c.ok)
 			case q.State() != c.from:
 				t.Errorf("the QP is %v, want %v", q.State(), c.from)
 			case c.ok && c.mask&ib.QPAttrAccessFlags != 0 && q.Query().AccessFlags != rw:
