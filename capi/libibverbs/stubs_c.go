@@ -18,7 +18,6 @@ static void sr_refuse(const char *verb)
 	errno = EOPNOTSUPP;
 }
 
-long ibv_resize_cq(void) { sr_refuse("ibv_resize_cq"); return EOPNOTSUPP; }
 void *ibv_import_device(void) { sr_refuse("ibv_import_device"); return NULL; }
 void *ibv_import_mr(void) { sr_refuse("ibv_import_mr"); return NULL; }
 void *ibv_import_pd(void) { sr_refuse("ibv_import_pd"); return NULL; }

@@ -77,6 +77,7 @@ extern int srgo_dealloc_mw(uintptr_t h);
 extern uintptr_t srgo_rereg_mr(uintptr_t h, int flags, uintptr_t pd, void *addr, size_t length, int access,
 			       uint32_t *lkey, int *err);
 extern uintptr_t srgo_create_cq(int i, int cqe, int wfd, uint64_t cqptr, int *depth, int *err);
+extern int srgo_resize_cq(uintptr_t h, int cqe, int *depth);
 extern int srgo_req_notify_cq(uintptr_t h, int solicited_only);
 extern int srgo_destroy_cq(uintptr_t h);
 extern int srgo_poll_cq(uintptr_t h, int n, struct sr_wc *wc, int *more);
@@ -732,6 +733,26 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 	pthread_mutex_destroy(&cq->mutex);
 	pthread_cond_destroy(&cq->cond);
 	free(c);
+	return 0;
+}
+
+// ibv_resize_cq changes the number of completions cq holds, keeping those
+// waiting (cq_resize.go), and sets cq->cqe to the new depth, as rxe_resize_cq
+// does; it returns 0 or an errno. siw has no resize_cq: on iWARP it is
+// EOPNOTSUPP, as libibverbs answers for a provider without it.
+int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	if (!cq)
+		return EINVAL;
+	if (cq->context->device->transport_type == IBV_TRANSPORT_IWARP) {
+		sr_debug("resize cq: iWARP devices do not resize CQs (siw has no resize_cq): EOPNOTSUPP");
+		return EOPNOTSUPP;
+	}
+	int depth = 0;
+	int rc = SRGO(srgo_resize_cq, ((struct sr_cq *)cq)->h, cqe, &depth);
+	if (rc)
+		return rc;
+	cq->cqe = depth;
 	return 0;
 }
 

@@ -10,7 +10,7 @@ import (
 // TestDebugLog: with SOFTRDMA_DEBUG=1 the library says on stderr, once, which
 // build it is and which devices it exposes (name and SOFTRDMA_DEVICES spec of
 // each), and for each refused verb which verb and why; without it, nothing.
-// The refusals (testdata/refused.c): a verb not implemented (ibv_resize_cq,
+// The refusals (testdata/refused.c): a verb not implemented (ibv_reg_dmabuf_mr,
 // EOPNOTSUPP), an argument out of range (ibv_create_cq of 0 entries, EINVAL),
 // a bad region (ibv_reg_mr of length 0, EINVAL); and through librdmacm.so.1
 // the rsocket API (rstream: rsocket, ENOSYS).
@@ -35,7 +35,7 @@ func TestDebugLog(t *testing.T) {
 		t.Fatalf("refused: %v\n%s\nstderr:\n%s", err, out, errOut)
 	}
 	for _, c := range []struct{ errno, debug string }{
-		{"errno ibv_resize_cq 95", "softrdma: ibv_resize_cq: not implemented (EOPNOTSUPP)"},
+		{"errno ibv_reg_dmabuf_mr 95", "softrdma: ibv_reg_dmabuf_mr: not implemented (EOPNOTSUPP)"},
 		{"errno ibv_create_cq 22", "softrdma: create cq: "},
 		{"errno ibv_reg_mr 22", "softrdma: reg mr: length 0"},
 	} {

@@ -1,6 +1,6 @@
 /* refused: three verbs the library refuses, each for a reason of its own, for
  * TestDebugLog to find SOFTRDMA_DEBUG's line naming the verb and the reason:
- * ibv_resize_cq (not implemented: EOPNOTSUPP), ibv_create_cq with 0 entries
+ * ibv_reg_dmabuf_mr (not implemented: EOPNOTSUPP), ibv_create_cq with 0 entries
  * (EINVAL), ibv_reg_mr of length 0 (EINVAL). Prints "errno VERB N" for each. */
 #include <errno.h>
 #include <stdio.h>
@@ -18,8 +18,7 @@ int main(void)
 		return 1;
 	}
 	errno = 0;
-	int rc = ibv_resize_cq(cq, 8);
-	printf("errno ibv_resize_cq %d\n", rc);
+	printf("errno ibv_reg_dmabuf_mr %d\n", ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE) ? 0 : errno);
 	errno = 0;
 	printf("errno ibv_create_cq %d\n", ibv_create_cq(ctx, 0, NULL, NULL, 0) ? 0 : errno);
 	static char buf[64];
