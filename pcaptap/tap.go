@@ -77,7 +77,7 @@ func (t *Tap) Flush() error {
 // ID 0 for the ID the socket hid, which is recovered (IPv4IDRestorer). The
 // device's Close flushes what it recorded.
 func (t *Tap) Record(oc *roce.OpenConfig, restoreIDs bool) {
-	oc.Capture, oc.CaptureWriter, oc.CaptureReceived = nil, t.w, nil
+	oc.CaptureWriter, oc.CaptureReceived = t.w, nil
 	if restoreIDs {
 		oc.CaptureReceived = new(IPv4IDRestorer).Restore
 	}

@@ -86,18 +86,14 @@ type OpenConfig struct {
 	// none (default 64).
 	HopLimit uint8
 
-	// Capture, if not nil, receives a pcap or pcapng (CaptureFormat) of every
-	// frame the device sends and receives, timestamped by CaptureClock
-	// (default the system clock). Over udp the frames are the ones the
-	// endpoint synthesises around each datagram (netio.UDPEndpoint).
-	Capture       io.Writer
-	CaptureFormat netio.CaptureFormat
-	CaptureClock  netio.Clock
-	// CaptureWriter, if not nil, is where the frames are recorded instead
-	// of a stream of Capture's own: a file other captures write too (a
-	// command's --pcap file). CaptureReceived, if not nil, rewrites each
+	// CaptureWriter, if not nil, records every frame the device sends and
+	// receives (a command's --pcap file, which other captures may share),
+	// timestamped by CaptureClock (default the system clock). Over udp the
+	// frames are the ones the endpoint synthesises around each datagram
+	// (netio.UDPEndpoint). CaptureReceived, if not nil, rewrites each
 	// received frame before it is recorded (netio.NewCaptureInto).
 	CaptureWriter   *netio.CaptureWriter
+	CaptureClock    netio.Clock
 	CaptureReceived func([]byte) []byte
 }
 
@@ -150,12 +146,6 @@ func Open(cfg OpenConfig) (*Device, error) {
 	}
 	if cfg.CaptureWriter != nil {
 		dc.Endpoint = netio.NewCaptureInto(dc.Endpoint, cfg.CaptureWriter, cfg.CaptureClock, cfg.CaptureReceived)
-	} else if cfg.Capture != nil {
-		capture, err := netio.NewCapture(dc.Endpoint, cfg.Capture, cfg.CaptureFormat, cfg.CaptureClock)
-		if err != nil {
-			return fail(fmt.Errorf("roce: open: capture: %w", err))
-		}
-		dc.Endpoint = capture
 	}
 	dc.UDPPort, dc.Version, dc.HopLimit, dc.Engine = cfg.UDPPort, cfg.Version, cfg.HopLimit, cfg.Engine
 	d, err := NewDevice(dc.DeviceConfig)

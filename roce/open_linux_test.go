@@ -265,14 +265,25 @@ func snmp(t *testing.T, ns *netnstest.NS, group, name string) int64 {
 	return 0
 }
 
-// captureFrames receives a device's capture; the test reads it once the
-// device's Run has ended.
+// captureFrames receives a device's capture (pcap, through its
+// CaptureWriter, which the device's Close flushes); the test reads it once
+// the device's Run has ended.
 type captureFrames struct{ bytes.Buffer }
+
+// writer returns the CaptureWriter for OpenConfig.CaptureWriter.
+func (c *captureFrames) writer(t *testing.T) *netio.CaptureWriter {
+	t.Helper()
+	w, err := netio.NewCaptureWriter(&c.Buffer, netio.FormatPcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
 
 // TestOpenAFPacketRoCEv1 runs RC traffic as RoCEv1 between afpacket devices,
 // with IPv4-mapped GIDs (resolved through the kernel) and with the
 // link-local GIDs (whose MACs they name), and checks in a capture of a's
-// frames (OpenConfig.Capture) that every one is RoCEv1 with a GRH built from
+// frames (OpenConfig.CaptureWriter) that every one is RoCEv1 with a GRH built from
 // the GIDs, and that its ICRC verifies.
 func TestOpenAFPacketRoCEv1(t *testing.T) {
 	p := netnstest.NewPair(t, netnstest.PairConfig{MTU: 9000})
@@ -280,7 +291,7 @@ func TestOpenAFPacketRoCEv1(t *testing.T) {
 	var a *roce.Device
 	p.A.NS.MustDo(t, func() (err error) {
 		a, err = roce.Open(roce.OpenConfig{Backend: roce.BackendAFPacket, Interface: p.A.Link, Version: roce.RoCEv1,
-			Capture: &capA, Engine: ibtransport.ContextConfig{Seed: 1}})
+			CaptureWriter: capA.writer(t), Engine: ibtransport.ContextConfig{Seed: 1}})
 		return err
 	})
 	stopA := runDevice(t, a)
@@ -512,7 +523,7 @@ func TestInterfaceGIDTable(t *testing.T) {
 func TestOpenUDPLoopbackCapture(t *testing.T) {
 	var capA captureFrames
 	ipA, ipB := netip.MustParseAddr("127.0.78.1"), netip.MustParseAddr("127.0.78.2")
-	a, err := roce.Open(roce.OpenConfig{Addrs: []netip.Addr{ipA}, Capture: &capA, UDPPort: 14791, Engine: ibtransport.ContextConfig{Seed: 1}})
+	a, err := roce.Open(roce.OpenConfig{Addrs: []netip.Addr{ipA}, CaptureWriter: capA.writer(t), UDPPort: 14791, Engine: ibtransport.ContextConfig{Seed: 1}})
 	if err != nil {
 		t.Skipf("cannot open a UDP device on %v: %v", ipA, err)
 	}
