@@ -14,13 +14,13 @@ import (
 // changes nothing. Type 1 through ibv_bind_mw (unbound by a zero-length
 // bind), type 2 through an IBV_WR_BIND_MW work request (invalidated by the
 // peer's SEND_WITH_INV) and through ibv_wr_bind_mw on an extended QP
-// (invalidated by ibv_wr_local_inv). ibv_alloc_mw was EOPNOTSUPP: the device
+// (invalidated by ibv_wr_local_inv, or by the peer's ibv_wr_send_inv). ibv_alloc_mw was EOPNOTSUPP: the device
 // advertised windows as rxe does but set no alloc_mw.
 func TestMemoryWindows(t *testing.T) {
 	lib := buildLib(t)
 	prog := compile(t, lib, "mw")
 	done := regexp.MustCompile(`(?m)^done \d+ checks, 0 bad$`)
-	for _, mode := range []string{"1", "2", "2x"} {
+	for _, mode := range []string{"1", "2", "2x", "2xs"} {
 		t.Run("type "+mode, func(t *testing.T) {
 			so, co, _, _ := pair(t, lib, prog, "-t", mode)
 			for name, out := range map[string]string{"owner": so, "peer": co} {

@@ -10,7 +10,9 @@
  *   2   a type 2 window: a BIND_MW work request (ibv_post_send), invalidated
  *       by the peer's SEND_WITH_INV (the owner's receive reports the key);
  *   2x  a type 2 window on an extended QP: ibv_wr_bind_mw, invalidated by
- *       ibv_wr_local_inv.
+ *       ibv_wr_local_inv;
+ *   2xs the same, invalidated by the peer's ibv_wr_send_inv (extended QPs at
+ *       both ends).
  * Usage: mw -d DEV -p PORT -t MODE [OWNER-ADDRESS]. One line per check
  * (checks.h: "ok NAME" or "BAD NAME"), then "done N checks" or a failure. */
 #include <arpa/inet.h>
@@ -115,7 +117,8 @@ int main(int argc, char **argv)
 			owner_addr = argv[i];
 	}
 	int owner = owner_addr == NULL;
-	int type = mode[0] == '1' ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2, ext = !strcmp(mode, "2x");
+	int type = mode[0] == '1' ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2, ext = !strncmp(mode, "2x", 2);
+	int peer_inv = !strcmp(mode, "2") || !strcmp(mode, "2xs"); /* the peer's SEND_WITH_INV invalidates */
 
 	struct ibv_device **l = ibv_get_device_list(NULL);
 	struct ibv_context *ctx = NULL;
@@ -132,9 +135,10 @@ int main(int argc, char **argv)
 	struct ibv_qp_init_attr_ex ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .pd = pd,
 		.cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1},
 		.comp_mask = IBV_QP_INIT_ATTR_PD};
-	if (owner && ext) {
+	if (ext) {
 		ia.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-		ia.send_ops_flags = IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND;
+		ia.send_ops_flags = IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV |
+				    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ;
 		qp = ibv_create_qp_ex(ctx, &ia);
 	} else {
 		struct ibv_qp_init_attr a = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .cap = ia.cap};
@@ -215,7 +219,7 @@ int main(int argc, char **argv)
 			RC("ibv_post_send BIND_MW", 0, ibv_post_send(qp, &wr, &bad));
 		}
 		want_wc("bind", cq, 1, IBV_WC_BIND_MW, IBV_WC_SUCCESS);
-		if (type == IBV_MW_TYPE_2) {
+		if (peer_inv) {
 			/* The peer's SEND_WITH_INV needs a receive. */
 			struct ibv_sge sg = {.addr = (uintptr_t)buf + 3072, .length = 64, .lkey = mr->lkey};
 			struct ibv_recv_wr rw = {.wr_id = 9, .sg_list = &sg, .num_sge = 1}, *rbad;
@@ -237,7 +241,7 @@ int main(int argc, char **argv)
 			struct ibv_mw_bind b = {.wr_id = 2, .send_flags = IBV_SEND_SIGNALED, .bind_info = {.mr = mr}};
 			RC("ibv_bind_mw length 0 (unbind)", 0, ibv_bind_mw(qp, mw, &b));
 			want_wc("unbind", cq, 2, IBV_WC_BIND_MW, IBV_WC_SUCCESS);
-		} else if (ext) {
+		} else if (!peer_inv) {
 			struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
 			ibv_wr_start(x);
 			x->wr_id = 2;
@@ -275,10 +279,19 @@ int main(int argc, char **argv)
 			same &= buf[i] == (char)(i + 1);
 		expect("READ gave what was written", same, 1);
 		sync_peer(fd);
-		if (type == IBV_MW_TYPE_2 && !ext) {
-			struct ibv_send_wr wr = {.wr_id = 12, .opcode = IBV_WR_SEND_WITH_INV, .send_flags = IBV_SEND_SIGNALED}, *bad;
-			wr.invalidate_rkey = w.rkey;
-			RC("SEND_WITH_INV", 0, ibv_post_send(qp, &wr, &bad));
+		if (peer_inv) {
+			if (ext) {
+				struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
+				ibv_wr_start(x);
+				x->wr_id = 12;
+				x->wr_flags = IBV_SEND_SIGNALED;
+				ibv_wr_send_inv(x, w.rkey);
+				RC("ibv_wr_send_inv", 0, ibv_wr_complete(x));
+			} else {
+				struct ibv_send_wr wr = {.wr_id = 12, .opcode = IBV_WR_SEND_WITH_INV, .send_flags = IBV_SEND_SIGNALED}, *bad;
+				wr.invalidate_rkey = w.rkey;
+				RC("SEND_WITH_INV", 0, ibv_post_send(qp, &wr, &bad));
+			}
 			want_wc("SEND_WITH_INV", cq, 12, IBV_WC_SEND, IBV_WC_SUCCESS);
 			sync_peer(fd);
 		}
