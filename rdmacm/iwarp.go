@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softrdma/softrdma/ibcm"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/iwarp"
 )
@@ -304,7 +305,7 @@ func (t *iwarpTransport) accept(id *ID, p *ConnParam) error {
 	return nil
 }
 
-func (t *iwarpTransport) reject(id *ID, pd []byte) error {
+func (t *iwarpTransport) reject(id *ID, pd []byte, _ ibcm.RejectReason) error {
 	req := id.iwarp.req
 	id.iwarp.req = nil
 	pd = append([]byte(nil), pd...)

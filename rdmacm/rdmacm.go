@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softrdma/softrdma/ibcm"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/netio"
 )
@@ -178,6 +179,9 @@ var (
 	ErrInvalid      = errors.New("rdmacm: invalid argument")
 	ErrDestroyed    = errors.New("rdmacm: ID destroyed")
 	ErrNotSupported = errors.New("rdmacm: not supported by the transport")
+	// ErrConnected: Notify's communication-established on a connection that
+	// is established already (the kernel's EISCONN).
+	ErrConnected = errors.New("rdmacm: already connected")
 )
 
 // Config configures a Manager.
@@ -240,7 +244,7 @@ type transport interface {
 	listen(id *ID) error
 	unlisten(id *ID)
 	accept(id *ID, p *ConnParam) error
-	reject(id *ID, pd []byte) error
+	reject(id *ID, pd []byte, reason ibcm.RejectReason) error
 	disconnect(id *ID) error
 	destroy(id *ID)
 }
@@ -970,6 +974,17 @@ func (id *ID) Accept(p ConnParam) error {
 // sends a REJ with the reason "consumer reject" (28; a SIDR_REP "rejected" for
 // UD), iWARP an MPA reply with the Reject bit.
 func (id *ID) Reject(privateData []byte) error {
+	return id.RejectReason(privateData, ibcm.RejConsumer)
+}
+
+// RejectReason is Reject with the REJ's reason: the kernel's rdma_cm lets
+// a program give RejConsumer or RejVendorOptionNotSupported (35,
+// rdma_reject_ece); other reasons are ErrInvalid. The reason is RoCE's RC
+// REJ's only: a SIDR_REP and an MPA reject carry none.
+func (id *ID) RejectReason(privateData []byte, reason ibcm.RejectReason) error {
+	if reason != ibcm.RejConsumer && reason != ibcm.RejVendorOptionNotSupported {
+		return fmt.Errorf("rdmacm: reject reason %d: %w", reason, ErrInvalid)
+	}
 	m := id.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -977,11 +992,55 @@ func (id *ID) Reject(privateData []byte) error {
 		return id.errState("reject")
 	}
 	id.answered()
-	if err := id.tr.reject(id, privateData); err != nil {
+	if err := id.tr.reject(id, privateData, reason); err != nil {
 		return err
 	}
 	id.state = stateDisconnect
 	return nil
+}
+
+// NotifyEvent is an asynchronous event of a connection's QP that the program
+// reports to the CM (rdma_notify; the values are enum ibv_event_type's).
+type NotifyEvent int
+
+// The events Notify tells apart; any other is NotifyEvent(n) as well.
+const (
+	NotifyCommEst NotifyEvent = 4 // IBV_EVENT_COMM_EST: the QP received before the RTU
+	NotifyPathMig NotifyEvent = 6 // IBV_EVENT_PATH_MIG: the QP moved to its alternate path
+)
+
+// Notify answers rdma_notify as the kernel's rdma_cm does. An iWARP ID that
+// connects, was requested or listens takes any event and does nothing
+// (iw_cm has no use for them). On RoCE (ib_cm_notify): an established RC
+// connection answers NotifyCommEst with ErrConnected and takes
+// NotifyPathMig, which changes nothing (there is no alternate path); any
+// other event, and any event on an ID without a connection, is
+// ErrInvalidState.
+func (id *ID) Notify(ev NotifyEvent) error {
+	m := id.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id.tr == nil {
+		return id.errState("notify")
+	}
+	if id.tr.kind() == TransportIWARP {
+		switch id.state {
+		case stateConnect, stateAccepted, stateEstablished, stateDisconnect, stateListen:
+			return nil
+		}
+		return id.errState("notify")
+	}
+	// The CM's own state: a disconnect in progress (DREQ sent) is no longer
+	// established there, though the ID is until DISCONNECTED.
+	if cm := id.roce.cm; cm != nil && cm.State() == ibcm.StateEstablished && id.qpType == ibtransport.QPTypeRC {
+		switch ev {
+		case NotifyCommEst:
+			return ErrConnected
+		case NotifyPathMig:
+			return nil
+		}
+	}
+	return fmt.Errorf("rdmacm: notify %d in state %v: %w", ev, id.state, ErrInvalidState)
 }
 
 // Disconnect ends the connection (rdma_disconnect): the QP moves to ERR

@@ -377,7 +377,7 @@ func (t *roceTransport) accept(id *ID, p *ConnParam) error {
 	return nil
 }
 
-func (t *roceTransport) reject(id *ID, pd []byte) error {
+func (t *roceTransport) reject(id *ID, pd []byte, reason ibcm.RejectReason) error {
 	rs := &id.roce
 	if id.qpType == ibtransport.QPTypeUD {
 		if len(pd) > MaxSIDRREPPrivateData {
@@ -388,7 +388,7 @@ func (t *roceTransport) reject(id *ID, pd []byte) error {
 	if len(pd) > MaxREJPrivateData {
 		return fmt.Errorf("rdmacm: REJ private data %d > %d: %w", len(pd), MaxREJPrivateData, ErrInvalid)
 	}
-	return rs.cm.Reject(ibcm.RejConsumer, nil, pd)
+	return rs.cm.Reject(reason, nil, pd)
 }
 
 func (t *roceTransport) disconnect(id *ID) error {

@@ -2,6 +2,7 @@ package rdmacm_test
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -711,4 +712,65 @@ func TestRoCEQPGoneBeforeREP(t *testing.T) {
 		t.Errorf("server QP %v after the REJ", qb.State())
 	}
 	p.closeAll(5*time.Minute, nil, qb, id, req.ID)
+}
+
+// TestRoCERejectReason: rdma_reject_ece's REJ carries reason 35 (vendor
+// option not supported) to the client's REJECTED; the kernel's rdma_cm
+// takes no other reason than 28 and 35.
+func TestRoCERejectReason(t *testing.T) {
+	p := newPair(t, sim.LinkConfig{})
+	id, qa := p.connect("")
+	req := p.request(time.Second)
+	if err := req.ID.RejectReason(nil, ibcm.RejTimeout); !errors.Is(err, rdmacm.ErrInvalid) {
+		t.Errorf("reject with reason %d: %v, want ErrInvalid", ibcm.RejTimeout, err)
+	}
+	must(t, req.ID.RejectReason(nil, ibcm.RejVendorOptionNotSupported))
+	if ev := p.next(id, rdmacm.EventRejected, time.Second); ev.Status != int(ibcm.RejVendorOptionNotSupported) {
+		t.Errorf("REJECTED status %d, want %d", ev.Status, ibcm.RejVendorOptionNotSupported)
+	}
+	p.closeAll(5*time.Minute, qa, nil, id, req.ID)
+}
+
+// TestRoCENotify: Notify answers as the kernel's rdma_notify over an IB CM
+// (ib_cm_notify) at each step of a connection's life.
+func TestRoCENotify(t *testing.T) {
+	p := newPair(t, sim.LinkConfig{})
+	type check struct {
+		name string
+		id   *rdmacm.ID
+		ev   rdmacm.NotifyEvent
+		want error
+	}
+	run := func(cs []check) {
+		t.Helper()
+		for _, c := range cs {
+			if err := c.id.Notify(c.ev); !errors.Is(err, c.want) && (err != nil || c.want != nil) {
+				t.Errorf("%s: Notify(%d) = %v, want %v", c.name, c.ev, err, c.want)
+			}
+		}
+	}
+	id := p.resolve(p.a, rdmacm.PortSpaceTCP, netip.AddrPortFrom(ipB, rpingPort))
+	run([]check{
+		{"route resolved", id, rdmacm.NotifyCommEst, rdmacm.ErrInvalidState},
+		{"listener", p.l, rdmacm.NotifyCommEst, rdmacm.ErrInvalidState},
+	})
+	qa := p.a.createQP(t, id)
+	must(t, id.Connect(rdmacm.DefaultConnParam()))
+	req := p.request(time.Second)
+	run([]check{
+		{"connecting", id, rdmacm.NotifyCommEst, rdmacm.ErrInvalidState},
+		{"requested", req.ID, rdmacm.NotifyPathMig, rdmacm.ErrInvalidState},
+	})
+	qb := p.accept(req, "")
+	p.next(id, rdmacm.EventEstablished, time.Second)
+	p.next(req.ID, rdmacm.EventEstablished, time.Second)
+	run([]check{
+		{"established, COMM_EST", id, rdmacm.NotifyCommEst, rdmacm.ErrConnected},
+		{"established, PATH_MIG", req.ID, rdmacm.NotifyPathMig, nil},
+		{"established, QP_FATAL", id, rdmacm.NotifyEvent(1), rdmacm.ErrInvalidState},
+	})
+	must(t, id.Disconnect())
+	p.next(req.ID, rdmacm.EventDisconnected, time.Second)
+	run([]check{{"disconnecting", id, rdmacm.NotifyPathMig, rdmacm.ErrInvalidState}})
+	p.closeAll(5*time.Minute, qa, qb, id, req.ID)
 }

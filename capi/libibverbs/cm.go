@@ -208,6 +208,8 @@ func cmErrno(err error) C.int {
 		return C.EADDRINUSE
 	case errors.Is(err, rdmacm.ErrNotSupported):
 		return C.EOPNOTSUPP
+	case errors.Is(err, rdmacm.ErrConnected):
+		return C.EISCONN
 	}
 	return errno(err)
 }
@@ -620,8 +622,11 @@ func srcm_accept(h C.uintptr_t, p *C.struct_srcm_param) C.int {
 	return 0
 }
 
+// srcm_reject is rdma_reject, and rdma_reject_ece with reason 35 (the REJ's
+// reason; 0 for rdma_reject's).
+//
 //export srcm_reject
-func srcm_reject(h C.uintptr_t, pd unsafe.Pointer, n C.int) C.int {
+func srcm_reject(h C.uintptr_t, pd unsafe.Pointer, n C.int, reason C.int) C.int {
 	id, ok := cmIDOf(h)
 	if !ok || n < 0 || (pd == nil && n > 0) {
 		return C.EINVAL
@@ -630,7 +635,11 @@ func srcm_reject(h C.uintptr_t, pd unsafe.Pointer, n C.int) C.int {
 	if n > 0 {
 		b = append(b, unsafe.Slice((*byte)(pd), int(n))...)
 	}
-	if err := id.Reject(b); err != nil {
+	r := ibcm.RejConsumer
+	if reason != 0 {
+		r = ibcm.RejectReason(reason)
+	}
+	if err := id.RejectReason(b, r); err != nil {
 		debugf("rdma_reject: %v", err)
 		return cmErrno(err)
 	}
@@ -657,5 +666,20 @@ func srcm_set_tos(h C.uintptr_t, tos C.int) C.int {
 		return C.EINVAL
 	}
 	id.SetTOS(uint8(tos))
+	return 0
+}
+
+// srcm_notify is rdma_notify: event is an enum ibv_event_type.
+//
+//export srcm_notify
+func srcm_notify(h C.uintptr_t, event C.int) C.int {
+	id, ok := cmIDOf(h)
+	if !ok {
+		return C.EINVAL
+	}
+	if err := id.Notify(rdmacm.NotifyEvent(event)); err != nil {
+		debugf("rdma_notify: %v", err)
+		return cmErrno(err)
+	}
 	return 0
 }

@@ -60,13 +60,14 @@ extern int srcm_release_qp(uintptr_t h);
 extern int srcm_connect(uintptr_t h, struct srcm_param *p);
 extern int srcm_listen(uintptr_t h, int backlog);
 extern int srcm_accept(uintptr_t h, struct srcm_param *p);
-extern int srcm_reject(uintptr_t h, const void *pd, int len);
+extern int srcm_reject(uintptr_t h, const void *pd, int len, int reason);
 extern int srcm_disconnect(uintptr_t h);
 extern int srcm_set_tos(uintptr_t h, int tos);
 /* rdma_init_qp_attr: attr->qp_state in, the attributes and ibv_qp_attr_mask out. */
 struct ibv_qp_attr;
 extern int srcm_init_qp_attr(uintptr_t h, struct ibv_qp_attr *attr, int *mask);
 extern int srcm_establish(uintptr_t h);
+extern int srcm_notify(uintptr_t h, int event);
 /* rdma_join_multicast(_ex): flags is the join_flags (0 full member, 1 send-only
  * full member); rdma_leave_multicast. */
 extern int srcm_join_mcast(uintptr_t h, const struct sockaddr *group, int flags);

@@ -9,9 +9,8 @@ so each symbol they import must exist.
 stubs.c: a stub for every public symbol rdmacm.c does not define. A stub
 returns what librdmacm returns for a call it cannot carry out: -1 with errno
 ENOSYS; with SOFTRDMA_DEBUG set it says which call was refused and why
-(why()). Every one of
-these returns an int, ssize_t or off_t (the rsocket calls, multicast, ECE,
-rdma_init_qp_attr, rdma_establish, rdma_notify), so -1 as a long serves.
+(why()). Every one of these returns an int, ssize_t or off_t (the rsocket
+calls and the rest), so -1 as a long serves.
 
 Run from this directory:
   objdump -T /usr/lib/x86_64-linux-gnu/librdmacm.so.1 | python3 genstubs.py
@@ -52,8 +51,6 @@ with open("librdmacm.map", "w") as w:
 
 def why(name):
     """The reason SOFTRDMA_DEBUG gives for refusing name."""
-    if name.endswith("_ece"):
-        return "ECE (enhanced connection establishment) is not implemented"
     if name.startswith("r") and not name.startswith("rdma_"):
         # rsockets: a socket API with a wire protocol of its own over RDMA
         # (rdma-core's librdmacm/rsocket.c), not implemented: refused whole.

@@ -178,6 +178,7 @@ struct sr_cmid {
 	struct ibv_sa_path_rec path;
 	int events_completed;                  /* events acknowledged; sr_ev_mu (the engine counts those taken) */
 	struct sr_mc *mc_list;                 /* groups joined (rdma_join_multicast); sr_ev_mu */
+	struct ibv_ece local_ece, remote_ece;  /* rdma_set_local_ece's; the peer's (none: zero) */
 };
 
 /* A group an ID joined: its address, the program's context (the private data
@@ -548,6 +549,10 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 		errno = rc;
 		goto err;
 	}
+	/* rdma-core's init_ece: the QP's ECE replaces what rdma_set_local_ece
+	 * set, and a device without ECE (rxe, siw, this one: ibv_query_ece is
+	 * EOPNOTSUPP) has none. */
+	memset(&sr_id(id)->local_ece, 0, sizeof(struct ibv_ece));
 	id->pd = pd;
 	id->qp = qp;
 	return 0;
@@ -742,7 +747,53 @@ int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private
 {
 	if (!id)
 		return ERR(EINVAL);
-	return sr_ret(SRGO(srcm_reject, sr_id(id)->h, private_data, private_data ? private_data_len : 0));
+	return sr_ret(SRGO(srcm_reject, sr_id(id)->h, private_data, private_data ? private_data_len : 0, 0));
+}
+
+/* rdma_reject_ece: a REJ with IBTA's reason 35, "vendor option not
+ * supported" (rdma-core's reject_with_reason); RoCE's RC REJ carries it, a
+ * SIDR reply and iWARP's MPA reject carry no reason. */
+int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	if (!id)
+		return ERR(EINVAL);
+	return sr_ret(SRGO(srcm_reject, sr_id(id)->h, private_data, private_data ? private_data_len : 0, 35));
+}
+
+/* The ECE (enhanced connection establishment) values are kept here, as
+ * rdma-core's librdmacm keeps them (cma.c), with its checks: the local ones
+ * may be set, and the peer's read, only before the ID has a QP. softrdma's
+ * devices have no ECE (as rxe and siw: ibv_query_ece is EOPNOTSUPP) and its
+ * CM sends and reads none, so the peer's are zero: rdma-core's answer when
+ * the peer sent none. */
+int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	if (!id || id->qp || !ece || !ece->vendor_id || ece->comp_mask)
+		return ERR(EINVAL);
+	struct sr_cmid *c = sr_id(id);
+	c->local_ece.vendor_id = ece->vendor_id;
+	c->local_ece.options = ece->options;
+	return 0;
+}
+
+int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	if (!id || id->qp || !ece)
+		return ERR(EINVAL);
+	struct sr_cmid *c = sr_id(id);
+	ece->vendor_id = c->remote_ece.vendor_id;
+	ece->options = c->remote_ece.options;
+	ece->comp_mask = 0;
+	return 0;
+}
+
+/* rdma_notify: the program reports its QP's event (enum ibv_event_type) to
+ * the CM; the engine answers as the kernel's rdma_notify (rdmacm.ID.Notify). */
+int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
+{
+	if (!id)
+		return ERR(EINVAL);
+	return sr_ret(SRGO(srcm_notify, sr_id(id)->h, (int)event));
 }
 
 int rdma_disconnect(struct rdma_cm_id *id)

@@ -18,7 +18,6 @@ long raccept(void) { return sr_refuse("raccept", "rsockets (rsocket, rbind, rsen
 long rbind(void) { return sr_refuse("rbind", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
 long rclose(void) { return sr_refuse("rclose", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
 long rconnect(void) { return sr_refuse("rconnect", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rdma_notify(void) { return sr_refuse("rdma_notify", "not implemented"); }
 long rfcntl(void) { return sr_refuse("rfcntl", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
 long rgetpeername(void) { return sr_refuse("rgetpeername", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
 long rgetsockname(void) { return sr_refuse("rgetsockname", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
@@ -42,6 +41,3 @@ long rshutdown(void) { return sr_refuse("rshutdown", "rsockets (rsocket, rbind, 
 long rsocket(void) { return sr_refuse("rsocket", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
 long rwrite(void) { return sr_refuse("rwrite", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
 long rwritev(void) { return sr_refuse("rwritev", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rdma_get_remote_ece(void) { return sr_refuse("rdma_get_remote_ece", "ECE (enhanced connection establishment) is not implemented"); }
-long rdma_reject_ece(void) { return sr_refuse("rdma_reject_ece", "ECE (enhanced connection establishment) is not implemented"); }
-long rdma_set_local_ece(void) { return sr_refuse("rdma_set_local_ece", "ECE (enhanced connection establishment) is not implemented"); }

@@ -51,3 +51,24 @@ func TestMigrateIDEvents(t *testing.T) {
 		})
 	}
 }
+
+// TestECENotify (testdata/cmece.c): rdma_set_local_ece, rdma_get_remote_ece,
+// rdma_reject_ece and rdma_notify answer as rdma-core's librdmacm over the
+// kernel's rdma_cm on a device without ECE (rxe, siw): the ECE values are
+// kept in user space with rdma-core's EINVAL checks and the peer's are zero,
+// reject_ece's REJECTED has status 35 over RoCE, and rdma_notify answers as
+// the kernel's rdma_notify before and after the connection is established.
+// They returned ENOSYS. Over both transports.
+func TestECENotify(t *testing.T) {
+	lib := buildLib(t)
+	prog := compileCM(t, lib, "cmece")
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			addr := randomNet() + "1"
+			out, errOut, err := runBounded(t, lib, tr+":"+addr, time.Minute, prog, tr, addr, fmt.Sprint(20000+rand.IntN(20000)))
+			if err != nil || out != "ok\n" {
+				t.Fatalf("cmece: %v\n%s%s", err, out, errOut)
+			}
+		})
+	}
+}
