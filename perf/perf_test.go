@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/decode"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/oob/perftest"
 	"github.com/softrdma/softrdma/pcaptap"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/decode"
 )
 
 // mckeyScript runs two mckey receivers (devices on $NET.1 and $NET.2) and one

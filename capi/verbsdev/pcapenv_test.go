@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/decode"
 )
 
 // TestPcapEnv runs ibv_rc_pingpong at both ends on softrdma's library (pair)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/decode"
 )
 
 // TestCPUProfile runs ibv_devices with SOFTRDMA_CPUPROFILE set: the library

@@ -19,8 +19,8 @@ import (
 	"github.com/google/gopacket/pcapgo"
 	"github.com/spf13/pflag"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/conform"
+	"github.com/softrdma/softrdma/decode"
 	ib "github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/internal/syncbuf"
 	"github.com/softrdma/softrdma/roce"

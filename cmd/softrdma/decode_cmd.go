@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/decode"
 	"github.com/spf13/pflag"
 )
 

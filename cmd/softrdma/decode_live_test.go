@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/google/gopacket/pcapgo"
-	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/decode"
 	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/netio/netnstest"
 )

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/decode"
 	"github.com/softrdma/softrdma/demo"
 )
 

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/softrdma/softrdma/bench"
-	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/conform"
 	"github.com/softrdma/softrdma/counters"
+	"github.com/softrdma/softrdma/decode"
 	"github.com/softrdma/softrdma/demo"
 	"github.com/softrdma/softrdma/pingpong"
 )

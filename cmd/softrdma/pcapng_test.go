@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/decode"
 	"github.com/softrdma/softrdma/internal/syncbuf"
 	"github.com/softrdma/softrdma/internal/tcploop"
 	"github.com/softrdma/softrdma/perf"

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/decode"
 	"github.com/softrdma/softrdma/counters"
+	"github.com/softrdma/softrdma/decode"
 	"github.com/softrdma/softrdma/ibtransport"
 	"github.com/softrdma/softrdma/internal/syncbuf"
 	"github.com/softrdma/softrdma/internal/tcploop"

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/decode"
 	"github.com/softrdma/softrdma/internal/rpingtext"
 	"github.com/softrdma/softrdma/internal/tcploop"
 	"github.com/softrdma/softrdma/iwarp"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softrdma/softrdma/cmd/softrdma/decode"
+	"github.com/softrdma/softrdma/decode"
 )
 
 // TestRpingRoCE runs softrdma rping --transport roce server and client

@@ -17,7 +17,7 @@ import (
 	"github.com/google/gopacket/pcapgo"
 )
 
-const captureDir = "../../../testdata/captures"
+const captureDir = "../testdata/captures"
 
 // wantRDMAFrames is tshark's count of infiniband / iwarp_mpa frames per capture, from
 // testdata/captures/logs/analyze.txt: the sum of the protocol stacks that contain
