@@ -113,3 +113,80 @@ func TestMetricsLongRunning(t *testing.T) {
 		})
 	}
 }
+
+// TestMetricsConformServe: conform serve with --metrics 0 and
+// --dump-counters FILE.json serves its device's counters while it waits for a
+// tester, and writes them when it ends: the device closed, with the packets
+// of the cases the tester ran against it.
+func TestMetricsConformServe(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	net := loopbackNet()
+	srv, tester := net+"1", net+"2"
+	dump := filepath.Join(t.TempDir(), "counters.json")
+	var srvOut, srvErr syncbuf.Buffer
+	o, err := conformServeParse([]string{"--addr", srv, "--listen", srv + ":0", "--metrics", "0", "--dump-counters", dump}, &srvErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- o.metrics.run("conform serve", &srvErr, func() int { return conformServe(ctx, o, &srvOut, &srvErr) })
+	}()
+	urlRE := regexp.MustCompile(`counters on (http://\S+/metrics)`)
+	var url, addr string
+	for deadline := time.Now().Add(20 * time.Second); (url == "" || addr == "") && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if m := urlRE.FindStringSubmatch(srvErr.String()); m != nil {
+			url = m[1]
+		}
+		if m := conformServeAddrRE.FindStringSubmatch(srvOut.String()); m != nil {
+			addr = m[1]
+		}
+	}
+	if url == "" || addr == "" {
+		cancel()
+		t.Fatalf("conform serve did not start (exit %d): %s%s", <-done, srvOut.String(), srvErr.String())
+	}
+	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	snap, err := counters.Fetch(fctx, url)
+	fcancel()
+	if err != nil {
+		t.Fatalf("fetch %s: %v", url, err)
+	}
+	active := false
+	for _, d := range snap.Devices {
+		active = active || (d.Address == srv && d.State == "active" && d.Transport == "roce")
+	}
+	if !active || snap.PID != os.Getpid() {
+		t.Fatalf("%s: pid %d (want %d), no active roce device on %s: %+v", url, snap.PID, os.Getpid(), srv, snap.Devices)
+	}
+	var out, errOut bytes.Buffer
+	if code := conformCmd([]string{"--peer", addr, "--local", tester, "--case", "rc.dup.read,ud.*"}, &out, &errOut); code != 0 {
+		t.Fatalf("tester exit %d:\n%s%s", code, out.String(), errOut.String())
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("server exit %d: %s%s", code, srvOut.String(), srvErr.String())
+	}
+	b, err := os.ReadFile(dump)
+	if err != nil {
+		t.Fatalf("--dump-counters: %v", err)
+	}
+	var s counters.Snapshot
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("--dump-counters: %v\n%s", err, b)
+	}
+	found := false
+	for _, d := range s.Devices {
+		if d.Address == srv {
+			found = true
+			if d.State != "closed" || d.Counters.PacketsIn == 0 || d.Counters.PacketsOut == 0 {
+				t.Errorf("dumped device %+v: want closed, with packets each way", d)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("--dump-counters: no device on %s:\n%s", srv, b)
+	}
+}
