@@ -214,8 +214,14 @@ type lockedBuffer = syncbuf.Buffer
 // startOn starts prog with the library and one RoCE device on addr, under ctx.
 func startOn(t *testing.T, ctx context.Context, lib, addr, prog string, args ...string) *started {
 	t.Helper()
+	return startWith(t, ctx, lib, "roce:"+addr, prog, args...)
+}
+
+// startWith starts prog with the library and the devices of list, under ctx.
+func startWith(t *testing.T, ctx context.Context, lib, list, prog string, args ...string) *started {
+	t.Helper()
 	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"=roce:"+addr, "SOFTRDMA_DEBUG=1")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"="+list, "SOFTRDMA_DEBUG=1")
 	s := &started{cmd: cmd, out: &lockedBuffer{}}
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	if err := cmd.Start(); err != nil {
@@ -245,34 +251,51 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 // TestKilledPeer: Debian's ib_write_bw at both ends on the library, a 30 s
 // run (-D); once the client's transfer has started (its results header is
 // out, line-buffered by stdbuf), the server is killed with SIGKILL. The
-// client must end as it ends against a kernel peer that died: its writes are
-// retried until the retry count runs out, a completion with
-// IBV_WC_RETRY_EXC_ERR ("Failed status 12"), and perftest exits non-zero,
-// well before its 30 s (no hang; the test's bound is a minute).
+// client must end as it ends against a kernel peer that died, well before
+// its 30 s (no hang; the test's bound is a minute), with perftest's
+// "Failed status N" and a non-zero exit:
+//   - RoCE (as against rxe): its writes are retried until the retry count
+//     runs out, a completion with IBV_WC_RETRY_EXC_ERR (12).
+//   - iWARP (-R, as against siw): the peer's kernel closes its TCP
+//     connection; siw's llp close moves the QP to ERROR and flushes the SQ
+//     and ORQ (siw_qp_llp_close, siw_sq_flush), so the first failed
+//     completion is IBV_WC_WR_FLUSH_ERR (5).
 func TestKilledPeer(t *testing.T) {
 	lib := buildLib(t)
 	stdbuf, err := exec.LookPath("stdbuf")
 	if err != nil {
 		t.Skip("needs stdbuf (coreutils) to see perftest's output as it goes")
 	}
-	net3 := randomNet()
-	srvAddr, cliAddr := net3+"1", net3+"2"
-	port := fmt.Sprint(freeTCPPort(t, srvAddr))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	args := []string{"ib_write_bw", "-d", "sr_roce0", "-x", "1", "-D", "30", "-p", port}
-	srv := startOn(t, ctx, lib, srvAddr, stdbuf, append([]string{"-oL"}, args...)...)
-	waitFor(t, ctx, "the server listens", func() bool { return listening(t, port) })
-	cli := startOn(t, ctx, lib, cliAddr, stdbuf, append(append([]string{"-oL"}, args...), srvAddr)...)
-	waitFor(t, ctx, "the client's transfer starts", func() bool { return strings.Contains(cli.out.String(), "#bytes") })
-	srv.cmd.Process.Kill()
-	srv.cmd.Wait()
-	err = cli.cmd.Wait()
-	if ctx.Err() != nil {
-		t.Fatalf("the client hung after its peer was killed:\n%s", cli.out)
-	}
-	if err == nil || !strings.Contains(cli.out.String(), "Failed status 12") {
-		t.Errorf("client: %v, want a non-zero exit and IBV_WC_RETRY_EXC_ERR (Failed status 12):\n%s", err, cli.out)
+	for _, c := range []struct {
+		transport, dev string
+		flags          []string
+		want           string
+	}{
+		{"roce", "sr_roce0", []string{"-x", "1"}, "Failed status 12"},
+		{"iwarp", "sr_iwarp0", []string{"-R"}, "Failed status 5:"},
+	} {
+		t.Run(c.transport, func(t *testing.T) {
+			net3 := randomNet()
+			srvAddr, cliAddr := net3+"1", net3+"2"
+			port := fmt.Sprint(freeTCPPort(t, srvAddr))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			args := append([]string{"-oL", "ib_write_bw", "-d", c.dev, "-D", "30", "-p", port}, c.flags...)
+			srv := startWith(t, ctx, lib, c.transport+":"+srvAddr, stdbuf, args...)
+			// rdma_cm's iWARP listener is a wildcard socket, on tcp6.
+			waitFor(t, ctx, "the server listens", func() bool { return listening46(t, port) })
+			cli := startWith(t, ctx, lib, c.transport+":"+cliAddr, stdbuf, append(args, srvAddr)...)
+			waitFor(t, ctx, "the client's transfer starts", func() bool { return strings.Contains(cli.out.String(), "#bytes") })
+			srv.cmd.Process.Kill()
+			srv.cmd.Wait()
+			err := cli.cmd.Wait()
+			if ctx.Err() != nil {
+				t.Fatalf("the client hung after its peer was killed:\n%s", cli.out)
+			}
+			if err == nil || !strings.Contains(cli.out.String(), c.want) {
+				t.Errorf("client: %v, want a non-zero exit and %q:\n%s", err, c.want, cli.out)
+			}
+		})
 	}
 }
 
