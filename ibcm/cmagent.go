@@ -179,6 +179,8 @@ var (
 	ErrInvalid = errors.New("ibcm: invalid argument")
 	// ErrDropped: HandleMAD dropped the MAD (see DropError).
 	ErrDropped = errors.New("ibcm: MAD dropped")
+	// ErrEstablished: Establish on a connection established already.
+	ErrEstablished = errors.New("ibcm: already established")
 )
 
 // DropReason says why the agent dropped a MAD.
@@ -1840,6 +1842,30 @@ func (id *ID) SendRTU(privateData []byte) error {
 	copy(m.RTU().PrivateData(), privateData)
 	a.sendResp(id, m)
 	id.state = StateEstablished
+	id.notifyExit = true
+	return nil
+}
+
+// Establish is the consumer's communication-established (the kernel's
+// ib_cm_notify with IB_EVENT_COMM_EST, cm_establish): a passive connection
+// whose REP waits for its RTU (REP_SENT, MRA_REP_RCVD) is established now and
+// its REP is no longer resent; a later RTU is a duplicate. Like the
+// consumer's other calls it makes no event: the caller reports it.
+// ErrEstablished once established, ErrState in any other state.
+func (id *ID) Establish() error {
+	if err := id.lockLive(); err != nil {
+		return err
+	}
+	defer id.unlock()
+	switch id.state {
+	case StateREPSent, StateMRAREPRcvd:
+	case StateEstablished:
+		return ErrEstablished
+	default:
+		return id.badState("establish")
+	}
+	id.state = StateEstablished
+	id.timerOn = false
 	id.notifyExit = true
 	return nil
 }

@@ -1011,8 +1011,10 @@ const (
 
 // Notify answers rdma_notify as the kernel's rdma_cm does. An iWARP ID that
 // connects, was requested or listens takes any event and does nothing
-// (iw_cm has no use for them). On RoCE (ib_cm_notify): an established RC
-// connection answers NotifyCommEst with ErrConnected and takes
+// (iw_cm has no use for them). On RoCE (ib_cm_notify): NotifyCommEst on an
+// accepted connection whose RTU has not come establishes it (its QP got the
+// peer's packets first: EventEstablished follows, as for the RTU), and is
+// ErrConnected once established; an established RC connection takes
 // NotifyPathMig, which changes nothing (there is no alternate path); any
 // other event, and any event on an ID without a connection, is
 // ErrInvalidState.
@@ -1029,6 +1031,17 @@ func (id *ID) Notify(ev NotifyEvent) error {
 			return nil
 		}
 		return id.errState("notify")
+	}
+	if cm := id.roce.cm; cm != nil && id.state == stateAccepted && ev == NotifyCommEst {
+		switch err := cm.Establish(); {
+		case errors.Is(err, ibcm.ErrEstablished):
+			return ErrConnected // the RTU came: its event is on its way
+		case err != nil:
+			return fmt.Errorf("rdmacm: notify: %w: %w", ErrInvalidState, err)
+		}
+		id.state = stateEstablished
+		m.push(id, Event{Type: EventEstablished})
+		return nil
 	}
 	// The CM's own state: a disconnect in progress (DREQ sent) is no longer
 	// established there, though the ID is until DISCONNECTED.

@@ -774,3 +774,26 @@ func TestRoCENotify(t *testing.T) {
 	run([]check{{"disconnecting", id, rdmacm.NotifyPathMig, rdmacm.ErrInvalidState}})
 	p.closeAll(5*time.Minute, qa, qb, id, req.ID)
 }
+
+// TestRoCENotifyCommEst: the client's RTU is lost; the server's program,
+// its QP having received, reports COMM_EST with rdma_notify: the connection
+// is established at once (ESTABLISHED, as for the RTU; the kernel's
+// cm_establish), a second report is ErrConnected (EISCONN), and the REP is
+// not resent.
+func TestRoCENotifyCommEst(t *testing.T) {
+	p := newPair(t, sim.LinkConfig{DropFunc: dropFirst(ibcm.AttrRTU, 1)})
+	id, qa := p.connect("")
+	req := p.request(time.Second)
+	qb := p.accept(req, "")
+	p.next(id, rdmacm.EventEstablished, time.Second)
+	noEvent(t, req.ID)
+	must(t, req.ID.Notify(rdmacm.NotifyCommEst))
+	p.next(req.ID, rdmacm.EventEstablished, time.Second)
+	if err := req.ID.Notify(rdmacm.NotifyCommEst); !errors.Is(err, rdmacm.ErrConnected) {
+		t.Errorf("second COMM_EST: %v, want ErrConnected", err)
+	}
+	p.settle(10 * time.Second)
+	noEvent(t, req.ID)
+	noEvent(t, id)
+	p.closeAll(5*time.Minute, qa, qb, id, req.ID)
+}
