@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
 
 	"github.com/softrdma/softrdma/header"
 	"github.com/softrdma/softrdma/ibtransport"
@@ -213,16 +212,10 @@ type decoder struct {
 	cutHeaders bool
 	cutWhole   int
 
-	// gopacket layers for everything that is not RoCE (TCP for iWARP, and telling
-	// UDP port 4791 apart when roce.Frame rejects a frame).
-	eth     layers.Ethernet
-	dot1q   layers.Dot1Q
-	ip4     layers.IPv4
-	ip6     layers.IPv6
-	tcp     layers.TCP
-	udp     layers.UDP
-	parsers map[gopacket.LayerType]*gopacket.DecodingLayerParser
-	decoded []gopacket.LayerType
+	// hdr is the frame's Ethernet, IP, TCP and UDP headers (parse) for everything
+	// that is not RoCE: TCP for iWARP, and telling UDP port 4791 apart when
+	// roce.Frame rejects a frame.
+	hdr netHeaders
 
 	rdma     map[int]bool // frames counted as RDMA
 	roceDirs map[roceDirKey]*roceDir
@@ -279,17 +272,10 @@ func newDecoder(w io.Writer, opts Options) *decoder {
 		roceICRCErrors: map[roceDirKey]int{},
 		conns:          map[connKey]*tcpConn{},
 		badLinks:       map[linkType]bool{},
-		parsers:        map[gopacket.LayerType]*gopacket.DecodingLayerParser{},
-		decoded:        make([]gopacket.LayerType, 0, 8),
 		filter:         opts.Filter,
 		dirFlow:        map[roceDirKey]int{},
 		connFlow:       map[int]int{},
 		shownFrames:    map[int]bool{},
-	}
-	for _, first := range []gopacket.LayerType{layers.LayerTypeEthernet, layers.LayerTypeIPv4, layers.LayerTypeIPv6} {
-		p := gopacket.NewDecodingLayerParser(first, &d.eth, &d.dot1q, &d.ip4, &d.ip6, &d.tcp, &d.udp)
-		p.IgnoreUnsupported = true
-		d.parsers[first] = p
 	}
 	return d
 }
@@ -387,15 +373,15 @@ func (d *decoder) handleFrame(frame []byte, ci gopacket.CaptureInfo, link linkTy
 	d.now = ci.Timestamp
 	d.wire, d.captured = ci.Length, ci.CaptureLength
 	var err error
-	var first gopacket.LayerType
-	// data is the frame from the header gopacket's parse starts at (first); a cooked
+	var first netLayer
+	// data is the frame from the header parse starts at (first); a cooked
 	// RoCEv1 frame (cookedV1) has none, its link header being all it has besides the GRH.
 	data := frame
 	cookedV1 := false
 	switch link {
 	case linkEthernet:
 		err = d.rf.DecodeEthernet(data)
-		first = layers.LayerTypeEthernet
+		first = layerEthernet
 	case linkLinuxSLL, linkLinuxSLL2:
 		n, proto, ok := cookedHeader(link, frame)
 		if !ok {
@@ -404,9 +390,9 @@ func (d *decoder) handleFrame(frame []byte, ci gopacket.CaptureInfo, link linkTy
 		data = frame[n:]
 		switch proto {
 		case roce.EtherTypeIPv4, roce.EtherTypeIPv6:
-			first = layers.LayerTypeIPv4
+			first = layerIPv4
 			if proto == roce.EtherTypeIPv6 {
-				first = layers.LayerTypeIPv6
+				first = layerIPv6
 			}
 			err = d.rf.DecodeIP(data)
 		case roce.EtherTypeRoCEv1:
@@ -419,9 +405,9 @@ func (d *decoder) handleFrame(frame []byte, ci gopacket.CaptureInfo, link linkTy
 		if len(data) == 0 {
 			return
 		}
-		first = layers.LayerTypeIPv4
+		first = layerIPv4
 		if data[0]>>4 == 6 {
-			first = layers.LayerTypeIPv6
+			first = layerIPv6
 		}
 		err = d.rf.DecodeIP(data)
 	default:
@@ -446,9 +432,9 @@ func (d *decoder) handleFrame(frame []byte, ci gopacket.CaptureInfo, link linkTy
 		return
 	}
 	// roce.Frame rejected the frame before it could tell whether it is RoCE: it is
-	// only if gopacket finds Ethertype 0x8915 or UDP destination port 4791.
+	// only if parse finds Ethertype 0x8915 or UDP destination port 4791.
 	if cookedV1 {
-		d.decoded = d.decoded[:0]
+		d.hdr = netHeaders{}
 		d.roce(ci, err)
 		return
 	}
@@ -505,45 +491,154 @@ func (d *decoder) decodeCut(data []byte, ci gopacket.CaptureInfo, link linkType)
 	return len(data) >= hdr+ibtransport.Opcode(d.rf.IB[0]).HeaderLen()
 }
 
-// parse decodes data with gopacket's layers, starting at first.
-func (d *decoder) parse(data []byte, first gopacket.LayerType) {
-	d.decoded = d.decoded[:0]
-	_ = d.parsers[first].DecodeLayers(data, &d.decoded)
+// netLayer is a header parse decodes, as a bit of netHeaders.found.
+type netLayer uint8
+
+const (
+	layerEthernet netLayer = 1 << iota
+	layerDot1Q
+	layerIPv4
+	layerIPv6
+	layerTCP
+	layerUDP
+)
+
+// netHeaders is what parse found of a frame's headers, each a view of the frame.
+type netHeaders struct {
+	found     netLayer
+	etherType uint16      // Ethernet's Ethertype, or after its 802.1Q tag the inner one
+	ip4       header.IPv4 // from the IPv4 header to the end of the IP packet (or frame)
+	ip4Len    int         // the IPv4 total length (the frame's IP octets for a TSO 0)
+	ip6       header.IPv6
+	ipPayload []byte     // the IP payload the frame holds (less than declared if cut)
+	udp       header.UDP // header and payload
+	tcp       header.TCP // header and payload; it passes Check
 }
 
-func (d *decoder) has(t gopacket.LayerType) bool {
-	for _, x := range d.decoded {
-		if x == t {
-			return true
+// parse decodes data's link, IP and transport headers through package header's
+// views, starting at first: Ethernet with at most one 802.1Q tag, IPv4 or IPv6
+// (without extension headers), TCP or UDP. Each header is taken when the frame
+// holds it whole and its length fields agree (an IP payload may be cut short);
+// the walk stops at the first it cannot take, at one nothing follows, and after
+// the IP header of a fragment.
+func (d *decoder) parse(data []byte, first netLayer) {
+	h := &d.hdr
+	*h = netHeaders{}
+	for next := first; len(data) > 0; {
+		switch next {
+		case layerEthernet:
+			e := header.Ethernet(data)
+			if len(e) < header.EthernetLen {
+				return
+			}
+			h.found |= layerEthernet
+			h.etherType, data = e.Type(), data[header.EthernetLen:]
+			if e.Tagged() {
+				if len(e) < header.EthernetLen+header.VLANTagLen {
+					return
+				}
+				h.found |= layerDot1Q
+				h.etherType, data = e.InnerType(), data[header.VLANTagLen:]
+			}
+			switch h.etherType {
+			case header.EtherTypeIPv4:
+				next = layerIPv4
+			case header.EtherTypeIPv6:
+				next = layerIPv6
+			default:
+				return
+			}
+		case layerIPv4:
+			ip := header.IPv4(data)
+			if len(ip) < header.IPv4MinLen {
+				return
+			}
+			total, ihl := int(ip.TotalLength()), ip.HeaderLen()
+			if total == 0 {
+				total = len(ip) // TSO: the kernel leaves the length to the segments
+			}
+			if total < header.IPv4MinLen || ihl < header.IPv4MinLen || ihl > total || ihl > len(ip) {
+				return
+			}
+			ip = ip[:min(total, len(ip))]
+			h.found |= layerIPv4
+			h.ip4, h.ip4Len, h.ipPayload = ip, total, ip[ihl:]
+			if ip.FlagsFragment()&(header.IPv4FlagMF|0x1FFF) != 0 {
+				return // a fragment: no transport header to parse
+			}
+			data, next = h.ipPayload, transportLayer(ip.Protocol())
+		case layerIPv6:
+			ip := header.IPv6(data)
+			if len(ip) < header.IPv6Len || ip.PayloadLength() == 0 {
+				return // (a jumbogram's payload length is 0: not taken)
+			}
+			h.found |= layerIPv6
+			h.ip6, h.ipPayload = ip, ip[header.IPv6Len:min(len(ip), header.IPv6Len+int(ip.PayloadLength()))]
+			data, next = h.ipPayload, transportLayer(ip.NextHeader())
+		case layerUDP:
+			u := header.UDP(data)
+			if len(u) < header.UDPLen || u.Length() != 0 && u.Length() < header.UDPLen {
+				return
+			}
+			h.found |= layerUDP
+			h.udp = u
+			return
+		case layerTCP:
+			t := header.TCP(data)
+			if t.Check() != nil {
+				return
+			}
+			h.found |= layerTCP
+			h.tcp = t
+			return
+		default:
+			return
 		}
 	}
-	return false
 }
 
+// transportLayer returns the layer of IP protocol proto (0 for one parse does
+// not decode).
+func transportLayer(proto uint8) netLayer {
+	switch proto {
+	case ipProtoTCP:
+		return layerTCP
+	case ipProtoUDP:
+		return layerUDP
+	}
+	return 0
+}
+
+// The IP protocol numbers of TCP and UDP.
+const (
+	ipProtoTCP = 6
+	ipProtoUDP = 17
+)
+
+func (d *decoder) has(l netLayer) bool { return d.hdr.found&l != 0 }
+
 // isRoCE reports whether a frame that roce.Frame rejected is addressed to RoCE.
-func (d *decoder) isRoCE(data []byte, first gopacket.LayerType) bool {
+func (d *decoder) isRoCE(data []byte, first netLayer) bool {
 	d.parse(data, first)
 	switch {
-	case d.has(layers.LayerTypeUDP):
-		return d.udp.DstPort == roce.UDPPort
-	case d.has(layers.LayerTypeIPv4) || d.has(layers.LayerTypeIPv6):
-		// A UDP header cut short (gopacket needs all 8 bytes) still shows the
+	case d.has(layerUDP):
+		return d.hdr.udp.DstPort() == roce.UDPPort
+	case d.has(layerIPv4) || d.has(layerIPv6):
+		// A UDP header cut short (parse needs all 8 bytes) still shows the
 		// destination port once 4 bytes of it are there.
 		ip, ok := d.ipView()
-		return ok && ip.proto == layers.IPProtocolUDP && len(ip.payload) >= 4 &&
+		return ok && ip.proto == ipProtoUDP && len(ip.payload) >= 4 &&
 			header.UDP(ip.payload).DstPort() == roce.UDPPort
-	case d.has(layers.LayerTypeDot1Q):
-		return d.dot1q.Type == roce.EtherTypeRoCEv1
-	case d.has(layers.LayerTypeEthernet) && !d.has(layers.LayerTypeIPv4) && !d.has(layers.LayerTypeIPv6):
-		return d.eth.EthernetType == roce.EtherTypeRoCEv1
+	case d.has(layerEthernet):
+		return d.hdr.etherType == roce.EtherTypeRoCEv1
 	}
 	return false
 }
 
-// ipInfo is what the IP header of the frame gopacket decoded says.
+// ipInfo is what the IP header of the frame parse decoded says.
 type ipInfo struct {
 	src, dst netip.Addr
-	proto    layers.IPProtocol
+	proto    uint8
 	declared int    // the IP payload length the header declares
 	payload  []byte // the IP payload the frame holds (less than declared if cut short)
 }
@@ -551,20 +646,19 @@ type ipInfo struct {
 // ipView returns the IP header fields of the frame d.parse decoded; ok is false for an
 // IPv4 fragment after the first, or a frame without IP.
 func (d *decoder) ipView() (ip ipInfo, ok bool) {
+	h := &d.hdr
 	switch {
-	case d.has(layers.LayerTypeIPv4):
-		if d.ip4.FragOffset != 0 {
+	case d.has(layerIPv4):
+		if h.ip4.FragmentOffset() != 0 {
 			return ip, false
 		}
-		ip.src, _ = netip.AddrFromSlice(d.ip4.SrcIP)
-		ip.dst, _ = netip.AddrFromSlice(d.ip4.DstIP)
-		ip.proto, ip.payload = d.ip4.Protocol, d.ip4.Payload
-		ip.declared = int(d.ip4.Length) - int(d.ip4.IHL)*4
-	case d.has(layers.LayerTypeIPv6):
-		ip.src, _ = netip.AddrFromSlice(d.ip6.SrcIP)
-		ip.dst, _ = netip.AddrFromSlice(d.ip6.DstIP)
-		ip.proto, ip.payload = d.ip6.NextHeader, d.ip6.Payload
-		ip.declared = int(d.ip6.Length)
+		ip.src, ip.dst = h.ip4.Src(), h.ip4.Dst()
+		ip.proto, ip.payload = h.ip4.Protocol(), h.ipPayload
+		ip.declared = h.ip4Len - h.ip4.HeaderLen()
+	case d.has(layerIPv6):
+		ip.src, ip.dst = h.ip6.Src(), h.ip6.Dst()
+		ip.proto, ip.payload = h.ip6.NextHeader(), h.ipPayload
+		ip.declared = int(h.ip6.PayloadLength())
 	default:
 		return ip, false
 	}
@@ -589,17 +683,17 @@ func frameCut(ci gopacket.CaptureInfo, ip *ipInfo) string {
 const minTCPHeader = 14
 
 // other handles a frame that is not RoCE: TCP segments go to the iWARP reassembly.
-func (d *decoder) other(data []byte, first gopacket.LayerType, ci gopacket.CaptureInfo) {
+func (d *decoder) other(data []byte, first netLayer, ci gopacket.CaptureInfo) {
 	d.parse(data, first)
 	ip, ok := d.ipView()
-	if !ok || d.has(layers.LayerTypeIPv4) && d.ip4.Flags&layers.IPv4MoreFragments != 0 {
+	if !ok || d.has(layerIPv4) && d.hdr.ip4.FlagsFragment()&header.IPv4FlagMF != 0 {
 		return // not IP, or a fragment: the decoder does not reassemble IP
 	}
-	if !d.has(layers.LayerTypeTCP) {
+	if !d.has(layerTCP) {
 		switch {
-		case ip.proto == layers.IPProtocolTCP:
+		case ip.proto == ipProtoTCP:
 			d.tcpHeaderCut(ci, &ip)
-		case ip.proto == layers.IPProtocolUDP && !d.has(layers.LayerTypeUDP) && len(ip.payload) < 4:
+		case ip.proto == ipProtoUDP && !d.has(layerUDP) && len(ip.payload) < 4:
 			// Too little of the UDP header to see the port: RoCE if the addresses
 			// carry RoCE (decided at the end).
 			d.addHeaderCut(headerCut{frame: d.frame, udp: true, src: ip.src, dst: ip.dst,
@@ -608,58 +702,56 @@ func (d *decoder) other(data []byte, first gopacket.LayerType, ci gopacket.Captu
 		}
 		return
 	}
-	tcpHdr := int(d.tcp.DataOffset) * 4
-	wireLen := ip.declared - tcpHdr
-	if wireLen < len(d.tcp.Payload) {
-		wireLen = len(d.tcp.Payload)
-	}
+	t := d.hdr.tcp
+	payload := t.Payload()
+	wireLen := max(ip.declared-t.HeaderLen(), len(payload))
 	seg := tcpSegmentInfo{
-		src:     netip.AddrPortFrom(ip.src, uint16(d.tcp.SrcPort)),
-		dst:     netip.AddrPortFrom(ip.dst, uint16(d.tcp.DstPort)),
-		seq:     d.tcp.Seq,
-		ackNum:  d.tcp.Ack,
-		syn:     d.tcp.SYN,
-		ack:     d.tcp.ACK,
-		fin:     d.tcp.FIN,
-		rst:     d.tcp.RST,
-		payload: d.tcp.Payload,
+		src:     netip.AddrPortFrom(ip.src, t.SrcPort()),
+		dst:     netip.AddrPortFrom(ip.dst, t.DstPort()),
+		seq:     t.Seq(),
+		ackNum:  t.Ack(),
+		syn:     t.Flags()&header.TCPFlagSYN != 0,
+		ack:     t.Flags()&header.TCPFlagACK != 0,
+		fin:     t.Flags()&header.TCPFlagFIN != 0,
+		rst:     t.Flags()&header.TCPFlagRST != 0,
+		payload: payload,
 		wireLen: wireLen,
 	}
-	if wireLen > len(d.tcp.Payload) {
+	if wireLen > len(payload) {
 		seg.cut = frameCut(ci, &ip)
 	}
 	d.tcpSegment(&seg)
 }
 
-// tcpHeaderCut handles a TCP segment whose header the frame does not hold whole (gopacket
+// tcpHeaderCut handles a TCP segment whose header the frame does not hold whole (parse
 // gives up on it). With the fields the stream needs (minTCPHeader bytes) it is followed
 // as a segment whose payload the capture lost; with less, the frame is matched at the end
 // against the iWARP connections by its addresses and the port bytes it shows.
 func (d *decoder) tcpHeaderCut(ci gopacket.CaptureInfo, ip *ipInfo) {
-	b := ip.payload
+	b := header.TCP(ip.payload)
 	want := "at least 20"
 	if len(b) > 12 {
-		want = strconv.Itoa(int(b[12]>>4) * 4)
+		want = strconv.Itoa(b.HeaderLen())
 	}
 	reason := fmt.Sprintf("%s inside the TCP header (%d of %s bytes)", frameCut(ci, ip), len(b), want)
-	if len(b) >= minTCPHeader && int(b[12]>>4) >= 5 {
-		flags := b[13]
+	if len(b) >= minTCPHeader && b.HeaderLen() >= header.TCPMinLen {
+		flags := b.Flags()
 		seg := tcpSegmentInfo{
-			src:     netip.AddrPortFrom(ip.src, binary.BigEndian.Uint16(b[0:2])),
-			dst:     netip.AddrPortFrom(ip.dst, binary.BigEndian.Uint16(b[2:4])),
-			seq:     binary.BigEndian.Uint32(b[4:8]),
-			ackNum:  binary.BigEndian.Uint32(b[8:12]),
-			fin:     flags&0x01 != 0,
-			syn:     flags&0x02 != 0,
-			rst:     flags&0x04 != 0,
-			ack:     flags&0x10 != 0,
-			wireLen: max(0, ip.declared-int(b[12]>>4)*4),
+			src:     netip.AddrPortFrom(ip.src, b.SrcPort()),
+			dst:     netip.AddrPortFrom(ip.dst, b.DstPort()),
+			seq:     b.Seq(),
+			ackNum:  b.Ack(),
+			fin:     flags&header.TCPFlagFIN != 0,
+			syn:     flags&header.TCPFlagSYN != 0,
+			rst:     flags&header.TCPFlagRST != 0,
+			ack:     flags&header.TCPFlagACK != 0,
+			wireLen: max(0, ip.declared-b.HeaderLen()),
 			cut:     reason,
 		}
 		d.tcpSegment(&seg)
 		return
 	}
-	if len(b) > 12 && ip.declared <= int(b[12]>>4)*4 || ip.declared <= 20 {
+	if len(b) > 12 && ip.declared <= b.HeaderLen() || ip.declared <= header.TCPMinLen {
 		return // no payload: a bare SYN, ACK or FIN, which carries no RDMA
 	}
 	d.addHeaderCut(headerCut{frame: d.frame, src: ip.src, dst: ip.dst,

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
 
 	"github.com/softrdma/softrdma/ibcm"
 	"github.com/softrdma/softrdma/ibtransport"
@@ -28,12 +27,12 @@ func (d *decoder) roce(ci gopacket.CaptureInfo, decErr error) {
 	*p = Packet{Frame: d.frame, Time: d.relTime(d.now), Transport: "RoCEv2"}
 	cut := cutShort(ci)
 	if decErr != nil {
-		// Addresses from gopacket's view of the frame (isRoCE decoded it).
+		// Addresses from parse's view of the frame (isRoCE decoded it).
 		switch {
-		case d.has(layers.LayerTypeIPv4):
-			p.Src, p.Dst = d.ip4.SrcIP.String(), d.ip4.DstIP.String()
-		case d.has(layers.LayerTypeIPv6):
-			p.Src, p.Dst = d.ip6.SrcIP.String(), d.ip6.DstIP.String()
+		case d.has(layerIPv4):
+			p.Src, p.Dst = d.hdr.ip4.Src().String(), d.hdr.ip4.Dst().String()
+		case d.has(layerIPv6):
+			p.Src, p.Dst = d.hdr.ip6.Src().Unmap().String(), d.hdr.ip6.Dst().Unmap().String()
 		default:
 			p.Transport = "RoCEv1"
 		}
