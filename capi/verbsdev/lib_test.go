@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 // buildLib builds lib/libibverbs.so.1 into a temporary directory with `make lib`
 // (cgo, rdma-core's headers), once, or skips the test with one line when gcc,
 // the headers or rdma-core's tools are missing (scripts/deps.sh installs them).
-func buildLib(t *testing.T) string {
+func buildLib(t testing.TB) string {
 	t.Helper()
 	for _, tool := range []string{"make", "gcc", "ibv_devices", "ibv_devinfo", "ibv_rc_pingpong"} {
 		if _, err := exec.LookPath(tool); err != nil {

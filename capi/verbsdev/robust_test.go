@@ -28,14 +28,14 @@ func compile(t *testing.T, lib, name string) string {
 
 // compileCM builds testdata/NAME.c against the rdma_cm library and the verbs
 // library in lib.
-func compileCM(t *testing.T, lib, name string) string {
+func compileCM(t testing.TB, lib, name string) string {
 	t.Helper()
 	return gcc(t, name, filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1"))
 }
 
 // gcc builds testdata/NAME.c, linked with libs, into a temporary directory
 // and returns the program's path.
-func gcc(t *testing.T, name string, libs ...string) string {
+func gcc(t testing.TB, name string, libs ...string) string {
 	t.Helper()
 	prog := filepath.Join(t.TempDir(), name)
 	args := append([]string{"-Wall", "-pthread", "-o", prog, filepath.Join("testdata", name+".c")}, libs...)
@@ -57,7 +57,7 @@ func randomNet() string {
 // under SOFTRDMA_DEBUG writes its goroutines and every QP's state to stderr
 // (TestDebugQuit), so that the failure says what the program waited for;
 // SIGKILL follows if it is still there 5 s later.
-func runBounded(t *testing.T, lib, list string, limit time.Duration, prog string, args ...string) (stdout, stderr string, err error) {
+func runBounded(t testing.TB, lib, list string, limit time.Duration, prog string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
