@@ -90,26 +90,7 @@ func TestMetricsLongRunning(t *testing.T) {
 			if code := <-done; code != 0 {
 				t.Fatalf("server exit %d: %s%s", code, srvOut.String(), srvErr.String())
 			}
-			b, err := os.ReadFile(dump)
-			if err != nil {
-				t.Fatalf("--dump-counters: %v", err)
-			}
-			var s counters.Snapshot
-			if err := json.Unmarshal(b, &s); err != nil {
-				t.Fatalf("--dump-counters: %v\n%s", err, b)
-			}
-			found := false
-			for _, d := range s.Devices {
-				if d.Address == srv {
-					found = true
-					if d.State != "closed" || d.Counters.PacketsIn == 0 || d.Counters.PacketsOut == 0 {
-						t.Errorf("dumped device %+v: want closed, with packets each way", d)
-					}
-				}
-			}
-			if !found || !strings.Contains(string(b), `"packets_in"`) {
-				t.Errorf("--dump-counters: no device on %s:\n%s", srv, b)
-			}
+			checkCountersDump(t, dump, srv)
 		})
 	}
 }
@@ -169,6 +150,13 @@ func TestMetricsConformServe(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("server exit %d: %s%s", code, srvOut.String(), srvErr.String())
 	}
+	checkCountersDump(t, dump, srv)
+}
+
+// checkCountersDump checks the JSON file --dump-counters wrote: it holds the
+// device on addr, closed, with packets each way, in snake_case keys.
+func checkCountersDump(t *testing.T, dump, addr string) {
+	t.Helper()
 	b, err := os.ReadFile(dump)
 	if err != nil {
 		t.Fatalf("--dump-counters: %v", err)
@@ -179,14 +167,14 @@ func TestMetricsConformServe(t *testing.T) {
 	}
 	found := false
 	for _, d := range s.Devices {
-		if d.Address == srv {
+		if d.Address == addr {
 			found = true
 			if d.State != "closed" || d.Counters.PacketsIn == 0 || d.Counters.PacketsOut == 0 {
 				t.Errorf("dumped device %+v: want closed, with packets each way", d)
 			}
 		}
 	}
-	if !found {
-		t.Errorf("--dump-counters: no device on %s:\n%s", srv, b)
+	if !found || !strings.Contains(string(b), `"packets_in"`) {
+		t.Errorf("--dump-counters: no device on %s:\n%s", addr, b)
 	}
 }
