@@ -41,7 +41,7 @@ func FuzzCAPI(f *testing.F) {
 			t.Fatal(err)
 		}
 		addr := randomNet() + "1"
-		out, errOut, err := runBounded(t, lib, tr+":"+addr, time.Minute, prog, addr, in)
+		out, errOut, err := runBounded(t, lib, tr+":"+addr, 30*time.Second, prog, addr, in)
 		if err != nil || !strings.Contains(out, "\ndone ") && !strings.HasPrefix(out, "done ") ||
 			strings.Contains(errOut, "panic") || strings.Contains(errOut, "fatal error") {
 			t.Fatalf("fuzzcalls on %s: %v\nstdout (tail):\n%s\nstderr (tail):\n%s", tr, err, tail(out), tail(errOut))
