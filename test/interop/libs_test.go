@@ -44,8 +44,9 @@ func (c libCase) String() string {
 // libIters bounds each exchange: the guest runs under TCG emulation.
 const libIters = 5
 
-// TestLibsRXE runs Debian's unmodified ibv_rc_pingpong, ibv_ud_pingpong,
-// ib_write_bw, ib_read_bw, ib_send_lat and ib_atomic_bw, and over rdma_cm
+// TestLibsRXE runs Debian's unmodified ibv_rc_pingpong, ibv_uc_pingpong,
+// ibv_ud_pingpong, ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat,
+// ib_read_lat, ib_send_lat, ib_atomic_bw and ib_atomic_lat, and over rdma_cm
 // (when the libraries have librdmacm.so.1) rping, ib_write_bw, ib_read_bw and
 // ib_send_bw -R (as TestLibsSiw runs them), with one end on
 // softrdma's libibverbs.so.1 on the host (LD_LIBRARY_PATH, SOFTRDMA_DEVICES,
@@ -66,12 +67,17 @@ func TestLibsRXE(t *testing.T) {
 	for _, server := range []bool{false, true} {
 		for _, c := range []libCase{
 			{tool: "ibv_rc_pingpong", pp: &pingpongCase{mode: "rc", size: 4096}, opcode: "SEND"},
+			{tool: "ibv_uc_pingpong", pp: &pingpongCase{mode: "uc", size: 3000}, opcode: "SEND"},
 			{tool: "ibv_ud_pingpong", pp: &pingpongCase{mode: "ud", size: 1024}, opcode: "UD SEND"},
 			{tool: "ib_write_bw", perf: &perfCase{tool: "ib_write_bw", size: 65536}, opcode: "RDMA WRITE"},
 			{tool: "ib_read_bw", perf: &perfCase{tool: "ib_read_bw", size: 65536}, opcode: "RDMA READ"},
+			{tool: "ib_send_bw", perf: &perfCase{tool: "ib_send_bw", size: 65536}, opcode: "SEND"},
+			{tool: "ib_write_lat", perf: &perfCase{tool: "ib_write_lat", size: 2}, opcode: "RDMA WRITE"},
+			{tool: "ib_read_lat", perf: &perfCase{tool: "ib_read_lat", size: 2}, opcode: "RDMA READ"},
 			{tool: "ib_send_lat", perf: &perfCase{tool: "ib_send_lat", size: 2}, opcode: "SEND"},
 			{tool: "ib_atomic_bw", perf: &perfCase{tool: "ib_atomic_bw", atomic: "FETCH_AND_ADD"}, opcode: "FetchAdd"},
 			{tool: "ib_atomic_bw", perf: &perfCase{tool: "ib_atomic_bw", atomic: "CMP_AND_SWAP"}, opcode: "CmpSwap"},
+			{tool: "ib_atomic_lat", perf: &perfCase{tool: "ib_atomic_lat", atomic: "FETCH_AND_ADD"}, opcode: "FetchAdd"},
 		} {
 			c.libServer = server
 			if c.perf != nil {
