@@ -69,7 +69,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	t.Setenv("XDG_RUNTIME_DIR", t.TempDir()) // its announce file goes there
 	net3 := randomNet()
 	srvAddr, cliAddr := net3+"1", net3+"2"
-	port := fmt.Sprint(freeTCPPort(t, srvAddr))
+	port := fmt.Sprint(freeTCPPort(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := func(addr string, env []string, extra ...string) (*exec.Cmd, *syncBuffer) {
@@ -83,15 +83,24 @@ func TestMetricsEndpoint(t *testing.T) {
 		return cmd, out
 	}
 	srv, so := start(srvAddr, []string{"SOFTRDMA_METRICS=0"})
-	defer srv.Process.Kill()
+	defer func() { srv.Process.Kill() }()
 	url := regexp.MustCompile(`softrdma: counters on (http://127\.0\.0\.1:\d+/metrics)`)
 	var found *counters.Device
 	var s counters.Snapshot
-	for found == nil {
+	for restarts := 0; found == nil; {
 		if ctx.Err() != nil {
 			t.Fatalf("no device in the server's counters: %+v\n%s", s, so.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+		if strings.Contains(so.String(), "Couldn't listen to port") && restarts < 5 {
+			// Another process took the port after freeTCPPort: a new one.
+			srv.Process.Kill()
+			srv.Wait()
+			restarts++
+			port = fmt.Sprint(freeTCPPort(t))
+			srv, so = start(srvAddr, []string{"SOFTRDMA_METRICS=0"})
+			continue
+		}
 		m := url.FindStringSubmatch(so.String())
 		if m == nil || !listening(t, port) {
 			continue

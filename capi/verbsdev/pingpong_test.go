@@ -15,12 +15,14 @@ import (
 	"github.com/softrdma/softrdma/devspec"
 )
 
-// freeTCPPort returns a TCP port free on addr a moment ago, for
+// freeTCPPort returns a TCP port no socket used a moment ago, for
 // ibv_rc_pingpong's out-of-band exchange (its default, 18515, may be taken by
-// another test on the host).
-func freeTCPPort(t *testing.T, addr string) int {
+// another test on the host). The programs listen on the wildcard address, so
+// the port is taken from a wildcard listener: one free on the server's own
+// address alone can be held on another (CI: "Couldn't listen to port").
+func freeTCPPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", addr+":0")
+	l, err := net.Listen("tcp", ":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func pairOnce(t *testing.T, lib, prog string, args ...string) (srvOut, cliOut, s
 	t.Helper()
 	net3 := randomNet()
 	srvAddr, cliAddr = net3+"1", net3+"2"
-	port := fmt.Sprint(freeTCPPort(t, srvAddr))
+	port := fmt.Sprint(freeTCPPort(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := func(addr string, extra ...string) (*exec.Cmd, *bytes.Buffer) {

@@ -71,7 +71,7 @@ func progPair(t *testing.T, lib, tr, srvAddr string, srvEnv []string, srv, cli f
 	if srvAddr == "" {
 		srvAddr = net3 + "1"
 	}
-	port := fmt.Sprint(freeTCPPort(t, srvAddr))
+	port := fmt.Sprint(freeTCPPort(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := func(addr string, env, argv []string) (*exec.Cmd, *syncBuffer) {

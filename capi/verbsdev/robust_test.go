@@ -277,7 +277,7 @@ func TestKilledPeer(t *testing.T) {
 		t.Run(c.transport, func(t *testing.T) {
 			net3 := randomNet()
 			srvAddr, cliAddr := net3+"1", net3+"2"
-			port := fmt.Sprint(freeTCPPort(t, srvAddr))
+			port := fmt.Sprint(freeTCPPort(t))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			args := append([]string{"-oL", "ib_write_bw", "-d", c.dev, "-D", "30", "-p", port}, c.flags...)
