@@ -21,12 +21,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
-
-static void fail(const char *what)
-{
-	printf("FAIL: %s (errno %d: %s)\n", what, errno, strerror(errno));
-	exit(1);
-}
+#include "cmsteps.h"
 
 /* want checks that r (a librdmacm call's return) is 0 for e == 0, or -1 with
  * errno e. */
@@ -36,29 +31,6 @@ static void want(const char *what, int r, int e)
 		printf("FAIL: %s: returned %d errno %d, want %s %d\n", what, r, r ? errno : 0, e ? "errno" : "", e);
 		exit(1);
 	}
-}
-
-static struct rdma_cm_event *next(struct rdma_event_channel *ch, enum rdma_cm_event_type t)
-{
-	struct rdma_cm_event *ev;
-	if (rdma_get_cm_event(ch, &ev))
-		fail("rdma_get_cm_event");
-	if (ev->event != t) {
-		printf("FAIL: event %s (status %d), want %s\n", rdma_event_str(ev->event), ev->status, rdma_event_str(t));
-		exit(1);
-	}
-	return ev;
-}
-
-static void qp(struct rdma_cm_id *id)
-{
-	struct ibv_qp_init_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_type = IBV_QPT_RC;
-	a.cap.max_send_wr = a.cap.max_recv_wr = 4;
-	a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-	if (rdma_create_qp(id, NULL, &a))
-		fail("rdma_create_qp");
 }
 
 static struct rdma_conn_param cp = {.initiator_depth = 1, .responder_resources = 1, .retry_count = 7, .rnr_retry_count = 7};

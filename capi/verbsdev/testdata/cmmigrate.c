@@ -22,12 +22,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
-
-static void fail(const char *what)
-{
-	printf("FAIL: %s (errno %d: %s)\n", what, errno, strerror(errno));
-	exit(1);
-}
+#include "cmsteps.h"
 
 static void check(int ok, const char *what)
 {
@@ -37,36 +32,11 @@ static void check(int ok, const char *what)
 	}
 }
 
-/* next takes the next event of ch, which must be want for id. */
-static struct rdma_cm_event *next(struct rdma_event_channel *ch, enum rdma_cm_event_type want, struct rdma_cm_id *id)
-{
-	struct rdma_cm_event *ev;
-	if (rdma_get_cm_event(ch, &ev))
-		fail("rdma_get_cm_event");
-	if (ev->event != want || (id && ev->id != id)) {
-		printf("FAIL: event %s (status %d) of %p, want %s of %p\n", rdma_event_str(ev->event), ev->status,
-		       (void *)ev->id, rdma_event_str(want), (void *)id);
-		exit(1);
-	}
-	return ev;
-}
-
 /* readable reports whether poll says fd has an event, waiting up to ms. */
 static int readable(int fd, int ms)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN};
 	return poll(&p, 1, ms) == 1;
-}
-
-static void qp(struct rdma_cm_id *id)
-{
-	struct ibv_qp_init_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_type = IBV_QPT_RC;
-	a.cap.max_send_wr = a.cap.max_recv_wr = 4;
-	a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-	if (rdma_create_qp(id, NULL, &a))
-		fail("rdma_create_qp");
 }
 
 struct migrator {
@@ -115,7 +85,7 @@ int main(int argc, char **argv)
 	 * after the acknowledgement. */
 	if (rdma_resolve_addr(c, NULL, (struct sockaddr *)&sa, 2000))
 		fail("rdma_resolve_addr");
-	struct rdma_cm_event *held = next(cha, RDMA_CM_EVENT_ADDR_RESOLVED, c);
+	struct rdma_cm_event *held = next_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED, c);
 	if (rdma_resolve_route(c, 2000))
 		fail("rdma_resolve_route");
 	check(readable(cha->fd, 5000), "c's ROUTE_RESOLVED never queued");
@@ -140,7 +110,7 @@ int main(int argc, char **argv)
 		fail("rdma_migrate_id");
 	pthread_join(th, NULL);
 	check(c->channel == chb, "c->channel is not the new channel");
-	rdma_ack_cm_event(next(chb, RDMA_CM_EVENT_ROUTE_RESOLVED, c));
+	rdma_ack_cm_event(next_event(chb, RDMA_CM_EVENT_ROUTE_RESOLVED, c));
 	check(!readable(cha->fd, 0) && !readable(chb->fd, 0), "a channel is readable with nothing queued");
 
 	/* 2. A listener's queued connection request moves with it, and the new
@@ -157,7 +127,7 @@ int main(int argc, char **argv)
 	if (rdma_migrate_id(l, cha))
 		fail("rdma_migrate_id of the listener");
 	check(!readable(chl->fd, 0), "the listener's old channel is readable after the migration");
-	struct rdma_cm_event *req = next(cha, RDMA_CM_EVENT_CONNECT_REQUEST, NULL);
+	struct rdma_cm_event *req = next_event(cha, RDMA_CM_EVENT_CONNECT_REQUEST, NULL);
 	check(req->listen_id == l, "the request does not name the migrated listener");
 	struct rdma_cm_id *s = req->id;
 	check(s->channel == cha, "the new connection's ID is not on the listener's new channel");
@@ -165,8 +135,8 @@ int main(int argc, char **argv)
 	qp(s);
 	if (rdma_accept(s, &cp))
 		fail("rdma_accept");
-	rdma_ack_cm_event(next(cha, RDMA_CM_EVENT_ESTABLISHED, s));
-	rdma_ack_cm_event(next(chb, RDMA_CM_EVENT_ESTABLISHED, c));
+	rdma_ack_cm_event(next_event(cha, RDMA_CM_EVENT_ESTABLISHED, s));
+	rdma_ack_cm_event(next_event(chb, RDMA_CM_EVENT_ESTABLISHED, c));
 
 	/* 3. A synchronous ID (made without a channel) cannot move to none
 	 * (rdma-core: EINVAL); it can move to a channel. */

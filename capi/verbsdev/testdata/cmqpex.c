@@ -17,24 +17,7 @@
 #include <time.h>
 #include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
-
-static void fail(const char *what)
-{
-	printf("FAIL: %s (errno %d: %s)\n", what, errno, strerror(errno));
-	exit(1);
-}
-
-static struct rdma_cm_event *next(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
-{
-	struct rdma_cm_event *ev;
-	if (rdma_get_cm_event(ch, &ev))
-		fail("rdma_get_cm_event");
-	if (ev->event != want) {
-		printf("FAIL: event %s (status %d), want %s\n", rdma_event_str(ev->event), ev->status, rdma_event_str(want));
-		exit(1);
-	}
-	return ev;
-}
+#include "cmsteps.h"
 
 /* poll1 waits (at most 20 s) for one completion on cq. */
 static void poll1(struct ibv_cq *cq, const char *what)
