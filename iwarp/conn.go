@@ -443,7 +443,7 @@ func newConn(c *Conn, nc net.Conn, qp *ib.QP, w *ib.Wire, neg Negotiated, p Conn
 	c.wroteEffect, c.sendEffect, c.readRespEffect = c.wrote, c.sendPlaced, c.readResponsePlaced
 	c.headerEffect, c.immEffect, c.atomicRespEffect = c.headerOnly, c.immediatePlaced, c.atomicResponsePlaced
 	c.tx = newTxState(&c.neg, obs)
-	c.rx = rxState{nc: nc, rc: rawReader(nc), obs: obs, buf: make([]byte, rxBufSize), markers: neg.RecvMarkers, crc: neg.CRC}
+	c.rx.init(nc, obs, &neg)
 	for i := range c.rq {
 		c.rq[i].msn = 1
 	}

@@ -312,7 +312,7 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 // loopback TCP an input cost a connection (~0.4 ms), and Go's minimization of
 // each new interesting input (up to n²/2 runs for n octets) outlasted a short
 // -fuzztime, which then counted a handful of executions (18 in 30 s). The
-// readv(2) path of the reader (readDirect) needs a TCP socket: TestFuzzSeedsRun
+// readv(2) path of the reader (readSocket) needs a TCP socket: TestFuzzSeedsRun
 // runs the seeds, and variants of them, over both and wants the same outcome.
 func FuzzConnReceive(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
