@@ -388,7 +388,13 @@ func (qp *QP) finishExternal(wq *sendWQE, status WCStatus) {
 	}
 	wq.state, wq.status = wqeDone, WCSuccess
 	qp.retire()
-	qp.notifyWire() // a READ slot or a fence may have opened
+	if qp.sq.next != qp.sq.tail {
+		// A READ slot or a fence may have opened for a WQE not handed out
+		// yet. With none waiting there is nothing to wake the transport for
+		// (a post wakes it): each iWARP READ completion woke the idle
+		// writer for nothing.
+		qp.notifyWire()
+	}
 }
 
 // CompleteAtomic completes the handed-out atomic WQE id: orig, the remote value

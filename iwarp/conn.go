@@ -455,6 +455,7 @@ func newConn(c *Conn, nc net.Conn, qp *ib.QP, w *ib.Wire, neg Negotiated, p Conn
 		c.rtrAnswered = make(chan struct{})
 	}
 	c.kick = make(chan struct{}, 1)
+	c.rx.kick = c.kick
 	c.done = make(chan struct{})
 	c.termWritten = make(chan struct{})
 	w.SetPlacementInterrupt(c.interruptPlacement)

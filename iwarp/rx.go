@@ -104,6 +104,11 @@ type rxState struct {
 	pad     [3]byte      // trailer's pad octets (locals escape through read)
 	crcBuf  [CRCLen]byte // trailer's CRC octets
 
+	// kickPending: Read or Atomic Responses were queued since the writer was
+	// last kicked; readRaw kicks it before it reads the socket again.
+	kickPending bool
+	kick        chan<- struct{} // the writer's kick channel
+
 	readv    func(fd uintptr) bool // readSocket's RawConn.Read callback, made once
 	readvN   int
 	readvErr error
@@ -156,6 +161,16 @@ func (r *rxState) readRaw(p []byte) error {
 	}
 	if len(p) == 0 {
 		return nil
+	}
+	if r.kickPending {
+		// The responses to every request read so far are queued: the writer
+		// frames them in one batch (one wake-up and one writev for them,
+		// where a kick per request had it write one or two per writev).
+		r.kickPending = false
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
 	}
 	var err error
 	if r.rc != nil {
@@ -913,7 +928,7 @@ func (c *Conn) readRequest(h *rxHdr) error {
 		srcSTag: rr.SourceSTag(), srcTO: rr.SourceTO(), size: size})
 	c.mu.Unlock()
 	c.rq[QueueReadRequest].msn++
-	c.kickWriter()
+	c.rx.kickPending = true
 	return nil
 }
 
@@ -954,7 +969,7 @@ func (c *Conn) atomicRequest(h *rxHdr) error {
 	c.respQ = append(c.respQ, inResp{atomic: true, reqID: a.RequestID(), orig: orig})
 	c.mu.Unlock()
 	c.rq[QueueReadRequest].msn++
-	c.kickWriter()
+	c.rx.kickPending = true
 	return nil
 }
 
