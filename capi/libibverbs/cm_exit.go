@@ -5,7 +5,28 @@ extern void sr_cm_arm_exit(void);
 */
 import "C"
 
-import "github.com/softrdma/softrdma/rdmacm"
+import (
+	"sync"
+	"time"
+
+	"github.com/softrdma/softrdma/rdmacm"
+)
+
+// cmExitWait bounds how long the exit waits for the CM's lock.
+const cmExitWait = time.Second
+
+// lockWithin locks mu unless it stays held for d, trying every millisecond;
+// it says whether it locked it.
+func lockWithin(mu *sync.Mutex, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for !mu.TryLock() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
 
 // cmExitArm makes the process's exit destroy the rdma_cm IDs it leaves
 // (srgo_cm_exit); cmManager calls it once.
@@ -19,13 +40,17 @@ func cmExitArm() { C.sr_cm_arm_exit() }
 // its DREQ retries (a minute and more) for its DISCONNECTED event. qperf's
 // server does that: it destroys its listening ID but not the connection's
 // and exits, and its client waits for the DISCONNECTED event of the
-// rdma_disconnect it made. It does nothing if another thread holds the CM's
-// lock (the exit must not wait for it).
+// rdma_disconnect it made. The lock's holders keep it only to move an event,
+// but one can hold it as the process exits: the forwarder of the DREQ a peer
+// sends once it has this process's last message (perftest's atomic_lat
+// server exits then; TryLock alone failed in 2 runs of 6 and the client
+// waited out its DREQ's retries). So the exit waits for the lock up to
+// cmExitWait, and leaves the IDs as they are if it is still held.
 //
 //export srgo_cm_exit
 func srgo_cm_exit() {
-	if !cm.mu.TryLock() {
-		debugf("exit: rdma_cm busy: its IDs are left as they are")
+	if !lockWithin(&cm.mu, cmExitWait) {
+		debugf("exit: rdma_cm busy for %v: its IDs are left as they are", cmExitWait)
 		return
 	}
 	var live []*rdmacm.ID

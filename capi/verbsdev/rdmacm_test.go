@@ -247,18 +247,30 @@ func TestUcmatose(t *testing.T) {
 }
 
 // TestPerftestRDMACM runs perftest with -R (connections by rdma_cm) over
-// both transports: ib_write_bw, ib_send_bw and ib_read_lat, 100 iterations.
-// Over iWARP this is the only way perftest connects.
+// both transports: ib_write_bw, ib_send_bw and ib_read_lat, 100 iterations;
+// over RoCE also ib_atomic_bw and ib_atomic_lat (iWARP carries no atomics:
+// TestKernelAnswers checks that the library refuses them as libsiw does).
+// Over iWARP this is the only way perftest connects. ib_atomic_lat's server
+// exits without destroying its IDs once the client's last message is in,
+// as the client disconnects: the library's exit must still answer the
+// client's DREQ (cm_exit.go), or the client waits out its retries.
 func TestPerftestRDMACM(t *testing.T) {
 	lib := buildLib(t)
-	needTools(t, "ib_write_bw", "ib_send_bw", "ib_read_lat")
+	needTools(t, "ib_write_bw", "ib_send_bw", "ib_read_lat", "ib_atomic_bw", "ib_atomic_lat")
+	bw := regexp.MustCompile(`(?m)^ 65536\s+100\s+[0-9.]+\s+[0-9.]+`)
 	rows := map[string]*regexp.Regexp{
-		"ib_write_bw": regexp.MustCompile(`(?m)^ 65536\s+100\s+[0-9.]+\s+[0-9.]+`),
-		"ib_send_bw":  regexp.MustCompile(`(?m)^ 65536\s+100\s+[0-9.]+\s+[0-9.]+`),
-		"ib_read_lat": regexp.MustCompile(`(?m)^ 2\s+100\s+[0-9.]+`),
+		"ib_write_bw":   bw,
+		"ib_send_bw":    bw,
+		"ib_read_lat":   regexp.MustCompile(`(?m)^ 2\s+100\s+[0-9.]+`),
+		"ib_atomic_bw":  regexp.MustCompile(`(?m)^ 8\s+100\s+[0-9.]+\s+[0-9.]+`),
+		"ib_atomic_lat": regexp.MustCompile(`(?m)^ 8\s+100\s+[0-9.]+`),
+	}
+	progs := map[string][]string{
+		"roce":  {"ib_write_bw", "ib_send_bw", "ib_read_lat", "ib_atomic_bw", "ib_atomic_lat"},
+		"iwarp": {"ib_write_bw", "ib_send_bw", "ib_read_lat"},
 	}
 	for _, tr := range transports {
-		for _, prog := range []string{"ib_write_bw", "ib_send_bw", "ib_read_lat"} {
+		for _, prog := range progs[tr] {
 			t.Run(tr+" "+prog, func(t *testing.T) {
 				port := fmt.Sprint(20000 + rand.IntN(20000))
 				args := []string{"-R", "-d", "sr_" + tr + "0", "-n", "100", "-p", port}

@@ -4,6 +4,10 @@
  *   cmexit -s ADDR PORT   listen, accept one connection, wait for its
  *                         DISCONNECTED event, exit(0) with every ID, QP and
  *                         channel left as it is
+ *   cmexit -b ADDR PORT   the same, with two threads taking events of an
+ *                         empty non-blocking channel in a loop as it exits:
+ *                         each call takes the library's rdma_cm lock, which
+ *                         the exit must wait for, not give up on
  *   cmexit -c ADDR PORT   connect, rdma_disconnect, print the DISCONNECTED
  *                         event's status ("disconnected: status N"); exit 0
  *                         when it is 0
@@ -11,6 +15,8 @@
  * client's DREQ with a DREP, and the client's DISCONNECTED has status 0. A
  * DREQ left unanswered ends in DISCONNECTED with status -ETIMEDOUT, after the
  * DREQ's retries (a minute and more). */
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,10 +49,25 @@ static void qp(struct rdma_cm_id *id)
 	}
 }
 
+/* busy takes events of the empty non-blocking channel c until the process
+ * ends: each call takes the library's rdma_cm lock for a moment. calls
+ * counts them. */
+static long calls;
+static void *busy(void *c)
+{
+	struct rdma_cm_event *ev;
+	for (;;) {
+		if (!rdma_get_cm_event(c, &ev))
+			rdma_ack_cm_event(ev);
+		__atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 4) {
-		fprintf(stderr, "usage: cmexit -s|-c ADDR PORT\n");
+		fprintf(stderr, "usage: cmexit -s|-b|-c ADDR PORT\n");
 		return 2;
 	}
 	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[3]))};
@@ -58,7 +79,7 @@ int main(int argc, char **argv)
 		perror("rdma_create_id");
 		return 1;
 	}
-	if (!strcmp(argv[1], "-s")) {
+	if (!strcmp(argv[1], "-s") || !strcmp(argv[1], "-b")) {
 		if (rdma_bind_addr(id, (struct sockaddr *)&sin) || rdma_listen(id, 1)) {
 			perror("bind/listen");
 			return 1;
@@ -74,6 +95,23 @@ int main(int argc, char **argv)
 		rdma_ack_cm_event(expect(RDMA_CM_EVENT_ESTABLISHED));
 		rdma_ack_cm_event(expect(RDMA_CM_EVENT_DISCONNECTED));
 		printf("server: disconnected; exiting with the connection's ID\n");
+		fflush(stdout);
+		if (!strcmp(argv[1], "-b")) {
+			struct rdma_event_channel *idle = rdma_create_event_channel();
+			if (!idle || fcntl(idle->fd, F_SETFL, fcntl(idle->fd, F_GETFL) | O_NONBLOCK)) {
+				perror("idle channel");
+				return 1;
+			}
+			for (int i = 0; i < 2; i++) {
+				pthread_t th;
+				if (pthread_create(&th, NULL, busy, idle)) {
+					perror("pthread_create");
+					return 1;
+				}
+			}
+			while (__atomic_load_n(&calls, __ATOMIC_RELAXED) < 10000)
+				;
+		}
 		return 0;
 	}
 	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, 2000)) {
