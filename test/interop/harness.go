@@ -814,15 +814,15 @@ func Decode(t testing.TB, file string) string {
 	return r.Stdout
 }
 
-// ethertypeGuess is a display filter for frames where tshark's InfiniBand
-// dissector took an RDMA payload for an Ethertype header: it does so (as for
-// IPoIB's 4-byte encapsulation header) when the payload's first two bytes
-// are a known Ethertype and the next two are zero, which a 2-byte WRITE of
-// perftest's random buffer followed by two pad bytes is, once in a few
+// ethertypeGuess marks, in a frame's frame.protocols, a frame where tshark's
+// InfiniBand dissector took an RDMA payload for an Ethertype header: it does
+// so (as for IPoIB's 4-byte encapsulation header) when the payload's first two
+// bytes are a known Ethertype and the next two are zero, which a 2-byte WRITE
+// of perftest's random buffer followed by two pad bytes is, once in a few
 // hundred frames (seen in CI: payload 88 e7, pad 00 00, "Malformed Packet:
 // IEEE 802.1AH"). The frame itself is valid; the exception is the guessed
 // protocol's.
-const ethertypeGuess = `frame.protocols contains "infiniband:ethertype"`
+const ethertypeGuess = "infiniband:ethertype"
 
 // TsharkMalformed returns the number of frames tshark (with the RPC-over-RDMA
 // heuristic off, see testdata/captures/README.md) calls malformed in file, and the
@@ -832,27 +832,64 @@ const ethertypeGuess = `frame.protocols contains "infiniband:ethertype"`
 // returning -1, -1 when tshark is not installed.
 func TsharkMalformed(t testing.TB, file string) (malformed, infiniband int) {
 	t.Helper()
-	if _, err := exec.LookPath("tshark"); err != nil {
-		t.Logf("interop: tshark not installed: malformed-frame check skipped")
+	s := TsharkFrames(t, file)
+	if s.Protocols == nil {
 		return -1, -1
 	}
-	count := func(filter string) int {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		r := run(ctx, "tshark", "-r", file, "--disable-protocol", "rpcordma", "-Y", filter, "-T", "fields", "-e", "frame.number")
-		if !r.OK() {
-			t.Fatalf("interop: tshark:\n%s", r)
-		}
-		return strings.Count(r.Stdout, "\n")
+	return s.Malformed, s.Protocols["infiniband"]
+}
+
+// TsharkSummary is what one tshark pass over a capture says: how many frames
+// it calls malformed (TsharkMalformed's count) and how many hold each
+// protocol, by its display-filter name ("infiniband", "iwarp_mpa",
+// "iwarp_ddp_rdmap"). Protocols is nil when tshark is not installed.
+type TsharkSummary struct {
+	Malformed int
+	Protocols map[string]int
+}
+
+// TsharkFrames reads file with tshark once, printing every frame's protocol
+// list and its _ws.malformed items (empty for a frame that is not malformed):
+// tshark's start-up, not the reading, is most of its time on a capture of a
+// few hundred frames, and the interop tests check a capture per exchange.
+func TsharkFrames(t testing.TB, file string) TsharkSummary {
+	t.Helper()
+	if _, err := exec.LookPath("tshark"); err != nil {
+		t.Logf("interop: tshark not installed: malformed-frame check skipped")
+		return TsharkSummary{}
 	}
-	malformed = count("_ws.malformed && !(" + ethertypeGuess + ")")
-	if malformed > 0 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := run(ctx, "tshark", "-r", file, "--disable-protocol", "rpcordma", "-T", "fields", "-e", "frame.protocols", "-e", "_ws.malformed")
+	if !r.OK() {
+		t.Fatalf("interop: tshark:\n%s", r)
+	}
+	s := TsharkSummary{Protocols: map[string]int{}}
+	guessed := 0
+	for _, line := range strings.Split(strings.TrimRight(r.Stdout, "\n"), "\n") {
+		protos, bad, _ := strings.Cut(line, "\t")
+		seen := map[string]bool{}
+		for _, p := range strings.Split(protos, ":") {
+			if p != "" && !seen[p] {
+				seen[p] = true
+				s.Protocols[p]++
+			}
+		}
+		switch {
+		case strings.TrimSpace(bad) == "":
+		case strings.Contains(protos, ethertypeGuess):
+			guessed++
+		default:
+			s.Malformed++
+		}
+	}
+	if s.Malformed > 0 {
 		logMalformed(t, file)
 	}
-	if n := count("_ws.malformed && " + ethertypeGuess); n > 0 {
-		t.Logf("interop: tshark read %d RDMA payloads as Ethertype frames and calls them malformed (its IPoIB guess on random data; not counted)", n)
+	if guessed > 0 {
+		t.Logf("interop: tshark read %d RDMA payloads as Ethertype frames and calls them malformed (its IPoIB guess on random data; not counted)", guessed)
 	}
-	return malformed, count("infiniband")
+	return s
 }
 
 // logMalformed logs what tshark and softrdma decode say of the frames tshark

@@ -73,3 +73,18 @@ func writePcap(t *testing.T, file string, frames [][]byte) {
 		}
 	}
 }
+
+// TestTsharkFrames: one pass counts the frames holding each protocol, as the
+// siw checks need (a capture of Debian's ib_write_bw -R between siw peers).
+func TestTsharkFrames(t *testing.T) {
+	s := interop.TsharkFrames(t, filepath.Join("..", "..", "testdata", "captures", "siw-write-bw.pcap"))
+	if s.Protocols == nil {
+		t.Skip("tshark not installed")
+	}
+	want := tsharkWant{Malformed: 0, MPA: 51, DDP: 47}
+	if got := (tsharkWant{s.Malformed, s.Protocols["iwarp_mpa"], s.Protocols["iwarp_ddp_rdmap"]}); got != want {
+		t.Errorf("TsharkFrames = %+v, want %+v", got, want)
+	}
+}
+
+type tsharkWant struct{ Malformed, MPA, DDP int }
