@@ -377,3 +377,14 @@ func BenchmarkOpcodeLookup(b *testing.B) {
 	}
 	_ = n
 }
+
+// TestRCOpcodesTable: the table PostSend checks an RC WR's opcode in holds
+// exactly the send opcodes with a name, for every byte value.
+func TestRCOpcodesTable(t *testing.T) {
+	for o := range 256 {
+		_, named := wrOpcodeNames[WROpcode(o)]
+		if got := opcodeAllowed(QPTypeRC, WROpcode(o)); got != named {
+			t.Errorf("opcode %d on RC: allowed %v, named %v", o, got, named)
+		}
+	}
+}

@@ -1234,6 +1234,11 @@ func (e *UDPEndpoint) writeChunk(bufs [][]byte, vecs [][][]byte, dgs []OutDatagr
 	} else if dgs != nil {
 		count = len(dgs)
 	}
+	// The socket of the last source port looked up: a chunk's datagrams
+	// mostly share one (a QP's), and the map lookup per datagram was 3% of
+	// softrdma bench's CPU in the 64 B WRITE rate row.
+	var lastPort uint16
+	var lastSock *udpSocket
 	e.sockMu.Lock()
 	for i := 0; i < count; i++ {
 		f := &w.frames[i]
@@ -1250,9 +1255,12 @@ func (e *UDPEndpoint) writeChunk(bufs [][]byte, vecs [][][]byte, dgs []OutDatagr
 		if !ok {
 			continue
 		}
-		f.sock = e.sendSocketLocked(f.srcPort)
-		if f.sock == nil {
+		if lastSock != nil && f.srcPort == lastPort {
+			f.sock = lastSock
+		} else if f.sock = e.sendSocketLocked(f.srcPort); f.sock == nil {
 			continue
+		} else {
+			lastPort, lastSock = f.srcPort, f.sock
 		}
 		w.consumed[i] = false
 		g := -1
