@@ -167,8 +167,13 @@ set -u
 role=$1
 # pcap_summary ROLE: what softrdma's capture of a failed RoCE run saw (frames
 # and flows), to tell a packet never sent from one never received.
+# The capture is kept in the shared directory too (fail-ROLE-N.pcap), which
+# BENCH_KERNEL_KEEP=1 keeps after the run.
 pcap_summary() {
 	[ -f "/tmp/link-$1.pcap" ] || return 0
+	local n=1
+	while [ -e "/project/fail-$1-$n.pcap" ]; do n=$((n + 1)); done
+	cp "/tmp/link-$1.pcap" "/project/fail-$1-$n.pcap" 2>/dev/null
 	echo "; $1's capture: $(/project/softrdma decode "/tmp/link-$1.pcap" 2>&1 | grep -E 'frames \(pcap\)|^ *#[0-9]' | tr -s ' \n' ' ')"
 }
 if [ "$role" = summary ]; then
