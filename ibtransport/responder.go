@@ -70,6 +70,7 @@ type responder struct {
 
 	items    []respItem // queued responses, FIFO from itemHead
 	itemHead int
+	readLike int // items[itemHead:] that are readLike: pendingReadLike
 	res      []respResource
 	resNext  int
 }
@@ -98,14 +99,23 @@ func (r *responder) pending() int { return len(r.items) - r.itemHead }
 // requests. The requester counts a request outstanding until it has received the
 // last response, which the responder has sent before, so a requester that keeps
 // to the responder's MaxDestRdAtomic never finds this count at the limit.
-func (r *responder) pendingReadLike() int {
-	n := 0
-	for _, it := range r.items[r.itemHead:] {
-		if it.kind != respAck && it.kind != respNAK && !it.dup {
-			n++
-		}
+func (r *responder) pendingReadLike() int { return r.readLike }
+
+// readLike reports whether a queued response counts against
+// MaxDestRdAtomic (pendingReadLike): a READ or atomic response, not a
+// duplicate's. pendingReadLike was a walk over the queue for every READ
+// request: 3.7% of softrdma bench's CPU in its RoCE 64 B READ rate row.
+func (it *respItem) readLike() bool { return it.kind != respAck && it.kind != respNAK && !it.dup }
+
+// popResp removes the response at the head of the queue.
+func (r *responder) popResp() {
+	if r.items[r.itemHead].readLike() {
+		r.readLike--
 	}
-	return n
+	r.itemHead++
+	if r.itemHead == len(r.items) {
+		r.items, r.itemHead = r.items[:0], 0
+	}
 }
 
 // maxPending bounds the response queue (ACKs coalesce, so it holds mostly READ
@@ -119,6 +129,9 @@ func (qp *QP) pushResp(it respItem) {
 		r.items, r.itemHead = r.items[:0], 0
 	}
 	r.items = append(r.items, it)
+	if it.readLike() {
+		r.readLike++
+	}
 	qp.schedule()
 }
 
@@ -663,10 +676,7 @@ func (qp *QP) responderOutput(out *OutputBatch) bool {
 	}
 	qp.emitPayload(out, n, payload, pad, qp.ah, qp.attr.DestQPN)
 	if done {
-		r.itemHead++
-		if r.itemHead == len(r.items) {
-			r.items, r.itemHead = r.items[:0], 0
-		}
+		r.popResp()
 	}
 	return true
 }
@@ -697,7 +707,7 @@ func (qp *QP) buildReadResponse(it *respItem, f *PacketFields, b []byte, pieces 
 	f.BTH.PadCount = PadCountFor(int(plen))
 	mem, fault := qp.ctx.lookupRemote(qp, it.rkey, it.va+uint64(it.off), uint64(plen), AccessRemoteRead)
 	if fault != faultNone {
-		qp.resp.itemHead++
+		qp.resp.popResp()
 		qp.rcError(psn, faultRemoteAccess)
 		return 0, nil, 0, false, false
 	}
