@@ -317,7 +317,9 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 	}
 	switch {
 	case posted && hook != nil:
-		qp.scheduleQuiet()
+		if qp.wire == nil {
+			qp.scheduleQuiet()
+		}
 	case posted:
 		qp.schedulePosted()
 	}
