@@ -105,7 +105,7 @@ type Conn struct {
 	interrupted atomic.Bool // the engine interrupted the reader's placement (rx.go)
 	kick        chan struct{}
 	done        chan struct{}
-	wg          sync.WaitGroup
+	running     atomic.Int32 // reader and writer still running (start, exited)
 }
 
 // outReq is an outstanding Read or Atomic Request of this side.
@@ -471,20 +471,30 @@ func newConn(c *Conn, nc net.Conn, qp *ib.QP, w *ib.Wire, neg Negotiated, p Conn
 	w.SetCounterSource(c.cnt.addTo)
 }
 
+// start runs the reader and the writer goroutines; the last of them to end
+// closes the connection (exited): two goroutines per connection, not three
+// (a third only waited for them, a parked goroutine per connection at the
+// scale rows' 4096).
 func (c *Conn) start() {
-	c.wg.Add(2)
+	c.running.Store(2)
 	go c.reader()
 	go c.writer()
-	go func() {
-		c.wg.Wait()
-		c.nc.Close()
-		c.wire.SetError(0, false)
-		c.wire.SetPlacementInterrupt(nil)
-		c.wire.SetPostHook(nil)
-		c.wire.SetCounterSource(nil) // the counts are final: the QP keeps them
-		c.wire.Detach(c)
-		close(c.done)
-	}()
+}
+
+// exited is called by the reader and the writer as they end; the last one
+// closes the socket, moves the QP to the error state, detaches the
+// connection and closes done.
+func (c *Conn) exited() {
+	if c.running.Add(-1) != 0 {
+		return
+	}
+	c.nc.Close()
+	c.wire.SetError(0, false)
+	c.wire.SetPlacementInterrupt(nil)
+	c.wire.SetPostHook(nil)
+	c.wire.SetCounterSource(nil) // the counts are final: the QP keeps them
+	c.wire.Detach(c)
+	close(c.done)
 }
 
 // cancelOnDone makes ctx's end interrupt blocking I/O on nc.

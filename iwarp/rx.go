@@ -1018,7 +1018,7 @@ func statusForTerminate(e *TerminateError) ib.WCStatus {
 
 // reader is the connection's receiving goroutine.
 func (c *Conn) reader() {
-	defer c.wg.Done()
+	defer c.exited()
 	var h rxHdr
 	for !c.failed.Load() {
 		err := c.readFPDU(&h)

@@ -469,7 +469,7 @@ func (c *Conn) frameTerminate(tf *TerminateFields) {
 // which a post to an idle QP takes to send from the posting goroutine
 // (sendFromPoster).
 func (c *Conn) writer() {
-	defer c.wg.Done()
+	defer c.exited()
 	t := &c.tx
 	gate := c.rtrGate
 	if c.initiator && c.neg.PeerToPeer {
