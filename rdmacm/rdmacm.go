@@ -65,15 +65,22 @@ const (
 	PortSpaceTCP PortSpace = 0x0106
 	// PortSpaceUDP is RDMA_PS_UDP: UD QPs, resolved with SIDR on RoCE.
 	PortSpaceUDP PortSpace = 0x0111
+	// PortSpaceIB is RDMA_PS_IB: RC QPs (librdmacm's rdma_create_id gives
+	// it RC) in a port space of its own, as the kernel's rdma_cm keeps it
+	// (cma_pernet ib_ps): its ports are apart from TCP's, and on RoCE its
+	// service IDs carry 0x013F (rdma_get_service_id: ps << 16 | port).
+	PortSpaceIB PortSpace = 0x013F
 )
 
-// String returns "TCP" or "UDP".
+// String returns "TCP", "UDP" or "IB".
 func (ps PortSpace) String() string {
 	switch ps {
 	case PortSpaceTCP:
 		return "TCP"
 	case PortSpaceUDP:
 		return "UDP"
+	case PortSpaceIB:
+		return "IB"
 	}
 	return "PortSpace(0x" + strconv.FormatUint(uint64(ps), 16) + ")"
 }
@@ -340,11 +347,11 @@ type ID struct {
 }
 
 // CreateID returns a new ID in the port space ps (rdma_create_id): RC QPs for
-// PortSpaceTCP, UD QPs for PortSpaceUDP.
+// PortSpaceTCP and PortSpaceIB, UD QPs for PortSpaceUDP.
 func (m *Manager) CreateID(ps PortSpace) (*ID, error) {
 	var t ibtransport.QPType
 	switch ps {
-	case PortSpaceTCP:
+	case PortSpaceTCP, PortSpaceIB:
 		t = ibtransport.QPTypeRC
 	case PortSpaceUDP:
 		t = ibtransport.QPTypeUD
@@ -666,9 +673,10 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 	if id.state != stateIdle && id.state != stateAddrBound {
 		return id.errState("resolve address")
 	}
-	// A multicast group needs no port (mckey resolves the group address
-	// getaddrinfo gave it, port 0, before rdma_join_multicast).
-	if !dst.Addr().IsValid() || (dst.Port() == 0 && !dst.Addr().Unmap().IsMulticast()) {
+	// The destination's port is not looked at here, as the kernel's
+	// rdma_resolve_addr does not: port 0 resolves (mckey resolves a group
+	// address with port 0; a connection to port 0 is refused at connect).
+	if !dst.Addr().IsValid() {
 		return fmt.Errorf("rdmacm: resolve address %v: %w", dst, ErrInvalid)
 	}
 	d := dst.Addr().Unmap()

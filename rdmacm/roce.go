@@ -518,7 +518,14 @@ func (t *roceTransport) requestTarget(serviceID uint64, pd []byte, want PortSpac
 func (t *roceTransport) onREQ(ev *ibcm.Event) {
 	m := t.m
 	req := ev.REQ
-	l, h, port, ok := t.requestTarget(req.ServiceID, req.PrivateData, PortSpaceTCP)
+	// An RC request is for a listener of the port space its service ID
+	// names, TCP's or IB's (the kernel's cma_ib_id_from_event looks in
+	// rdma_ps_from_service_id's).
+	want := PortSpaceTCP
+	if ps, _, isCMA := ibcm.ParseCMAServiceID(req.ServiceID); isCMA && PortSpace(ps) == PortSpaceIB {
+		want = PortSpaceIB
+	}
+	l, h, port, ok := t.requestTarget(req.ServiceID, req.PrivateData, want)
 	if !ok || req.TransportServiceType != 0 {
 		// No rdma_cm ID takes it (a bad CMA header, another port space, an
 		// address no listener is bound to): the consumer's reject.

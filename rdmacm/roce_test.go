@@ -797,3 +797,44 @@ func TestRoCENotifyCommEst(t *testing.T) {
 	noEvent(t, id)
 	p.closeAll(5*time.Minute, qa, qb, id, req.ID)
 }
+
+// TestRoCEPortSpaceIB: RDMA_PS_IB is a port space of its own with RC QPs, as
+// in the kernel's rdma_cm (ucma_get_qp_type, cma_pernet's ib_ps): an IB
+// listener binds the port a TCP listener holds, a PS_IB client's request
+// (service ID 0x013F<<16 | port) reaches the IB listener and connects, and a
+// TCP client's request still reaches the TCP listener. Before, CreateID
+// refused the port space (rdma_create_id: EOPNOTSUPP).
+func TestRoCEPortSpaceIB(t *testing.T) {
+	p := newPair(t, sim.LinkConfig{})
+	lib := p.listen(p.b, rdmacm.PortSpaceIB, rpingPort)
+	id := p.resolve(p.a, rdmacm.PortSpaceIB, netip.AddrPortFrom(ipB, rpingPort))
+	qa := p.a.createQP(t, id)
+	must(t, id.Connect(rdmacm.DefaultConnParam()))
+	req := p.next(lib, rdmacm.EventConnectRequest, time.Second)
+	if req.ID.PortSpace() != rdmacm.PortSpaceIB || req.ID.LocalAddr() != netip.AddrPortFrom(ipB, rpingPort) {
+		t.Errorf("CONNECT_REQUEST: port space %v, local %v", req.ID.PortSpace(), req.ID.LocalAddr())
+	}
+	qb := p.accept(req, "")
+	p.next(id, rdmacm.EventEstablished, time.Second)
+	p.next(req.ID, rdmacm.EventEstablished, time.Second)
+	if qa.State() != ib.QPStateRTS || qb.State() != ib.QPStateRTS {
+		t.Errorf("QPs %v %v", qa.State(), qb.State())
+	}
+	noEvent(t, p.l)
+
+	tcp := p.resolve(p.a, rdmacm.PortSpaceTCP, netip.AddrPortFrom(ipB, rpingPort))
+	qt := p.a.createQP(t, tcp)
+	must(t, tcp.Connect(rdmacm.DefaultConnParam()))
+	treq := p.request(time.Second)
+	must(t, treq.ID.Reject(nil))
+	p.next(tcp, rdmacm.EventRejected, time.Second)
+	noEvent(t, lib)
+
+	must(t, lib.Destroy())
+	p.closeAll(5*time.Minute, nil, nil, id, req.ID, tcp, treq.ID)
+	for _, q := range []*ib.QP{qa, qb, qt} {
+		if err := q.Modify(&ib.QPAttr{QPState: ib.QPStateErr}, ib.QPAttrState); !errors.Is(err, ib.ErrDestroyed) {
+			t.Errorf("QP %#x not destroyed: %v", q.QPN(), err)
+		}
+	}
+}

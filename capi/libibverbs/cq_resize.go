@@ -6,6 +6,8 @@ package main
 */
 import "C"
 
+import "github.com/softrdma/softrdma/capi/verbsdev"
+
 // srgo_resize_cq is ibv_resize_cq on RoCE: rxe_cq_chk_attr's refusals (cqe
 // out of 1..max_cqe, or below the completions waiting) are EINVAL, and the CQ
 // then holds what rxe's queue holds, cqe+1 rounded up to a power of two, less
@@ -23,7 +25,7 @@ func srgo_resize_cq(h C.uintptr_t, cqe C.int, depth *C.int) C.int {
 		return C.EINVAL
 	}
 	if n > 0 && n <= 1<<30 {
-		n = rxeQueueDepth(n)
+		n = verbsdev.RXEQueueDepth(n)
 	}
 	if err := c.cq.Resize(n); err != nil {
 		debugf("resize cq: cqe %d: %v", cqe, err)
@@ -31,14 +33,4 @@ func srgo_resize_cq(h C.uintptr_t, cqe C.int, depth *C.int) C.int {
 	}
 	*depth = C.int(c.cq.Depth())
 	return 0
-}
-
-// rxeQueueDepth is the number of entries rxe's queue of n entries holds: n+1
-// slots rounded up to a power of two, one slot kept empty.
-func rxeQueueDepth(n int) int {
-	slots := 1
-	for slots < n+1 {
-		slots <<= 1
-	}
-	return slots - 1
 }

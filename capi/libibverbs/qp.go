@@ -217,7 +217,15 @@ func srgo_create_cq(i C.int, cqe C.int, wfd C.int, ptr C.uint64_t, depth *C.int,
 		*err = C.EIO
 		return 0
 	}
-	c, cerr := e.ctx.CreateCQ(int(cqe))
+	// The CQ holds what the kernel's driver would give it (rxe's or siw's
+	// rounding), which cq->cqe reports.
+	n, derr := d.CQDepth(int(cqe))
+	if derr != nil {
+		debugf("%v", derr)
+		*err = C.EINVAL
+		return 0
+	}
+	c, cerr := e.ctx.CreateCQ(n)
 	if cerr != nil {
 		debugf("create cq: %v", cerr)
 		*err = errno(cerr)
@@ -543,7 +551,17 @@ func srgo_post_send(h C.uintptr_t, w *C.struct_sr_swr, n C.int, posted *C.int) C
 			CompareAdd: uint64(c.compare_add), Swap: uint64(c.swap),
 			RemoteQPN: uint32(c.remote_qpn), RemoteQKey: uint32(c.remote_qkey),
 		}
-		if (wr.Opcode == ib.WRAtomicCmpAndSwp || wr.Opcode == ib.WRAtomicFetchAdd) && wr.RemoteAddr&7 != 0 {
+		atomic := wr.Opcode == ib.WRAtomicCmpAndSwp || wr.Opcode == ib.WRAtomicFetchAdd
+		if atomic && q.eng != nil && q.eng.iw != nil {
+			// siw has no atomics (siw_query_device: atomic_cap 0), and
+			// libsiw refuses the opcode at post (rdma-core providers/siw
+			// push_send_wqe: "libsiw: opcode N unsupported"), returning
+			// -EINVAL, negative: ibv_post_send returns the same here.
+			*posted = C.int(k)
+			debugf("post send: WR %d: opcode %d unsupported on iWARP (siw has no atomics): -EINVAL, as libsiw", k, c.opcode)
+			return -C.EINVAL
+		}
+		if atomic && wr.RemoteAddr&7 != 0 {
 			// validate_send_wr (rdma-core providers/rxe/rxe.c): an atomic
 			// at an address not 8-aligned is EINVAL at post.
 			*posted = C.int(k)

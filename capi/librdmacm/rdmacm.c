@@ -323,17 +323,21 @@ static struct sr_cmid *sr_new_id(struct rdma_event_channel *channel, void *conte
 	return c;
 }
 
+/* sr_qp_type_of is the QP type of a port space, as librdmacm's
+ * rdma_create_id gives it: RC for TCP and IB (the kernel's ucma takes PS_IB
+ * with the QP type librdmacm passes), UD for UDP. IPoIB is InfiniBand's. */
 static int sr_qp_type_of(enum rdma_port_space ps, enum ibv_qp_type *t)
 {
 	switch (ps) {
 	case RDMA_PS_TCP:
+	case RDMA_PS_IB:
 		*t = IBV_QPT_RC;
 		return 0;
 	case RDMA_PS_UDP:
 		*t = IBV_QPT_UD;
 		return 0;
 	default:
-		sr_debug("rdma_create_id: port space 0x%x not supported (TCP and UDP are)", ps);
+		sr_debug("rdma_create_id: port space 0x%x not supported (TCP, UDP and IB are)", ps);
 		return ERR(EOPNOTSUPP);
 	}
 }
@@ -1145,7 +1149,7 @@ int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv
 	}
 	enum ibv_qp_type t;
 	if (sr_qp_type_of(res->ai_port_space, &t))
-		return -1; /* XRC (RDMA_PS_IB) and IPoIB: not offered, as on rxe and siw */
+		return -1; /* IPoIB: InfiniBand's, not offered, as on rxe and siw */
 	struct sr_cmid *c = sr_new_id(NULL, NULL, res->ai_port_space, res->ai_qp_type);
 	if (!c)
 		return -1;

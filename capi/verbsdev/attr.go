@@ -58,7 +58,7 @@ func (d *Device) Attr() Attr {
 		MaxSGE:       e.MaxSGE,
 		MaxSGERd:     p.maxSGERd,
 		MaxCQ:        e.MaxCQ,
-		MaxCQE:       e.MaxCQE,
+		MaxCQE:       p.maxCQE,
 		MaxMR:        e.MaxMR,
 		MaxPD:        p.maxPD,
 		MaxQPRdAtom:  e.MaxRdAtomic,

@@ -227,22 +227,25 @@ func TestRping(t *testing.T) {
 }
 
 // TestUcmatose runs rdma-core's ucmatose, two RC connections over rdma_cm
-// with ten SENDs each way, over both transports.
+// with ten SENDs each way, over both transports, in RDMA_PS_TCP and in
+// RDMA_PS_IB (-P ib; rdma_create_id refused it with EOPNOTSUPP before).
 func TestUcmatose(t *testing.T) {
 	lib := buildLib(t)
 	needTools(t, "ucmatose")
 	for _, tr := range transports {
-		t.Run(tr, func(t *testing.T) {
-			port := fmt.Sprint(20000 + rand.IntN(20000))
-			so, co := cmPair(t, lib, tr, "ucmatose",
-				func(a string) []string { return []string{"-b", a, "-p", port, "-c", "2", "-C", "10"} },
-				func(a string) []string { return []string{"-s", a, "-p", port, "-c", "2", "-C", "10"} })
-			for _, o := range []string{so, co} {
-				if !strings.Contains(o, "data transfers complete") || !strings.Contains(o, "return status 0") {
-					t.Errorf("ucmatose did not complete:\nserver:\n%s\nclient:\n%s", so, co)
+		for _, ps := range []string{"tcp", "ib"} {
+			t.Run(tr+" "+ps, func(t *testing.T) {
+				port := fmt.Sprint(20000 + rand.IntN(20000))
+				so, co := cmPair(t, lib, tr, "ucmatose",
+					func(a string) []string { return []string{"-P", ps, "-b", a, "-p", port, "-c", "2", "-C", "10"} },
+					func(a string) []string { return []string{"-P", ps, "-s", a, "-p", port, "-c", "2", "-C", "10"} })
+				for _, o := range []string{so, co} {
+					if !strings.Contains(o, "data transfers complete") || !strings.Contains(o, "return status 0") {
+						t.Errorf("ucmatose did not complete:\nserver:\n%s\nclient:\n%s", so, co)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 
