@@ -92,7 +92,6 @@ type Wire struct {
 	place placement // the transport's open placement (placement.go)
 
 	counters func(*QPCounters) // the transport's counts (SetCounterSource)
-	postHook func()            // SetPostHook
 }
 
 // SetCounterSource installs fn, which QP.Counters calls (with the Context's lock

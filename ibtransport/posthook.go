@@ -11,8 +11,8 @@ package ibtransport
 // thread, to send it, a hop per message that the kernel's rxe does not make
 // (it sends from the post's system call). A post behind work in flight is a
 // stream's: it still signals, and the loop sends the posts of a batch
-// together. QPs whose poster flushes (SetPosterFlushes) are left as they
-// are; external QPs (a Wire) call their Wire's hook (Wire.SetPostHook).
+// together. QPs whose poster flushes (SetPosterFlushes) and external QPs
+// (a Wire) are left as they are.
 //
 // f may start a transport timer earlier than any deadline a device loop
 // sleeping on NextDeadline planned for: it must then wake the loop.
@@ -22,29 +22,10 @@ func (c *Context) SetPostHook(f func()) {
 	c.postHookFn = f
 }
 
-// SetPostHook sets f to be called by PostSend, on the posting goroutine
-// after the Context's lock is released, for a post on the external QP whose
-// send queue was empty, instead of signalling Wake. f sends what the post
-// queued or, if it cannot, wakes the transport's sender. nil removes it.
-// As with Context.SetPostHook, it saves the hand-off to another goroutine
-// (package iwarp: its writer) that a latency-bound post made.
-func (w *Wire) SetPostHook(f func()) {
-	c := w.qp.ctx
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w.postHook = f
-}
-
 // postHook returns the hook a post on the QP calls, or nil. mu is held.
 func (qp *QP) postHook() func() {
-	if qp.wire != nil {
-		if qp.sq.head != qp.sq.tail {
-			return nil
-		}
-		return qp.wire.postHook
-	}
 	f := qp.ctx.postHookFn
-	if f == nil || qp.posterFlushes || qp.sq.head != qp.sq.tail {
+	if f == nil || qp.posterFlushes || qp.wire != nil || qp.sq.head != qp.sq.tail {
 		return nil
 	}
 	return f

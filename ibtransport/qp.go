@@ -317,9 +317,7 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 	}
 	switch {
 	case posted && hook != nil:
-		if qp.wire == nil {
-			qp.scheduleQuiet()
-		}
+		qp.scheduleQuiet()
 	case posted:
 		qp.schedulePosted()
 	}

@@ -51,20 +51,12 @@ type Conn struct {
 	initiator bool
 	maxRecv   int
 
-	// txMu is held by a pass of the writer (tx.go) and by a post that sends
-	// from the posting goroutine (sendFromPoster); tx, txm and reqID are
-	// the pass's.
-	txMu   sync.Mutex
-	txOpen atomic.Bool // the writer may send WQEs (the RTR is sent or received)
-	// posterPasses counts the passes sendFromPoster made (for tests).
-	posterPasses atomic.Uint64
-	tx           txState
-	txm          txMsg   // the send WQE being framed
-	reqID        uint32  // last Atomic Request identifier
-	rx           rxState // reader goroutine
-	rq           [4]rxQueue
-	awaitRTR     RTRFlags // reader: the RTR the responder still waits for
-	rtrGate      chan struct{}
+	tx       txState // writer goroutine
+	reqID    uint32  // writer: last Atomic Request identifier
+	rx       rxState // reader goroutine
+	rq       [4]rxQueue
+	awaitRTR RTRFlags // reader: the RTR the responder still waits for
+	rtrGate  chan struct{}
 	// rtrAnswered is closed when the initiator's Read RTR is answered
 	// (rtrwait.go); kickWrite asks the writer for a zero-length Write.
 	rtrAnswered chan struct{}
@@ -467,7 +459,6 @@ func newConn(c *Conn, nc net.Conn, qp *ib.QP, w *ib.Wire, neg Negotiated, p Conn
 	c.done = make(chan struct{})
 	c.termWritten = make(chan struct{})
 	w.SetPlacementInterrupt(c.interruptPlacement)
-	w.SetPostHook(c.sendFromPoster)
 	w.SetCounterSource(c.cnt.addTo)
 }
 
@@ -491,7 +482,6 @@ func (c *Conn) exited() {
 	c.nc.Close()
 	c.wire.SetError(0, false)
 	c.wire.SetPlacementInterrupt(nil)
-	c.wire.SetPostHook(nil)
 	c.wire.SetCounterSource(nil) // the counts are final: the QP keeps them
 	c.wire.Detach(c)
 	close(c.done)

@@ -13,11 +13,10 @@
 // Each connected QP has a reader and a writer goroutine. The writer takes send WQEs
 // from the engine (ibtransport.Wire.NextSend, the SGL already resolved to the
 // registered memory) and writes batches of FPDUs with one writev, payload straight
-// from the MR (a post to an idle send queue is written by the posting goroutine
-// itself); the reader reads what the socket holds through a pooled buffer, has the
-// engine check the STag or take the receive WQE, and puts the payload into that
-// memory (large payloads straight from the socket), verifying the CRC32c it
-// computed on the way before anything completes.
+// from the MR; the reader reads what the socket holds through a pooled buffer, has
+// the engine check the STag or take the receive WQE, and puts the payload into that
+// memory (large payloads straight from the socket), verifying the CRC32c it computed
+// on the way before anything completes.
 // Every protocol error found in the peer's traffic is answered with the Terminate RFC
 // 5040 §4.8 prescribes, and the QP moves to the error state, flushing its WRs.
 package iwarp

@@ -11,7 +11,3 @@ func (c *Conn) ReaderHoldsBuffer() bool { return c.rx.held.Load() }
 // ReaderReads returns how many read system calls of c's reader returned
 // octets (Linux TCP). Tests only.
 func (c *Conn) ReaderReads() uint64 { return c.rx.reads.Load() }
-
-// PosterPasses returns how many times a post framed and wrote its WRs on
-// the posting goroutine (sendFromPoster). Tests only.
-func (c *Conn) PosterPasses() uint64 { return c.posterPasses.Load() }

@@ -465,24 +465,18 @@ func (c *Conn) frameTerminate(tf *TerminateFields) {
 	t.fpdu(t.hdr[:len(h)+n], nil)
 }
 
-// writer is the connection's sending goroutine. Its passes run under txMu,
-// which a post to an idle QP takes to send from the posting goroutine
-// (sendFromPoster).
+// writer is the connection's sending goroutine.
 func (c *Conn) writer() {
 	defer c.exited()
 	t := &c.tx
+	var m txMsg
 	gate := c.rtrGate
 	if c.initiator && c.neg.PeerToPeer {
-		c.txMu.Lock()
 		t.reset()
 		c.frameRTR()
 		if err := c.writeBatch(); err != nil {
 			c.lost(err)
 		}
-		c.txMu.Unlock()
-	}
-	if gate == nil {
-		c.txOpen.Store(true)
 	}
 	for {
 		if c.failed.Load() {
@@ -490,7 +484,6 @@ func (c *Conn) writer() {
 			term := c.term
 			c.term = nil
 			c.mu.Unlock()
-			c.txMu.Lock()
 			if term != nil {
 				t.reset()
 				c.frameTerminate(term)
@@ -500,102 +493,58 @@ func (c *Conn) writer() {
 			}
 			close(c.termWritten)
 			c.closeWrite()
-			c.txMu.Unlock()
 			return
 		}
-		if c.kickWrite.Load() {
-			c.txMu.Lock()
-			if c.kickWrite.Load() && !c.txm.active {
-				c.kickWrite.Store(false)
-				t.reset()
-				c.frameKick()
-				if err := c.writeBatch(); err != nil {
-					c.lost(err)
-				}
+		if c.kickWrite.Swap(false) && !m.active {
+			t.reset()
+			c.frameKick()
+			if err := c.writeBatch(); err != nil {
+				c.lost(err)
 			}
-			c.txMu.Unlock()
+			continue
 		}
 		if gate != nil {
 			select {
 			case <-gate:
 				gate = nil
-				c.txOpen.Store(true)
 			case <-c.kick:
 			}
 			continue
 		}
-		c.txMu.Lock()
-		wrote, _ := c.pass()
-		c.txMu.Unlock()
-		if wrote {
+		t.reset()
+		if e := c.frameResponses(); e != nil {
+			c.localError(e, nil)
 			continue
 		}
-		if st := c.wire.State(); st != ib.QPStateRTS && st != ib.QPStateSQD {
-			c.fail(ErrQPError, nil)
-			continue
-		}
-		select {
-		case <-c.wire.Wake():
-		case <-c.kick:
-		}
-	}
-}
-
-// pass frames what there is to send (queued responses, then send WQEs), up
-// to one batch, writes it and completes the WQEs it finished. It reports
-// whether it did anything, and whether the batch was full (more may wait).
-// txMu is held.
-func (c *Conn) pass() (wrote, full bool) {
-	t := &c.tx
-	m := &c.txm
-	t.reset()
-	if e := c.frameResponses(); e != nil {
-		c.localError(e, nil)
-		return true, false
-	}
-	for t.room() {
-		if !m.active {
-			if !c.wire.NextSend(&m.w) {
+		for t.room() {
+			if !m.active {
+				if !c.wire.NextSend(&m.w) {
+					break
+				}
+				m.active, m.off, m.di, m.doff, m.imm = true, 0, 0, 0, false
+			}
+			if !c.frameMsg(&m) {
 				break
 			}
-			m.active, m.off, m.di, m.doff, m.imm = true, 0, 0, 0, false
+			m.active = false
 		}
-		if !c.frameMsg(m) {
-			break
+		if t.empty() {
+			if st := c.wire.State(); st != ib.QPStateRTS && st != ib.QPStateSQD {
+				c.fail(ErrQPError, nil)
+				continue
+			}
+			select {
+			case <-c.wire.Wake():
+			case <-c.kick:
+			}
+			continue
 		}
-		m.active = false
-	}
-	if t.empty() {
-		return false, false
-	}
-	full = m.active || !t.room()
-	if err := c.writeBatch(); err != nil {
-		c.lost(err)
-		return true, false
-	}
-	for _, id := range t.doneWQEs {
-		c.wire.CompleteSend(id, ib.WCSuccess)
-	}
-	return true, full
-}
-
-// sendFromPoster is the Wire's post hook (ibtransport.Wire.SetPostHook),
-// called by PostSend on the posting goroutine after a post to an idle send
-// queue: it frames and writes the post itself when the writer is not in a
-// pass, so that a latency-bound message (a ping-pong's, a first request)
-// makes no hand-off to the writer goroutine; the 64 B latency rows had two
-// per round trip and side. Otherwise, or if a batch did not take everything,
-// it kicks the writer. The write may block while TCP holds back (as a
-// kernel's send from the post's system call does).
-func (c *Conn) sendFromPoster() {
-	if c.failed.Load() || !c.txOpen.Load() || c.kickWrite.Load() || !c.txMu.TryLock() {
-		c.kickWriter()
-		return
-	}
-	_, full := c.pass()
-	c.txMu.Unlock()
-	c.posterPasses.Add(1)
-	if full {
-		c.kickWriter()
+		if err := c.writeBatch(); err != nil {
+			c.lost(err)
+			continue
+		}
+		for _, id := range t.doneWQEs {
+			c.wire.CompleteSend(id, ib.WCSuccess)
+		}
 	}
 }
