@@ -107,6 +107,13 @@ func TestRXEPerf(t *testing.T) {
 			{tool: "ib_write_bw", all: true, extra: []string{"-u", "20"}},
 			{tool: "ib_send_bw", all: true, extra: []string{"-u", "20"}},
 		} {
+			if server && c.all && c.tool == "ib_send_bw" {
+				// rxe sending every size from an emulated guest took 78 s of
+				// make test; the direction with softrdma sending SENDs of
+				// every size runs above, and rxe's sends run at 2, 10000 and
+				// 1 MiB.
+				continue
+			}
 			c.server, c.iters, c.mtu = server, perfIters, 1024
 			cases = append(cases, c)
 		}
