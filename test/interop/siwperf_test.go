@@ -37,10 +37,11 @@ func TestSiwPerf(t *testing.T) {
 		name, siw, ip, crc string
 		sizes              []int
 	}{
-		{"stock", "default", "10.77.0.71", "accept", []int{1, 4096, 65536, 1 << 20}},
-		// With CRC, 4 KiB adds nothing 64 KiB does not (both span FPDUs): left
-		// out to keep make test short.
-		{"crc", "crc", "10.77.0.72", "request", []int{1, 65536, 1 << 20}},
+		// 4 KiB adds nothing 64 KiB does not (both span FPDUs), nor, with
+		// CRC, 1 MiB (45 FPDUs a message at 64 KiB already): left out to
+		// keep make test short (the interop half was over its budget).
+		{"stock", "default", "10.77.0.71", "accept", []int{1, 65536, 1 << 20}},
+		{"crc", "crc", "10.77.0.72", "request", []int{1, 65536}},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			g := h.Boot(t, "siwperf"+v.ip[len(v.ip)-2:], interop.BootOptions{IP: v.ip, NoIPv6: true, Links: "siw", Siw: v.siw})
