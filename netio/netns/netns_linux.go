@@ -274,8 +274,13 @@ func (ns *NS) AddNeighbor(name string, ip netip.Addr, mac net.HardwareAddr) erro
 }
 
 // WaitRunning waits until the interface called name inside the namespace
-// is operationally up (IFF_RUNNING): the kernel handles carrier changes
-// asynchronously, up to a second later, and drops frames sent before.
+// is running (IFF_RUNNING) and its operational state is up (IF_OPER_UP).
+// The kernel handles carrier changes asynchronously (linkwatch), up to a
+// second later, and IFF_RUNNING comes before that work has run: until it
+// has, the device's queue is the noop one, which drops every frame sent
+// (tests that sent their frames once then read nothing, under load). The
+// operational state is set by the same work, just before the queue is
+// attached.
 func (ns *NS) WaitRunning(name string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -283,15 +288,32 @@ func (ns *NS) WaitRunning(name string, timeout time.Duration) error {
 		if err != nil {
 			return err
 		}
+		var oper byte
 		if ifi.Flags&net.FlagRunning != 0 {
-			return nil
+			if err := ns.Do(func() error {
+				r, err := dialRTNL()
+				if err != nil {
+					return err
+				}
+				defer r.close()
+				oper, err = r.operState(ifi.Index)
+				return err
+			}); err != nil {
+				return err
+			}
+			if oper == ifOperUp {
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %s not running after %v (flags %v)", ns.name, name, timeout, ifi.Flags)
+			return fmt.Errorf("%s: %s not running after %v (flags %v, operational state %d)", ns.name, name, timeout, ifi.Flags, oper)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// ifOperUp is IF_OPER_UP from linux/if.h (RFC 2863 operational state).
+const ifOperUp = 6
 
 // Interface looks up the interface called name inside the namespace.
 func (ns *NS) Interface(name string) (*net.Interface, error) {
@@ -496,6 +518,54 @@ func (r *rtnl) request(typ uint16, flags uint16, body []byte) error {
 				return nil
 			}
 			b = b[nlAlign(l):]
+		}
+	}
+}
+
+// operState returns the IFLA_OPERSTATE of the link with index (RTM_GETLINK).
+func (r *rtnl) operState(index int) (byte, error) {
+	r.seq++
+	body := ifInfoMsg(index, 0, 0)
+	msg := make([]byte, unix.SizeofNlMsghdr, unix.SizeofNlMsghdr+len(body))
+	msg = append(msg, body...)
+	ne := binary.NativeEndian
+	ne.PutUint32(msg[0:], uint32(len(msg)))
+	ne.PutUint16(msg[4:], unix.RTM_GETLINK)
+	ne.PutUint16(msg[6:], unix.NLM_F_REQUEST)
+	ne.PutUint32(msg[8:], r.seq)
+	if err := unix.Sendto(r.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return 0, fmt.Errorf("netlink send: %w", err)
+	}
+	buf := make([]byte, 65536)
+	for {
+		n, _, err := unix.Recvfrom(r.fd, buf, 0)
+		if err != nil {
+			return 0, fmt.Errorf("netlink receive: %w", err)
+		}
+		for b := buf[:n]; len(b) >= unix.SizeofNlMsghdr; {
+			l := int(ne.Uint32(b[0:]))
+			if l < unix.SizeofNlMsghdr || l > len(b) {
+				return 0, fmt.Errorf("netlink: bad message length %d", l)
+			}
+			mtyp, seq := ne.Uint16(b[4:]), ne.Uint32(b[8:])
+			switch {
+			case seq != r.seq:
+			case mtyp == unix.NLMSG_ERROR && l >= unix.SizeofNlMsghdr+4:
+				return 0, fmt.Errorf("netlink: RTM_GETLINK %d: %w", index, unix.Errno(-int32(ne.Uint32(b[unix.SizeofNlMsghdr:]))))
+			case mtyp == unix.RTM_NEWLINK && l >= unix.SizeofNlMsghdr+unix.SizeofIfInfomsg:
+				for a := b[unix.SizeofNlMsghdr+unix.SizeofIfInfomsg : l]; len(a) >= 4; {
+					alen, atyp := int(ne.Uint16(a[0:])), ne.Uint16(a[2:])
+					if alen < 4 || alen > len(a) {
+						break
+					}
+					if atyp == unix.IFLA_OPERSTATE && alen >= 5 {
+						return a[4], nil
+					}
+					a = a[min(nlAlign(alen), len(a)):]
+				}
+				return 0, fmt.Errorf("netlink: link %d has no IFLA_OPERSTATE", index)
+			}
+			b = b[min(nlAlign(l), len(b)):]
 		}
 	}
 }

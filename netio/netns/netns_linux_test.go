@@ -33,6 +33,32 @@ func TestPairWithoutTB(t *testing.T) {
 			t.Errorf("%s: %v, flags %v", s.Link, err, ifi)
 		}
 	}
+	// The pair is returned once both ends are operationally up (the
+	// kernel's queue attached, WaitRunning); a loopback device has no
+	// operational state of its own (IF_OPER_UNKNOWN).
+	for _, c := range []struct {
+		s    Side
+		link string
+		want byte
+	}{{p.A, p.A.Link, ifOperUp}, {p.B, p.B.Link, ifOperUp}, {p.A, "lo", 0}} {
+		var got byte
+		err := c.s.NS.Do(func() error {
+			idx, err := interfaceIndex(c.link)
+			if err != nil {
+				return err
+			}
+			r, err := dialRTNL()
+			if err != nil {
+				return err
+			}
+			defer r.close()
+			got, err = r.operState(idx)
+			return err
+		})
+		if err != nil || got != c.want {
+			t.Errorf("%s %s: operational state %d, %v; want %d", c.s.NS.Name(), c.link, got, err, c.want)
+		}
+	}
 	if _, err := net.InterfaceByName(LinkA); err == nil {
 		t.Errorf("%s visible in the root namespace", LinkA)
 	}
