@@ -360,6 +360,29 @@ func (qp *QP) startedWQE(id uint64) *sendWQE {
 func (w *Wire) CompleteSend(id uint64, status WCStatus) bool {
 	qp, c := w.lock()
 	defer c.mu.Unlock()
+	return qp.completeSend(id, status)
+}
+
+// CompleteSends completes the handed-out WQEs ids with WCSuccess, in that
+// order, as CompleteSend each, under one acquisition of the Context's lock:
+// a transport completing the WQEs of one batch as its write returns takes the
+// lock once instead of once per WQE. It returns how many were still
+// outstanding (the others were flushed).
+func (w *Wire) CompleteSends(ids []uint64) int {
+	qp, c := w.lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if qp.completeSend(id, WCSuccess) {
+			n++
+		}
+	}
+	return n
+}
+
+// completeSend is CompleteSend's body. mu is held.
+func (qp *QP) completeSend(id uint64, status WCStatus) bool {
+	c := qp.ctx
 	wq := qp.startedWQE(id)
 	if wq == nil {
 		return false

@@ -595,3 +595,31 @@ func TestExternalLocalOpFailure(t *testing.T) {
 	f.none(t)
 	wantWC(t, pollN(t, f.scq, 1)[0], 3, 0, ib.WCLocProtErr)
 }
+
+// TestExternalCompleteSends: CompleteSends completes a batch of handed-out
+// WQEs as CompleteSend each would, in posting order, and counts only those
+// still outstanding.
+func TestExternalCompleteSends(t *testing.T) {
+	e := newExtQP(t, 1, nil)
+	buf := pattern(64, 3)
+	mr := regMR(t, e.pd, buf, allAccess)
+	post(t, e.qp,
+		ib.SendWR{WRID: 1, Opcode: ib.WRSend, SGL: []ib.SGE{mr.SGE(0, 8)}, Signaled: true},
+		ib.SendWR{WRID: 2, Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{mr.SGE(8, 8)}, RKey: 0x1234, RemoteAddr: 0x99},
+		ib.SendWR{WRID: 3, Opcode: ib.WRSend, SGL: []ib.SGE{mr.SGE(16, 8)}, Signaled: true},
+	)
+	a, b, c := e.next(t), e.next(t), e.next(t)
+	if n := e.w.CompleteSends(nil); n != 0 {
+		t.Fatalf("CompleteSends(nil) = %d", n)
+	}
+	pollN(t, e.scq, 0)
+	if n := e.w.CompleteSends([]uint64{a.ID, b.ID, c.ID}); n != 3 {
+		t.Fatalf("CompleteSends = %d, want 3", n)
+	}
+	wcs := pollN(t, e.scq, 2) // WR 2 is unsignaled
+	wantWC(t, wcs[0], 1, ib.WCSend, ib.WCSuccess)
+	wantWC(t, wcs[1], 3, ib.WCSend, ib.WCSuccess)
+	if n := e.w.CompleteSends([]uint64{a.ID, c.ID}); n != 0 {
+		t.Fatalf("CompleteSends of retired WQEs = %d, want 0", n)
+	}
+}

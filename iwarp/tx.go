@@ -543,8 +543,10 @@ func (c *Conn) writer() {
 			c.lost(err)
 			continue
 		}
-		for _, id := range t.doneWQEs {
-			c.wire.CompleteSend(id, ib.WCSuccess)
+		// One lock for the batch's completions: CompleteSend per WQE was
+		// 5-7% of the 64 B rate rows' CPU, a Context.mu round trip each.
+		if len(t.doneWQEs) > 0 {
+			c.wire.CompleteSends(t.doneWQEs)
 		}
 	}
 }
