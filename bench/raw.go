@@ -187,21 +187,31 @@ func pingPongBetween(a, b netio.Endpoint, sa, sb *netns.Side, req, resp int, w w
 // side, as the devices use, on the baseline port.
 type udpRaw struct{ pair *netns.Pair }
 
-func (r *udpRaw) open() (a, b *netio.UDPEndpoint, err error) {
+func (r *udpRaw) open() (a, b *netio.UDPFrames, err error) {
 	if err := r.pair.A.NS.Do(func() (err error) {
-		a, err = netio.NewUDP(netio.UDPConfig{LocalAddr: addrPort(&r.pair.A), MTU: r.pair.A.MTU})
+		a, err = udpFrames(netio.UDPConfig{LocalAddr: addrPort(&r.pair.A), MTU: r.pair.A.MTU})
 		return err
 	}); err != nil {
 		return nil, nil, err
 	}
 	if err := r.pair.B.NS.Do(func() (err error) {
-		b, err = netio.NewUDP(netio.UDPConfig{LocalAddr: addrPort(&r.pair.B), MTU: r.pair.B.MTU})
+		b, err = udpFrames(netio.UDPConfig{LocalAddr: addrPort(&r.pair.B), MTU: r.pair.B.MTU})
 		return err
 	}); err != nil {
 		a.Close()
 		return nil, nil, err
 	}
 	return a, b, nil
+}
+
+// udpFrames opens a UDP endpoint as a frame endpoint (MAC addresses 0):
+// the baselines send and receive frames, as the other backends' do.
+func udpFrames(cfg netio.UDPConfig) (*netio.UDPFrames, error) {
+	e, err := netio.NewUDP(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return netio.NewUDPFrames(e, [6]byte{}, [6]byte{}), nil
 }
 
 // frame returns an Ethernet frame from one side to the other whose UDP
@@ -513,7 +523,7 @@ type tapRaw struct {
 // open creates the TAP device, gives the kernel's side its address and a
 // permanent neighbour entry for the host (which answers no ARP), and binds
 // the UDP endpoint. host and kernel describe the two ends for frame.
-func (r *tapRaw) open() (a *netio.TAPEndpoint, b *netio.UDPEndpoint, host, kernel netns.Side, err error) {
+func (r *tapRaw) open() (a *netio.TAPEndpoint, b *netio.UDPFrames, host, kernel netns.Side, err error) {
 	if err = r.ns.Do(func() (err error) {
 		a, err = netio.NewTAP(tapRawName, r.mtu)
 		return err
@@ -527,7 +537,7 @@ func (r *tapRaw) open() (a *netio.TAPEndpoint, b *netio.UDPEndpoint, host, kerne
 	}
 	if err == nil {
 		err = r.ns.Do(func() (err error) {
-			b, err = netio.NewUDP(netio.UDPConfig{LocalAddr: addrPort(&kernel), MTU: a.MTU()})
+			b, err = udpFrames(netio.UDPConfig{LocalAddr: addrPort(&kernel), MTU: a.MTU()})
 			return err
 		})
 	}

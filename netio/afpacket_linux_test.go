@@ -363,11 +363,14 @@ func TestUDPEndpointOnTheWire(t *testing.T) {
 		{"ipv6", p.A.IPv6.Addr(), p.B.IPv6.Addr(), 62},
 	} {
 		t.Run(fam.name, func(t *testing.T) {
-			var u *UDPEndpoint
-			p.A.NS.MustDo(t, func() (err error) {
+			var u *UDPFrames
+			p.A.NS.MustDo(t, func() error {
 				// GSO off: the veth would carry unsegmented super-frames
 				// to the packet socket.
-				u, err = NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(fam.a, 0), LocalMAC: p.A.MAC, PeerMAC: p.B.MAC, DisableGSO: true})
+				e, err := NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(fam.a, 0), DisableGSO: true})
+				if err == nil {
+					u = NewUDPFrames(e, [6]byte(p.A.MAC), [6]byte(p.B.MAC))
+				}
 				return err
 			})
 			defer u.Close()
@@ -582,9 +585,12 @@ func TestUDPGSOToPacketEndpoint(t *testing.T) {
 		{"ipv6/ReadFrames", p.A.IPv6.Addr(), p.B.IPv6.Addr(), 62, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var u *UDPEndpoint
-			p.A.NS.MustDo(t, func() (err error) {
-				u, err = NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(tc.a, 0), LocalMAC: p.A.MAC, PeerMAC: p.B.MAC})
+			var u *UDPFrames
+			p.A.NS.MustDo(t, func() error {
+				e, err := NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(tc.a, 0)})
+				if err == nil {
+					u = NewUDPFrames(e, [6]byte(p.A.MAC), [6]byte(p.B.MAC))
+				}
 				return err
 			})
 			defer u.Close()

@@ -113,10 +113,10 @@ type RxTimestamper interface {
 }
 
 // DatagramReader is implemented by endpoints that receive UDP datagrams
-// (the UDP socket backend) and can hand them over where the kernel put
-// them, instead of copying each into the caller's buffer behind synthesised
-// Ethernet, IP and UDP headers as Read does. Reads of either kind may be
-// mixed; like Read, only one goroutine may read at a time.
+// (the UDP socket backend) and hand them over where the kernel put them,
+// with their addresses beside them, instead of behind synthesised Ethernet,
+// IP and UDP headers (which UDPFrames writes for users of frames). Only one
+// goroutine may read at a time.
 type DatagramReader interface {
 	// ReadDatagrams blocks until at least one datagram is available and
 	// returns up to len(d) of them. Their payloads stay valid until the next

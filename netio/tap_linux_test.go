@@ -305,7 +305,7 @@ func TestUDPEndpointThroughTAP(t *testing.T) {
 					src: netip.AddrPortFrom(fam.local, 0xc0de), dst: netip.AddrPortFrom(fam.peer, RoCEv2Port),
 					tos: 0x68, ttl: 64, flags: ipv4FlagDF, payload: roceLikePayload(i, 512)}.build())
 			}
-			if k, err := u.Write(frames, 0); k != count || err != nil {
+			if k, err := udpFrames(u).Write(frames, 0); k != count || err != nil {
 				t.Fatalf("Write = %d, %v", k, err)
 			}
 			if fam.local.Is6() && u.Stats().GSOSends == 0 {

@@ -82,21 +82,17 @@ type UDPConfig struct {
 	// LocalAddr is where RoCEv2 datagrams are received, and the source
 	// address of those sent. Its family selects IPv4 or IPv6 (an endpoint
 	// carries one family). An unspecified address (0.0.0.0 or ::) receives
-	// on every local address, and each frame's IP source address is then
+	// on every local address, and each datagram's source address is then
 	// passed to the kernel with IP_PKTINFO/IPV6_PKTINFO. The zero Addr means
 	// 0.0.0.0; port 0 means RoCEv2Port.
 	LocalAddr netip.AddrPort
 
-	// LocalMAC is the destination MAC of the frames Read synthesises and
-	// PeerMAC their source MAC; nil means all zeros. Write ignores the MACs
-	// of the frames it is given.
-	LocalMAC, PeerMAC net.HardwareAddr
-
-	// MTU is the interface MTU the endpoint reports (and enforces on Write):
+	// MTU is the interface MTU the endpoint reports (and enforces on
+	// WriteDatagrams):
 	// that of the path to the peers; 0 means DefaultMTU.
 	MTU int
 
-	// BatchSize is the most frames per Read or Write system call; 0 means
+	// BatchSize is the most datagrams per receive or send system call; 0 means
 	// DefaultUDPBatchSize.
 	BatchSize int
 
@@ -114,27 +110,27 @@ type UDPConfig struct {
 	DisableGSO, DisableGRO bool
 
 	// MaxSourcePorts bounds the number of send sockets, one per distinct UDP
-	// source port; 0 means DefaultMaxSourcePorts. Frames from further source
+	// source port; 0 means DefaultMaxSourcePorts. Datagrams from further source
 	// ports are dropped and counted.
 	MaxSourcePorts int
 }
 
 // UDPStats counts what a UDPEndpoint did.
 type UDPStats struct {
-	FramesSent     uint64 // frames handed to the kernel
-	FramesReceived uint64 // frames returned by Read or TryRead
+	FramesSent     uint64 // datagrams handed to the kernel
+	FramesReceived uint64 // datagrams returned by ReadDatagrams (or as frames by UDPFrames)
 	SendCalls      uint64 // sendmmsg system calls
 	RecvCalls      uint64 // recvmmsg system calls that returned datagrams
 	GSOSends       uint64 // messages sent as several datagrams with UDP_SEGMENT
 	GROReceives    uint64 // messages received as several coalesced datagrams
 
-	DroppedMalformed   uint64 // Write: not Ethernet + IP + UDP of the endpoint's family, or inconsistent lengths; WriteDatagrams: destination of the other family, too many pieces
-	DroppedIPv4ID      uint64 // Write: IPv4 ID not 0 and no place in a GSO run (see DatagramWriter), or flags/fragment offset not DF alone
-	DroppedSourceAddr  uint64 // Write: IP source address not the endpoint's bound address
-	DroppedSourcePort  uint64 // Write: no socket could be bound to the UDP source port
-	DroppedOversize    uint64 // Write: frame longer than MaxFrameLen(MTU())
-	DroppedSendError   uint64 // Write: the kernel refused the datagram (see LastSendError)
-	DroppedShortBuffer uint64 // Read: datagram longer than the caller's buffer
+	DroppedMalformed   uint64 // WriteDatagrams: destination of the other family, too many pieces; UDPFrames: not Ethernet + IP + UDP of the endpoint's family, or inconsistent lengths
+	DroppedIPv4ID      uint64 // WriteDatagrams: IPv4 ID not 0 and no place in a GSO run (see DatagramWriter); UDPFrames: flags/fragment offset not DF alone
+	DroppedSourceAddr  uint64 // WriteDatagrams: IP source address not the endpoint's bound address
+	DroppedSourcePort  uint64 // WriteDatagrams: no socket could be bound to the UDP source port
+	DroppedOversize    uint64 // WriteDatagrams: payload longer than the MTU allows; UDPFrames: frame longer than MaxFrameLen(MTU())
+	DroppedSendError   uint64 // WriteDatagrams: the kernel refused the datagram (see LastSendError)
+	DroppedShortBuffer uint64 // datagram longer than the endpoint's buffer, or (UDPFrames) the caller's
 
 	SourcePortSockets int // send sockets open, one per UDP source port in use
 }
@@ -147,14 +143,12 @@ type udpCounters struct {
 }
 
 // UDPEndpoint carries RoCEv2 over ordinary UDP sockets, without privileges.
-// Its own shape is wireguard-go's conn.Bind: WriteDatagrams (DatagramWriter)
-// takes payload pieces with the destination, source port, TOS and TTL, and
-// ReadDatagrams (DatagramReader) returns payloads with the same fields; the
-// RoCE device uses those, so no layer parses headers another wrote. Behind
-// the Ethernet-frame Endpoint interface (Read, Write, WriteVectors) it also
-// serves frame-level users (tests, baselines, tools) with the same Ethernet
-// + IP + UDP frames as a raw link: Write reads each frame's addresses, ports,
-// TOS, TTL and IPv4 ID into such a datagram, and Read synthesises headers.
+// Its shape is wireguard-go's conn.Bind: WriteDatagrams (DatagramWriter)
+// takes payload pieces with the destination, source port, TOS, TTL and
+// IPv4 ID, and ReadDatagrams (DatagramReader) returns payloads with their
+// addresses, TOS and TTL; the RoCE device uses those, so no layer parses
+// headers another wrote. Users that need Ethernet frames wrap it in
+// UDPFrames.
 //
 // Datagrams are sent with sendmmsg; the kernel writes the real IP and UDP
 // headers. The TOS/traffic class and TTL/hop limit go along per datagram
@@ -164,10 +158,10 @@ type udpCounters struct {
 // The IPv4 Identification field is covered by the ICRC but cannot be chosen
 // through a UDP socket. Linux writes 0 for datagrams with DF set from an
 // unconnected socket (ip_select_ident_segs in include/net/ip.h), so the
-// endpoint sends from unconnected sockets with IP_PMTUDISC_DO, and Write
-// accepts only IPv4 frames with Identification 0 and DF set (IPv4IDZero),
-// which the wire then matches bit for bit. UDP GSO numbers the segments
-// of one send 0, 1, 2 ... instead (inet_gso_segment: UDP GSO is not
+// endpoint sends from unconnected sockets with IP_PMTUDISC_DO, and sends
+// IPv4 datagrams with Identification 0 and DF set (IPv4IDZero), which the
+// wire then matches bit for bit. UDP GSO numbers the segments of one send
+// 0, 1, 2 ... instead (inet_gso_segment: UDP GSO is not
 // SKB_GSO_TCP_FIXEDID; TestKernelIPv4GSOIdentification watches a TAP: 0,
 // 1, 2, 3): IPv4 datagrams join a GSO send only when their sender chose
 // those IDs (a run, see DatagramWriter), as the RoCE device does, computing
@@ -175,11 +169,9 @@ type udpCounters struct {
 // uses GSO freely.
 //
 // WriteDatagrams gathers each datagram from its pieces with the kernel's
-// iovecs, Write from the frame's bytes after the UDP header, and
-// WriteVectors from a frame in pieces (headers in the first): nothing is
-// copied on the way.
-// Message headers, iovecs, socket addresses and control buffers are
-// allocated once: recvmmsg and sendmmsg run on the socket's RawConn.
+// iovecs: nothing is copied on the way. Message headers, iovecs, socket
+// addresses and control buffers are allocated once: recvmmsg and sendmmsg
+// run on the socket's RawConn.
 //
 // Source ports: rxe sends from 0xC000 + (hash(QPN) & 0x3fff), and the
 // source port is covered by the ICRC too, so it must leave exactly as
@@ -189,45 +181,34 @@ type udpCounters struct {
 // alike (at most 16384 for rxe's scheme, bounded by MaxSourcePorts). A raw
 // (IP_HDRINCL) path would need CAP_NET_RAW, which this backend exists to
 // avoid. Send sockets never receive: a drop-everything socket filter keeps
-// datagrams for their ports out of their queues. Frames whose source port
-// is LocalAddr's port go out through the receiving socket. Frames are
-// grouped per socket for sendmmsg; order is kept among frames of one source
-// port (one QP), not across ports. Send sockets are opened in the network
-// namespace NewUDP ran in, whichever thread Write runs on.
+// datagrams for their ports out of their queues. Datagrams whose source
+// port is LocalAddr's port go out through the receiving socket. Datagrams
+// are grouped per socket for sendmmsg; order is kept among datagrams of one
+// source port (one QP), not across ports. Send sockets are opened in the
+// network namespace NewUDP ran in, whichever thread WriteDatagrams runs on.
 //
-// Read receives with recvmmsg on the one socket bound to LocalAddr and
-// synthesises Ethernet (LocalMAC, PeerMAC) + IPv4/IPv6 + UDP headers in front
-// of each payload in the caller's buffer, using the real source address and
-// port, the destination address from IP_PKTINFO/IPV6_PKTINFO and the TOS/
-// traffic class and TTL/hop limit from IP_RECVTOS/IP_RECVTTL (IPV6_RECVTCLASS,
-// IPV6_RECVHOPLIMIT). The IPv4 Identification is not reported by the kernel:
-// synthesised IPv4 headers carry 0 and DF (UnknownIPv4ID); the IPv4 header
-// checksum is valid; the UDP checksum is 0 and the IPv6 flow label 0. IPv6
-// datagrams with UDP checksum 0, as rxe sends them, are accepted
-// (UDP_NO_CHECK6_RX); the kernel has checked every other checksum. Without
-// GRO, each datagram is received straight into the caller's buffer after
-// room for the headers (the headroom before offset is not touched). With
-// UDP_GRO the kernel may deliver up to 64 KiB of coalesced datagrams in one
-// message, so datagrams are received into the endpoint's own 64 KiB buffers
-// and copied out segment by segment: one deliberate copy, traded for far
-// fewer system calls and socket buffers; segments that do not fit the
-// caller's batch wait for the next Read. ReadDatagrams (DatagramReader)
-// needs neither the copy nor the synthesised headers: it hands out each
-// datagram, or each segment of a coalesced one, where the kernel put it,
-// with its addresses beside it — what the RoCE device reads with, so that
-// the payload's only copy after the kernel's is the one into the memory
-// region.
+// ReadDatagrams receives with recvmmsg on the one socket bound to LocalAddr
+// into the endpoint's own buffers and hands out each datagram, or each
+// segment of a coalesced one, where the kernel put it, with the real source
+// address and port, the destination address from IP_PKTINFO/IPV6_PKTINFO
+// and the TOS/traffic class and TTL/hop limit from IP_RECVTOS/IP_RECVTTL
+// (IPV6_RECVTCLASS, IPV6_RECVHOPLIMIT) beside it: what the RoCE device reads
+// with, so that the payload's only copy after the kernel's is the one into
+// the memory region. The IPv4 Identification is not reported by the kernel
+// (UnknownIPv4ID). IPv6 datagrams with UDP checksum 0, as rxe sends them,
+// are accepted (UDP_NO_CHECK6_RX); the kernel has checked every other
+// checksum. With UDP_GRO the kernel may deliver up to 64 KiB of coalesced
+// datagrams in one message, received into 64 KiB buffers: far fewer system
+// calls and socket buffers; segments beyond the caller's batch wait for the
+// next read.
 type UDPEndpoint struct {
 	is6      bool
 	local    netip.AddrPort // bound address and port
 	wildcard bool           // local address unspecified: pass sources with PKTINFO
 	mtu      int
 	batch    int
-	hdrLen   int // synthesised header length: Ethernet + IP + UDP
 	maxPorts int
 	bufSize  int
-	localMAC [6]byte
-	peerMAC  [6]byte
 	zone     uint32 // the IPv6 scope of a link-local address: its interface index
 
 	netns netnsHandle // where NewUDP ran: send sockets are opened there too
@@ -240,7 +221,7 @@ type UDPEndpoint struct {
 
 	closed atomic.Bool
 
-	sockMu sync.Mutex // guards socks; held while Write looks up and creates sockets
+	sockMu sync.Mutex // guards socks; held while WriteDatagrams looks up and creates sockets
 	socks  map[uint16]*sourcePortSocket
 
 	readMu sync.Mutex
@@ -255,7 +236,7 @@ type UDPEndpoint struct {
 
 // netnsHandle remembers the network namespace of the thread that opened
 // an endpoint, so that sockets the endpoint opens later, from whatever
-// thread Write happens to run on, are created in the same namespace (as when
+// thread WriteDatagrams happens to run on, are created in the same namespace (as when
 // the endpoint was opened inside a test namespace).
 type netnsHandle struct {
 	file     *os.File // the namespace (nsfs); nil if /proc is unavailable
@@ -334,16 +315,13 @@ type sourcePortSocket struct {
 }
 
 var (
-	_ Endpoint       = (*UDPEndpoint)(nil)
-	_ Poller         = (*UDPEndpoint)(nil)
 	_ IPv4IDPolicy   = (*UDPEndpoint)(nil)
 	_ DatagramReader = (*UDPEndpoint)(nil)
-	_ VectorWriter   = (*UDPEndpoint)(nil)
 	_ DatagramWriter = (*UDPEndpoint)(nil)
 )
 
 // NewUDP opens the receiving socket of a UDP endpoint. Send sockets for
-// other source ports are opened on demand by Write.
+// other source ports are opened on demand by WriteDatagrams.
 func NewUDP(cfg UDPConfig) (*UDPEndpoint, error) {
 	addr := cfg.LocalAddr.Addr()
 	if !addr.IsValid() {
@@ -384,20 +362,6 @@ func NewUDP(cfg UDPConfig) (*UDPEndpoint, error) {
 	}
 	if e.bufSize == 0 {
 		e.bufSize = DefaultUDPSocketBuffer
-	}
-	for _, m := range []struct {
-		dst *[6]byte
-		src net.HardwareAddr
-		nm  string
-	}{{&e.localMAC, cfg.LocalMAC, "LocalMAC"}, {&e.peerMAC, cfg.PeerMAC, "PeerMAC"}} {
-		if m.src != nil && len(m.src) != 6 {
-			return nil, fmt.Errorf("netio: udp: %s %v is not a 6-byte Ethernet address", m.nm, m.src)
-		}
-		copy(m.dst[:], m.src)
-	}
-	e.hdrLen = EthernetHeaderLen + ipv4HeaderLen + udpHeaderLen
-	if e.is6 {
-		e.hdrLen = EthernetHeaderLen + ipv6HeaderLen + udpHeaderLen
 	}
 
 	e.netns = currentNetns()
@@ -560,17 +524,18 @@ func (e *UDPEndpoint) EnableRxTimestamps() error {
 // LocalAddr returns the address and port the endpoint receives on.
 func (e *UDPEndpoint) LocalAddr() netip.AddrPort { return e.local }
 
-// BatchSize returns the most frames moved per system call.
+// BatchSize returns the most datagrams moved per system call.
 func (e *UDPEndpoint) BatchSize() int { return e.batch }
 
 // MTU returns the configured interface MTU.
 func (e *UDPEndpoint) MTU() int { return e.mtu }
 
-// IPv4IDZero returns true: IPv4 frames must carry Identification 0 and DF.
+// IPv4IDZero returns true: IPv4 datagrams leave with Identification 0 and
+// DF (but for runs: see DatagramWriter).
 func (e *UDPEndpoint) IPv4IDZero() bool { return true }
 
-// UnknownIPv4ID returns true: the IPv4 Identification of received frames is
-// not known, and written as 0.
+// UnknownIPv4ID returns true: the IPv4 Identification of received datagrams
+// is not known (UDPFrames writes 0).
 func (e *UDPEndpoint) UnknownIPv4ID() bool { return true }
 
 // GSO reports whether sends currently use UDP_SEGMENT. It turns false for
@@ -686,13 +651,12 @@ type pendingDatagram struct {
 }
 
 type udpReader struct {
-	bufs  [][]byte // Read's view of the caller's buffers
 	hdrs  []unix.Mmsghdr
 	iov   []unix.Iovec // one per message
 	names []sockaddrBuf
 	oob   [][]byte
-	// slots receive the messages of ReadDatagrams, and of Read with
-	// UDP_GRO; pending are the datagrams in them not yet handed out.
+	// slots receive the messages of ReadDatagrams; pending are the
+	// datagrams in them not yet handed out.
 	slots   [][]byte
 	pending []pendingDatagram
 	head    int
@@ -706,7 +670,6 @@ type udpReader struct {
 const udpOOBLen = 160
 
 func (r *udpReader) init(e *UDPEndpoint) {
-	r.bufs = make([][]byte, e.batch)
 	r.hdrs = make([]unix.Mmsghdr, e.batch)
 	r.iov = make([]unix.Iovec, e.batch)
 	r.names = make([]sockaddrBuf, e.batch)
@@ -729,15 +692,10 @@ func (r *udpReader) init(e *UDPEndpoint) {
 	r.pending = make([]pendingDatagram, 0, e.batch)
 }
 
-// recv receives up to len(bufs) messages, message i into bufs[i], with
+// recvInto receives up to len(bufs) messages, message i into bufs[i], with
 // recvmmsg, and returns how many arrived; (0, nil) for MSG_DONTWAIT with
-// nothing queued. The caller holds readMu.
-func (e *UDPEndpoint) recv(bufs [][]byte, flags int) (int, error) {
-	return e.recvInto(&e.r, bufs, flags)
-}
-
-// recvInto is recv with the reader state r (the endpoint's, or the lent
-// reads' own: sharedRead).
+// nothing queued. r is the reader state (the endpoint's, under readMu, or
+// the lent reads' own: sharedRead).
 func (e *UDPEndpoint) recvInto(r *udpReader, bufs [][]byte, flags int) (int, error) {
 	k := min(len(bufs), len(r.hdrs))
 	for i := 0; i < k; i++ {
@@ -769,87 +727,9 @@ func (r *udpReader) message(i int, m *rxMeta) (n int, trunc bool, src netip.Addr
 	return int(h.Len), h.Hdr.Flags&unix.MSG_TRUNC != 0, r.names[i].addrPort(h.Hdr.Namelen)
 }
 
-// Read receives up to len(bufs) frames (at most BatchSize), blocking until
-// at least one arrives. See Endpoint.
-func (e *UDPEndpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
-	if e.shared != nil {
-		return e.readFramesShared(bufs, sizes, offset)
-	}
-	return e.read(bufs, sizes, offset, 0)
-}
-
-// TryRead is Read without blocking. See Poller.
-func (e *UDPEndpoint) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) {
-	return e.read(bufs, sizes, offset, unix.MSG_DONTWAIT)
-}
-
-func (e *UDPEndpoint) read(bufs [][]byte, sizes []int, offset, flags int) (int, error) {
-	if e.closed.Load() {
-		return 0, net.ErrClosed
-	}
-	e.readMu.Lock()
-	defer e.readMu.Unlock()
-	want := min(len(bufs), len(sizes), e.batch)
-	if want == 0 {
-		return 0, nil
-	}
-	if offset < 0 {
-		return 0, fmt.Errorf("netio: udp: negative read offset %d", offset)
-	}
-	r := &e.r
-	if e.gro || r.head < len(r.pending) {
-		// Coalesced messages (or datagrams an earlier ReadDatagrams left)
-		// are cut into frames from the slots.
-		return e.readGRO(bufs[:want], sizes, offset, flags)
-	}
-	// Each datagram lands straight in the caller's buffer, after room for
-	// the headers synthesised in front of it.
-	in := r.bufs[:want]
-	for i := range in {
-		if start := offset + e.hdrLen; start <= len(bufs[i]) {
-			in[i] = bufs[i][start:]
-		} else {
-			in[i] = nil // receives nothing: reported as a short buffer
-		}
-	}
-	n, err := e.recv(in, flags)
-	clear(in)
-	if err != nil || n == 0 {
-		return 0, err
-	}
-	out := 0
-	var rerr error
-	for i := 0; i < n; i++ {
-		var meta rxMeta
-		m, trunc, src := r.message(i, &meta)
-		if trunc {
-			e.stats.droppedShortBuffer.Add(1)
-			if rerr == nil {
-				rerr = shortBufferError(e.hdrLen+m, max(len(bufs[i])-offset, 0))
-			}
-			continue
-		}
-		if out != i { // close the gap left by a dropped datagram
-			if offset+e.hdrLen+m > len(bufs[out]) {
-				// The gap is too small for this one: drop it too.
-				e.stats.droppedShortBuffer.Add(1)
-				continue
-			}
-			copy(bufs[out][offset+e.hdrLen:], bufs[i][offset+e.hdrLen:offset+e.hdrLen+m])
-		}
-		sizes[out] = e.synthesise(bufs[out][offset:], &meta, src, m)
-		out++
-	}
-	e.stats.framesReceived.Add(uint64(out))
-	return out, rerr
-}
-
-// fill receives a batch of messages into the slots and queues their
-// datagrams (the segments of coalesced ones) in pending, unless datagrams
-// are still pending. The caller holds readMu.
-func (e *UDPEndpoint) fill(want, flags int) error { return e.fillInto(&e.r, want, flags) }
-
-// fillInto is fill with the reader state r.
+// fillInto receives a batch of messages into r's slots and queues their
+// datagrams (the segments of coalesced ones) in r.pending, unless datagrams
+// are still pending.
 func (e *UDPEndpoint) fillInto(r *udpReader, want, flags int) error {
 	if r.head < len(r.pending) {
 		return nil
@@ -876,37 +756,6 @@ func (e *UDPEndpoint) fillInto(r *udpReader, want, flags int) error {
 		r.pending = append(r.pending, p)
 	}
 	return nil
-}
-
-// readGRO is read for a socket with UDP_GRO: messages land in the
-// endpoint's slots and are cut into frames in the caller's buffers.
-func (e *UDPEndpoint) readGRO(bufs [][]byte, sizes []int, offset, flags int) (int, error) {
-	r := &e.r
-	if err := e.fill(len(bufs), flags); err != nil {
-		return 0, err
-	}
-	out := 0
-	var rerr error
-	for out < len(bufs) && r.head < len(r.pending) {
-		p := &r.pending[r.head]
-		l := min(p.seg, len(p.data))
-		if offset+e.hdrLen+l <= len(bufs[out]) {
-			copy(bufs[out][offset+e.hdrLen:], p.data[:l])
-			sizes[out] = e.synthesise(bufs[out][offset:], &p.meta, p.src, l)
-			out++
-		} else {
-			e.stats.droppedShortBuffer.Add(1)
-			if rerr == nil {
-				rerr = shortBufferError(e.hdrLen+l, max(len(bufs[out])-offset, 0))
-			}
-		}
-		p.data = p.data[l:]
-		if len(p.data) == 0 {
-			r.head++
-		}
-	}
-	e.stats.framesReceived.Add(uint64(out))
-	return out, rerr
 }
 
 // ReadDatagrams receives up to len(d) datagrams (at most BatchSize, or the
@@ -1023,63 +872,12 @@ func parseRxControl(b []byte, m *rxMeta) {
 	}
 }
 
-// synthesise writes Ethernet + IP + UDP headers into f[:e.hdrLen] for a UDP
-// payload of n bytes already at f[e.hdrLen:], and returns the frame length.
-func (e *UDPEndpoint) synthesise(f []byte, m *rxMeta, src netip.AddrPort, n int) int {
-	eth := header.EthernetFields{Dst: e.localMAC, Src: e.peerMAC, Type: etherTypeIPv4}
-	dst := e.local.Addr()
-	if e.is6 {
-		eth.Type = etherTypeIPv6
-		if m.haveDst {
-			dst = netip.AddrFrom16(m.dst)
-		}
-	} else if m.haveDst {
-		dst = netip.AddrFrom4([4]byte(m.dst[:4]))
-	}
-	header.Ethernet(f).Encode(&eth)
-	// Identification 0: unknown, see UnknownIPv4ID.
-	header.EncodeIPUDP(f[EthernetHeaderLen:], !e.is6, &header.IPUDPFields{
-		Src: src, Dst: netip.AddrPortFrom(dst, e.local.Port()), TOS: m.tos, TTL: m.ttl, PayloadLen: n,
-	})
-	return e.hdrLen + n
-}
-
-// appendDatagramFrame appends to b the frame Read would have delivered for
-// d (a datagram ReadDatagrams returned): what a capture of the endpoint
-// records for it.
-func (e *UDPEndpoint) appendDatagramFrame(b []byte, d *Datagram) []byte {
-	m := rxMeta{tos: d.TOS, ttl: d.TTL, haveDst: true}
-	if e.is6 {
-		m.dst = d.Dst.Addr().As16()
-	} else if a := d.Dst.Addr().Unmap(); a.Is4() {
-		a4 := a.As4()
-		copy(m.dst[:4], a4[:])
-	}
-	start := len(b)
-	b = append(b, make([]byte, e.hdrLen)...)
-	b = append(b, d.Payload...)
-	e.synthesise(b[start:], &m, d.Src, len(d.Payload))
-	return b
-}
-
-// appendOutDatagramFrame appends to b the frame that leaves for d (a
-// datagram given to WriteDatagrams), with the endpoint's MACs and address:
-// what a capture of the endpoint records for it.
-func (e *UDPEndpoint) appendOutDatagramFrame(b []byte, d *OutDatagram) []byte {
-	src := d.Src
-	if !src.IsValid() {
-		src = e.local.Addr()
-	}
-	return appendOutDatagramFrame(b, e.peerMAC, e.localMAC, src, d)
-}
-
 // ---- send ----
 
-// txFrame is one datagram of a write chunk: given (WriteDatagrams) or read
-// from a frame (Write, WriteVectors).
+// txFrame is one datagram of a write chunk.
 type txFrame struct {
-	payload []byte   // the UDP payload, or its part in the frame's first piece
-	rest    [][]byte // the frame's further pieces (WriteVectors)
+	payload []byte   // the UDP payload's first piece
+	rest    [][]byte // its further pieces
 	plen    int      // the UDP payload length
 	dst     netip.AddrPort
 	src     netip.Addr // set only for wildcard endpoints
@@ -1093,7 +891,7 @@ type txFrame struct {
 	ipv4ID  uint16 // IPv4: the Identification its sender chose (0, or its place in a GSO run)
 }
 
-// txGroup is the frames of one Write chunk that leave through one socket.
+// txGroup is the datagrams of one write chunk that leave through one socket.
 type txGroup struct {
 	sock        *udpSocket
 	first, last int
@@ -1116,7 +914,7 @@ type udpWriter struct {
 	single   [1]unix.Mmsghdr
 }
 
-// udpWriteChunk is the most frames one Write pass handles: a full GSO
+// udpWriteChunk is the most datagrams one write pass handles: a full GSO
 // message, and the limit on the bookkeeping arrays.
 const udpWriteChunk = udpMaxSegments
 
@@ -1138,58 +936,6 @@ func (w *udpWriter) init(e *UDPEndpoint) {
 	}
 	w.names = make([]sockaddrBuf, n)
 	w.namelen = make([]uint32, n)
-}
-
-// Write sends each bufs[i][offset:] as one UDP datagram. Frames are
-// dropped and counted (see UDPStats), not returned as errors, when they are
-// not IP/UDP of the endpoint's family, when an IPv4 frame's flags are not
-// DF alone or its Identification neither 0 nor its place in a GSO run (see
-// DatagramWriter), when the source address is not the endpoint's, when no
-// socket can be bound to the source port, and when the kernel refuses them.
-// See Endpoint.
-func (e *UDPEndpoint) Write(bufs [][]byte, offset int) (int, error) {
-	if e.closed.Load() {
-		return 0, net.ErrClosed
-	}
-	e.writeMu.Lock()
-	defer e.writeMu.Unlock()
-	valid := len(bufs)
-	for i, b := range bufs {
-		if offset < 0 || offset > len(b) {
-			valid = i
-			break
-		}
-	}
-	for start := 0; start < valid; start += udpWriteChunk {
-		end := min(start+udpWriteChunk, valid)
-		if n, err := e.writeChunk(bufs[start:end], nil, nil, offset); err != nil {
-			return start + n, err
-		}
-	}
-	if valid < len(bufs) {
-		return valid, fmt.Errorf("netio: udp: write offset %d outside buffer %d of length %d", offset, valid, len(bufs[valid]))
-	}
-	return valid, nil
-}
-
-// WriteVectors sends each frames[i], the concatenation of its pieces, as
-// one UDP datagram, gathering the pieces with the kernel's iovecs: the
-// payload is never copied. The first piece must hold the Ethernet, IP and
-// UDP headers. Frames are dropped as Write drops them, and also when they
-// have more than MaxWritePieces pieces. See VectorWriter.
-func (e *UDPEndpoint) WriteVectors(frames [][][]byte) (int, error) {
-	if e.closed.Load() {
-		return 0, net.ErrClosed
-	}
-	e.writeMu.Lock()
-	defer e.writeMu.Unlock()
-	for start := 0; start < len(frames); start += udpWriteChunk {
-		end := min(start+udpWriteChunk, len(frames))
-		if n, err := e.writeChunk(nil, frames[start:end], nil, 0); err != nil {
-			return start + n, err
-		}
-	}
-	return len(frames), nil
 }
 
 // WriteDatagrams sends each d[i] as one UDP datagram, gathering its
@@ -1214,7 +960,7 @@ func (e *UDPEndpoint) WriteDatagrams(d []OutDatagram) (int, error) {
 				break
 			}
 		}
-		if n, err := e.writeChunk(nil, nil, d[start:end], 0); err != nil {
+		if n, err := e.writeChunk(d[start:end]); err != nil {
 			return start + n, err
 		}
 		start = end
@@ -1222,18 +968,12 @@ func (e *UDPEndpoint) WriteDatagrams(d []OutDatagram) (int, error) {
 	return len(d), nil
 }
 
-// writeChunk sends up to udpWriteChunk datagrams: the frames bufs[i][offset:],
-// the frames in pieces vecs[i], or the datagrams dgs[i]. On a fatal error it
+// writeChunk sends up to udpWriteChunk datagrams. On a fatal error it
 // returns how many leading ones were consumed.
-func (e *UDPEndpoint) writeChunk(bufs [][]byte, vecs [][][]byte, dgs []OutDatagram, offset int) (int, error) {
+func (e *UDPEndpoint) writeChunk(dgs []OutDatagram) (int, error) {
 	w := &e.w
 	w.groups = w.groups[:0]
-	count := len(bufs)
-	if vecs != nil {
-		count = len(vecs)
-	} else if dgs != nil {
-		count = len(dgs)
-	}
+	count := len(dgs)
 	// The socket of the last source port looked up: a chunk's datagrams
 	// mostly share one (a QP's), and the map lookup per datagram was 3% of
 	// softrdma bench's CPU in the 64 B WRITE rate row.
@@ -1244,15 +984,7 @@ func (e *UDPEndpoint) writeChunk(bufs [][]byte, vecs [][][]byte, dgs []OutDatagr
 		f := &w.frames[i]
 		*f = txFrame{next: -1}
 		w.consumed[i] = true
-		var ok bool
-		if dgs != nil {
-			ok = e.txDatagram(&dgs[i], f)
-		} else if vecs != nil {
-			ok = e.parseTxVector(vecs[i], f)
-		} else {
-			ok = e.parseTx(bufs[i][offset:], f)
-		}
-		if !ok {
+		if !e.txDatagram(&dgs[i], f) {
 			continue
 		}
 		if lastSock != nil && f.srcPort == lastPort {
@@ -1353,99 +1085,6 @@ func (e *UDPEndpoint) txSource(src netip.Addr, f *txFrame) bool {
 		e.stats.droppedSourceAddr.Add(1)
 		return false
 	}
-	return true
-}
-
-// parseTxVector is parseTx for a frame in pieces.
-func (e *UDPEndpoint) parseTxVector(pieces [][]byte, f *txFrame) bool {
-	if len(pieces) == 0 || len(pieces) > MaxWritePieces {
-		e.stats.droppedMalformed.Add(1)
-		return false
-	}
-	total := 0
-	for _, p := range pieces {
-		total += len(p)
-	}
-	if !e.parseTxHeaders(pieces[0], total, f) {
-		return false
-	}
-	f.rest = pieces[1:]
-	return true
-}
-
-// parseTx reads the addresses and payload of one frame into f, or counts
-// the frame as dropped and returns false.
-func (e *UDPEndpoint) parseTx(frame []byte, f *txFrame) bool {
-	return e.parseTxHeaders(frame, len(frame), f)
-}
-
-// parseTxHeaders reads the headers of a frame of total bytes whose first
-// piece is first; f.payload is the UDP payload's part in first.
-func (e *UDPEndpoint) parseTxHeaders(first []byte, total int, f *txFrame) bool {
-	c := &e.stats
-	if total > MaxFrameLen(e.mtu) {
-		c.droppedOversize.Add(1)
-		return false
-	}
-	if len(first) < e.hdrLen {
-		c.droppedMalformed.Add(1)
-		return false
-	}
-	var src netip.Addr
-	var udpOff, udpLen int // the UDP header's offset in the frame; the IP payload length
-	eth := header.Ethernet(first)
-	if e.is6 {
-		ip := header.IPv6(first[EthernetHeaderLen:])
-		if eth.Type() != etherTypeIPv6 || ip.Version() != 6 || ip.NextHeader() != ipProtoUDP {
-			c.droppedMalformed.Add(1)
-			return false
-		}
-		plen := int(ip.PayloadLength())
-		if EthernetHeaderLen+ipv6HeaderLen+plen > total {
-			c.droppedMalformed.Add(1)
-			return false
-		}
-		f.tos, f.ttl = ip.TrafficClass(), ip.HopLimit()
-		src = ip.Src()
-		f.dst = netip.AddrPortFrom(ip.Dst(), 0)
-		udpOff, udpLen = EthernetHeaderLen+ipv6HeaderLen, plen
-	} else {
-		ip := header.IPv4(first[EthernetHeaderLen:])
-		if eth.Type() != etherTypeIPv4 || ip.Version() != 4 || ip.HeaderLen() != ipv4HeaderLen || ip.Protocol() != ipProtoUDP {
-			c.droppedMalformed.Add(1)
-			return false
-		}
-		tot := int(ip.TotalLength())
-		if tot < ipv4HeaderLen+udpHeaderLen || EthernetHeaderLen+tot > total {
-			c.droppedMalformed.Add(1)
-			return false
-		}
-		if ip.FlagsFragment() != ipv4FlagDF {
-			c.droppedIPv4ID.Add(1)
-			return false
-		}
-		f.tos, f.ttl, f.ipv4ID = ip.TOS(), ip.TTL(), ip.ID()
-		src = ip.Src()
-		f.dst = netip.AddrPortFrom(ip.Dst(), 0)
-		udpOff, udpLen = EthernetHeaderLen+ipv4HeaderLen, tot-ipv4HeaderLen
-	}
-	if udpLen < udpHeaderLen {
-		c.droppedMalformed.Add(1)
-		return false
-	}
-	udp := header.UDP(first[udpOff:])
-	ulen := int(udp.Length())
-	if ulen < udpHeaderLen || ulen > udpLen {
-		c.droppedMalformed.Add(1)
-		return false
-	}
-	if !e.txSource(src, f) {
-		return false
-	}
-	f.srcPort = udp.SrcPort()
-	f.dst = netip.AddrPortFrom(f.dst.Addr(), udp.DstPort())
-	f.plen = ulen - udpHeaderLen
-	f.payload = first[e.hdrLen:min(len(first), e.hdrLen+f.plen)]
 	return true
 }
 

@@ -229,12 +229,16 @@ type udpCase struct {
 	wildcardTx bool // sender bound to the unspecified address
 }
 
-func udpPair(t *testing.T, c udpCase) (a, b *UDPEndpoint, macA, macB [6]byte) {
+// udpFrames returns e as a frame endpoint with MAC addresses 0.
+func udpFrames(e *UDPEndpoint) *UDPFrames { return NewUDPFrames(e, [6]byte{}, [6]byte{}) }
+
+func udpPair(t *testing.T, c udpCase) (fa, fb *UDPFrames, macA, macB [6]byte) {
 	t.Helper()
 	macA = [6]byte{0x02, 0, 0, 0, 0, 0xa}
 	macB = [6]byte{0x02, 0, 0, 0, 0, 0xb}
-	cfgA := UDPConfig{LocalMAC: macA[:], PeerMAC: macB[:], DisableGSO: c.noGSO, DisableGRO: c.noGRO}
-	cfgB := UDPConfig{LocalMAC: macB[:], PeerMAC: macA[:], DisableGSO: c.noGSO, DisableGRO: c.noGRO}
+	cfgA := UDPConfig{DisableGSO: c.noGSO, DisableGRO: c.noGRO}
+	cfgB := UDPConfig{DisableGSO: c.noGSO, DisableGRO: c.noGRO}
+	var a, b *UDPEndpoint
 	var err error
 	if c.ipv6 {
 		a = newUDPOnFreePort(t, cfgA, netip.IPv6Loopback())
@@ -255,7 +259,7 @@ func udpPair(t *testing.T, c udpCase) (a, b *UDPEndpoint, macA, macB [6]byte) {
 		}
 	}
 	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b, macA, macB
+	return NewUDPFrames(a, macA, macB), NewUDPFrames(b, macB, macA), macA, macB
 }
 
 func TestUDPLoopbackFramesRoundTrip(t *testing.T) {
@@ -407,7 +411,7 @@ func TestUDPLoopbackFramesRoundTrip(t *testing.T) {
 // groPair returns a plain UDP socket on ipA and an IPv4 endpoint with GRO on
 // ipB (a random loopback pair), both closed when the test ends; a kernel
 // without UDP_GRO skips the test.
-func groPair(t *testing.T) (ipA, ipB netip.Addr, b *UDPEndpoint, c *net.UDPConn) {
+func groPair(t *testing.T) (ipA, ipB netip.Addr, fb *UDPFrames, c *net.UDPConn) {
 	t.Helper()
 	ipA, ipB = randomLoopbackPair()
 	b, err := NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(ipB, 0)})
@@ -423,7 +427,7 @@ func groPair(t *testing.T) (ipA, ipB netip.Addr, b *UDPEndpoint, c *net.UDPConn)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return ipA, ipB, b, c
+	return ipA, ipB, udpFrames(b), c
 }
 
 // sendSegmented sends data from c to dst as one UDP_SEGMENT super-datagram
@@ -588,10 +592,11 @@ func TestUDPCloseUnblocksRead(t *testing.T) {
 	for _, gro := range []bool{false, true} {
 		t.Run(fmt.Sprintf("gro=%v", gro), func(t *testing.T) {
 			_, ip := randomLoopbackPair()
-			e, err := NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(ip, 0), DisableGRO: !gro})
+			u, err := NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(ip, 0), DisableGRO: !gro})
 			if err != nil {
 				t.Fatal(err)
 			}
+			e := udpFrames(u)
 			if n, err := e.TryRead([][]byte{make([]byte, 100)}, []int{0}, 0); n != 0 || err != nil {
 				t.Fatalf("TryRead = %d, %v", n, err)
 			}
@@ -625,10 +630,11 @@ func TestUDPCloseUnblocksRead(t *testing.T) {
 
 func TestUDPSourcePortLimit(t *testing.T) {
 	ipA, ipB := randomLoopbackPair()
-	a, err := NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(ipA, 0), MaxSourcePorts: 2})
+	u, err := NewUDP(UDPConfig{LocalAddr: netip.AddrPortFrom(ipA, 0), MaxSourcePorts: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
+	a := udpFrames(u)
 	defer a.Close()
 	var frames [][]byte
 	for i := 0; i < 4; i++ {
@@ -706,17 +712,17 @@ func BenchmarkUDPThroughput(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			const payload = 1024 + 16
 			ipA, ipB := randomLoopbackPair()
-			mk := func(addr netip.Addr) *UDPEndpoint {
+			mk := func(addr netip.Addr) *UDPFrames {
 				cfg := UDPConfig{DisableGSO: c.noGSO, DisableGRO: c.noGRO}
 				if c.ipv6 {
-					return newUDPOnFreePort(b, cfg, addr)
+					return udpFrames(newUDPOnFreePort(b, cfg, addr))
 				}
 				cfg.LocalAddr = netip.AddrPortFrom(addr, 0)
 				e, err := NewUDP(cfg)
 				if err != nil {
 					b.Fatal(err)
 				}
-				return e
+				return udpFrames(e)
 			}
 			if c.ipv6 {
 				ipA, ipB = netip.IPv6Loopback(), netip.IPv6Loopback()
@@ -940,94 +946,6 @@ func captureFrames(tb testing.TB, name string) [][]byte {
 		}
 		frames = append(frames, data)
 	}
-}
-
-// fuzzEndpoints are socket-less endpoints for exercising the frame parser
-// and synthesiser.
-func fuzzEndpoints() []*UDPEndpoint {
-	mk := func(ap netip.AddrPort) *UDPEndpoint {
-		e := &UDPEndpoint{is6: ap.Addr().Is6(), local: ap, wildcard: ap.Addr().IsUnspecified(), mtu: 9000,
-			hdrLen: EthernetHeaderLen + ipv4HeaderLen + udpHeaderLen}
-		if e.is6 {
-			e.hdrLen = EthernetHeaderLen + ipv6HeaderLen + udpHeaderLen
-		}
-		return e
-	}
-	return []*UDPEndpoint{
-		mk(netip.MustParseAddrPort("0.0.0.0:4791")),
-		mk(netip.MustParseAddrPort("192.168.122.1:4791")),
-		mk(netip.MustParseAddrPort("[::]:4791")),
-	}
-}
-
-// FuzzUDPParseTx feeds arbitrary frames to the Write-side parser and checks
-// that what it accepts is consistent with the frame's bytes, and that a
-// frame synthesised by the Read side from the parsed fields parses back to
-// the same fields.
-func FuzzUDPParseTx(f *testing.F) {
-	for _, c := range []string{"rxe-rc-pingpong.pcap", "rxe-rc-pingpong-ipv6.pcap"} {
-		for _, fr := range captureFrames(f, c) {
-			f.Add(fr)
-			if len(fr) > 19 && binary.BigEndian.Uint16(fr[12:]) == etherTypeIPv4 {
-				// rxe numbers its IPv4 datagrams; the same frame with ID 0.
-				z := bytes.Clone(fr)
-				z[18], z[19] = 0, 0
-				f.Add(z)
-			}
-		}
-	}
-	f.Add(ipFrame{src: netip.MustParseAddrPort("10.0.0.1:49152"), dst: netip.MustParseAddrPort("10.0.0.2:4791"),
-		ttl: 64, flags: ipv4FlagDF, payload: roceLikePayload(1, 4)}.build())
-	f.Fuzz(func(t *testing.T, frame []byte) {
-		for _, e := range fuzzEndpoints() {
-			var tx txFrame
-			if !e.parseTx(frame, &tx) {
-				continue
-			}
-			be := binary.BigEndian
-			udp := frame[e.hdrLen-udpHeaderLen:]
-			if int(be.Uint16(udp[4:])) != udpHeaderLen+len(tx.payload) || !bytes.Equal(tx.payload, udp[udpHeaderLen:udpHeaderLen+len(tx.payload)]) {
-				t.Fatalf("payload %d bytes does not match the UDP header", len(tx.payload))
-			}
-			if tx.dst.Port() != be.Uint16(udp[2:]) || tx.srcPort != be.Uint16(udp[0:]) {
-				t.Fatalf("ports %d→%v", tx.srcPort, tx.dst)
-			}
-			if !e.is6 && (be.Uint16(frame[18:]) != tx.ipv4ID || be.Uint16(frame[20:]) != ipv4FlagDF) {
-				t.Fatalf("accepted IPv4 ID %#x (parsed %#x) flags %#x", be.Uint16(frame[18:]), tx.ipv4ID, be.Uint16(frame[20:]))
-			}
-			// Read side: synthesise from the parsed fields, parse again.
-			rx := &UDPEndpoint{is6: e.is6, local: netip.AddrPortFrom(tx.dst.Addr(), tx.dst.Port()), wildcard: true,
-				mtu: 65535, hdrLen: e.hdrLen}
-			src := tx.src
-			if !src.IsValid() {
-				if e.is6 {
-					src = netip.AddrFrom16([16]byte(frame[22:38]))
-				} else {
-					src = netip.AddrFrom4([4]byte(frame[26:30]))
-				}
-			}
-			meta := rxMeta{ttl: tx.ttl, tos: tx.tos, haveDst: true}
-			meta.dst = tx.dst.Addr().As16()
-			if !e.is6 {
-				a4 := tx.dst.Addr().As4()
-				copy(meta.dst[:4], a4[:])
-			}
-			out := make([]byte, e.hdrLen+len(tx.payload))
-			copy(out[e.hdrLen:], tx.payload)
-			n := rx.synthesise(out, &meta, netip.AddrPortFrom(src, tx.srcPort), len(tx.payload))
-			var again txFrame
-			if n != len(out) || !rx.parseTx(out, &again) {
-				t.Fatalf("synthesised frame %x does not parse", out)
-			}
-			if again.dst != tx.dst || again.srcPort != tx.srcPort || again.tos != tx.tos || again.ttl != tx.ttl ||
-				!bytes.Equal(again.payload, tx.payload) {
-				t.Fatalf("round trip: %+v\nbecame %+v", tx, again)
-			}
-			if !e.is6 && !header.IPv4(out[EthernetHeaderLen:EthernetHeaderLen+ipv4HeaderLen]).IsChecksumValid() {
-				t.Fatalf("synthesised IPv4 header checksum wrong: %x", out[14:34])
-			}
-		}
-	})
 }
 
 // FuzzParseRxControl checks that arbitrary control-message bytes never

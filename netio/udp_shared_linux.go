@@ -124,23 +124,6 @@ func (e *UDPEndpoint) readShared(d []Datagram) (int, error) {
 	}
 }
 
-// readFramesShared is the blocking Read of an endpoint whose reads are
-// shared.
-func (e *UDPEndpoint) readFramesShared(bufs [][]byte, sizes []int, offset int) (int, error) {
-	x := e.shared
-	for {
-		if !x.lent.Load() {
-			n, err := e.read(bufs, sizes, offset, unix.MSG_DONTWAIT)
-			if n > 0 || err != nil {
-				return n, err
-			}
-		} else if e.closed.Load() {
-			return 0, net.ErrClosed
-		}
-		x.wait()
-	}
-}
-
 // wait waits until the socket is readable (reads not lent), the eventfd is
 // signalled, or (lent) lendCheck has passed, when it takes the reads back
 // if the outside thread no longer polls.

@@ -18,7 +18,11 @@ func splitFrame(f []byte, hdrLen int) [][]byte {
 
 // readDatagrams reads want datagrams from ep with ReadDatagrams, cloning
 // each payload, within deadline.
-func readDatagrams(t *testing.T, ep *UDPEndpoint, want int) []Datagram {
+func readDatagrams(t *testing.T, ep interface {
+	DatagramReader
+	BatchSize() int
+	Close() error
+}, want int) []Datagram {
 	t.Helper()
 	var got []Datagram
 	done := make(chan error, 1)
@@ -344,7 +348,7 @@ func TestUDPGSOSizeLimits(t *testing.T) {
 			}
 			got := make(chan []Datagram, 1)
 			go func() { got <- readDatagrams(t, b, n) }()
-			if k, err := a.Write(frames, 0); k != n || err != nil {
+			if k, err := udpFrames(a).Write(frames, 0); k != n || err != nil {
 				t.Fatalf("Write = %d, %v", k, err)
 			}
 			if d := <-got; len(d) != n {

@@ -306,7 +306,6 @@ func openUDP(cfg *OpenConfig) (*deviceSetup, error) {
 	}
 	ep, err := netio.NewUDP(netio.UDPConfig{
 		LocalAddr: netip.AddrPortFrom(bind, cfg.UDPPort),
-		LocalMAC:  mac[:],
 		MTU:       mtu,
 		// UDP GSO for IPv4 too: the device gives runs of datagrams the IDs
 		// the kernel gives GSO segments, and computes each ICRC for its ID.
@@ -316,7 +315,11 @@ func openUDP(cfg *OpenConfig) (*deviceSetup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("roce: open: %w", err)
 	}
-	return &deviceSetup{DeviceConfig: DeviceConfig{Endpoint: ep, MAC: mac, Addrs: addrs, GIDs: gids}}, nil
+	// The device reads and writes datagrams (DatagramReader, DatagramWriter):
+	// the frame side of UDPFrames is there for the Endpoint type and for a
+	// capture's records, whose frames go from the zero MAC to mac.
+	frames := netio.NewUDPFrames(ep, mac, [6]byte{})
+	return &deviceSetup{DeviceConfig: DeviceConfig{Endpoint: frames, MAC: mac, Addrs: addrs, GIDs: gids}}, nil
 }
 
 func openPacket(cfg *OpenConfig) (*deviceSetup, error) {

@@ -149,13 +149,13 @@ func rawWriteBW(p *netnstest.Pair, backend string, payload, datagrams int) (floa
 	case "udp":
 		from, to = &p.B, &p.A
 		if err := p.A.NS.Do(func() (err error) {
-			rx, err = netio.NewUDP(netio.UDPConfig{LocalAddr: netip.AddrPortFrom(p.A.IPv4.Addr(), netio.RoCEv2Port), MTU: p.A.MTU})
+			rx, err = udpFrames(netio.UDPConfig{LocalAddr: netip.AddrPortFrom(p.A.IPv4.Addr(), netio.RoCEv2Port), MTU: p.A.MTU})
 			return err
 		}); err != nil {
 			return 0, err
 		}
 		if err := p.B.NS.Do(func() (err error) {
-			tx, err = netio.NewUDP(netio.UDPConfig{LocalAddr: netip.AddrPortFrom(p.B.IPv4.Addr(), netio.RoCEv2Port), MTU: p.B.MTU})
+			tx, err = udpFrames(netio.UDPConfig{LocalAddr: netip.AddrPortFrom(p.B.IPv4.Addr(), netio.RoCEv2Port), MTU: p.B.MTU})
 			return err
 		}); err != nil {
 			return 0, err
@@ -200,7 +200,7 @@ func rawWriteBW(p *netnstest.Pair, backend string, payload, datagrams int) (floa
 		from = &netnstest.Side{MAC: tap.HardwareAddr(), IPv4: tapRawKernel}
 		to = &netnstest.Side{MAC: tapRawHostMAC, IPv4: tapRawHost}
 		if err := p.A.NS.Do(func() (err error) {
-			tx, err = netio.NewUDP(netio.UDPConfig{LocalAddr: netip.AddrPortFrom(tapRawKernel.Addr(), netio.RoCEv2Port), MTU: tap.MTU()})
+			tx, err = udpFrames(netio.UDPConfig{LocalAddr: netip.AddrPortFrom(tapRawKernel.Addr(), netio.RoCEv2Port), MTU: tap.MTU()})
 			return err
 		}); err != nil {
 			return 0, err
@@ -213,6 +213,15 @@ func rawWriteBW(p *netnstest.Pair, backend string, payload, datagrams int) (floa
 // Middle packet's size (BTH, payload bytes, ICRC), through tx in batches of
 // its batch size, and returns the rate rx saw, in MiB/s of payload, from its
 // first datagram to its last. It closes rx.
+// udpFrames opens a UDP endpoint as a frame endpoint (MAC addresses 0).
+func udpFrames(cfg netio.UDPConfig) (netio.Endpoint, error) {
+	e, err := netio.NewUDP(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return netio.NewUDPFrames(e, [6]byte{}, [6]byte{}), nil
+}
+
 func blast(tx, rx netio.Endpoint, from, to *netnstest.Side, payload, datagrams int) (float64, error) {
 	const bthLen = 12
 	ibLen := bthLen + payload
