@@ -19,7 +19,11 @@ import (
 //     rdma_connect fails at once on the RST, "rdma_connect: Connection refused";
 //   - perftest -R (perftest_communication.c, rdma_client_connect, the first
 //     connection, which carries the out-of-band exchange):
-//     "Unexpected CM event bl blka 8" (8 is RDMA_CM_EVENT_REJECTED).
+//     "Unexpected CM event bl blka 8" (8 is RDMA_CM_EVENT_REJECTED);
+//   - ucmatose and udaddy (librdmacm/examples cmatose.c, udaddy.c,
+//     cma_handler): "cmatose: event: RDMA_CM_EVENT_REJECTED, error: N",
+//     and udaddy's "udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: N" (a
+//     SIDR_REP refusing the request) or REJECTED.
 //
 // Anything else, and any refusal after a connection was established
 // (perftest's second connection, "RDMA CM event error: ... REJECTED", comes
@@ -40,6 +44,7 @@ func refusedConnect(r interop.Result) bool {
 		"Couldn't post",       // as above
 		"Unable to read",      // perftest's out-of-band exchange failed
 		"Failed to exchange",  // as above
+		"data transfers",      // ucmatose and udaddy: connected
 	} {
 		if strings.Contains(out, after) {
 			return false
@@ -49,6 +54,9 @@ func refusedConnect(r interop.Result) bool {
 		"cma event RDMA_CM_EVENT_REJECTED",
 		"rdma_connect: Connection refused",
 		"Unexpected CM event bl blka 8\n",
+		"cmatose: event: RDMA_CM_EVENT_REJECTED",
+		"udaddy: event: RDMA_CM_EVENT_UNREACHABLE",
+		"udaddy: event: RDMA_CM_EVENT_REJECTED",
 	} {
 		if strings.Contains(out, refused) {
 			return true
@@ -93,6 +101,9 @@ func TestRefusedConnect(t *testing.T) {
 		{"silent failure", interop.Result{ExitCode: 1}, false},
 		{"rping data then REJ", interop.Result{ExitCode: 1, Stdout: "ping data: rdma-ping-0\n", Stderr: "cma event RDMA_CM_EVENT_REJECTED, error 8\n"}, false},
 		{"other CM event", interop.Result{ExitCode: 1, Stderr: "Unexpected CM event bl blka 9\n"}, false},
+		{"ucmatose REJ", interop.Result{ExitCode: 8, Stdout: "cmatose: starting client\ncmatose: connecting\ncmatose: event: RDMA_CM_EVENT_REJECTED, error: 8\ntest complete\nreturn status 8\n"}, true},
+		{"udaddy SIDR refused", interop.Result{ExitCode: 1, Stdout: "udaddy: starting client\nudaddy: connecting\nudaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1\ntest complete\nreturn status 1\n"}, true},
+		{"ucmatose connected, then failed", interop.Result{ExitCode: 1, Stdout: "cmatose: connecting\nreceiving data transfers\ncmatose: event: RDMA_CM_EVENT_REJECTED, error: 8\n"}, false},
 	} {
 		if got := refusedConnect(c.r); got != c.want {
 			t.Errorf("%s: refusedConnect = %v, want %v", c.name, got, c.want)
