@@ -176,7 +176,7 @@ func (e *env) runRoCE(ds []*device.RoCE, addrA, addrB netip.Addr) error {
 		var b strings.Builder
 		counters.WriteText(&b, counters.Snapshot{Devices: e.devices(0)})
 		for i, d := range devs {
-			if u, ok := d.Endpoint().(*netio.UDPFrames); ok {
+			if u, ok := d.Endpoint().(*netio.UDPEndpoint); ok {
 				fmt.Fprintf(&b, "  udp %c: %+v\n  last send error: %v\n", 'A'+i, u.Stats(), u.LastSendError())
 			}
 			if p, ok := d.Endpoint().(*netio.PacketEndpoint); ok {

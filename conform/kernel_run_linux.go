@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -90,7 +91,8 @@ func (k KernelRun) Run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	defer dev.Close()
-	el := NewEndpointLink(dev.Endpoint())
+	// The tester writes frames: the UDP endpoint's, as UDPFrames makes them.
+	el := NewEndpointLink(netio.FramesOf(dev.Endpoint(), dev.MAC(), [6]byte{}))
 	defer el.Close()
 	var link Link = el
 	if k.WrapLink != nil {

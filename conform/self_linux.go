@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -71,7 +72,8 @@ func NewLoopbackRoCE(ctx context.Context, cfg LoopbackConfig) (*LoopbackRoCE, er
 	a, b := net.Pipe()
 	l.client = NewClient(a)
 	go (&Server{Device: peer}).ServeConn(b)
-	l.link = NewEndpointLink(tester.Endpoint())
+	// The tester writes frames: the UDP endpoint's, as UDPFrames makes them.
+	l.link = NewEndpointLink(netio.FramesOf(tester.Endpoint(), tester.MAC(), [6]byte{}))
 	var link Link = l.link
 	if cfg.WrapLink != nil {
 		link = cfg.WrapLink(link)

@@ -60,7 +60,8 @@ func TestConfigTapIdlePort(t *testing.T) {
 	read := make(chan error, 1)
 	go func() {
 		bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
-		_, err := idle.(*device.RoCE).RoCE().Endpoint().Read(bufs, sizes, 0)
+		dev := idle.(*device.RoCE).RoCE()
+		_, err := netio.FramesOf(dev.Endpoint(), dev.MAC(), [6]byte{}).Read(bufs, sizes, 0)
 		read <- err
 	}()
 	select {

@@ -119,7 +119,7 @@ func openRoCE(s devspec.Spec, cfg Config) (*RoCE, error) {
 }
 
 // unwrap returns the endpoint under any capture wrapper.
-func unwrap(ep netio.Endpoint) netio.Endpoint {
+func unwrap(ep netio.Link) netio.Link {
 	for {
 		u, ok := ep.(interface{ Unwrap() netio.Endpoint })
 		if !ok {

@@ -60,6 +60,16 @@ type Endpoint interface {
 	Close() error
 }
 
+// Link is what every endpoint offers, whether it carries Ethernet frames
+// (Endpoint) or UDP datagrams (UDPEndpoint: DatagramReader and
+// DatagramWriter): a RoCE device takes either (roce.DeviceConfig.Endpoint).
+// The methods are Endpoint's.
+type Link interface {
+	BatchSize() int
+	MTU() int
+	Close() error
+}
+
 // Poller is implemented by endpoints that can be read without blocking, so a
 // deterministic driver can step a device without goroutines.
 type Poller interface {

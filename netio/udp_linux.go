@@ -315,6 +315,7 @@ type sourcePortSocket struct {
 }
 
 var (
+	_ Link           = (*UDPEndpoint)(nil)
 	_ IPv4IDPolicy   = (*UDPEndpoint)(nil)
 	_ DatagramReader = (*UDPEndpoint)(nil)
 	_ DatagramWriter = (*UDPEndpoint)(nil)

@@ -19,8 +19,8 @@ import (
 // takes datagrams from ReadDatagrams and writes Ethernet (LocalMAC,
 // PeerMAC) + IPv4/IPv6 + UDP headers in front of each payload. Every method
 // of the endpoint (ReadDatagrams, WriteDatagrams, Stats, ...) stays
-// available, so a RoCE device given a UDPFrames uses the datagrams and never
-// the frames.
+// available, so a RoCE device under a capture of a UDPFrames still uses the
+// datagrams; without a capture the device takes the UDPEndpoint itself.
 //
 // Received frames: the IPv4 Identification is not reported by the kernel,
 // so synthesised IPv4 headers carry 0 and DF (UnknownIPv4ID); the IPv4
@@ -61,6 +61,20 @@ func NewUDPFrames(e *UDPEndpoint, localMAC, peerMAC [6]byte) *UDPFrames {
 	a.idx = make([]int, 0, udpWriteChunk)
 	a.pieces = make([][]byte, udpWriteChunk*MaxWritePieces)
 	return a
+}
+
+// FramesOf returns l as a frame Endpoint for a user that needs frames
+// (conform's tester link, a capture): l itself if it carries frames (an
+// AF_PACKET or TAP endpoint, a capture), a UDPFrames whose received frames
+// go from peerMAC to localMAC if it is a UDPEndpoint, else nil.
+func FramesOf(l Link, localMAC, peerMAC [6]byte) Endpoint {
+	switch e := l.(type) {
+	case Endpoint:
+		return e
+	case *UDPEndpoint:
+		return NewUDPFrames(e, localMAC, peerMAC)
+	}
+	return nil
 }
 
 var (

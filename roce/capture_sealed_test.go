@@ -51,9 +51,9 @@ func TestCaptureRecordsSealedPayload(t *testing.T) {
 			t.Skipf("cannot open a UDP socket on %v: %v", ip, err)
 		}
 		t.Cleanup(func() { ep.Close() })
-		var dep netio.Endpoint = netio.NewUDPFrames(ep, [6]byte{}, [6]byte{})
+		var dep netio.Link = ep
 		if capture {
-			if dep, err = netio.NewCapture(dep, &capA, netio.FormatPcap, clk); err != nil {
+			if dep, err = netio.NewCapture(netio.NewUDPFrames(ep, [6]byte{}, [6]byte{}), &capA, netio.FormatPcap, clk); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -75,10 +75,13 @@ const (
 	PendingTimeout  = 3 * time.Second
 )
 
-// DeviceConfig configures a RoCEv2 device on a frame endpoint.
+// DeviceConfig configures a RoCEv2 device on a frame or datagram endpoint.
 type DeviceConfig struct {
-	// Endpoint carries the device's Ethernet frames.
-	Endpoint netio.Endpoint
+	// Endpoint carries the device's packets: Ethernet frames (a
+	// netio.Endpoint: AF_PACKET, TAP, a capture, a pipe) or UDP datagrams
+	// (netio.DatagramReader and netio.DatagramWriter: the UDP socket
+	// backend, netio.UDPEndpoint, which nothing need wrap in frames).
+	Endpoint netio.Link
 	// MAC is the device's Ethernet address.
 	MAC [6]byte
 	// Addrs are the interface's IP addresses: they make the GID table, and
@@ -137,6 +140,7 @@ type Device struct {
 	outside atomic.Pointer[outsideHooks] // Run's loop, for PollInput (pollinput.go)
 
 	cfg   DeviceConfig
+	fe    netio.Endpoint // cfg.Endpoint if it carries frames, else nil
 	ctx   *ibtransport.Context
 	gids  []netip.Addr
 	mtu   int
@@ -257,6 +261,14 @@ func NewDevice(cfg DeviceConfig) (*Device, error) {
 		gids = GIDTable(cfg.MAC, cfg.Addrs)
 	}
 	d := &Device{cfg: cfg, mtu: cfg.Engine.PortMTU, gids: gids, port: cfg.UDPPort}
+	d.fe, _ = cfg.Endpoint.(netio.Endpoint)
+	if d.fe == nil {
+		_, dr := cfg.Endpoint.(netio.DatagramReader)
+		_, dw := cfg.Endpoint.(netio.DatagramWriter)
+		if !dr || !dw {
+			return nil, fmt.Errorf("roce: device endpoint %T: neither a frame endpoint (netio.Endpoint) nor a datagram one (netio.DatagramReader and DatagramWriter)", cfg.Endpoint)
+		}
+	}
 	d.proto, _ = cfg.Neighbors.(NeighborProtocol)
 	if w, ok := cfg.Neighbors.(NeighborWaker); ok {
 		d.wake = w.Wake()
@@ -367,8 +379,9 @@ func (d *Device) Addrs() []netip.Addr { return d.cfg.Addrs }
 // PathMTU returns the port's active IB MTU.
 func (d *Device) PathMTU() int { return d.mtu }
 
-// Endpoint returns the device's endpoint.
-func (d *Device) Endpoint() netio.Endpoint { return d.cfg.Endpoint }
+// Endpoint returns the device's endpoint (DeviceConfig.Endpoint): on the UDP
+// backend a datagram endpoint, which netio.FramesOf offers as frames.
+func (d *Device) Endpoint() netio.Link { return d.cfg.Endpoint }
 
 // MAC returns the device's Ethernet address (DeviceConfig.MAC).
 func (d *Device) MAC() [6]byte { return d.cfg.MAC }
@@ -518,7 +531,7 @@ func (d *Device) Poll(now time.Time) (bool, error) {
 			}
 		}
 	} else {
-		p, ok := d.cfg.Endpoint.(netio.Poller)
+		p, ok := d.fe.(netio.Poller)
 		if !ok {
 			return false, netio.ErrNotPollable
 		}
@@ -877,7 +890,12 @@ func (d *Device) write(frames [][]byte) (int, error) {
 	total := 0
 	for len(frames) > 0 {
 		k := min(len(frames), d.cfg.Batch)
-		n, err := d.cfg.Endpoint.Write(frames[:k], 0)
+		if d.fe == nil {
+			// No neighbour protocol or pending frame on a datagram endpoint.
+			clear(d.frames)
+			return total, fmt.Errorf("roce: %d frames for a datagram endpoint (%T)", len(frames), d.cfg.Endpoint)
+		}
+		n, err := d.fe.Write(frames[:k], 0)
 		d.counters.FramesOut += uint64(n)
 		total += n
 		if err != nil {
@@ -1286,7 +1304,7 @@ func (d *Device) Run(ctx context.Context, clock netio.Clock) error {
 			case fr != nil:
 				n, err = fr.ReadFrames(bufs)
 			default:
-				n, err = d.cfg.Endpoint.Read(bufs, sizes, 0)
+				n, err = d.fe.Read(bufs, sizes, 0)
 			}
 			if n > 0 {
 				rtc := d.beginBatch(n) // run to completion (rtc.go)

@@ -264,7 +264,7 @@ func newUDPPollPair(tb testing.TB, ipA, ipB netip.Addr, port uint16) *udpPollPai
 			tb.Skipf("cannot open a UDP socket on %v: %v", ip, err)
 		}
 		tb.Cleanup(func() { ep.Close() })
-		d, err := roce.NewDevice(roce.DeviceConfig{Endpoint: netio.NewUDPFrames(ep, [6]byte{}, [6]byte{}), Addrs: []netip.Addr{ip}, UDPPort: port,
+		d, err := roce.NewDevice(roce.DeviceConfig{Endpoint: ep, Addrs: []netip.Addr{ip}, UDPPort: port,
 			Engine: ibtransport.ContextConfig{Seed: seed}})
 		if err != nil {
 			tb.Fatal(err)

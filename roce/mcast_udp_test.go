@@ -69,12 +69,12 @@ func TestMulticastOverUDP(t *testing.T) {
 		if err != nil {
 			t.Skipf("cannot open a UDP socket on %v: %v", ip, err)
 		}
-		var ep netio.Endpoint = netio.NewUDPFrames(udp, [6]byte{}, [6]byte{})
+		var ep netio.Link = udp
 		if i == 2 {
 			if cw, err = netio.NewCaptureWriter(&capC, netio.FormatPcap); err != nil {
 				t.Fatal(err)
 			}
-			ep = netio.NewCaptureInto(ep, cw, nil, nil)
+			ep = netio.NewCaptureInto(netio.NewUDPFrames(udp, [6]byte{}, [6]byte{}), cw, nil, nil)
 		}
 		d, err := roce.NewDevice(roce.DeviceConfig{Endpoint: ep, Addrs: []netip.Addr{ip}, Engine: ibtransport.ContextConfig{Seed: uint64(i + 1)}})
 		if err != nil {

@@ -89,8 +89,8 @@ type OpenConfig struct {
 	// CaptureWriter, if not nil, records every frame the device sends and
 	// receives (a command's --pcap file, which other captures may share),
 	// timestamped by CaptureClock (default the system clock). Over udp the
-	// frames are the ones the endpoint synthesises around each datagram
-	// (netio.UDPEndpoint). CaptureReceived, if not nil, rewrites each
+	// frames are the ones netio.UDPFrames synthesises around each datagram
+	// of the endpoint (netio.UDPEndpoint). CaptureReceived, if not nil, rewrites each
 	// received frame before it is recorded (netio.NewCaptureInto).
 	CaptureWriter   *netio.CaptureWriter
 	CaptureClock    netio.Clock
@@ -145,7 +145,10 @@ func Open(cfg OpenConfig) (*Device, error) {
 		return nil, err
 	}
 	if cfg.CaptureWriter != nil {
-		dc.Endpoint = netio.NewCaptureInto(dc.Endpoint, cfg.CaptureWriter, cfg.CaptureClock, cfg.CaptureReceived)
+		// A capture records frames: over udp, those UDPFrames makes of the
+		// datagrams (from the zero MAC to the device's); the device still
+		// reads and writes datagrams through it.
+		dc.Endpoint = netio.NewCaptureInto(netio.FramesOf(dc.Endpoint, dc.MAC, [6]byte{}), cfg.CaptureWriter, cfg.CaptureClock, cfg.CaptureReceived)
 	}
 	dc.UDPPort, dc.Version, dc.HopLimit, dc.Engine = cfg.UDPPort, cfg.Version, cfg.HopLimit, cfg.Engine
 	d, err := NewDevice(dc.DeviceConfig)
@@ -315,11 +318,8 @@ func openUDP(cfg *OpenConfig) (*deviceSetup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("roce: open: %w", err)
 	}
-	// The device reads and writes datagrams (DatagramReader, DatagramWriter):
-	// the frame side of UDPFrames is there for the Endpoint type and for a
-	// capture's records, whose frames go from the zero MAC to mac.
-	frames := netio.NewUDPFrames(ep, mac, [6]byte{})
-	return &deviceSetup{DeviceConfig: DeviceConfig{Endpoint: frames, MAC: mac, Addrs: addrs, GIDs: gids}}, nil
+	// The device reads and writes datagrams (DatagramReader, DatagramWriter).
+	return &deviceSetup{DeviceConfig: DeviceConfig{Endpoint: ep, MAC: mac, Addrs: addrs, GIDs: gids}}, nil
 }
 
 func openPacket(cfg *OpenConfig) (*deviceSetup, error) {

@@ -144,7 +144,7 @@ func TestOpenUDPNetns(t *testing.T) {
 		return err
 	})
 	defer d.Close()
-	if got := d.Endpoint().(*netio.UDPFrames).LocalAddr(); got != netip.AddrPortFrom(p.A.IPv4.Addr(), 4792) {
+	if got := d.Endpoint().(*netio.UDPEndpoint).LocalAddr(); got != netip.AddrPortFrom(p.A.IPv4.Addr(), 4792) {
 		t.Errorf("bound %v, want %v:4792", got, p.A.IPv4.Addr())
 	}
 }

@@ -20,7 +20,7 @@ func runUDPDevice(t *testing.T, ctx context.Context, ip netip.Addr, seed uint64)
 	if err != nil {
 		t.Skipf("cannot open a UDP socket on %v: %v", ip, err)
 	}
-	d, err := roce.NewDevice(roce.DeviceConfig{Endpoint: netio.NewUDPFrames(ep, [6]byte{}, [6]byte{}), Addrs: []netip.Addr{ip}, Engine: ibtransport.ContextConfig{Seed: seed}})
+	d, err := roce.NewDevice(roce.DeviceConfig{Endpoint: ep, Addrs: []netip.Addr{ip}, Engine: ibtransport.ContextConfig{Seed: seed}})
 	if err != nil {
 		t.Fatal(err)
 	}

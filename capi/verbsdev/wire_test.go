@@ -18,6 +18,7 @@ import (
 	"github.com/softrdma/softrdma/conform"
 	"github.com/softrdma/softrdma/devspec"
 	ib "github.com/softrdma/softrdma/ibtransport"
+	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -164,7 +165,7 @@ func TestWireHostile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	link := conform.NewEndpointLink(dev.Endpoint())
+	link := conform.NewEndpointLink(netio.FramesOf(dev.Endpoint(), dev.MAC(), [6]byte{}))
 	defer link.Close()
 	wire, err := conform.NewWire(conform.WireConfig{Link: link, LocalIP: peerIP, PeerIP: devIP, UDPSocket: true})
 	if err != nil {

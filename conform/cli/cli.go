@@ -22,6 +22,7 @@ import (
 	"github.com/softrdma/softrdma/conform"
 	"github.com/softrdma/softrdma/device"
 	"github.com/softrdma/softrdma/devspec"
+	"github.com/softrdma/softrdma/netio"
 	"github.com/softrdma/softrdma/roce"
 )
 
@@ -378,7 +379,9 @@ func conformSetup(ctx context.Context, o Options, pcap *conformPcap, stderr io.W
 		}
 	}
 	mac := dev.MAC()
-	link := conform.NewEndpointLink(dev.Endpoint())
+	// The tester writes frames: over udp, those UDPFrames makes of the
+	// endpoint's datagrams (a capture's endpoint is one already).
+	link := conform.NewEndpointLink(netio.FramesOf(dev.Endpoint(), mac, [6]byte{}))
 	wire, err := conform.NewWire(conform.WireConfig{Link: pcap.wrapLink(link, o.Backend == "udp"), LocalIP: local, PeerIP: peerIP, LocalMAC: mac,
 		PeerMAC: peerMAC, UDPSocket: o.Backend == "udp", SrcPort: o.UDPPort, DstPort: o.UDPPort})
 	if err != nil {
