@@ -274,7 +274,8 @@ func (ns *NS) AddNeighbor(name string, ip netip.Addr, mac net.HardwareAddr) erro
 }
 
 // WaitRunning waits until the interface called name inside the namespace
-// is running (IFF_RUNNING) and its operational state is up (IF_OPER_UP).
+// is running (IFF_RUNNING) and its operational state is up (IF_OPER_UP), or
+// unknown with its carrier never changed (a TAP with its reader, lo).
 // The kernel handles carrier changes asynchronously (linkwatch), up to a
 // second later, and IFF_RUNNING comes before that work has run: until it
 // has, the device's queue is the noop one, which drops every frame sent
@@ -289,6 +290,7 @@ func (ns *NS) WaitRunning(name string, timeout time.Duration) error {
 			return err
 		}
 		var oper byte
+		var changes uint32
 		if ifi.Flags&net.FlagRunning != 0 {
 			if err := ns.Do(func() error {
 				r, err := dialRTNL()
@@ -296,12 +298,17 @@ func (ns *NS) WaitRunning(name string, timeout time.Duration) error {
 					return err
 				}
 				defer r.close()
-				oper, err = r.operState(ifi.Index)
+				oper, changes, err = r.linkState(ifi.Index)
 				return err
 			}); err != nil {
 				return err
 			}
-			if oper == ifOperUp {
+			// A TAP up with its reader attached (like lo) never changed
+			// its carrier: no linkwatch work is due, its queue was attached
+			// when it came up, and its state stays IF_OPER_UNKNOWN. A veth's
+			// carrier goes off when it is made (counted at once), so an
+			// UNKNOWN veth is one whose linkwatch work has not run yet.
+			if oper == ifOperUp || oper == ifOperUnknown && changes == 0 {
 				return nil
 			}
 		}
@@ -312,8 +319,11 @@ func (ns *NS) WaitRunning(name string, timeout time.Duration) error {
 	}
 }
 
-// ifOperUp is IF_OPER_UP from linux/if.h (RFC 2863 operational state).
-const ifOperUp = 6
+// IF_OPER_UNKNOWN and IF_OPER_UP from linux/if.h (RFC 2863 operational state).
+const (
+	ifOperUnknown = 0
+	ifOperUp      = 6
+)
 
 // Interface looks up the interface called name inside the namespace.
 func (ns *NS) Interface(name string) (*net.Interface, error) {
@@ -524,6 +534,13 @@ func (r *rtnl) request(typ uint16, flags uint16, body []byte) error {
 
 // operState returns the IFLA_OPERSTATE of the link with index (RTM_GETLINK).
 func (r *rtnl) operState(index int) (byte, error) {
+	oper, _, err := r.linkState(index)
+	return oper, err
+}
+
+// linkState returns the IFLA_OPERSTATE and IFLA_CARRIER_CHANGES of the link
+// with index (RTM_GETLINK); changes is 0 if the kernel gives none.
+func (r *rtnl) linkState(index int) (oper byte, changes uint32, err error) {
 	r.seq++
 	body := ifInfoMsg(index, 0, 0)
 	msg := make([]byte, unix.SizeofNlMsghdr, unix.SizeofNlMsghdr+len(body))
@@ -534,36 +551,43 @@ func (r *rtnl) operState(index int) (byte, error) {
 	ne.PutUint16(msg[6:], unix.NLM_F_REQUEST)
 	ne.PutUint32(msg[8:], r.seq)
 	if err := unix.Sendto(r.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return 0, fmt.Errorf("netlink send: %w", err)
+		return 0, 0, fmt.Errorf("netlink send: %w", err)
 	}
 	buf := make([]byte, 65536)
+	found := false
 	for {
 		n, _, err := unix.Recvfrom(r.fd, buf, 0)
 		if err != nil {
-			return 0, fmt.Errorf("netlink receive: %w", err)
+			return 0, 0, fmt.Errorf("netlink receive: %w", err)
 		}
 		for b := buf[:n]; len(b) >= unix.SizeofNlMsghdr; {
 			l := int(ne.Uint32(b[0:]))
 			if l < unix.SizeofNlMsghdr || l > len(b) {
-				return 0, fmt.Errorf("netlink: bad message length %d", l)
+				return 0, 0, fmt.Errorf("netlink: bad message length %d", l)
 			}
 			mtyp, seq := ne.Uint16(b[4:]), ne.Uint32(b[8:])
 			switch {
 			case seq != r.seq:
 			case mtyp == unix.NLMSG_ERROR && l >= unix.SizeofNlMsghdr+4:
-				return 0, fmt.Errorf("netlink: RTM_GETLINK %d: %w", index, unix.Errno(-int32(ne.Uint32(b[unix.SizeofNlMsghdr:]))))
+				return 0, 0, fmt.Errorf("netlink: RTM_GETLINK %d: %w", index, unix.Errno(-int32(ne.Uint32(b[unix.SizeofNlMsghdr:]))))
 			case mtyp == unix.RTM_NEWLINK && l >= unix.SizeofNlMsghdr+unix.SizeofIfInfomsg:
 				for a := b[unix.SizeofNlMsghdr+unix.SizeofIfInfomsg : l]; len(a) >= 4; {
 					alen, atyp := int(ne.Uint16(a[0:])), ne.Uint16(a[2:])
 					if alen < 4 || alen > len(a) {
 						break
 					}
-					if atyp == unix.IFLA_OPERSTATE && alen >= 5 {
-						return a[4], nil
+					switch {
+					case atyp == unix.IFLA_OPERSTATE && alen >= 5:
+						oper, found = a[4], true
+					case atyp == unix.IFLA_CARRIER_CHANGES && alen >= 8:
+						changes = ne.Uint32(a[4:])
 					}
 					a = a[min(nlAlign(alen), len(a)):]
 				}
-				return 0, fmt.Errorf("netlink: link %d has no IFLA_OPERSTATE", index)
+				if !found {
+					return 0, 0, fmt.Errorf("netlink: link %d has no IFLA_OPERSTATE", index)
+				}
+				return oper, changes, nil
 			}
 			b = b[min(nlAlign(l), len(b)):]
 		}
