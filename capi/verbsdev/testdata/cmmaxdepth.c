@@ -23,24 +23,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: cmmaxdepth ADDR PORT\n");
 		return 2;
 	}
-	struct sockaddr_in sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons(atoi(argv[2]));
-	if (inet_pton(AF_INET, argv[1], &sa.sin_addr) != 1)
-		fail("inet_pton");
+	struct sockaddr_in sa = ipv4(argv[1], argv[2]);
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct rdma_cm_id *l, *c;
-	if (!ch || rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) || rdma_create_id(ch, &c, NULL, RDMA_PS_TCP))
-		fail("create");
-	if (rdma_bind_addr(l, (struct sockaddr *)&sa) || rdma_listen(l, 1))
-		fail("listen");
-	if (rdma_resolve_addr(c, NULL, (struct sockaddr *)&sa, 2000))
-		fail("rdma_resolve_addr");
-	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
-	if (rdma_resolve_route(c, 2000))
-		fail("rdma_resolve_route");
-	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	listen_and_resolve(ch, &sa, &l, &c);
 	qp(c);
 	struct ibv_device_attr da;
 	if (ibv_query_device(c->verbs, &da))

@@ -63,12 +63,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: cmmigrate ADDR PORT\n");
 		return 2;
 	}
-	struct sockaddr_in sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons(atoi(argv[2]));
-	if (inet_pton(AF_INET, argv[1], &sa.sin_addr) != 1)
-		fail("inet_pton");
+	struct sockaddr_in sa = ipv4(argv[1], argv[2]);
 	struct rdma_event_channel *cha = rdma_create_event_channel(), *chb = rdma_create_event_channel(),
 				  *chl = rdma_create_event_channel();
 	if (!cha || !chb || !chl)

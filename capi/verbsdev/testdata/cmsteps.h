@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
 
 static void fail(const char *what)
@@ -47,5 +48,34 @@ static inline void qp(struct rdma_cm_id *id)
 	a.cap.max_send_sge = a.cap.max_recv_sge = 1;
 	if (rdma_create_qp(id, NULL, &a))
 		fail("rdma_create_qp");
+}
+
+/* ipv4 is the address ADDR, port PORT (the programs' two arguments). */
+static inline struct sockaddr_in ipv4(const char *addr, const char *port)
+{
+	struct sockaddr_in sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons(atoi(port));
+	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+		fail("inet_pton");
+	return sa;
+}
+
+/* listen_and_resolve makes, on channel ch, a listener *l on sa (backlog 1)
+ * and a client ID *c whose address and route to sa are resolved. */
+static inline void listen_and_resolve(struct rdma_event_channel *ch, struct sockaddr_in *sa, struct rdma_cm_id **l,
+				      struct rdma_cm_id **c)
+{
+	if (!ch || rdma_create_id(ch, l, NULL, RDMA_PS_TCP) || rdma_create_id(ch, c, NULL, RDMA_PS_TCP))
+		fail("create");
+	if (rdma_bind_addr(*l, (struct sockaddr *)sa) || rdma_listen(*l, 1))
+		fail("listen");
+	if (rdma_resolve_addr(*c, NULL, (struct sockaddr *)sa, 2000))
+		fail("rdma_resolve_addr");
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	if (rdma_resolve_route(*c, 2000))
+		fail("rdma_resolve_route");
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
 }
 #endif
