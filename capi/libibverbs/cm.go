@@ -29,7 +29,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
-	"runtime/cgo"
 	"sync"
 	"syscall"
 	"time"
@@ -216,12 +215,12 @@ func cmErrno(err error) C.int {
 
 //export srcm_create_channel
 func srcm_create_channel(efd C.int) C.uintptr_t {
-	return C.uintptr_t(cgo.NewHandle(&cmChannel{efd: int(efd)}))
+	return newHandle(&cmChannel{efd: int(efd)})
 }
 
 //export srcm_destroy_channel
 func srcm_destroy_channel(h C.uintptr_t) C.int {
-	ch, ok := value[*cmChannel](h)
+	ch, ok := takeHandle[*cmChannel](h)
 	if !ok {
 		return C.EINVAL
 	}
@@ -229,7 +228,6 @@ func srcm_destroy_channel(h C.uintptr_t) C.int {
 	ch.closed = true
 	ch.q = nil
 	cm.mu.Unlock()
-	cgo.Handle(h).Delete()
 	return 0
 }
 
@@ -291,12 +289,15 @@ func srcm_create_id(chh C.uintptr_t, cptr C.uint64_t, ps C.int, err *C.int) C.ui
 	idsByEngine[id] = w
 	cm.mu.Unlock()
 	go w.forward()
-	return C.uintptr_t(cgo.NewHandle(w))
+	return newHandle(w)
 }
 
 //export srcm_destroy_id
 func srcm_destroy_id(h C.uintptr_t, reported *C.int) C.int {
-	w, ok := value[*cmID](h)
+	// The handle goes first: a call on the ID from another thread (the
+	// program's CM thread refreshing the ID of an event it took) fails with
+	// EINVAL from here on, and a second destroy finds nothing to destroy.
+	w, ok := takeHandle[*cmID](h)
 	if !ok {
 		return C.EINVAL
 	}
@@ -323,7 +324,6 @@ func srcm_destroy_id(h C.uintptr_t, reported *C.int) C.int {
 		id.Destroy()
 	}
 	err := w.id.Destroy()
-	cgo.Handle(h).Delete()
 	if err != nil {
 		debugf("rdma_destroy_id: %v", err)
 	}
@@ -368,7 +368,7 @@ func srcm_migrate_id(h, chh C.uintptr_t, reported *C.int) C.int {
 }
 
 //export srcm_next_event
-func srcm_next_event(chh C.uintptr_t, out *C.struct_srcm_event, size C.size_t) C.int {
+func srcm_next_event(chh C.uintptr_t, out *C.struct_srcm_event, size, hoff C.size_t) C.int {
 	ch, ok := value[*cmChannel](chh)
 	if !ok {
 		return C.EINVAL
@@ -414,7 +414,10 @@ func srcm_next_event(chh C.uintptr_t, out *C.struct_srcm_event, size C.size_t) C
 			return C.ENOMEM
 		}
 		e.w.cptr = uint64(uintptr(p))
-		out.newh = C.uintptr_t(cgo.NewHandle(e.w))
+		out.newh = newHandle(e.w)
+		// Its handle too: another thread taking one of the connection's
+		// own events from this channel (after cm.mu) finds it set, not 0.
+		*(*C.uintptr_t)(unsafe.Add(p, hoff)) = out.newh
 		idsByEngine[e.w.id] = e.w
 		if l := idsByEngine[ev.Listener]; l != nil {
 			out.listen = C.uint64_t(l.cptr)

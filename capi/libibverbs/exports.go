@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/cgo"
 	"sync"
 	"unsafe"
 
@@ -219,12 +218,12 @@ func srgo_alloc_pd(i C.int, err *C.int) C.uintptr_t {
 		*err = C.EIO
 		return 0
 	}
-	return C.uintptr_t(cgo.NewHandle(e.ctx.AllocPD()))
+	return newHandle(e.ctx.AllocPD())
 }
 
 //export srgo_dealloc_pd
 func srgo_dealloc_pd(h C.uintptr_t) C.int {
-	pd, ok := cgo.Handle(h).Value().(*ibtransport.PD)
+	pd, ok := value[*ibtransport.PD](h)
 	if !ok {
 		return C.EINVAL
 	}
@@ -236,7 +235,7 @@ func srgo_dealloc_pd(h C.uintptr_t) C.int {
 		debugf("dealloc pd: %v", err)
 		return errno(err)
 	}
-	cgo.Handle(h).Delete()
+	deleteHandle(h)
 	return 0
 }
 

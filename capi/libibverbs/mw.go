@@ -12,8 +12,6 @@ package main
 import "C"
 
 import (
-	"runtime/cgo"
-
 	ib "github.com/softrdma/softrdma/ibtransport"
 )
 
@@ -37,7 +35,7 @@ func srgo_alloc_mw(pdh C.uintptr_t, typ C.int, rkey *C.uint32_t, err *C.int) C.u
 		return 0
 	}
 	*rkey = C.uint32_t(mw.RKey())
-	return C.uintptr_t(cgo.NewHandle(mw))
+	return newHandle(mw)
 }
 
 //export srgo_dealloc_mw
@@ -50,6 +48,6 @@ func srgo_dealloc_mw(h C.uintptr_t) C.int {
 		debugf("dealloc mw: %v", err)
 		return errno(err)
 	}
-	cgo.Handle(h).Delete()
+	deleteHandle(h)
 	return 0
 }

@@ -38,7 +38,6 @@ import "C"
 import (
 	"encoding/binary"
 	"errors"
-	"runtime/cgo"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -109,15 +108,6 @@ type qp struct {
 	inl    [][2]int // each WR's inline data in inline: start, end (-1: none)
 }
 
-func value[T any](h C.uintptr_t) (T, bool) {
-	var zero T
-	if h == 0 {
-		return zero, false
-	}
-	v, ok := cgo.Handle(h).Value().(T)
-	return v, ok
-}
-
 // Send flags (enum ibv_send_flags).
 const (
 	sendFence     = 1 << 0
@@ -139,7 +129,7 @@ func srgo_reg_mr(pdh C.uintptr_t, addr unsafe.Pointer, length C.size_t, iova C.u
 		return 0
 	}
 	*key = C.uint32_t(mr.LKey())
-	return C.uintptr_t(cgo.NewHandle(mr))
+	return newHandle(mr)
 }
 
 // regMR registers [addr, addr+length) of the program's memory on pd at iova
@@ -200,7 +190,7 @@ func srgo_dereg_mr(h C.uintptr_t) C.int {
 		debugf("dereg mr: %v", err)
 		return errno(err)
 	}
-	cgo.Handle(h).Delete()
+	deleteHandle(h)
 	return 0
 }
 
@@ -237,7 +227,7 @@ func srgo_create_cq(i C.int, cqe C.int, wfd C.int, ptr C.uint64_t, depth *C.int,
 		v.done, v.fwd = make(chan struct{}), make(chan struct{})
 		go v.forward(int(wfd), uint64(ptr))
 	}
-	return C.uintptr_t(cgo.NewHandle(v))
+	return newHandle(v)
 }
 
 //export srgo_req_notify_cq
@@ -264,7 +254,7 @@ func srgo_destroy_cq(h C.uintptr_t) C.int {
 		close(c.done)
 		<-c.fwd // no event names the C CQ after it is freed
 	}
-	cgo.Handle(h).Delete()
+	deleteHandle(h)
 	return 0
 }
 
@@ -358,7 +348,7 @@ func srgo_create_qp(pdh C.uintptr_t, typ C.int, scq, rcq, srqh C.uintptr_t, sigA
 	if eng != nil && eng.roce != nil {
 		q.SetPosterFlushes(true) // srgo_post_send sends (sendNow)
 	}
-	return C.uintptr_t(cgo.NewHandle(&qp{qp: q, eng: eng}))
+	return newHandle(&qp{qp: q, eng: eng})
 }
 
 //export srgo_destroy_qp
@@ -374,7 +364,7 @@ func srgo_destroy_qp(h C.uintptr_t) C.int {
 		debugf("destroy qp: %v", err)
 		return errno(err)
 	}
-	cgo.Handle(h).Delete()
+	deleteHandle(h)
 	return 0
 }
 
@@ -456,7 +446,7 @@ func srgo_create_ah(pdh C.uintptr_t, a *C.struct_sr_qpattr, err *C.int) C.uintpt
 		*err = C.EINVAL
 		return 0
 	}
-	h := C.uintptr_t(cgo.NewHandle(&ah))
+	h := newHandle(&ah)
 	ahHold(h, pd)
 	return h
 }
@@ -467,7 +457,7 @@ func srgo_destroy_ah(h C.uintptr_t) C.int {
 		return C.EINVAL
 	}
 	ahRelease(h)
-	cgo.Handle(h).Delete()
+	deleteHandle(h)
 	return 0
 }
 
@@ -698,7 +688,7 @@ func srgo_create_srq(pdh C.uintptr_t, maxWR, maxSGE, limit C.uint32_t, err *C.in
 		*err = errno(e)
 		return 0
 	}
-	return C.uintptr_t(cgo.NewHandle(s))
+	return newHandle(s)
 }
 
 //export srgo_arm_srq
@@ -724,7 +714,7 @@ func srgo_destroy_srq(h C.uintptr_t) C.int {
 		debugf("destroy srq: %v", err)
 		return errno(err)
 	}
-	cgo.Handle(h).Delete()
+	deleteHandle(h)
 	return 0
 }
 

@@ -46,8 +46,9 @@ struct srcm_info {
 #ifndef SRCM_NO_PROTOS
 extern uintptr_t srcm_create_channel(int wfd);
 extern int srcm_destroy_channel(uintptr_t ch);
-/* size: the size of the C struct a new connection's ID needs (calloc'd here). */
-extern int srcm_next_event(uintptr_t ch, struct srcm_event *ev, size_t size);
+/* size: the size of the C struct a new connection's ID needs (calloc'd here);
+ * hoff: the offset in it of the ID's handle, written there too. */
+extern int srcm_next_event(uintptr_t ch, struct srcm_event *ev, size_t size, size_t hoff);
 extern uintptr_t srcm_create_id(uintptr_t ch, uint64_t cptr, int ps, int *err);
 extern int srcm_destroy_id(uintptr_t h, int *reported);
 extern int srcm_migrate_id(uintptr_t h, uintptr_t ch, int *reported);

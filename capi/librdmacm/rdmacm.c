@@ -906,7 +906,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	 * (another thread, or a destroy that dropped the event, may empty the
 	 * queue between the wakeup and the take: then it waits again). */
 	for (;;) {
-		int rc = SRGO(srcm_next_event, ch->h, &e, sizeof(struct sr_cmid));
+		int rc = SRGO(srcm_next_event, ch->h, &e, sizeof(struct sr_cmid), offsetof(struct sr_cmid, h));
 		if (rc == 0)
 			break;
 		int fl = rc == EAGAIN ? fcntl(channel->fd, F_GETFL) : 0;
@@ -924,8 +924,9 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	struct sr_cmid *c = (struct sr_cmid *)(uintptr_t)e.id;
 	struct sr_cmid *l = (struct sr_cmid *)(uintptr_t)e.listen;
 	if (e.newh) {
-		/* A connection request: the engine made the new ID's struct. */
-		c->h = e.newh;
+		/* A connection request: the engine made the new ID's struct, with
+		 * its handle (set before any other thread can take one of the
+		 * connection's own events). */
 		c->id.channel = channel;
 		if (l) {
 			c->id.context = l->id.context;

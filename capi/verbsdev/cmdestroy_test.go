@@ -3,6 +3,7 @@ package verbsdev_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -26,6 +27,27 @@ func TestDestroyIDEvents(t *testing.T) {
 			if err != nil || out != "ok\n" {
 				t.Fatalf("cmdestroy: %v\n%s%s", err, out, errOut)
 			}
+		})
+	}
+}
+
+// TestDestroyIDRace (testdata/cmrace.c): one thread destroys an ID while
+// another takes its event, 300 rounds over each transport; the process goes
+// on whichever wins. rdma_get_cm_event's refresh of the event's ID came after
+// the destroy had deleted the ID's handle, and the Go side panicked ("misuse
+// of an invalid Handle", rping's CM thread at its end, issue 20); now the
+// refresh fails with EINVAL and the event is still returned.
+func TestDestroyIDRace(t *testing.T) {
+	lib := buildLib(t)
+	prog := compileCM(t, lib, "cmrace")
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			addr := randomNet() + "1"
+			out, errOut, err := runBounded(t, lib, tr+":"+addr, 2*time.Minute, prog, addr, "300")
+			if err != nil || !strings.HasPrefix(out, "ok: ") {
+				t.Fatalf("cmrace: %v\n%s%s", err, out, errOut)
+			}
+			t.Log(strings.TrimSpace(out))
 		})
 	}
 }
