@@ -49,9 +49,10 @@ lib-build:
 		-o $(LIBDIR)/libsoftrdma-verbs.so ./capi/libibverbs
 	rm -f $(LIBDIR)/libsoftrdma-verbs.h
 	$(GO) run ./capi/shim/genshim $(LIBDIR)/libsoftrdma-verbs.so $(LIBDIR)/shim.S
-	gcc -shared -fPIC -O2 -Wall -Wl,--version-script=$(LIBMAP) -Wl,-soname,libibverbs.so.1 \
-		-o $(LIBDIR)/libibverbs.so.1 capi/shim/shim.c $(LIBDIR)/shim.S -ldl -lpthread
-	rm -f $(LIBDIR)/shim.S
+	sed '/local: \*;/d' $(LIBMAP) > $(LIBDIR)/shim.map
+	gcc -shared -fPIC -O2 -Wall -Wl,--version-script=$(LIBDIR)/shim.map -Wl,-soname,libibverbs.so.1 \
+		-o $(LIBDIR)/libibverbs.so.1 capi/shim/shim.c capi/shim/sig.c $(LIBDIR)/shim.S -ldl -lpthread
+	rm -f $(LIBDIR)/shim.S $(LIBDIR)/shim.map
 	gcc -shared -fPIC -O2 -Wall -Wl,--version-script=capi/vendorstubs/mlx5.map -Wl,-soname,libmlx5.so.1 \
 		-o $(LIBDIR)/libmlx5.so.1 capi/vendorstubs/mlx5.c
 	gcc -shared -fPIC -O2 -Wall -Wl,--version-script=capi/vendorstubs/efa.map -Wl,-soname,libefa.so.1 \

@@ -142,18 +142,38 @@ __attribute__((constructor(101))) static void sr_block_async_signals(void)
 	pthread_sigmask(SIG_BLOCK, &s, &sr_loader_mask);
 }
 
-// SRGO(f, args...) calls the Go function f with the asynchronous signals
-// blocked on the calling thread, the program's: while the thread runs Go code
-// it is on a goroutine stack, and a handler without SA_ONSTACK would push its
-// frame there (a few KiB with the FPU state) and overwrite the neighbouring
-// goroutine's stack (seen: perftest -D, a corrupted roce receive goroutine).
-// A signal that arrives meanwhile is delivered when the call returns, on the
-// program's stack. The cost is two rt_sigprocmask calls per verb.
+// sr_sig_risky (libibverbs.so.1, capi/shim/sig.c) is 1 once some asynchronous
+// signal has a handler installed without SA_ONSTACK. Without the shim (the
+// reference is weak) SRGO always blocks.
+extern int sr_sig_risky __attribute__((weak));
+
+static inline int sr_sig_block(void)
+{
+	return !&sr_sig_risky || __atomic_load_n(&sr_sig_risky, __ATOMIC_RELAXED);
+}
+
+// SRGO(f, args...) calls the Go function f, with the asynchronous signals
+// blocked on the calling thread, the program's, when the program has a
+// handler without SA_ONSTACK (sr_sig_risky): while the thread runs Go code it
+// is on a goroutine stack, and such a handler would push its frame there (a
+// few KiB with the FPU state) and overwrite the neighbouring goroutine's
+// stack (seen: perftest -D, a corrupted roce receive goroutine). A signal
+// that arrives meanwhile is delivered when the call returns, on the
+// program's stack. Blocking costs two rt_sigprocmask calls per verb, the
+// whole gap to softrdma perf's latency, so without such a handler (most
+// programs) the call goes straight through. Left open: a thread already
+// inside Go, unblocked, when another thread installs such a handler can take
+// the signal there until that call returns (the shim sets the flag before
+// the handler is installed, so every later call blocks).
 #define SRGO(f, ...) ({                                                   \
-	sigset_t sr_old_;                                                 \
-	pthread_sigmask(SIG_BLOCK, &sr_async, &sr_old_);                  \
-	__typeof__(f(__VA_ARGS__)) sr_r_ = f(__VA_ARGS__);                \
-	pthread_sigmask(SIG_SETMASK, &sr_old_, NULL);                     \
+	__typeof__(f(__VA_ARGS__)) sr_r_;                                 \
+	if (sr_sig_block()) {                                             \
+		sigset_t sr_old_;                                         \
+		pthread_sigmask(SIG_BLOCK, &sr_async, &sr_old_);          \
+		sr_r_ = f(__VA_ARGS__);                                   \
+		pthread_sigmask(SIG_SETMASK, &sr_old_, NULL);             \
+	} else                                                            \
+		sr_r_ = f(__VA_ARGS__);                                   \
 	sr_r_;                                                            \
 })
 

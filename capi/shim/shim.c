@@ -102,8 +102,14 @@ static void sr_after_fork_child(void)
 		sr_tab[i] = sr_returns_pointer(sr_names[i]) ? (void *)sr_refuse_ptr : (void *)sr_refuse_int;
 }
 
+/* sig.c: sets sr_sig_risky if a handler without SA_ONSTACK exists now. */
+extern void sr_sig_scan(const char *when) __attribute__((visibility("hidden")));
+
 static void sr_load(void)
 {
+	/* Before the Go runtime starts (it adds SA_ONSTACK to the handlers it
+	 * finds, but that races with its first calls). */
+	sr_sig_scan("installed before the first verb");
 	void *h = dlopen(sr_golib, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		fprintf(stderr, "softrdma: cannot load %s: %s\n", sr_golib, dlerror());
