@@ -167,7 +167,57 @@ void rdma_free_devices(struct ibv_context **list)
 struct sr_chan {
 	struct rdma_event_channel ch;
 	uintptr_t h;
+	int waiters; /* threads in rdma_get_cm_event; sr_chan_mu */
+	int closed;  /* rdma_destroy_event_channel was called; sr_chan_mu */
 };
+
+/* sr_chan_mu guards the channels' waiters and closed. A channel destroyed
+ * while a thread waits in rdma_get_cm_event (rping's CM thread, as its main
+ * thread returns) keeps its struct and fd, and the thread waits on, as with
+ * rdma-core, whose read of the ucma file blocks until the process exits: the
+ * thread neither reads freed memory nor returns an error the program exits
+ * on. */
+static pthread_mutex_t sr_chan_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* sr_wait_forever is the wait of a thread whose channel was destroyed. */
+static void sr_wait_forever(void)
+{
+	for (;;)
+		pause();
+}
+
+/* sr_chan_enter counts a waiter in, or waits for ever if the channel is closed. */
+static void sr_chan_enter(struct sr_chan *c)
+{
+	pthread_mutex_lock(&sr_chan_mu);
+	int closed = c->closed;
+	if (!closed)
+		c->waiters++;
+	pthread_mutex_unlock(&sr_chan_mu);
+	if (closed)
+		sr_wait_forever();
+}
+
+/* sr_chan_leave counts a waiter out; the last one out of a destroyed channel frees it. */
+static void sr_chan_leave(struct sr_chan *c)
+{
+	pthread_mutex_lock(&sr_chan_mu);
+	int last = --c->waiters == 0 && c->closed;
+	pthread_mutex_unlock(&sr_chan_mu);
+	if (last) {
+		close(c->ch.fd);
+		free(c);
+	}
+}
+
+/* sr_chan_closed says whether the channel was destroyed. */
+static int sr_chan_closed(struct sr_chan *c)
+{
+	pthread_mutex_lock(&sr_chan_mu);
+	int closed = c->closed;
+	pthread_mutex_unlock(&sr_chan_mu);
+	return closed;
+}
 
 struct sr_cmid {
 	struct rdma_cm_id id;
@@ -247,8 +297,14 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		return;
 	struct sr_chan *c = sr_chan(channel);
 	SRGO(srcm_destroy_channel, c->h);
-	close(c->ch.fd);
-	free(c);
+	pthread_mutex_lock(&sr_chan_mu);
+	c->closed = 1;
+	int idle = c->waiters == 0;
+	pthread_mutex_unlock(&sr_chan_mu);
+	if (idle) {
+		close(c->ch.fd);
+		free(c);
+	}
 }
 
 /* sr_refresh copies what the engine knows of the ID into its struct: the
@@ -905,22 +961,29 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	 * non-blocking channel says EAGAIN and a blocking one waits on the fd
 	 * (another thread, or a destroy that dropped the event, may empty the
 	 * queue between the wakeup and the take: then it waits again). */
+	sr_chan_enter(ch);
 	for (;;) {
 		int rc = SRGO(srcm_next_event, ch->h, &e, sizeof(struct sr_cmid), offsetof(struct sr_cmid, h));
 		if (rc == 0)
 			break;
+		if (sr_chan_closed(ch))
+			sr_wait_forever();
 		int fl = rc == EAGAIN ? fcntl(channel->fd, F_GETFL) : 0;
 		if (rc != EAGAIN || fl < 0 || (fl & O_NONBLOCK)) {
 			int err = rc != EAGAIN ? rc : fl < 0 ? errno : EAGAIN;
+			sr_chan_leave(ch);
 			free(ev);
 			return ERR(err);
 		}
 		struct pollfd p = {.fd = channel->fd, .events = POLLIN};
 		if (poll(&p, 1, -1) < 0 && errno != EINTR) {
+			int err = errno;
+			sr_chan_leave(ch);
 			free(ev);
-			return -1;
+			return ERR(err);
 		}
 	}
+	sr_chan_leave(ch);
 	struct sr_cmid *c = (struct sr_cmid *)(uintptr_t)e.id;
 	struct sr_cmid *l = (struct sr_cmid *)(uintptr_t)e.listen;
 	if (e.newh) {

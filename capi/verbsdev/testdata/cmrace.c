@@ -6,7 +6,10 @@
  * the two. Whichever wins, the process goes on: the event is taken (and the
  * destroy waits for its ack) or dropped with the ID, and nothing panics.
  * Each round: an ID resolves ADDR (its ADDR_RESOLVED queued), then a barrier
- * starts both threads at once.
+ * starts both threads at once. Then rping's very end: its main thread
+ * destroys the channel its CM thread waits on, just after an event woke the
+ * thread and went with its ID; the thread waits on (rdma-core's read of the
+ * ucma file blocks until the process exits) and returns no error.
  *
  * Usage: cmrace ADDR ROUNDS (an address of the softrdma device in
  * SOFTRDMA_DEVICES). Prints "ok" and the rounds whose event was taken and
@@ -46,6 +49,19 @@ static void *taker(void *arg)
 	return NULL;
 }
 
+/* waiter takes the events of its channel until an error, which fails. */
+static void *waiter(void *arg)
+{
+	struct rdma_event_channel *c = arg;
+	for (;;) {
+		struct rdma_cm_event *ev;
+		if (rdma_get_cm_event(c, &ev))
+			fail("rdma_get_cm_event on a channel destroyed while it waited");
+		rdma_ack_cm_event(ev);
+	}
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -81,6 +97,21 @@ int main(int argc, char **argv)
 	}
 	pthread_join(th, NULL);
 	rdma_destroy_event_channel(ch);
+	for (int i = 0; i < rounds / 10; i++) {
+		struct rdma_event_channel *c = rdma_create_event_channel();
+		struct rdma_cm_id *id;
+		if (!c || rdma_create_id(c, &id, NULL, RDMA_PS_TCP))
+			fail("rdma_create_id (waiter)");
+		if (pthread_create(&th, NULL, waiter, c))
+			fail("pthread_create");
+		if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000))
+			fail("rdma_resolve_addr (waiter)");
+		usleep(1000);
+		if (rdma_destroy_id(id))
+			fail("rdma_destroy_id (waiter)");
+		rdma_destroy_event_channel(c);
+		usleep(1000);
+	}
 	printf("ok: %d rounds, event taken in %d, dropped with its ID in %d\n", rounds, taken, rounds - taken);
 	return 0;
 }
