@@ -77,8 +77,9 @@ func TestExecutionTrace(t *testing.T) {
 }
 
 // TestPollSleeps (testdata/pollwait.c): a program's busy-poll loop sleeps
-// while the device's CQs are empty (ten polls of an empty CQ take the eight
-// 100 ms sleeps they ask for, with no spin asked and by default), and a
+// while the device's CQs are empty (ten polls of an empty CQ sleep, at least
+// half of the eight 100 ms sleeps they ask for, with no spin asked and by
+// default, where they would take microseconds without), and a
 // completion on another CQ of the device ends a sleep of a minute at once.
 func TestPollSleeps(t *testing.T) {
 	lib := buildLib(t)

@@ -69,8 +69,12 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 10; i++)
 			got += ibv_poll_cq(idle, 1, &wc);
 		double dt = now() - t0;
-		printf("idle polls: %d completions, slept: %s\n", got, dt >= 0.75 ? "yes" : "no");
-		if (dt < 0.75)
+		/* Eight 100 ms sleeps asked for; without them the ten polls take
+		 * microseconds. Half of it tells the two apart without depending
+		 * on how exactly a loaded host keeps the sleeps (0.744 s was seen
+		 * against a former 0.75 s bound). */
+		printf("idle polls: %d completions, slept: %s\n", got, dt >= 0.4 ? "yes" : "no");
+		if (dt < 0.4)
 			printf("(took %.3f s)\n", dt);
 		return 0;
 	}
