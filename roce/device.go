@@ -172,9 +172,10 @@ type Device struct {
 	// Datagram output (a DatagramWriter endpoint: the UDP backend), also
 	// gathered: each packet leaves as its IB bytes in pieces plus the
 	// addresses, ports, TOS, TTL and IPv4 ID of its datagram.
-	dw  netio.DatagramWriter
-	dgs []netio.OutDatagram // the datagrams of one write
-	run outRun              // the IPv4 ID run of dgs' last datagram
+	dw     netio.DatagramWriter
+	txICRC flowICRC            // the ICRCs of IPv4 datagrams (under d.mu)
+	dgs    []netio.OutDatagram // the datagrams of one write
+	run    outRun              // the IPv4 ID run of dgs' last datagram
 	// runMax and runBytes bound a run (dw.IPv4Run, read at each Flush).
 	runMax, runBytes int
 	ipID             uint16
@@ -675,9 +676,43 @@ func (d *Device) verify(f *Frame) verdict {
 	return verdictDelivered
 }
 
+// verifyDatagram is verify for a frame of a datagram (datagramFrame): the
+// ICRC of an IPv4 one comes from hdr's flowICRC, not from its headers.
+func (d *Device) verifyDatagram(f *Frame, hdr *datagramHeaders) verdict {
+	if f.IPv6 || !d.isOurs(f.Dst) {
+		return d.verify(f)
+	}
+	icrc := hdr.icrc.sum(f.Src, f.Dst, f.SrcPort, f.DstPort, 0, len(f.IB), f.IB)
+	if d.unknownIPID {
+		// The sender's IPv4 ID is covered by the ICRC but was not
+		// delivered: recover it, keeping 16 bits of the check.
+		if _, ok := idFromDiff(icrc^f.ICRC, IPv4Len-posID-2+UDPLen+len(f.IB)); !ok {
+			return verdictBadICRC
+		}
+	} else if icrc != f.ICRC {
+		return verdictBadICRC
+	}
+	return verdictDelivered
+}
+
 // datagramHeaders is room for the IP and UDP headers of a datagram that a
-// DatagramReader delivered without them: the ICRC covers them.
-type datagramHeaders [IPv6Len + UDPLen]byte
+// DatagramReader delivered without them (the ICRC covers them), with what
+// they were last written for: the datagrams of a stream have the same
+// addresses, ports, TOS, TTL and, mostly, length, and then keep them. icrc
+// computes the ICRC of an IPv4 one without hashing them (icrcflow.go).
+type datagramHeaders struct {
+	b    [IPv6Len + UDPLen]byte
+	key  datagramKey
+	hlen int
+	icrc flowICRC
+}
+
+// datagramKey is what a datagram's IP and UDP headers are written from.
+type datagramKey struct {
+	src, dst netip.AddrPort
+	tos, ttl uint8
+	n        int // the UDP payload length
+}
 
 // inputDatagrams hands received UDP datagrams to the engine, decoding each
 // where the endpoint received it (no copy; the engine's copy into the memory
@@ -688,7 +723,7 @@ func (d *Device) inputDatagrams(now time.Time, dgs []netio.Datagram, hdr *datagr
 	for i := range dgs {
 		v := d.datagramFrame(&f, &dgs[i], hdr)
 		if v == verdictDelivered {
-			v = d.verify(&f)
+			v = d.verifyDatagram(&f, hdr)
 		}
 		if v == verdictDelivered {
 			v = d.deliver(now, &f)
@@ -721,8 +756,12 @@ func (d *Device) datagramFrame(f *Frame, dg *netio.Datagram, hdr *datagramHeader
 	f.IPv6 = !v4
 	// ID 0 (unknown), DF. The IPv4 checksum is not covered by the ICRC;
 	// EncodeIPUDP writes it anyway.
-	hlen := header.EncodeIPUDP(hdr[:], v4, &header.IPUDPFields{Src: dg.Src, Dst: dg.Dst, TOS: dg.TOS, TTL: dg.TTL, PayloadLen: n})
-	ip, udp := hdr[:hlen-UDPLen], hdr[hlen-UDPLen:hlen]
+	if k := (datagramKey{src: dg.Src, dst: dg.Dst, tos: dg.TOS, ttl: dg.TTL, n: n}); hdr.hlen == 0 || k != hdr.key {
+		hdr.hlen = header.EncodeIPUDP(hdr.b[:], v4, &header.IPUDPFields{Src: dg.Src, Dst: dg.Dst, TOS: dg.TOS, TTL: dg.TTL, PayloadLen: n})
+		hdr.key = k
+	}
+	hlen := hdr.hlen
+	ip, udp := hdr.b[:hlen-UDPLen], hdr.b[hlen-UDPLen:hlen]
 	f.Version = RoCEv2
 	f.IP, f.UDP = ip[:len(ip):len(ip)], udp[:UDPLen:UDPLen]
 	f.Src, f.Dst = src, dst
@@ -1139,6 +1178,7 @@ func (d *Device) datagram(p *ibtransport.OutputPacket, pieces [][]byte) (netio.O
 	if h.Src.Is4() {
 		dg.IPv4ID = d.runID(&dg, ibLen+ICRCLen)
 		h.IPID = dg.IPv4ID
+		return d.datagram4(p, dg, ibLen, pieces)
 	}
 	if p.Payload == nil {
 		// The payload was copied after the IB headers: one piece.
@@ -1157,6 +1197,41 @@ func (d *Device) datagram(p *ibtransport.OutputPacket, pieces [][]byte) (netio.O
 		d.run = outRun{}
 		return netio.OutDatagram{}, false
 	}
+	pieces = append(pieces, p.Buf[p.Offset:len(p.Buf)])
+	pieces = append(pieces, p.Payload...)
+	dg.Payload = append(pieces, tail)
+	return dg, true
+}
+
+// datagram4 is datagram for IPv4, whose pseudo-header the ICRC covers
+// without being written (flowICRC): dg has its fields, the IB packet is
+// ibLen bytes.
+func (d *Device) datagram4(p *ibtransport.OutputPacket, dg netio.OutDatagram, ibLen int, pieces [][]byte) (netio.OutDatagram, bool) {
+	if ibLen+ICRCLen > 0xFFFF-IPv4Len-UDPLen {
+		d.counters.Unroutable++
+		d.run = outRun{}
+		return netio.OutDatagram{}, false
+	}
+	if p.Payload == nil {
+		// The payload was copied after the IB headers: one piece.
+		buf := p.Buf[p.Offset : p.Offset+ibLen+ICRCLen]
+		PutICRC(buf[ibLen:], d.txICRC.sum(dg.Src, dg.Dst.Addr(), dg.SrcPort, dg.Dst.Port(), dg.IPv4ID, ibLen, buf[:ibLen]))
+		dg.Payload = append(pieces, buf)
+		return dg, true
+	}
+	end := len(p.Buf)
+	if cap(p.Buf)-end < p.Pad+ICRCLen {
+		d.counters.Unroutable++
+		d.run = outRun{}
+		return netio.OutDatagram{}, false
+	}
+	tail := p.Buf[end : end+p.Pad+ICRCLen]
+	copy(tail, zeroPad[:p.Pad])
+	in := append(d.icrcIn[:0], p.Packet())
+	in = append(in, p.Payload...)
+	in = append(in, tail[:p.Pad])
+	PutICRC(tail[p.Pad:], d.txICRC.sum(dg.Src, dg.Dst.Addr(), dg.SrcPort, dg.Dst.Port(), dg.IPv4ID, ibLen, in...))
+	clear(in)
 	pieces = append(pieces, p.Buf[p.Offset:len(p.Buf)])
 	pieces = append(pieces, p.Payload...)
 	dg.Payload = append(pieces, tail)

@@ -180,7 +180,13 @@ func RecoverIPv4ID(f *Frame) (uint16, bool) {
 	ip.SetID(0)
 	d := ComputeICRC(f.IP, f.UDP, f.IB) ^ f.ICRC
 	ip.SetID(id)
-	trailing := len(f.IP) - 6 + len(f.UDP) + len(f.IB)
+	return idFromDiff(d, len(f.IP)-6+len(f.UDP)+len(f.IB))
+}
+
+// idFromDiff returns the IPv4 ID whose two bytes, followed by trailing more
+// bytes up to the ICRC, change the ICRC by d (the ICRC computed with ID 0
+// XOR the one carried), and whether one exists.
+func idFromDiff(d uint32, trailing int) (uint16, bool) {
 	s := unshift(d, trailing)
 	// s = T[(T[b0] ^ b1) & 0xff] ^ T[b0]>>8 for the ID bytes b0, b1.
 	i2 := topByteIndex[s>>24]
