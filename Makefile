@@ -58,7 +58,7 @@ lib-build:
 	gcc -shared -fPIC -O2 -Wall -Wl,--version-script=capi/vendorstubs/efa.map -Wl,-soname,libefa.so.1 \
 		-o $(LIBDIR)/libefa.so.1 capi/vendorstubs/efa.c
 	gcc -shared -fPIC -O2 -Wall -Wl,--version-script=capi/librdmacm/librdmacm.map -Wl,-soname,librdmacm.so.1 \
-		-o $(LIBDIR)/librdmacm.so.1 capi/librdmacm/rdmacm.c capi/librdmacm/stubs.c $(LIBDIR)/libibverbs.so.1 -lpthread
+		-o $(LIBDIR)/librdmacm.so.1 capi/librdmacm/rdmacm.c capi/librdmacm/rsocket.c capi/librdmacm/stubs.c $(LIBDIR)/libibverbs.so.1 -lpthread
 
 lib-deps:
 	@./scripts/deps.sh lib

@@ -14,30 +14,6 @@ static long sr_refuse(const char *call, const char *why)
 	return -1;
 }
 
-long raccept(void) { return sr_refuse("raccept", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rbind(void) { return sr_refuse("rbind", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rclose(void) { return sr_refuse("rclose", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rconnect(void) { return sr_refuse("rconnect", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rfcntl(void) { return sr_refuse("rfcntl", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rgetpeername(void) { return sr_refuse("rgetpeername", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rgetsockname(void) { return sr_refuse("rgetsockname", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rgetsockopt(void) { return sr_refuse("rgetsockopt", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long riomap(void) { return sr_refuse("riomap", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long riounmap(void) { return sr_refuse("riounmap", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long riowrite(void) { return sr_refuse("riowrite", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rlisten(void) { return sr_refuse("rlisten", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rpoll(void) { return sr_refuse("rpoll", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rread(void) { return sr_refuse("rread", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rreadv(void) { return sr_refuse("rreadv", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rrecv(void) { return sr_refuse("rrecv", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rrecvfrom(void) { return sr_refuse("rrecvfrom", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rrecvmsg(void) { return sr_refuse("rrecvmsg", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rselect(void) { return sr_refuse("rselect", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rsend(void) { return sr_refuse("rsend", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rsendmsg(void) { return sr_refuse("rsendmsg", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rsendto(void) { return sr_refuse("rsendto", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rsetsockopt(void) { return sr_refuse("rsetsockopt", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rshutdown(void) { return sr_refuse("rshutdown", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rsocket(void) { return sr_refuse("rsocket", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rwrite(void) { return sr_refuse("rwrite", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
-long rwritev(void) { return sr_refuse("rwritev", "rsockets (rsocket, rbind, rsend...) are not implemented: run the program on rdma-core's librdmacm and a kernel device"); }
+long riomap(void) { return sr_refuse("riomap", "rsockets' iomap calls (riomap, riounmap, riowrite) are not implemented: rsend/rrecv carry the data"); }
+long riounmap(void) { return sr_refuse("riounmap", "rsockets' iomap calls (riomap, riounmap, riowrite) are not implemented: rsend/rrecv carry the data"); }
+long riowrite(void) { return sr_refuse("riowrite", "rsockets' iomap calls (riomap, riounmap, riowrite) are not implemented: rsend/rrecv carry the data"); }

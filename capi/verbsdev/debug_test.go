@@ -13,7 +13,7 @@ import (
 // The refusals (testdata/refused.c): a verb not implemented (ibv_reg_dmabuf_mr,
 // EOPNOTSUPP), an argument out of range (ibv_create_cq of 0 entries, EINVAL),
 // a bad region (ibv_reg_mr of length 0, EINVAL); and through librdmacm.so.1
-// the rsocket API (rstream: rsocket, ENOSYS).
+// a datagram rsocket (udpong: rsocket, EOPNOTSUPP).
 func TestDebugLog(t *testing.T) {
 	lib := buildLib(t)
 	net := randomNet()
@@ -44,10 +44,10 @@ func TestDebugLog(t *testing.T) {
 		}
 	}
 
-	needTools(t, "rstream")
-	_, errOut, _ = runBounded(t, lib, "roce:"+net+"3", time.Minute, "rstream", "-s", net+"3")
-	if !strings.Contains(errOut, "softrdma: rsocket: not implemented (ENOSYS): rsockets (rsocket, rbind, rsend...) are not implemented") {
-		t.Errorf("rstream: want rsocket's refusal, with its reason, on stderr:\n%s", errOut)
+	needTools(t, "udpong")
+	_, errOut, _ = runBounded(t, lib, "roce:"+net+"3", time.Minute, "udpong", "-b", net+"3")
+	if !strings.Contains(errOut, "softrdma: rsocket: SOCK_DGRAM is not implemented (EOPNOTSUPP): softrdma's rsockets are SOCK_STREAM") {
+		t.Errorf("udpong: want rsocket's refusal of SOCK_DGRAM, with its reason, on stderr:\n%s", errOut)
 	}
 }
 
