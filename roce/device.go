@@ -1345,6 +1345,10 @@ func (d *Device) Run(ctx context.Context, clock netio.Clock) error {
 		default:
 		}
 	}
+	soon := time.NewTimer(time.Hour) // output left for the application's post (inputDone)
+	soon.Stop()
+	defer soon.Stop()
+	later := func() { soon.Reset(outputDefer) }
 	d.ctx.SetPostHook(func() { d.postFlush(clock.Now(), &plan, kickLoop) }) // rtc.go
 	defer d.ctx.SetPostHook(nil)
 	d.outside.Store(&outsideHooks{plan: &plan, kick: kickLoop}) // pollinput.go
@@ -1392,7 +1396,7 @@ func (d *Device) Run(ctx context.Context, clock netio.Clock) error {
 					d.Input(clock.Now(), bufs[:n], sizes[:n])
 				}
 				if rtc {
-					d.inputDone(clock.Now(), &plan, kickLoop)
+					d.inputDone(clock.Now(), &plan, kickLoop, later)
 				} else {
 					kickLoop()
 				}
@@ -1429,6 +1433,7 @@ func (d *Device) Run(ctx context.Context, clock netio.Clock) error {
 		case <-d.ctx.Wake():
 		case <-d.wake:
 		case <-timer.C:
+		case <-soon.C:
 		}
 	}
 }

@@ -16,8 +16,11 @@ func (p *LoopPlan) Planning() { p.planning() }
 // BeginBatch is the reader's start of a batch of n frames.
 func (d *Device) BeginBatch(n int) bool { return d.beginBatch(n) }
 
-// InputDone is the reader's end of a batch that BeginBatch held.
-func (d *Device) InputDone(now time.Time, p *LoopPlan, kick func()) { d.inputDone(now, p, kick) }
+// InputDone is the reader's end of a batch that BeginBatch held; later is
+// the loop's deferred kick (outputDefer).
+func (d *Device) InputDone(now time.Time, p *LoopPlan, kick, later func()) {
+	d.inputDone(now, p, kick, later)
+}
 
 // LockFlush takes the lock a Flush holds through its system call, as Run's
 // loop does while it sends; UnlockFlush releases it.

@@ -10,9 +10,9 @@ import (
 // holds the engine's wake-ups over the batch's Input (ibtransport
 // Context.HoldWake) and then sends what the batch produced (ACKs, READ
 // responses, requests an ACK let into the window) itself, or, if the batch
-// completed work an application goroutine waits for, readies the loop before
-// that goroutine. Before, every batch kicked the loop, and every ACK queued,
-// window opened or completion readied a goroutine in the middle of Input: the
+// completed work an application goroutine waits for, leaves it to that
+// goroutine's next post or, after outputDefer, the loop (inputDone). Before,
+// every batch kicked the loop, and every ACK queued, window opened or completion readied a goroutine in the middle of Input: the
 // loop, on another thread, ran Output for what the reader could have sent,
 // and the order of the wake-ups decided which goroutine Go ran first (go tool
 // trace of softrdma bench's 64 B rows: 63% of the goroutines' scheduling
@@ -104,22 +104,29 @@ func (d *Device) beginBatch(n int) bool {
 // inputDone ends the reader's batch that began with HoldWake, and kicks the
 // loop if it must run. A batch that queued output and woke no
 // application goroutine sends the output here; one that woke an application
-// goroutine leaves its output to the loop, readied before the application
-// (ReleaseWake's order): Go runs the goroutine readied last next on this
-// thread once the reader blocks, and another thread takes the loop. Sending
-// here would delay the application by the system call (on a veth pair the
-// kernel delivers the frames to the peer inside it), and the loop readied
-// after it would run first: softrdma bench's SEND ping-pong took 1.3 and 1.0
-// us more per one-way trip in those two orders. The loop must also run when
-// someone else was flushing (it may have taken its output before the batch
+// goroutine leaves its output (an ACK) to that goroutine's next post, whose
+// flush (postFlush) sends it with the post's request, or, if none comes
+// within outputDefer, to the loop (later). Sending here would delay the
+// application by the system call (on a veth pair the kernel delivers the
+// frames to the peer inside it): softrdma bench's SEND ping-pong took 1.3 and
+// 1.0 us more per one-way trip so. Kicking the loop at once (as before)
+// readied it on the other CPU beside the application, whose post could find
+// d.mu held by the loop's send of the ACK and kick it again for its request;
+// deferred, a ping-pong's ACK leaves in the sendmmsg of the answer (softrdma
+// bench, 64 B, six alternations: WRITE_IMM and SEND minimum one-way latency
+// 13.9 and 13.8 us -> 13.4 and 13.2). The loop must also run when someone
+// else was flushing (it may have taken its output before the batch
 // queued more), the flush failed (the loop reports the error) or left frames
 // waiting for their next hop, or a deadline is now earlier than the loop's
 // plan.
-func (d *Device) inputDone(now time.Time, plan *loopPlan, kick func()) {
+func (d *Device) inputDone(now time.Time, plan *loopPlan, kick, later func()) {
 	d.ctx.ReleaseWake(func(output, woke bool) {
 		switch {
 		case output && woke:
-			kick()
+			later()
+			if plan.late(d.nextDeadline()) {
+				kick()
+			}
 			return
 		case output || d.proto != nil:
 			if ok, pending, err := d.tryFlush(now); !ok || pending || err != nil {
@@ -132,6 +139,14 @@ func (d *Device) inputDone(now time.Time, plan *loopPlan, kick func()) {
 		}
 	})
 }
+
+// outputDefer is how long output that a batch which woke an application
+// goroutine left (inputDone) waits for that goroutine's post before the
+// loop sends it: longer than a ping-pong's round trip (softrdma bench, 64 B:
+// 25-35 us), so that in a steady ping-pong each exchange moves the deadline
+// on before it passes and the loop never wakes for it; short against the
+// transport timer (4.096 us x 2^14 in the bench).
+const outputDefer = 50 * time.Microsecond
 
 // postFlush is Run's Context post hook (ibtransport SetPostHook): a post to
 // an idle QP is sent from the posting goroutine, not by the loop readied

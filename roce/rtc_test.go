@@ -1,6 +1,8 @@
 package roce_test
 
 import (
+	"context"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -31,8 +33,9 @@ func newIdlePair(t *testing.T) *pair {
 
 // readerBatch is one step of Run's reader on d's sim port: it reads the
 // frames delivered so far, hands them to the engine between BeginBatch and
-// InputDone, and returns how often InputDone kicked the loop.
-func readerBatch(t *testing.T, d *roce.Device, now time.Time, plan *roce.LoopPlan) (frames, kicks int) {
+// InputDone, and returns how often InputDone kicked the loop at once
+// (kicks) and for later (laters: outputDefer).
+func readerBatch(t *testing.T, d *roce.Device, now time.Time, plan *roce.LoopPlan) (frames, kicks, laters int) {
 	t.Helper()
 	bufs := [][]byte{make([]byte, 2048), make([]byte, 2048), make([]byte, 2048), make([]byte, 2048)}
 	sizes := make([]int, len(bufs))
@@ -44,8 +47,8 @@ func readerBatch(t *testing.T, d *roce.Device, now time.Time, plan *roce.LoopPla
 		t.Fatalf("a batch of %d frames is not run to completion", n)
 	}
 	d.Input(now, bufs[:n], sizes[:n])
-	d.InputDone(now, plan, func() { kicks++ })
-	return n, kicks
+	d.InputDone(now, plan, func() { kicks++ }, func() { laters++ })
+	return n, kicks, laters
 }
 
 // TestRunToCompletionAnswers: Run's reader sends what a short batch calls
@@ -66,8 +69,8 @@ func TestRunToCompletionAnswers(t *testing.T) {
 	}
 	p.net.RunFor(time.Millisecond)
 	out := p.b.Counters().FramesOut
-	if n, kicks := readerBatch(t, p.b, p.net.Now(), &plan); n != 1 || kicks != 0 {
-		t.Fatalf("READ request: %d frames read, %d kicks; want 1 frame, no kick", n, kicks)
+	if n, kicks, laters := readerBatch(t, p.b, p.net.Now(), &plan); n != 1 || kicks != 0 || laters != 0 {
+		t.Fatalf("READ request: %d frames read, %d kicks, %d for later; want 1 frame, no kick", n, kicks, laters)
 	}
 	if got := p.b.Counters().FramesOut - out; got != 1 {
 		t.Fatalf("the reader sent %d frames for the READ request, want its response", got)
@@ -96,17 +99,31 @@ func TestRunToCompletionAnswers(t *testing.T) {
 	}
 	p.net.RunFor(time.Millisecond)
 	out = p.b.Counters().FramesOut
-	if n, kicks := readerBatch(t, p.b, p.net.Now(), &plan); n != 1 || kicks != 1 {
-		t.Fatalf("SEND for an armed CQ: %d frames read, %d kicks; want 1 frame, 1 kick", n, kicks)
+	plan.Planned(p.net.Now().Add(time.Hour), true) // the loop's plan: not late
+	if n, kicks, laters := readerBatch(t, p.b, p.net.Now(), &plan); n != 1 || kicks != 0 || laters != 1 {
+		t.Fatalf("SEND for an armed CQ: %d frames read, %d kicks, %d for later; want 1 frame, a kick for later only", n, kicks, laters)
 	}
 	if got := p.b.Counters().FramesOut - out; got != 0 {
-		t.Fatalf("the reader sent %d frames itself for a batch that readied the application, want 0 (the loop sends)", got)
+		t.Fatalf("the reader sent %d frames itself for a batch that readied the application, want 0 (the application's post or the loop sends)", got)
 	}
 	if len(p.cqb.Events()) != 1 {
 		t.Fatal("the completion's event was not given")
 	}
 	if !p.b.Context().HasOutput() {
-		t.Fatal("the SEND's ACK is not waiting for the loop")
+		t.Fatal("the SEND's ACK is not waiting")
+	}
+	// The application answers: its post sends the ACK with its SEND.
+	kicks := 0
+	p.b.SetRunPostHook(&plan, func() { kicks++ })
+	defer p.b.Context().SetPostHook(nil)
+	if err := p.qa.PostRecv(ibtransport.RecvWR{WRID: 4, SGL: []ibtransport.SGE{p.mra.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.qb.PostSend(ibtransport.SendWR{WRID: 5, Opcode: ibtransport.WRSend, SGL: []ibtransport.SGE{p.mrb.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.b.Counters().FramesOut - out; got != 2 || kicks != 0 {
+		t.Fatalf("the answer's post sent %d frames and kicked the loop %d times, want the ACK and the SEND, no kick", got, kicks)
 	}
 }
 
@@ -142,7 +159,7 @@ func TestRunToCompletionKicksForDeadline(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var plan roce.LoopPlan
 			tc.plan(&plan)
-			if _, kicks := readerBatch(t, p.a, p.net.Now(), &plan); (kicks > 0) != tc.kick {
+			if _, kicks, _ := readerBatch(t, p.a, p.net.Now(), &plan); (kicks > 0) != tc.kick {
 				t.Fatalf("%d kicks, want a kick %v", kicks, tc.kick)
 			}
 		})
@@ -171,7 +188,7 @@ func TestRunToCompletionBesideFlush(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			p.a.InputDone(p.net.Now(), &plan, func() { kicks++ })
+			p.a.InputDone(p.net.Now(), &plan, func() { kicks++ }, func() { kicks++ })
 			done <- kicks
 		}()
 		select {
@@ -241,5 +258,48 @@ func TestRunPostFlush(t *testing.T) {
 				t.Fatalf("A's completions %v, want its WRITE's", wcs[:n])
 			}
 		})
+	}
+}
+
+// TestRunDeferredOutput: under Run, the ACK of a SEND whose receive
+// completion woke a goroutine waiting on the CQ is left for that goroutine's
+// next post (inputDone); when none comes, the loop sends it after
+// outputDefer. Here the receiver never posts and the sender's QP has no
+// transport timer (Timeout 0, "infinite"): without the loop's deferred
+// flush the SENDs would never complete.
+func TestRunDeferredOutput(t *testing.T) {
+	ipA, ipB := netip.MustParseAddr("127.0.77.5"), netip.MustParseAddr("127.0.77.6")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, b := runUDPDevice(t, ctx, ipA, 5), runUDPDevice(t, ctx, ipB, 6)
+	qa, cqa, mra := setupQP(t, a)
+	qb, cqb, mrb := setupQP(t, b)
+	connectTimeout(t, a, qa, qb, ipB, 1, 2, 0)
+	connectTimeout(t, b, qb, qa, ipA, 2, 1, 0)
+	wait := completionWaiter(t, ctx, nil)
+	for i := range 10 {
+		if err := qb.PostRecv(ibtransport.RecvWR{WRID: uint64(i), SGL: []ibtransport.SGE{mrb.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan ibtransport.WC, 1)
+		go func() {
+			wc := make([]ibtransport.WC, 1)
+			for cqb.Poll(wc) == 0 {
+				if cqb.Wait(ctx) != nil {
+					close(got)
+					return
+				}
+			}
+			got <- wc[0]
+		}()
+		time.Sleep(time.Millisecond) // let the receiver block in Wait (else the reader sends the ACK itself)
+		if err := qa.PostSend(ibtransport.SendWR{WRID: uint64(i), Opcode: ibtransport.WRSend, Signaled: true,
+			SGL: []ibtransport.SGE{mra.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc, ok := <-got; !ok || wc.Status != ibtransport.WCSuccess {
+			t.Fatalf("SEND %d: receive completion %v (ok %v)", i, wc, ok)
+		}
+		wait(cqa, ibtransport.WCSend)
 	}
 }
