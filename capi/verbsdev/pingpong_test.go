@@ -30,13 +30,26 @@ func freeTCPPort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// listening reports whether a TCP socket listens on port (decimal), from
-// /proc/net/tcp (state 0A is LISTEN).
+// listening reports whether a TCP socket listens on port (decimal) in the
+// calling thread's network namespace, where the tests start their programs
+// (/proc/thread-self/net/tcp; state 0A is LISTEN). Not /proc/net, which is
+// the main thread's namespace: a test that ran code in a namespace of its
+// own on the main thread could have left it there.
 func listening(t *testing.T, port string) bool {
 	t.Helper()
-	b, err := os.ReadFile("/proc/net/tcp")
+	ok, err := tableListens("/proc/thread-self/net/tcp", port)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return ok
+}
+
+// tableListens reports whether the TCP table at path (a /proc/.../net/tcp
+// or tcp6) holds a socket listening on port (decimal).
+func tableListens(path, port string) (bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false, err
 	}
 	var p int
 	fmt.Sscan(port, &p)
@@ -44,10 +57,10 @@ func listening(t *testing.T, port string) bool {
 	for _, line := range strings.Split(string(b), "\n")[1:] {
 		f := strings.Fields(line)
 		if len(f) > 3 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 // pair runs prog as a server on 127.X.Y.1 and as a client of it on 127.X.Y.2

@@ -183,26 +183,15 @@ func TestUCXInfo(t *testing.T) {
 }
 
 // listening46 reports whether a TCP socket listens on port (decimal), IPv4
-// or IPv6 (qperf listens on ::), from /proc/net/tcp and tcp6.
+// or IPv6 (qperf listens on ::), in the calling thread's namespace (see
+// listening).
 func listening46(t *testing.T, port string) bool {
 	t.Helper()
 	if listening(t, port) {
 		return true
 	}
-	b, err := os.ReadFile("/proc/net/tcp6")
-	if err != nil {
-		return false
-	}
-	var p int
-	fmt.Sscan(port, &p)
-	want := fmt.Sprintf(":%04X", p)
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		f := strings.Fields(line)
-		if len(f) > 3 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
-			return true
-		}
-	}
-	return false
+	ok, _ := tableListens("/proc/thread-self/net/tcp6", port)
+	return ok
 }
 
 // TestQperf runs Debian's qperf (0.4.11) with both ends on the libraries over

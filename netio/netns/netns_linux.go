@@ -104,39 +104,62 @@ func quietIPv6() error {
 	return nil
 }
 
-// create makes a namespace on a dedicated OS thread. The thread is never
-// unlocked, so when its goroutine ends the Go runtime terminates it instead
-// of reusing a thread that sits in the wrong namespace.
+// create makes a namespace on a dedicated OS thread (see onThread).
 func create(name string) (*NS, error) {
-	type result struct {
-		ns  *NS
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: see above
+	var ns *NS
+	err := onThread(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			done <- result{err: fmt.Errorf("unshare(CLONE_NEWNET): %w", err)}
-			return
+			return fmt.Errorf("unshare(CLONE_NEWNET): %w", err)
 		}
+		return nil
+	}, func() error {
 		self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
 		f, err := os.Open(self)
 		if err != nil {
-			done <- result{err: err}
-			return
+			return err
 		}
-		ns := &NS{name: name, file: f}
+		n := &NS{name: name, file: f}
 		if name != "" && os.Getenv(MountEnv) == "1" {
-			if err := ns.bindMount(self); err != nil {
+			if err := n.bindMount(self); err != nil {
 				f.Close()
-				done <- result{err: err}
-				return
+				return err
 			}
 		}
-		done <- result{ns: ns}
+		ns = n
+		return nil
+	})
+	return ns, err
+}
+
+// onThread runs enter, which moves the calling OS thread into a namespace,
+// then f, on a new goroutine locked to its thread, and moves the thread back
+// into the namespace it started in before the goroutine ends. The thread is
+// never unlocked, so the Go runtime terminates it instead of reusing a
+// thread whose state f may have changed. The main thread is the exception:
+// the runtime parks it for good instead, and the process's own /proc/net,
+// /proc/self/net and the namespace of children forked from it are the main
+// thread's; moving it back keeps them the process's namespace.
+func onThread(enter, f func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: see above
+		home, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			done <- fmt.Errorf("netns: opening this thread's namespace: %w", err)
+			return
+		}
+		defer home.Close()
+		if err := enter(); err != nil {
+			done <- err
+			return
+		}
+		err = f()
+		if e := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); e != nil && err == nil {
+			err = fmt.Errorf("netns: setns back into the thread's own namespace: %w", e)
+		}
+		done <- err
 	}()
-	r := <-done
-	return r.ns, r.err
+	return <-done
 }
 
 // bindMount makes the namespace visible to `ip netns` as ns.name.
@@ -194,21 +217,17 @@ func (ns *NS) Close() error {
 // error. Sockets, TAP devices and netlink sockets that f creates belong to
 // the namespace for their whole life, wherever they are used afterwards;
 // goroutines that f starts do not run in the namespace. The thread is
-// discarded afterwards, never returned to the Go scheduler.
+// discarded afterwards, never returned to the Go scheduler (see onThread).
 func (ns *NS) Do(f func() error) error {
 	if ns.file == nil {
 		return f() // Current's: already in it
 	}
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+	return onThread(func() error {
 		if err := unix.Setns(int(ns.file.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- fmt.Errorf("netns: setns into %s: %w", ns.name, err)
-			return
+			return fmt.Errorf("netns: setns into %s: %w", ns.name, err)
 		}
-		done <- f()
-	}()
-	return <-done
+		return nil
+	}, f)
 }
 
 // Fataler is the part of testing.TB that MustDo uses.
