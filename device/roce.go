@@ -45,7 +45,8 @@ var _ Device = (*RoCE)(nil)
 // the spec's address (the GID table is its interface's, or the address alone
 // if no interface holds it), afpacket answers on it on the spec's interface,
 // tap is the host with Config.TAPAddrs behind a TAP device named by the
-// spec's iface (the kernel picks tapN without one). Without an address, udp
+// spec's iface (the kernel picks tapN without one), whose kernel side gets
+// Config.TAPKernelAddrs and the spec's kernel-addr. Without an address, udp
 // binds the interface's first and afpacket answers on all of them.
 func openRoCE(s devspec.Spec, cfg Config) (*RoCE, error) {
 	eng := cfg.Engine
@@ -66,6 +67,9 @@ func openRoCE(s devspec.Spec, cfg Config) (*RoCE, error) {
 			oc.Addrs = cfg.TAPAddrs
 		}
 		oc.TAPKernelAddrs, oc.MTU = cfg.TAPKernelAddrs, cfg.TAPMTU
+		if s.KernelAddr.IsValid() && !slices.Contains(oc.TAPKernelAddrs, s.KernelAddr) {
+			oc.TAPKernelAddrs = append(slices.Clip(oc.TAPKernelAddrs), s.KernelAddr)
+		}
 	default:
 		return nil, fmt.Errorf("device %v: backend %q: want udp, afpacket or tap", s, s.Backend)
 	}

@@ -4,7 +4,7 @@
 //
 // A SPEC is
 //
-//	roce:ADDR[,backend=udp|afpacket|tap][,iface=IFACE][,name=NAME]
+//	roce:ADDR[,backend=udp|afpacket|tap][,iface=IFACE][,kernel-addr=PREFIX][,name=NAME]
 //	iwarp:ADDR[,iface=IFACE][,name=NAME]
 //
 // ADDR is the IPv4 or IPv6 address the device sends from and answers on (an
@@ -14,6 +14,9 @@
 // host behind a new TAP device (tap); iwarp devices carry iWARP over TCP from
 // ADDR. iface names the interface (udp: the one whose addresses make the GID
 // table; afpacket: the interface to use; tap: the TAP device's name).
+// kernel-addr (tap only) is an address with prefix length, 10.9.0.1/24, that
+// the kernel's side of the TAP device gets, so that the kernel is a second
+// host on the TAP's link: the prefix must hold ADDR.
 //
 // A device's name is NAME if given, else sr_roceN or sr_iwarpN, N counting
 // the unnamed devices of that transport from 0 in the order they are given:
@@ -69,6 +72,9 @@ type Spec struct {
 	Backend Backend
 	// Iface is the interface named by iface=, or empty.
 	Iface string
+	// KernelAddr is kernel-addr='s address for the kernel's side of a TAP
+	// device (backend tap only), or the zero Prefix.
+	KernelAddr netip.Prefix
 	// Name is the device name: the one name= gave, or the one List assigned.
 	// Parse leaves it empty when name= is absent.
 	Name string
@@ -90,6 +96,9 @@ func (s Spec) String() string {
 	}
 	if s.Iface != "" {
 		b.WriteString(",iface=" + s.Iface)
+	}
+	if s.KernelAddr.IsValid() {
+		b.WriteString(",kernel-addr=" + s.KernelAddr.String())
 	}
 	if s.Name != "" {
 		b.WriteString(",name=" + s.Name)
@@ -156,11 +165,48 @@ func Parse(spec string) (Spec, error) {
 				return fail("name %q: %v", v, err)
 			}
 			s.Name = v
+		case "kernel-addr":
+			p, err := parsePrefix(v)
+			if err != nil {
+				return fail("kernel-addr %q: %v", v, err)
+			}
+			s.KernelAddr = p
 		default:
-			return fail("unknown field %q (want backend, iface or name)", k)
+			return fail("unknown field %q (want backend, iface, kernel-addr or name)", k)
+		}
+	}
+	if s.KernelAddr.IsValid() {
+		switch {
+		case s.Backend != BackendTAP:
+			return fail("kernel-addr=%s: only backend=tap has a kernel side", s.KernelAddr)
+		case s.KernelAddr.Addr() == s.Addr:
+			return fail("kernel-addr=%s: the device's own address", s.KernelAddr)
+		case !s.KernelAddr.Contains(s.Addr):
+			return fail("kernel-addr=%s: does not hold the device's address %v (the kernel would have no route to it)", s.KernelAddr, s.Addr)
 		}
 	}
 	return s, nil
+}
+
+// parsePrefix parses ADDR/LEN, an IPv6 address optionally in brackets; an
+// IPv4-mapped IPv6 address is taken as the IPv4 address.
+func parsePrefix(s string) (netip.Prefix, error) {
+	a, l, ok := strings.Cut(s, "/")
+	if !ok {
+		return netip.Prefix{}, fmt.Errorf("no prefix length: want ADDR/LEN")
+	}
+	addr, err := parseAddr(a)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	p, err := netip.ParsePrefix(addr.String() + "/" + l)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("prefix length %q: want 1 to %d", l, addr.BitLen())
+	}
+	if p.Bits() == 0 {
+		return netip.Prefix{}, fmt.Errorf("prefix length 0: want 1 to %d", addr.BitLen())
+	}
+	return p, nil
 }
 
 // parseAddr parses an IP address, IPv6 optionally in brackets; an IPv4-mapped

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -95,4 +96,74 @@ func TestBackendsBetweenNamespaces(t *testing.T) {
 func listensIn(pid int, port string) bool {
 	ok, _ := tableListens(fmt.Sprintf("/proc/%d/net/tcp", pid), port)
 	return ok
+}
+
+// TestTAPBackend runs Debian's ibv_rc_pingpong on the library with one end a
+// roce device on the tap backend (roce:ADDR,backend=tap,kernel-addr=PREFIX:
+// the device is a host behind a TAP device it creates, whose kernel side
+// gets PREFIX) and the other a udp-backend device on an address the test
+// adds to lo (GID index 2, after 127.0.0.1), in a namespace the test
+// creates, both ways round. The kernel
+// routes between the two: without kernel-addr it has no route to the TAP
+// host's address.
+func TestTAPBackend(t *testing.T) {
+	ns := netnstest.New(t)
+	lib := buildLib(t)
+	const (
+		peer   = "10.77.0.1"
+		tapDev = "10.77.0.2"
+		tap    = "roce:" + tapDev + ",backend=tap,iface=srtap0,kernel-addr=10.77.0.3/24"
+		udp    = "roce:" + peer
+	)
+	if err := ns.AddAddress("lo", netip.MustParsePrefix(peer+"/32")); err != nil {
+		t.Fatal(err)
+	}
+	gidx := map[string]string{tap: "1", udp: "2"}
+	for _, c := range []struct {
+		name                 string
+		server, client, dest string
+	}{
+		// ibv_rc_pingpong's own TCP goes to the kernel, not the TAP host.
+		{"tap-server", tap, udp, "127.0.0.1"},
+		{"tap-client", udp, tap, peer},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const port = "18516" // the namespace is the test's own: nothing else listens
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			start := func(spec string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+				a := append([]string{"-d", "sr_roce0", "-g", gidx[spec], "-p", port, "-n", "20", "-s", "4096", "-c"}, args...)
+				cmd := exec.CommandContext(ctx, "ibv_rc_pingpong", a...)
+				cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, devspec.EnvVar+"="+spec, "SOFTRDMA_DEBUG=")
+				var out bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &out
+				if err := ns.Do(cmd.Start); err != nil {
+					t.Fatal(err)
+				}
+				return cmd, &out
+			}
+			srv, so := start(c.server)
+			for deadline := time.Now().Add(30 * time.Second); !listensIn(srv.Process.Pid, port); {
+				if time.Now().After(deadline) {
+					srv.Process.Kill()
+					srv.Wait()
+					t.Fatalf("the server does not listen after 30 s:\n%s", so)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			cli, co := start(c.client, c.dest)
+			cerr := cli.Wait()
+			if cerr != nil {
+				srv.Process.Kill() // it would wait for the client until ctx ends
+			}
+			if serr := srv.Wait(); cerr != nil || serr != nil {
+				t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, co, serr, so)
+			}
+			for who, out := range map[string]string{"client": co.String(), "server": so.String()} {
+				if !strings.Contains(out, "20 iters in") || !strings.Contains(out, "::ffff:"+tapDev) || !strings.Contains(out, "::ffff:"+peer) {
+					t.Errorf("%s's output has no 20 iterations or not both GIDs:\n%s", who, out)
+				}
+			}
+		})
+	}
 }

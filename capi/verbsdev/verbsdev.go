@@ -128,11 +128,15 @@ func Load() ([]*Device, error) {
 
 // Describe returns what a program sees of the device s: the interface that
 // holds s's address (or s.Iface) gives the MAC, the MTU and the addresses of
-// the GID table, as roce.Open would take them.
+// the GID table, as roce.Open would take them; a tap device has none yet.
 func Describe(s devspec.Spec) (*Device, error) {
 	d := &Device{Spec: s, IfaceMTU: 1500}
 	var ifi *net.Interface
-	if s.Iface != "" {
+	if s.Backend == devspec.BackendTAP {
+		// The TAP device, named by iface, is made when the device opens:
+		// the table is the address alone, the MTU the TAP's 1500, and GID
+		// 0 the zero MAC's until then (the TAP host's MAC is random).
+	} else if s.Iface != "" {
 		var err error
 		if ifi, err = net.InterfaceByName(s.Iface); err != nil {
 			return nil, fmt.Errorf("device %s: iface %q: %w", s.Name, s.Iface, err)

@@ -17,8 +17,10 @@ ib_write_bw, rping...), on softrdma: its libibverbs.so.1 and librdmacm.so.1 (mak
 come first on LD_LIBRARY_PATH and the devices are the --device SPECs. softrdma becomes
 PROGRAM (exec): its exit status and signals are PROGRAM's own.
 
-SPEC: roce:ADDR[,backend=udp|afpacket|tap][,iface=IFACE][,name=NAME]
+SPEC: roce:ADDR[,backend=udp|afpacket|tap][,iface=IFACE][,kernel-addr=PREFIX][,name=NAME]
       iwarp:ADDR[,iface=IFACE][,name=NAME]
+backend=tap: the device is a host behind a new TAP device (IFACE, else tapN);
+kernel-addr=PREFIX (10.9.0.1/24, holding ADDR) goes to the TAP's kernel side.
 Devices are named NAME, else sr_roceN / sr_iwarpN in the order given. Without --device:
 $SOFTRDMA_DEVICES, else the config file ($SOFTRDMA_CONFIG, else
 $XDG_CONFIG_HOME/softrdma/devices, else /etc/softrdma/devices: one SPEC per line, #
