@@ -284,6 +284,11 @@ func (w *Wire) NextSend(dst *SendWork) bool {
 	}
 }
 
+// InlineCopy reports whether Data is the engine's copy of an inline WR's
+// octets, held in w itself: the next NextSend into w overwrites it, so a
+// transport that frames several works before it writes them copies these.
+func (w *SendWork) InlineCopy() bool { return len(w.inline) > 0 }
+
 // fillSendWork resolves the WQE's SGL and copies its parameters into dst. It
 // reports false if an L_Key check fails.
 func (qp *QP) fillSendWork(wq *sendWQE, dst *SendWork) bool {

@@ -158,7 +158,14 @@ func (t *txState) put(p []byte, ref bool) {
 // header after it; payload is referenced. The CRC (RFC 5044 §4.4, little-endian as
 // siw sends it, see fpdu.go) is computed over everything framed since the FPDU
 // began, markers included.
-func (t *txState) fpdu(hdr []byte, payload [][]byte) {
+func (t *txState) fpdu(hdr []byte, payload [][]byte) { t.frame(hdr, payload, true) }
+
+// fpduCopy is fpdu with the payload copied into the arena: octets that do not
+// outlive the batch (a WQE's inline copy, which the next NextSend overwrites).
+func (t *txState) fpduCopy(hdr []byte, payload [][]byte) { t.frame(hdr, payload, false) }
+
+// frame frames one FPDU, its payload referenced (ref) or copied.
+func (t *txState) frame(hdr []byte, payload [][]byte, ref bool) {
 	ulpdu := len(hdr) - FPDUHeaderLen
 	for _, p := range payload {
 		ulpdu += len(p)
@@ -167,7 +174,7 @@ func (t *txState) fpdu(hdr []byte, payload [][]byte) {
 	t.fcrc, t.started = 0, false
 	t.put(hdr, false)
 	for _, p := range payload {
-		t.put(p, true)
+		t.put(p, ref)
 	}
 	t.put(zeroPad[:PadLen(ulpdu)], false)
 	if t.markers && t.pos%MarkerInterval == 0 {
@@ -320,11 +327,16 @@ func (c *Conn) frameMsg(m *txMsg) bool {
 		hl = DDPTaggedHeaderLen
 	}
 	maxPay := uint64(t.mulpdu - hl)
+	// An inline WQE's octets are the SendWork's own copy, which the next
+	// NextSend into it overwrites while this batch may still refer to them:
+	// they go into the arena (at most the Context's MaxInlineData octets,
+	// 512 or fewer, well within the arena).
+	inline := w.InlineCopy()
 	for !m.imm {
-		if !t.room() {
+		n := min(maxPay, w.Length-m.off)
+		if !t.room() || (inline && len(t.arena)+txFPDUArena+int(n) > cap(t.arena)) {
 			return false
 		}
-		n := min(maxPay, w.Length-m.off)
 		last := m.off+n == w.Length
 		var h []byte
 		if tagged {
@@ -334,7 +346,11 @@ func (c *Conn) frameMsg(m *txMsg) bool {
 			h = t.untagged(sendOpcode(w), uint32(m.off), last, w.InvalidateRKey)
 		}
 		t.scratch = m.take(int(n), t.scratch)
-		t.fpdu(h, t.scratch)
+		if inline {
+			t.fpduCopy(h, t.scratch)
+		} else {
+			t.fpdu(h, t.scratch)
+		}
 		m.off += n
 		if last {
 			m.imm = w.Opcode == ib.WRRDMAWriteWithImm
