@@ -8,10 +8,10 @@ import (
 	"testing"
 )
 
-// rsocketTransports are the transports the rsockets tests run over. rdma-core's
-// rsockets run over iWARP too (RS_OPT_MSG_SEND: a write, then a 4-byte
-// send of the message).
-var rsocketTransports = []string{"roce"}
+// rsocketTransports are the transports the rsockets tests run over: over
+// iWARP, which has no write with immediate, rdma-core's rsockets (and these)
+// write, then send the 4-byte message inline (RS_OPT_MSG_SEND).
+var rsocketTransports = []string{"roce", "iwarp"}
 
 // TestRstream runs Debian's rstream (rdmacm-utils) on both ends, on the
 // libraries' rsockets: a run of rstream's own checks of the data (-T v) with
