@@ -300,3 +300,62 @@ func TestFenceAndRdAtomic(t *testing.T) {
 		t.Fatalf("fenced WRITE sent (packet %d) before the last READ response (%d)", writeAt, lastReadDone)
 	}
 }
+
+// TestCQOverrunBySends: a send completion that overruns its CQ moves the QP to
+// the error state while the send queue is being retired (UD retires each send
+// as it leaves, rxe's and ours alike); the flush that follows retires the rest
+// and the retirement stops there. It went on past the queue's tail and the
+// device's output never returned (found with the CM's QP1 sending a
+// thousand signaled MADs).
+func TestCQOverrunBySends(t *testing.T) {
+	for _, sends := range []int{3, 8} {
+		p := udPair(t)
+		small, err := p.A.Ctx.CreateCQ(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qp, err := p.A.Ctx.CreateQP(p.A.PD, ib.QPInitAttr{Type: ib.QPTypeUD, SendCQ: small, RecvCQ: p.A.CQ,
+			Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}, SignalAll: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []struct {
+			attr ib.QPAttr
+			mask ib.QPAttrMask
+		}{
+			{ib.QPAttr{QPState: ib.QPStateInit, QKey: 0x11111111, Port: 1}, ib.QPAttrState | ib.QPAttrQKey | ib.QPAttrPKeyIndex | ib.QPAttrPort},
+			{ib.QPAttr{QPState: ib.QPStateRTR}, ib.QPAttrState},
+			{ib.QPAttr{QPState: ib.QPStateRTS}, ib.QPAttrState | ib.QPAttrSQPSN},
+		} {
+			if err := qp.Modify(&s.attr, s.mask); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range sends {
+			post(t, qp, ib.SendWR{WRID: uint64(i), Opcode: ib.WRSend, Inline: true, InlineData: []byte{byte(i)},
+				AH: ibtest.AddressOf(ibtest.BToA), RemoteQPN: p.B.QP.QPN(), RemoteQKey: 0x11111111})
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = p.Wire.Run(nil, 10000)
+		}()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatalf("%d sends: the wire still runs after a minute: the send queue's retirement does not stop", sends)
+		}
+		if err := small.Err(); !errors.Is(err, ib.ErrCQOverrun) {
+			t.Fatalf("%d sends: cq error %v", sends, err)
+		}
+		if qp.State() != ib.QPStateErr {
+			t.Fatalf("%d sends: qp state %s", sends, qp.State())
+		}
+		// The queue is empty again: a send posted in the error state
+		// completes (flushed), as many as the queue holds.
+		if err := qp.PostSend(ib.SendWR{WRID: 99, Opcode: ib.WRSend, Inline: true, InlineData: []byte{1},
+			AH: ibtest.AddressOf(ibtest.BToA), RemoteQPN: p.B.QP.QPN(), RemoteQKey: 0x11111111}); err != nil {
+			t.Fatalf("%d sends: post after the overrun: %v", sends, err)
+		}
+	}
+}

@@ -469,7 +469,13 @@ func (qp *QP) retire() {
 			break
 		}
 		if w.status != WCSuccess || qp.signaledWQE(w) {
+			head := qp.sq.head
 			qp.sendCQ.push(qp.sendWC(w), false)
+			if qp.sq.head != head {
+				// The push overran the CQ: the QP went to the error
+				// state and its flush retired the queue, this WQE too.
+				return
+			}
 		}
 		w.release()
 		qp.sq.head++
