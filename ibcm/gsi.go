@@ -20,7 +20,8 @@ type GSIConfig struct {
 	// peer's retry.
 	RecvDepth int
 	// SendDepth is the depth of the send queue (default 128, the kernel's
-	// mad_sendq_size).
+	// mad_sendq_size). MADs sent while it is full wait in the GSI's overflow
+	// list, as in the kernel's MAD layer, and go out as sends complete.
 	SendDepth int
 }
 
@@ -62,11 +63,35 @@ type GSI struct {
 	wcs      []ibtransport.WC
 	counters GSICounters
 	closed   bool
+
+	// sendMu orders the posts and guards overflow: the MADs that found
+	// the send queue full, oldest first (a burst of connection requests:
+	// cmtime -c 1000 posts a thousand REQs at once). Dropping them left the
+	// connections to the REQ's retry, 4.3 s later.
+	sendMu   sync.Mutex
+	overflow []queuedMAD
+	// inflight counts the sends posted whose completions Poll has not
+	// taken yet; at most sendDepth, so that with the receives they never
+	// overrun the CQ (sends are signaled).
+	inflight, sendDepth int
 }
+
+// queuedMAD is a MAD waiting in the overflow list: a copy of its bytes and
+// where it goes.
+type queuedMAD struct {
+	mad []byte
+	ah  *ibtransport.AddressHandle
+	qpn uint32
+}
+
+// maxOverflow bounds the overflow list; a MAD sent beyond it is refused
+// (ErrQueueFull) and counted as a send error.
+const maxOverflow = 1 << 14
 
 // GSICounters count what the GSI sent and received.
 type GSICounters struct {
 	Sent        uint64 // MADs posted
+	Queued      uint64 // MADs that waited in the overflow list (the send queue was full)
 	SendErrors  uint64 // posts refused and error completions of sends
 	Received    uint64 // MADs handed to Poll's function
 	RecvErrors  uint64 // error completions of receives
@@ -89,7 +114,7 @@ func OpenGSI(dev *roce.Device, cfg GSIConfig) (*GSI, error) {
 		cfg.SendDepth = 128
 	}
 	ctx := dev.Context()
-	g := &GSI{dev: dev, depth: cfg.RecvDepth}
+	g := &GSI{dev: dev, depth: cfg.RecvDepth, sendDepth: cfg.SendDepth}
 	// A receive buffer holds the roce.GRH area and a whole packet payload: a MAD
 	// that is too long reaches the decoder (and is counted) instead of ending
 	// as a local length error.
@@ -186,15 +211,49 @@ func (g *GSI) Send(m []byte, to MADAddress) error {
 }
 
 // SendAH posts m to remoteQPN (0: QP1) at ah, which must stay unchanged while
-// the send is queued.
+// the send is queued. When the send queue is full, a copy of m waits in the
+// overflow list and is posted as earlier sends complete (Poll); only a full
+// overflow list refuses it.
 func (g *GSI) SendAH(m []byte, ah *ibtransport.AddressHandle, remoteQPN uint32) error {
 	if remoteQPN == 0 {
 		remoteQPN = GSIQPN
 	}
+	g.sendMu.Lock()
+	defer g.sendMu.Unlock()
+	var err error
+	if len(g.overflow) == 0 && g.inflight < g.sendDepth {
+		err = g.postSend(m, ah, remoteQPN)
+		if err == nil || !errors.Is(err, ibtransport.ErrQueueFull) {
+			g.count(err)
+			return err
+		}
+	}
+	if len(g.overflow) >= maxOverflow {
+		g.count(err)
+		return fmt.Errorf("ibcm: gsi: overflow list full (%d MADs): %w", len(g.overflow), ibtransport.ErrQueueFull)
+	}
+	g.overflow = append(g.overflow, queuedMAD{mad: append([]byte(nil), m...), ah: ah, qpn: remoteQPN})
+	g.mu.Lock()
+	g.counters.Queued++
+	g.mu.Unlock()
+	return nil
+}
+
+// postSend posts one MAD, signaled: its completion is what wakes Poll to
+// send the overflow list. g.sendMu is held.
+func (g *GSI) postSend(m []byte, ah *ibtransport.AddressHandle, remoteQPN uint32) error {
 	err := g.qp.PostSend(ibtransport.SendWR{
-		Opcode: ibtransport.WRSend, Inline: true, InlineData: m,
+		Opcode: ibtransport.WRSend, Inline: true, InlineData: m, Signaled: true,
 		AH: ah, RemoteQPN: remoteQPN, RemoteQKey: GSIQKey,
 	})
+	if err == nil {
+		g.inflight++
+	}
+	return err
+}
+
+// count counts a post's outcome.
+func (g *GSI) count(err error) {
 	g.mu.Lock()
 	if err != nil {
 		g.counters.SendErrors++
@@ -202,7 +261,31 @@ func (g *GSI) SendAH(m []byte, ah *ibtransport.AddressHandle, remoteQPN uint32) 
 		g.counters.Sent++
 	}
 	g.mu.Unlock()
-	return err
+}
+
+// sendOverflow takes done send completions off the in-flight count and posts
+// the MADs of the overflow list while the send queue has room.
+func (g *GSI) sendOverflow(done int) {
+	g.sendMu.Lock()
+	defer g.sendMu.Unlock()
+	g.inflight = max(g.inflight-done, 0)
+	n := 0
+	for _, q := range g.overflow {
+		if g.inflight >= g.sendDepth {
+			break
+		}
+		err := g.postSend(q.mad, q.ah, q.qpn)
+		if errors.Is(err, ibtransport.ErrQueueFull) {
+			break
+		}
+		g.count(err)
+		n++
+	}
+	if n > 0 {
+		rest := copy(g.overflow, g.overflow[n:])
+		clear(g.overflow[rest:])
+		g.overflow = g.overflow[:rest]
+	}
 }
 
 func (g *GSI) countSendError() {
@@ -226,12 +309,14 @@ func (g *GSI) Poll(fn func(mad []byte, from MADAddress)) int {
 		n := g.cq.Poll(g.wcs)
 		wcs := g.wcs[:n]
 		g.mu.Unlock()
+		sends := 0
 		for i := range wcs {
 			wc := &wcs[i]
 			if wc.Opcode != ibtransport.WCRecv {
 				if wc.Status != ibtransport.WCSuccess {
 					g.countSendError()
 				}
+				sends++
 				continue
 			}
 			idx := int(wc.WRID)
@@ -265,6 +350,9 @@ func (g *GSI) Poll(fn func(mad []byte, from MADAddress)) int {
 			}
 			total++
 			g.post(idx)
+		}
+		if sends > 0 {
+			g.sendOverflow(sends) // the completed sends made room
 		}
 		if n < len(g.wcs) {
 			return total
