@@ -23,7 +23,9 @@ import (
 //   - ucmatose and udaddy (librdmacm/examples cmatose.c, udaddy.c,
 //     cma_handler): "cmatose: event: RDMA_CM_EVENT_REJECTED, error: N",
 //     and udaddy's "udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: N" (a
-//     SIDR_REP refusing the request) or REJECTED.
+//     SIDR_REP refusing the request) or REJECTED;
+//   - rstream -T b (librdmacm/examples/rstream.c, client_connect): a blocking
+//     rconnect refused, "rconnect: Connection refused".
 //
 // Anything else, and any refusal after a connection was established
 // (perftest's second connection, "RDMA CM event error: ... REJECTED", comes
@@ -57,6 +59,7 @@ func refusedConnect(r interop.Result) bool {
 		"cmatose: event: RDMA_CM_EVENT_REJECTED",
 		"udaddy: event: RDMA_CM_EVENT_UNREACHABLE",
 		"udaddy: event: RDMA_CM_EVENT_REJECTED",
+		"rconnect: Connection refused",
 	} {
 		if strings.Contains(out, refused) {
 			return true
@@ -103,6 +106,8 @@ func TestRefusedConnect(t *testing.T) {
 		{"other CM event", interop.Result{ExitCode: 1, Stderr: "Unexpected CM event bl blka 9\n"}, false},
 		{"ucmatose REJ", interop.Result{ExitCode: 8, Stdout: "cmatose: starting client\ncmatose: connecting\ncmatose: event: RDMA_CM_EVENT_REJECTED, error: 8\ntest complete\nreturn status 8\n"}, true},
 		{"udaddy SIDR refused", interop.Result{ExitCode: 1, Stdout: "udaddy: starting client\nudaddy: connecting\nudaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1\ntest complete\nreturn status 1\n"}, true},
+		{"rstream refused", interop.Result{ExitCode: 255, Stdout: "name      bytes   xfers   iters   total       time     Gb/sec    usec/xfer\n", Stderr: "rconnect: Connection refused\n"}, true},
+		{"rstream connected, then failed", interop.Result{ExitCode: 255, Stderr: "rrecv: Connection reset by peer\n"}, false},
 		{"ucmatose connected, then failed", interop.Result{ExitCode: 1, Stdout: "cmatose: connecting\nreceiving data transfers\ncmatose: event: RDMA_CM_EVENT_REJECTED, error: 8\n"}, false},
 	} {
 		if got := refusedConnect(c.r); got != c.want {
