@@ -26,7 +26,9 @@ import (
 //     CompleteAtomic; completions are still returned in posting order.
 //   - Receive queue. BeginRecv takes the next receive WQE (from the QP's RQ or its
 //     SRQ), RecvBuffers resolves a range of it to byte slices to place a message
-//     into, EndRecv completes it (doing a remote invalidation if asked).
+//     into, EndRecv completes it (doing a remote invalidation if asked);
+//     DeliverRecv does the three, and the copy, for a message the transport
+//     holds whole, as PlaceReadResponse does for a READ's response segment.
 //   - Remote memory. RemoteBuffer checks an R_Key (an iWARP STag), a virtual
 //     address (a tagged offset), a length and the right needed against the MR or
 //     MW table and the QP's own access flags, byte-exact, and returns the memory;
@@ -467,6 +469,34 @@ func (w *Wire) ReadSink(id, off, n uint64, dst [][]byte) ([][]byte, KeyFault) {
 	return bufs, f
 }
 
+// PlaceReadResponse copies src, the READ response bytes [off, off+len(src)) of
+// the handed-out READ WQE id, into its local memory (ReadSink's checks), and if
+// last completes the WQE (CompleteSend), under one acquisition of the
+// Context's lock: a transport whose response segment is already in its own
+// buffer takes the lock once instead of three times (ReadSink, EndPlacement,
+// CompleteSend). It returns KeyUnknown if id is not an outstanding READ (it
+// was flushed: the transport drops the data) and ReadSink's faults otherwise;
+// on a fault nothing completes.
+func (w *Wire) PlaceReadResponse(id, off uint64, src []byte, last bool) KeyFault {
+	qp, c := w.lock()
+	defer c.mu.Unlock()
+	wq := qp.startedWQE(id)
+	if wq == nil || (wq.wr.Opcode != WRRDMARead && wq.wr.Opcode != WRRDMAReadWithInv) {
+		return KeyUnknown
+	}
+	n := uint64(len(src))
+	if off > wq.length || n > wq.length-off {
+		return KeyBounds
+	}
+	if f := qp.scatter(wq.wr.SGL, off, src); f != faultNone {
+		return KeyFault(f)
+	}
+	if last {
+		qp.completeSend(id, WCSuccess)
+	}
+	return KeyOK
+}
+
 // recordSGL adds the regions of bytes [off, off+n) of sgl (just resolved) to the
 // Wire's open placement. mu is held.
 func (w *Wire) recordSGL(sgl []SGE, off, n uint64) {
@@ -645,6 +675,39 @@ type RecvCompletion struct {
 func (w *Wire) EndRecv(rc RecvCompletion) KeyFault {
 	qp, c := w.lock()
 	defer c.mu.Unlock()
+	return qp.endRecv(rc)
+}
+
+// DeliverRecv places src, a whole incoming message, into the next receive WQE
+// and completes it with rc: BeginRecv, RecvBuffers, the copy and EndRecv under
+// one acquisition of the Context's lock (a small SEND took four). taken is false
+// if BeginRecv would have reported false; st is RecvBuffers' status and f
+// EndRecv's fault, and with either not successful the WQE stays held (the
+// transport calls FailRecv), as with those calls.
+func (w *Wire) DeliverRecv(src []byte, rc RecvCompletion) (taken bool, st WCStatus, f KeyFault) {
+	qp, c := w.lock()
+	defer c.mu.Unlock()
+	switch qp.state {
+	case QPStateRTR, QPStateRTS, QPStateSQD:
+	default:
+		return false, WCSuccess, KeyOK
+	}
+	if !qp.takeRecv() {
+		return false, WCSuccess, KeyOK
+	}
+	n := uint64(len(src))
+	if qp.rcur.wqe.length < n {
+		return true, WCLocLenErr, KeyOK
+	}
+	if qp.scatter(qp.rcur.wqe.sgl, 0, src) != faultNone {
+		return true, WCLocProtErr, KeyOK
+	}
+	return true, WCSuccess, qp.endRecv(rc)
+}
+
+// endRecv is EndRecv's body. mu is held.
+func (qp *QP) endRecv(rc RecvCompletion) KeyFault {
+	c := qp.ctx
 	if !qp.rcur.have || qp.dead {
 		return KeyInvalid
 	}

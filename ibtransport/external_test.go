@@ -623,3 +623,115 @@ func TestExternalCompleteSends(t *testing.T) {
 		t.Fatalf("CompleteSends of retired WQEs = %d, want 0", n)
 	}
 }
+
+// TestExternalDeliverRecv: DeliverRecv places a whole message into the next
+// receive WQE and completes it as BeginRecv, RecvBuffers and EndRecv would,
+// and reports each of their failures with the WQE left held for FailRecv.
+func TestExternalDeliverRecv(t *testing.T) {
+	cases := []struct {
+		name  string
+		post  bool   // a receive WR is posted
+		lkey  bool   // its SGE has a bad L_Key
+		msg   int    // message length (the WR holds 30)
+		inv   uint32 // SEND with invalidate of this key (1: a regular MR's)
+		taken bool
+		st    ib.WCStatus
+		f     ib.KeyFault
+	}{
+		{name: "ok", post: true, msg: 30, taken: true},
+		{name: "empty", post: true, msg: 0, taken: true},
+		{name: "no WR", msg: 4},
+		{name: "too long", post: true, msg: 31, taken: true, st: ib.WCLocLenErr},
+		{name: "bad L_Key", post: true, lkey: true, msg: 4, taken: true, st: ib.WCLocProtErr},
+		{name: "cannot invalidate", post: true, msg: 4, inv: 1, taken: true, f: ib.KeyInvalid},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newExtQP(t, 1, nil)
+			buf := make([]byte, 100)
+			mr := regMR(t, e.pd, buf, ib.AccessLocalWrite)
+			if tc.post {
+				sgl := []ib.SGE{mr.SGE(0, 10), mr.SGE(40, 20)}
+				if tc.lkey {
+					sgl[0].LKey ^= 0xff00
+				}
+				postRecv(t, e.qp, ib.RecvWR{WRID: 9, SGL: sgl})
+			}
+			msg := pattern(tc.msg, 11)
+			rc := ib.RecvCompletion{ByteLen: uint32(tc.msg), Solicited: true}
+			if tc.inv != 0 {
+				rc.Invalidate, rc.InvalidateRKey = true, mr.RKey()
+			}
+			taken, st, f := e.w.DeliverRecv(msg, rc)
+			if taken != tc.taken || st != tc.st || f != tc.f {
+				t.Fatalf("DeliverRecv = %v, %s, %v; want %v, %s, %v", taken, st, f, tc.taken, tc.st, tc.f)
+			}
+			if !taken || st != ib.WCSuccess || f != ib.KeyOK {
+				pollN(t, e.rcq, 0)
+				if tc.taken {
+					e.w.FailRecv(ib.WCLocLenErr, ib.EventQPReqErr, true)
+					wantWC(t, pollN(t, e.rcq, 1)[0], 9, 0, ib.WCLocLenErr)
+				}
+				return
+			}
+			wc := pollN(t, e.rcq, 1)[0]
+			wantWC(t, wc, 9, ib.WCRecv, ib.WCSuccess)
+			if wc.ByteLen != uint32(tc.msg) {
+				t.Fatalf("ByteLen %d, want %d", wc.ByteLen, tc.msg)
+			}
+			want := make([]byte, 100)
+			copy(want[40:], msg[min(len(msg), 10):])
+			copy(want, msg[:min(len(msg), 10)])
+			if string(buf) != string(want) {
+				t.Fatalf("placed %x, want %x", buf, want)
+			}
+		})
+	}
+}
+
+// TestExternalPlaceReadResponse: PlaceReadResponse copies a response segment
+// into a READ's multi-SGE sink byte-exact, completes the READ at its last
+// segment only, and refuses a range outside the READ, a WQE that is not an
+// outstanding READ, and a sink whose key is gone.
+func TestExternalPlaceReadResponse(t *testing.T) {
+	e := newExtQP(t, 2, nil)
+	sink := make([]byte, 100)
+	smr := regMR(t, e.pd, sink, ib.AccessLocalWrite)
+	post(t, e.qp,
+		ib.SendWR{WRID: 1, Opcode: ib.WRRDMARead, SGL: []ib.SGE{smr.SGE(0, 10), smr.SGE(50, 30)}, RKey: 5, RemoteAddr: 8, Signaled: true},
+		ib.SendWR{WRID: 2, Opcode: ib.WRSend, SGL: []ib.SGE{smr.SGE(90, 4)}, Signaled: true},
+	)
+	r, s := e.next(t), e.next(t)
+	data := pattern(41, 21)
+	if f := e.w.PlaceReadResponse(r.ID, 0, data[:15], false); f != ib.KeyOK {
+		t.Fatalf("first segment: %v", f)
+	}
+	pollN(t, e.scq, 0)
+	if f := e.w.PlaceReadResponse(r.ID, 15, data[15:41], true); f != ib.KeyBounds {
+		t.Fatalf("a segment past the READ's length: %v, want KeyBounds", f)
+	}
+	if f := e.w.PlaceReadResponse(s.ID, 0, data[:4], true); f != ib.KeyUnknown {
+		t.Fatalf("a SEND's WQE: %v, want KeyUnknown", f)
+	}
+	if f := e.w.PlaceReadResponse(r.ID, 15, data[15:40], true); f != ib.KeyOK {
+		t.Fatalf("last segment: %v", f)
+	}
+	if string(sink[:10]) != string(data[:10]) || string(sink[50:80]) != string(data[10:40]) {
+		t.Fatalf("sink %x", sink)
+	}
+	wantWC(t, pollN(t, e.scq, 1)[0], 1, ib.WCRDMARead, ib.WCSuccess)
+	if f := e.w.PlaceReadResponse(r.ID, 0, data[:1], true); f != ib.KeyUnknown {
+		t.Fatalf("a completed READ: %v, want KeyUnknown", f)
+	}
+
+	post(t, e.qp, ib.SendWR{WRID: 3, Opcode: ib.WRRDMARead, SGL: []ib.SGE{smr.SGE(0, 10)}, RKey: 5, RemoteAddr: 8, Signaled: true})
+	r3 := e.next(t)
+	if err := smr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	// Its L_Key is gone (KeyUnknown, as ReadSink says): nothing completes.
+	if f := e.w.PlaceReadResponse(r3.ID, 0, data[:10], true); f != ib.KeyUnknown {
+		t.Fatalf("a deregistered sink: %v", f)
+	}
+	pollN(t, e.scq, 0)
+}
