@@ -148,6 +148,7 @@ type Context struct {
 	heldCompletion bool            // the OnCompletion hook's call held back
 	onCompletion   func()          // OnCompletion (compwait.go)
 	postHookFn     func()          // SetPostHook (posthook.go)
+	waitHookFn     func()          // SetWaitHook (posthook.go)
 	events         chan AsyncEvent
 	eventsDropped  uint64
 	counters       ContextCounters

@@ -145,7 +145,11 @@ func (cq *CQ) Wait(ctx context.Context) error {
 			ch = make(chan struct{}, 1)
 		}
 		cq.waitq = append(cq.waitq, ch)
+		hook := cq.ctx.waitHookFn
 		cq.ctx.mu.Unlock()
+		if hook != nil {
+			hook()
+		}
 		select {
 		case <-ch:
 			cq.ctx.mu.Lock()

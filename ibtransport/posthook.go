@@ -30,3 +30,15 @@ func (qp *QP) postHook() func() {
 	}
 	return f
 }
+
+// SetWaitHook sets f to be called by CQ.Wait, on the waiting goroutine
+// with the Context's lock released, each time it is about to block. A
+// device whose reader left output for the application goroutine it woke
+// (an ACK the goroutine's next post would send with its request) sends it
+// there when the goroutine waits again without having posted. nil removes
+// it.
+func (c *Context) SetWaitHook(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.waitHookFn = f
+}

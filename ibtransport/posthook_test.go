@@ -1,6 +1,7 @@
 package ibtransport_test
 
 import (
+	"context"
 	"testing"
 
 	ib "github.com/softrdma/softrdma/ibtransport"
@@ -53,5 +54,31 @@ func TestPostHook(t *testing.T) {
 			}
 			wantWC(t, complete(t, p, p.A.CQ, 1)[0], 2, ib.WCRDMAWrite, ib.WCSuccess)
 		})
+	}
+}
+
+// TestWaitHook: with a wait hook set (SetWaitHook), CQ.Wait calls it, with
+// the Context's lock free, each time it is about to block; without, not.
+func TestWaitHook(t *testing.T) {
+	ctx := ib.NewContext(ib.ContextConfig{})
+	cq, err := ctx.CreateCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	ctx.SetWaitHook(func() {
+		calls++
+		cq.Len() // the Context's lock is free
+	})
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 1; i <= 2; i++ {
+		if err := cq.Wait(done); err == nil || calls != i {
+			t.Fatalf("wait %d on an empty CQ: %v, %d hook calls; want the context's error and %d calls", i, err, calls, i)
+		}
+	}
+	ctx.SetWaitHook(nil)
+	if err := cq.Wait(done); err == nil || calls != 2 {
+		t.Fatalf("wait without a hook: %v, %d hook calls; want the context's error and still 2", err, calls)
 	}
 }

@@ -172,10 +172,13 @@ type Device struct {
 	// Datagram output (a DatagramWriter endpoint: the UDP backend), also
 	// gathered: each packet leaves as its IB bytes in pieces plus the
 	// addresses, ports, TOS, TTL and IPv4 ID of its datagram.
-	dw     netio.DatagramWriter
-	txICRC flowICRC            // the ICRCs of IPv4 datagrams (under d.mu)
-	dgs    []netio.OutDatagram // the datagrams of one write
-	run    outRun              // the IPv4 ID run of dgs' last datagram
+	dw netio.DatagramWriter
+	// deferred: Run's reader left output for a woken application
+	// goroutine's post or wait (inputDone).
+	deferred atomic.Bool
+	txICRC   flowICRC            // the ICRCs of IPv4 datagrams (under d.mu)
+	dgs      []netio.OutDatagram // the datagrams of one write
+	run      outRun              // the IPv4 ID run of dgs' last datagram
 	// runMax and runBytes bound a run (dw.IPv4Run, read at each Flush).
 	runMax, runBytes int
 	ipID             uint16
@@ -1351,6 +1354,8 @@ func (d *Device) Run(ctx context.Context, clock netio.Clock) error {
 	later := func() { soon.Reset(outputDefer) }
 	d.ctx.SetPostHook(func() { d.postFlush(clock.Now(), &plan, kickLoop) }) // rtc.go
 	defer d.ctx.SetPostHook(nil)
+	d.ctx.SetWaitHook(func() { d.waitFlush(clock.Now(), &plan, kickLoop) })
+	defer d.ctx.SetWaitHook(nil)
 	d.outside.Store(&outsideHooks{plan: &plan, kick: kickLoop}) // pollinput.go
 	defer d.outside.Store(nil)
 	go func() {

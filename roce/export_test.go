@@ -27,6 +27,12 @@ func (d *Device) InputDone(now time.Time, p *LoopPlan, kick, later func()) {
 func (d *Device) LockFlush()   { d.mu.Lock() }
 func (d *Device) UnlockFlush() { d.mu.Unlock() }
 
+// SetRunWaitHook sets the Context's wait hook Run sets, with the plan p and
+// the loop's kick kick.
+func (d *Device) SetRunWaitHook(p *LoopPlan, kick func()) {
+	d.ctx.SetWaitHook(func() { d.waitFlush(time.Now(), p, kick) })
+}
+
 // SetRunPostHook sets the Context's post hook Run sets, with the plan p and
 // the loop's kick kick.
 func (d *Device) SetRunPostHook(p *LoopPlan, kick func()) {

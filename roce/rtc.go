@@ -105,8 +105,8 @@ func (d *Device) beginBatch(n int) bool {
 // loop if it must run. A batch that queued output and woke no
 // application goroutine sends the output here; one that woke an application
 // goroutine leaves its output (an ACK) to that goroutine's next post, whose
-// flush (postFlush) sends it with the post's request, or, if none comes
-// within outputDefer, to the loop (later). Sending here would delay the
+// flush (postFlush) sends it with the post's request, or to its next CQ.Wait
+// (waitFlush), or, if neither comes within outputDefer, to the loop (later). Sending here would delay the
 // application by the system call (on a veth pair the kernel delivers the
 // frames to the peer inside it): softrdma bench's SEND ping-pong took 1.3 and
 // 1.0 us more per one-way trip so. Kicking the loop at once (as before)
@@ -123,6 +123,7 @@ func (d *Device) inputDone(now time.Time, plan *loopPlan, kick, later func()) {
 	d.ctx.ReleaseWake(func(output, woke bool) {
 		switch {
 		case output && woke:
+			d.deferred.Store(true)
 			later()
 			if plan.late(d.nextDeadline()) {
 				kick()
@@ -148,6 +149,17 @@ func (d *Device) inputDone(now time.Time, plan *loopPlan, kick, later func()) {
 // transport timer (4.096 us x 2^14 in the bench).
 const outputDefer = 50 * time.Microsecond
 
+// waitFlush is Run's Context wait hook (ibtransport SetWaitHook): a
+// goroutine about to block in CQ.Wait sends the output a batch that woke an
+// application goroutine left (inputDone), if it is still there: a receiver
+// that only reposts receives sends the ACK of what it received as it goes
+// back to waiting, not outputDefer later.
+func (d *Device) waitFlush(now time.Time, plan *loopPlan, kick func()) {
+	if d.deferred.Load() {
+		d.postFlush(now, plan, kick)
+	}
+}
+
 // postFlush is Run's Context post hook (ibtransport SetPostHook): a post to
 // an idle QP is sent from the posting goroutine, not by the loop readied
 // for it, a hop per message of a ping-pong. The loop is kicked if someone
@@ -157,6 +169,7 @@ const outputDefer = 50 * time.Microsecond
 // when the loop planned: at most once per plan, since later posts' timers
 // start later).
 func (d *Device) postFlush(now time.Time, plan *loopPlan, kick func()) {
+	d.deferred.Store(false) // the flush below takes what inputDone left, or the loop's does
 	if ok, pending, err := d.tryFlush(now); !ok || pending || err != nil {
 		kick()
 		return

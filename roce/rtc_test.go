@@ -112,8 +112,41 @@ func TestRunToCompletionAnswers(t *testing.T) {
 	if !p.b.Context().HasOutput() {
 		t.Fatal("the SEND's ACK is not waiting")
 	}
-	// The application answers: its post sends the ACK with its SEND.
+	// The application waits again without posting: the wait sends the ACK.
 	kicks := 0
+	p.b.SetRunWaitHook(&plan, func() { kicks++ })
+	defer p.b.Context().SetWaitHook(nil)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	p.cqb.Poll(make([]ibtransport.WC, 4))
+	if err := p.cqb.Wait(done); err == nil {
+		t.Fatal("Wait on an empty CQ with a cancelled context returned nil")
+	}
+	if got := p.b.Counters().FramesOut - out; got != 1 || kicks != 0 || p.b.Context().HasOutput() {
+		t.Fatalf("the wait sent %d frames and kicked the loop %d times, want the ACK, no kick", got, kicks)
+	}
+	if err := p.cqb.Wait(done); err == nil || p.b.Counters().FramesOut-out != 1 {
+		t.Fatal("a second wait with nothing left did not return or sent again")
+	}
+
+	// Another SEND; this time the application answers: its post sends the
+	// ACK with its SEND.
+	if err := p.qb.PostRecv(ibtransport.RecvWR{WRID: 6, SGL: []ibtransport.SGE{p.mrb.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	p.cqb.Notify(false)
+	if err := p.qa.PostSend(ibtransport.SendWR{WRID: 7, Opcode: ibtransport.WRSend, Signaled: true,
+		SGL: []ibtransport.SGE{p.mra.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.a.Flush(p.net.Now()); err != nil {
+		t.Fatal(err)
+	}
+	p.net.RunFor(time.Millisecond)
+	out = p.b.Counters().FramesOut
+	if n, kicks, laters := readerBatch(t, p.b, p.net.Now(), &plan); n != 1 || kicks != 0 || laters != 1 {
+		t.Fatalf("second SEND for an armed CQ: %d frames read, %d kicks, %d for later; want 1 frame, a kick for later only", n, kicks, laters)
+	}
 	p.b.SetRunPostHook(&plan, func() { kicks++ })
 	defer p.b.Context().SetPostHook(nil)
 	if err := p.qa.PostRecv(ibtransport.RecvWR{WRID: 4, SGL: []ibtransport.SGE{p.mra.SGE(0, 64)}}); err != nil {
@@ -124,6 +157,10 @@ func TestRunToCompletionAnswers(t *testing.T) {
 	}
 	if got := p.b.Counters().FramesOut - out; got != 2 || kicks != 0 {
 		t.Fatalf("the answer's post sent %d frames and kicked the loop %d times, want the ACK and the SEND, no kick", got, kicks)
+	}
+	p.cqb.Poll(make([]ibtransport.WC, 4))
+	if err := p.cqb.Wait(done); err == nil || p.b.Counters().FramesOut-out != 2 {
+		t.Fatal("a wait after the post's flush did not return or sent again")
 	}
 }
 
