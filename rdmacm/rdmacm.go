@@ -665,7 +665,9 @@ func (id *ID) BindAddr(addr netip.AddrPort) error {
 // ResolveAddr chooses the device and source address for dst (src, if valid,
 // names the source) and resolves dst's link address within timeout
 // (rdma_resolve_addr). EventAddrResolved or EventAddrError follows. An ID
-// not bound yet gets an ephemeral port.
+// not bound yet gets an ephemeral port. A wildcard dst (0.0.0.0, ::) is the
+// source device's own address, as the kernel resolves it to loopback; the
+// ID's remote address is then that address, where the kernel's stays dst.
 func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
 	m := id.m
 	m.mu.Lock()
@@ -680,6 +682,17 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 		return fmt.Errorf("rdmacm: resolve address %v: %w", dst, ErrInvalid)
 	}
 	d := dst.Addr().Unmap()
+	// A wildcard destination is the kernel's loopback (cma_resolve_loopback):
+	// the source device itself, unbound the first one of the family (the
+	// kernel takes its first active device and the source 127.0.0.1 or ::1).
+	loop := d.IsUnspecified()
+	route := d
+	if loop {
+		route = netip.IPv6Loopback()
+		if d.Is4() {
+			route = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+		}
+	}
 	var t transport
 	var s netip.Addr
 	switch {
@@ -691,13 +704,16 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 		}
 		s = src.Unmap()
 	default:
-		t, s = m.routeTo(d)
+		t, s = m.routeTo(route)
 		if t == nil {
 			return fmt.Errorf("rdmacm: no device reaches %v: %w", d, ErrNoDevice)
 		}
 	}
 	if s.Is4() != d.Is4() {
 		return fmt.Errorf("rdmacm: source %v and destination %v: %w", s, d, ErrInvalid)
+	}
+	if loop {
+		d = s
 	}
 	if id.bound {
 		// A wildcard bind now gets its address, keeping its port.

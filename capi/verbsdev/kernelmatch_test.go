@@ -21,7 +21,10 @@ import (
 //     to a PS_IB listener on a port a TCP listener also holds (RoCE); it was
 //     EOPNOTSUPP;
 //   - rdma_resolve_addr of the device's own address with port 0 succeeds;
-//     it was EINVAL.
+//     it was EINVAL;
+//   - rdma_resolve_addr of 0.0.0.0 resolves to the device itself, unbound
+//     and bound, and a connection to 0.0.0.0:PORT reaches the listener
+//     (cma_resolve_loopback); it was an ADDR_ERROR.
 func TestKernelMatch(t *testing.T) {
 	lib := buildLib(t)
 	prog := compileCM(t, lib, "kernelmatch")

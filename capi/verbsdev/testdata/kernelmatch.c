@@ -13,7 +13,10 @@
  *    space of its own), connects to a PS_IB listener on that port and is
  *    taken by it, not by the TCP one;
  *  - rdma_resolve_addr to the device's own address with port 0 succeeds
- *    (the kernel's rdma_resolve_addr does not look at the port).
+ *    (the kernel's rdma_resolve_addr does not look at the port);
+ *  - rdma_resolve_addr to 0.0.0.0 resolves to the device itself (the
+ *    kernel's cma_resolve_loopback), unbound and bound: the PS_IB client
+ *    connects to its listener through 0.0.0.0:PORT.
  * One process connects to itself through one device.
  *
  * Usage: kernelmatch ADDR PORT. Prints "checks: N, bad: M" last and exits 1
@@ -121,6 +124,22 @@ int main(int argc, char **argv)
 	}
 	rdma_destroy_id(r);
 
+	/* 0.0.0.0: loopback, as the kernel resolves it. */
+	struct sockaddr_in any = {.sin_family = AF_INET, .sin_port = a.sin_port};
+	if (rdma_create_id(cch, &r, NULL, RDMA_PS_TCP))
+		fail("rdma_create_id");
+	RC("resolve_addr 0.0.0.0", 0, rdma_resolve_addr(r, NULL, (struct sockaddr *)&any, 2000) ? errno : 0);
+	if (!rc_last) {
+		struct rdma_cm_event *ev = next(cch, RDMA_CM_EVENT_ADDR_RESOLVED);
+		expect("resolve_addr 0.0.0.0: ADDR_RESOLVED", ev->id == r, 1);
+		rdma_ack_cm_event(ev);
+		/* The kernel's source is 127.0.0.1 on its first device; ours is
+		 * the first device's address. */
+		struct sockaddr_in *src = (struct sockaddr_in *)rdma_get_local_addr(r);
+		expect("resolve_addr 0.0.0.0: source is the device's address", src->sin_addr.s_addr == a.sin_addr.s_addr, 1);
+	}
+	rdma_destroy_id(r);
+
 	/* RDMA_PS_IB: an RC ID in a port space of its own. */
 	struct rdma_cm_id *c;
 	RC("create_id RDMA_PS_IB", 0, rdma_create_id(cch, &c, NULL, RDMA_PS_IB) ? errno : 0);
@@ -135,8 +154,15 @@ int main(int argc, char **argv)
 	 * space (siw's listen of a second would be EADDRINUSE). */
 	if (!iwarp)
 		ltcp = listener(sch, RDMA_PS_TCP, &a);
-	if (rdma_resolve_addr(c, NULL, (struct sockaddr *)&a, 2000))
-		fail("rdma_resolve_addr");
+	struct sockaddr_in src = a;
+	src.sin_port = 0;
+	if (rdma_bind_addr(c, (struct sockaddr *)&src))
+		fail("rdma_bind_addr");
+	RC("resolve_addr 0.0.0.0:PORT, bound", 0, rdma_resolve_addr(c, NULL, (struct sockaddr *)&any, 2000) ? errno : 0);
+	if (rc_last) {
+		printf("checks: %d, bad: %d\n", total, bad);
+		return 1;
+	}
 	rdma_ack_cm_event(next(cch, RDMA_CM_EVENT_ADDR_RESOLVED));
 	if (rdma_resolve_route(c, 2000))
 		fail("rdma_resolve_route");
