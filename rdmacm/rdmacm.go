@@ -70,9 +70,15 @@ const (
 	// (cma_pernet ib_ps): its ports are apart from TCP's, and on RoCE its
 	// service IDs carry 0x013F (rdma_get_service_id: ps << 16 | port).
 	PortSpaceIB PortSpace = 0x013F
+	// PortSpaceIPoIB is RDMA_PS_IPOIB: UD QPs in a port space of their own
+	// (the kernel's ucma_get_qp_type, cma_pernet ipoib_ps). Their Q_Key is
+	// the IPoIB broadcast group's (cma_set_default_qkey), which a RoCE port
+	// does not have: a QP cannot be given one (ErrNoDevice, the kernel's
+	// ENODEV from ib_sa_get_mcmember_rec).
+	PortSpaceIPoIB PortSpace = 0x0002
 )
 
-// String returns "TCP", "UDP" or "IB".
+// String returns "TCP", "UDP", "IB" or "IPoIB".
 func (ps PortSpace) String() string {
 	switch ps {
 	case PortSpaceTCP:
@@ -81,6 +87,8 @@ func (ps PortSpace) String() string {
 		return "UDP"
 	case PortSpaceIB:
 		return "IB"
+	case PortSpaceIPoIB:
+		return "IPoIB"
 	}
 	return "PortSpace(0x" + strconv.FormatUint(uint64(ps), 16) + ")"
 }
@@ -347,13 +355,13 @@ type ID struct {
 }
 
 // CreateID returns a new ID in the port space ps (rdma_create_id): RC QPs for
-// PortSpaceTCP and PortSpaceIB, UD QPs for PortSpaceUDP.
+// PortSpaceTCP and PortSpaceIB, UD QPs for PortSpaceUDP and PortSpaceIPoIB.
 func (m *Manager) CreateID(ps PortSpace) (*ID, error) {
 	var t ibtransport.QPType
 	switch ps {
 	case PortSpaceTCP, PortSpaceIB:
 		t = ibtransport.QPTypeRC
-	case PortSpaceUDP:
+	case PortSpaceUDP, PortSpaceIPoIB:
 		t = ibtransport.QPTypeUD
 	default:
 		return nil, fmt.Errorf("rdmacm: port space %v: %w", ps, ErrInvalid)

@@ -143,12 +143,24 @@ func (t *roceTransport) resolveRoute(id *ID) error {
 }
 
 func (t *roceTransport) initQP(id *ID, qp *ibtransport.QP) error {
+	if err := ipoibQKey(id); err != nil {
+		return err
+	}
 	if qp.Type() == ibtransport.QPTypeUD {
 		return initUDQP(qp)
 	}
 	// cma_init_conn_qp: INIT with no remote access yet.
 	return qp.Modify(&ibtransport.QPAttr{QPState: ibtransport.QPStateInit, Port: 1},
 		ibtransport.QPAttrState|ibtransport.QPAttrPKeyIndex|ibtransport.QPAttrPort|ibtransport.QPAttrAccessFlags)
+}
+
+// ipoibQKey refuses an RDMA_PS_IPOIB ID's QP: its Q_Key would be the IPoIB
+// broadcast group's, and a RoCE port has no such group (see PortSpaceIPoIB).
+func ipoibQKey(id *ID) error {
+	if id.ps != PortSpaceIPoIB {
+		return nil
+	}
+	return fmt.Errorf("rdmacm: RDMA_PS_IPOIB: a RoCE port has no IPoIB broadcast group to take the Q_Key from: %w", ErrNoDevice)
 }
 
 // initUDQP brings a UD QP to RTS as cma_init_ud_qp does: Q_Key RDMA_UDP_QKEY,

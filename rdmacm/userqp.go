@@ -84,6 +84,9 @@ func (id *ID) InitQPAttr(state ibtransport.QPState) (ibtransport.QPAttr, ibtrans
 		return ibtransport.QPAttr{}, 0, fmt.Errorf("rdmacm: init qp attr on %v: %w", id.tr.kind(), ErrNotSupported)
 	}
 	a := ibtransport.QPAttr{QPState: state}
+	if err := ipoibQKey(id); err != nil {
+		return a, 0, err
+	}
 	if id.qpType == ibtransport.QPTypeUD {
 		switch state {
 		case ibtransport.QPStateInit:

@@ -381,7 +381,9 @@ static struct sr_cmid *sr_new_id(struct rdma_event_channel *channel, void *conte
 
 /* sr_qp_type_of is the QP type of a port space, as librdmacm's
  * rdma_create_id gives it: RC for TCP and IB (the kernel's ucma takes PS_IB
- * with the QP type librdmacm passes), UD for UDP. IPoIB is InfiniBand's. */
+ * with the QP type librdmacm passes), UD for UDP and IPoIB (a port space of
+ * its own; on RoCE its QPs have no Q_Key to take: ENODEV at rdma_create_qp,
+ * as the kernel's cma_set_default_qkey answers). */
 static int sr_qp_type_of(enum rdma_port_space ps, enum ibv_qp_type *t)
 {
 	switch (ps) {
@@ -390,10 +392,11 @@ static int sr_qp_type_of(enum rdma_port_space ps, enum ibv_qp_type *t)
 		*t = IBV_QPT_RC;
 		return 0;
 	case RDMA_PS_UDP:
+	case RDMA_PS_IPOIB:
 		*t = IBV_QPT_UD;
 		return 0;
 	default:
-		sr_debug("rdma_create_id: port space 0x%x not supported (TCP, UDP and IB are)", ps);
+		sr_debug("rdma_create_id: port space 0x%x not supported (TCP, UDP, IB and IPoIB are)", ps);
 		return ERR(EOPNOTSUPP);
 	}
 }

@@ -16,7 +16,12 @@
  *    (the kernel's rdma_resolve_addr does not look at the port);
  *  - rdma_resolve_addr to 0.0.0.0 resolves to the device itself (the
  *    kernel's cma_resolve_loopback), unbound and bound: the PS_IB client
- *    connects to its listener through 0.0.0.0:PORT.
+ *    connects to its listener through 0.0.0.0:PORT;
+ *  - RDMA_PS_IPOIB makes a UD ID (ucma_get_qp_type) in a port space of its
+ *    own (binds the port TCP and IB IDs hold, not twice); its QP's Q_Key
+ *    would be the IPoIB broadcast group's, which a RoCE port lacks:
+ *    rdma_create_qp fails with ENODEV (cma_set_default_qkey); on iWARP
+ *    with siw's EOPNOTSUPP for a UD QP.
  * One process connects to itself through one device.
  *
  * Usage: kernelmatch ADDR PORT. Prints "checks: N, bad: M" last and exits 1
@@ -88,6 +93,28 @@ static struct rdma_cm_id *listener(struct rdma_event_channel *ch, enum rdma_port
 	return l;
 }
 
+/* ipoib checks RDMA_PS_IPOIB's IDs; TCP and IB IDs are bound to a. */
+static void ipoib(struct rdma_event_channel *ch, struct sockaddr_in *a, int iwarp)
+{
+	struct rdma_cm_id *id, *id2;
+	RC("create_id RDMA_PS_IPOIB", 0, rdma_create_id(ch, &id, NULL, RDMA_PS_IPOIB) ? errno : 0);
+	if (rc_last)
+		return;
+	expect("RDMA_PS_IPOIB: ps", id->ps, RDMA_PS_IPOIB);
+	expect("RDMA_PS_IPOIB: qp_type UD", id->qp_type, IBV_QPT_UD);
+	RC("RDMA_PS_IPOIB: bind the port TCP and IB hold", 0, rdma_bind_addr(id, (struct sockaddr *)a) ? errno : 0);
+	if (rdma_create_id(ch, &id2, NULL, RDMA_PS_IPOIB))
+		fail("rdma_create_id");
+	RC("RDMA_PS_IPOIB: bind it twice", EADDRINUSE, rdma_bind_addr(id2, (struct sockaddr *)a) ? errno : 0);
+	rdma_destroy_id(id2);
+	struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_UD,
+				      .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+	RC("RDMA_PS_IPOIB: rdma_create_qp", iwarp ? EOPNOTSUPP : ENODEV, rdma_create_qp(id, NULL, &qa) ? errno : 0);
+	if (!rc_last)
+		rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -154,6 +181,8 @@ int main(int argc, char **argv)
 	 * space (siw's listen of a second would be EADDRINUSE). */
 	if (!iwarp)
 		ltcp = listener(sch, RDMA_PS_TCP, &a);
+	ipoib(cch, &a, iwarp);
+
 	struct sockaddr_in src = a;
 	src.sin_port = 0;
 	if (rdma_bind_addr(c, (struct sockaddr *)&src))
