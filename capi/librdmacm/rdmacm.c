@@ -58,9 +58,14 @@ static void sr_debug(const char *fmt, ...)
 
 /*
  * SRGO(f, args...) calls the Go engine with the asynchronous signals blocked
- * on the calling thread, as libibverbs.so.1 does (verbs_c.go): a program's
- * handler without SA_ONSTACK must not run on a goroutine stack.
+ * on the calling thread when the program has a handler without SA_ONSTACK,
+ * as libibverbs.so.1 does (verbs_c.go): such a handler must not run on a
+ * goroutine stack. sr_sig_risky is libibverbs.so.1's sticky flag
+ * (capi/shim/sig.c); without it (the reference is weak) SRGO always blocks.
+ * Without such a handler the call goes straight through, saving two
+ * rt_sigprocmask calls per call into Go.
  */
+extern int sr_sig_risky __attribute__((weak));
 static sigset_t sr_async;
 static pthread_once_t sr_sig_once = PTHREAD_ONCE_INIT;
 
@@ -75,12 +80,21 @@ static void sr_sig_init(void)
 	sigdelset(&sr_async, SIGSYS);
 }
 
+static inline int sr_sig_block(void)
+{
+	return !&sr_sig_risky || __atomic_load_n(&sr_sig_risky, __ATOMIC_RELAXED);
+}
+
 #define SRGO(f, ...) ({                                                   \
-	sigset_t sr_old_;                                                 \
-	pthread_once(&sr_sig_once, sr_sig_init);                          \
-	pthread_sigmask(SIG_BLOCK, &sr_async, &sr_old_);                  \
-	__typeof__(f(__VA_ARGS__)) sr_r_ = f(__VA_ARGS__);                \
-	pthread_sigmask(SIG_SETMASK, &sr_old_, NULL);                     \
+	__typeof__(f(__VA_ARGS__)) sr_r_;                                 \
+	if (sr_sig_block()) {                                             \
+		sigset_t sr_old_;                                         \
+		pthread_once(&sr_sig_once, sr_sig_init);                  \
+		pthread_sigmask(SIG_BLOCK, &sr_async, &sr_old_);          \
+		sr_r_ = f(__VA_ARGS__);                                   \
+		pthread_sigmask(SIG_SETMASK, &sr_old_, NULL);             \
+	} else                                                            \
+		sr_r_ = f(__VA_ARGS__);                                   \
 	sr_r_;                                                            \
 })
 

@@ -226,15 +226,17 @@ func TestStockTools(t *testing.T) {
 // handler exists (libibverbs.so.1 wraps sigaction and signal): with none
 // ("none") 100 ibv_query_device block nothing and SOFTRDMA_DEBUG says
 // nothing; with one they block 100 times and SOFTRDMA_DEBUG says why.
+// librdmacm.so.1 reads the same flag: 50 rdma_create_id and rdma_destroy_id
+// block at each call with such a handler and never without.
 func TestSignals(t *testing.T) {
 	lib := buildLib(t)
-	prog := gcc(t, "signals", "-rdynamic", filepath.Join(lib, "libibverbs.so.1"), "-ldl")
+	prog := gcc(t, "signals", "-rdynamic", filepath.Join(lib, "libibverbs.so.1"), filepath.Join(lib, "librdmacm.so.1"), "-ldl")
 	for _, c := range []struct {
-		mode, alarms, blocked, debug string
+		mode, alarms, blocked, cmBlocked, debug string
 	}{
-		{"late", "taken", "100", "SIGALRM has a handler without SA_ONSTACK (installed with signal())"},
-		{"early", "taken", "100", "SIGALRM has a handler without SA_ONSTACK (installed with sigaction())"},
-		{"none", "none", "0", ""},
+		{"late", "taken", "100", "each call", "SIGALRM has a handler without SA_ONSTACK (installed with signal())"},
+		{"early", "taken", "100", "each call", "SIGALRM has a handler without SA_ONSTACK (installed with sigaction())"},
+		{"none", "none", "0", "never", ""},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
 			cmd := exec.Command(prog, c.mode)
@@ -247,7 +249,8 @@ func TestSignals(t *testing.T) {
 			out, errOut := o.String(), e.String()
 			if !regexp.MustCompile(`threads besides main: [1-9][0-9]*, unblocked: 0\n`).MatchString(out) ||
 				!strings.Contains(out, "alarms: "+c.alarms+", off the thread's stack: 0\n") ||
-				!strings.Contains(out, "signals blocked in 100 ibv_query_device: "+c.blocked+" times\n") {
+				!strings.Contains(out, "signals blocked in 100 ibv_query_device: "+c.blocked+" times\n") ||
+				!strings.Contains(out, "signals blocked in 50 rdma_create_id and rdma_destroy_id: "+c.cmBlocked+"\n") {
 				t.Errorf("signals %s:\n%s%s", c.mode, out, errOut)
 			}
 			said := strings.Contains(errOut, maskingPrefix)

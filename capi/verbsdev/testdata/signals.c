@@ -15,7 +15,8 @@
  * pthread_sigmask calls (this program defines pthread_sigmask; it is linked
  * -rdynamic, so the library's calls come here) over 100 ibv_query_device:
  * the library blocks the signals around its calls into Go only when a
- * handler without SA_ONSTACK exists (two system calls per verb saved). */
+ * handler without SA_ONSTACK exists (two system calls per verb saved); and
+ * the same for librdmacm over 50 rdma_create_id and rdma_destroy_id. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <dirent.h>
@@ -29,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 
 static volatile sig_atomic_t alarms, offstack;
 static uintptr_t stack_lo, stack_hi;
@@ -133,6 +135,20 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 100; i++)
 		ibv_query_device(ctx, &da);
 	printf("signals blocked in 100 ibv_query_device: %d times\n", __atomic_load_n(&blocks, __ATOMIC_RELAXED) - before);
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id;
+	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+		return 1;
+	rdma_destroy_id(id);
+	before = __atomic_load_n(&blocks, __ATOMIC_RELAXED);
+	for (int i = 0; i < 50; i++) {
+		if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+			return 1;
+		rdma_destroy_id(id);
+	}
+	int n = __atomic_load_n(&blocks, __ATOMIC_RELAXED) - before;
+	printf("signals blocked in 50 rdma_create_id and rdma_destroy_id: %s\n", n == 0 ? "never" : n >= 100 ? "each call" : "some");
+	rdma_destroy_event_channel(ch);
 	ibv_dereg_mr(mr);
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
