@@ -241,6 +241,26 @@ func (w *Wire) lock() (qp *QP, c *Context) {
 func (w *Wire) NextSend(dst *SendWork) bool {
 	qp, c := w.lock()
 	defer c.mu.Unlock()
+	return qp.nextSend(dst)
+}
+
+// NextSends is NextSend for up to len(dst) WQEs under one acquisition of the
+// Context's lock: it fills dst[0], dst[1], ... in posting order and returns
+// how many it filled. A transport that frames a batch of small messages takes
+// the lock once for them instead of once per WQE (NextSend was 9% of the
+// iWARP 64 B rate rows' CPU time).
+func (w *Wire) NextSends(dst []SendWork) int {
+	qp, c := w.lock()
+	defer c.mu.Unlock()
+	n := 0
+	for n < len(dst) && qp.nextSend(&dst[n]) {
+		n++
+	}
+	return n
+}
+
+// nextSend is NextSend's body. mu is held.
+func (qp *QP) nextSend(dst *SendWork) bool {
 	for {
 		if qp.dead || (qp.state != QPStateRTS && qp.state != QPStateSQD) || qp.sq.next == qp.sq.tail {
 			return false

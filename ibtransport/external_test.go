@@ -624,6 +624,40 @@ func TestExternalCompleteSends(t *testing.T) {
 	}
 }
 
+// TestExternalNextSends: NextSends hands out as many WQEs as NextSend would
+// one by one, in posting order, up to the room given, and stops where
+// NextSend stops (here MaxRdAtomic 1 holds the second READ back).
+func TestExternalNextSends(t *testing.T) {
+	e := newExtQP(t, 1, nil)
+	buf := pattern(64, 5)
+	mr := regMR(t, e.pd, buf, allAccess)
+	post(t, e.qp,
+		ib.SendWR{WRID: 1, Opcode: ib.WRSend, SGL: []ib.SGE{mr.SGE(0, 8)}},
+		ib.SendWR{WRID: 2, Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{mr.SGE(8, 8)}, RKey: 0x1234, RemoteAddr: 0x99},
+		ib.SendWR{WRID: 3, Opcode: ib.WRRDMARead, SGL: []ib.SGE{mr.SGE(16, 8)}, RKey: 0x1234, RemoteAddr: 0x99},
+		ib.SendWR{WRID: 4, Opcode: ib.WRRDMARead, SGL: []ib.SGE{mr.SGE(24, 8)}, RKey: 0x1234, RemoteAddr: 0x99},
+	)
+	dst := make([]ib.SendWork, 2)
+	if n := e.w.NextSends(dst[:0]); n != 0 {
+		t.Fatalf("NextSends with no room = %d", n)
+	}
+	if n := e.w.NextSends(dst); n != 2 || dst[0].WRID != 1 || dst[1].WRID != 2 {
+		t.Fatalf("NextSends = %d (wr %d, %d), want wr 1, 2", n, dst[0].WRID, dst[1].WRID)
+	}
+	if &dst[1].Data[0][0] != &buf[8] || dst[1].RKey != 0x1234 {
+		t.Fatalf("second WQE %+v", dst[1])
+	}
+	dst = make([]ib.SendWork, 8)
+	if n := e.w.NextSends(dst); n != 1 || dst[0].WRID != 3 {
+		t.Fatalf("NextSends = %d (wr %d), want the first READ only (ORD 1)", n, dst[0].WRID)
+	}
+	e.w.CompleteSend(dst[0].ID, ib.WCSuccess)
+	if n := e.w.NextSends(dst); n != 1 || dst[0].WRID != 4 {
+		t.Fatalf("NextSends after the READ = %d (wr %d)", n, dst[0].WRID)
+	}
+	e.none(t)
+}
+
 // TestExternalDeliverRecv: DeliverRecv places a whole message into the next
 // receive WQE and completes it as BeginRecv, RecvBuffers and EndRecv would,
 // and reports each of their failures with the WQE left held for FailRecv.

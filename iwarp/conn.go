@@ -78,6 +78,13 @@ type Conn struct {
 	atomicRespEffect       func() error       // reader: c.atomicResponsePlaced, bound in newConn
 	sinkBufs, recvBufs     [][]byte
 
+	// sends are WQEs the writer took from the engine in one Wire.NextSends
+	// call; [sendsHead, sendsN) are still to frame. It grows (to
+	// txSendBatch) only while NextSends fills it: a QP with one WR in flight
+	// at a time keeps one SendWork.
+	sends             []ib.SendWork
+	sendsHead, sendsN int
+
 	mu             sync.Mutex
 	orq            []outReq // outstanding Read and Atomic Requests, oldest first
 	orqHead        int

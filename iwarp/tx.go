@@ -40,6 +40,10 @@ const (
 	txMaxBytes  = 1 << 20
 )
 
+// txSendBatch is how many send WQEs the writer takes from the engine per
+// acquisition of its lock (Wire.NextSends).
+const txSendBatch = 16
+
 // txState is the writer goroutine's framing state.
 type txState struct {
 	pos     uint64    // stream octets since the origin (the octet after our start frame)
@@ -235,9 +239,9 @@ func (c *Conn) writeBatch() error {
 // txMsg is the send WQE being framed, which may take several batches.
 type txMsg struct {
 	active bool
-	w      ib.SendWork
-	off    uint64 // payload octets framed
-	di     int    // cursor into w.Data
+	w      *ib.SendWork // in Conn.sends
+	off    uint64       // payload octets framed
+	di     int          // cursor into w.Data
 	doff   int
 	imm    bool // WRITE_WITH_IMM: the Immediate Data message is still to frame
 }
@@ -277,7 +281,7 @@ func sendOpcode(w *ib.SendWork) Opcode {
 // response: READ and atomics, whose ORQ entry c.addORQ records).
 func (c *Conn) frameMsg(m *txMsg) bool {
 	t := &c.tx
-	w := &m.w
+	w := m.w
 	switch w.Opcode {
 	case ib.WRRDMARead, ib.WRRDMAReadWithInv:
 		if !t.room() {
@@ -481,6 +485,15 @@ func (c *Conn) frameTerminate(tf *TerminateFields) {
 	t.fpdu(t.hdr[:len(h)+n], nil)
 }
 
+// takeSends takes the next send WQEs from the engine into c.sends, growing
+// it when the engine filled it (up to txSendBatch).
+func (c *Conn) takeSends() {
+	if c.sendsN == len(c.sends) && len(c.sends) < txSendBatch {
+		c.sends = make([]ib.SendWork, min(txSendBatch, max(1, 4*len(c.sends))))
+	}
+	c.sendsHead, c.sendsN = 0, c.wire.NextSends(c.sends)
+}
+
 // writer is the connection's sending goroutine.
 func (c *Conn) writer() {
 	defer c.exited()
@@ -534,9 +547,14 @@ func (c *Conn) writer() {
 		}
 		for t.room() {
 			if !m.active {
-				if !c.wire.NextSend(&m.w) {
-					break
+				if c.sendsHead == c.sendsN {
+					c.takeSends()
+					if c.sendsN == 0 {
+						break
+					}
 				}
+				m.w = &c.sends[c.sendsHead]
+				c.sendsHead++
 				m.active, m.off, m.di, m.doff, m.imm = true, 0, 0, 0, false
 			}
 			if !c.frameMsg(&m) {
