@@ -158,10 +158,18 @@ func (t *txState) put(p []byte, ref bool) {
 	}
 }
 
+// txCopyMax is the longest payload fpdu copies into the arena instead of
+// referencing it: the FPDUs of a batch of small messages are then one
+// contiguous iovec for writev, not three each (header, payload, trailer);
+// the 64 B WRITE rate row spent 28% of its CPU in writev, with 384 iovecs
+// per batch of 128 FPDUs. With the headers, pad, CRC and markers such an FPDU
+// stays within txFPDUArena.
+const txCopyMax = 512
+
 // fpdu frames one FPDU: hdr holds ULPDU_Length, the DDP/RDMAP header and any RDMAP
-// header after it; payload is referenced. The CRC (RFC 5044 §4.4, little-endian as
-// siw sends it, see fpdu.go) is computed over everything framed since the FPDU
-// began, markers included.
+// header after it; payload is referenced (copied if at most txCopyMax octets).
+// The CRC (RFC 5044 §4.4, little-endian as siw sends it, see fpdu.go) is
+// computed over everything framed since the FPDU began, markers included.
 func (t *txState) fpdu(hdr []byte, payload [][]byte) { t.frame(hdr, payload, true) }
 
 // fpduCopy is fpdu with the payload copied into the arena: octets that do not
@@ -177,6 +185,7 @@ func (t *txState) frame(hdr []byte, payload [][]byte, ref bool) {
 	binary.BigEndian.PutUint16(hdr, uint16(ulpdu))
 	t.fcrc, t.started = 0, false
 	t.put(hdr, false)
+	ref = ref && ulpdu-len(hdr)+FPDUHeaderLen > txCopyMax
 	for _, p := range payload {
 		t.put(p, ref)
 	}
