@@ -517,13 +517,21 @@ func (r *rtnl) close() { unix.Close(r.fd) }
 // request sends one message of type typ with body and waits for its
 // acknowledgement.
 func (r *rtnl) request(typ uint16, flags uint16, body []byte) error {
+	return r.exchange(typ, flags|unix.NLM_F_ACK, body, nil)
+}
+
+// exchange sends one message of type typ with body and reads the replies to
+// it (its sequence number): an NLMSG_ERROR ends the exchange with its error
+// (nil for an acknowledgement); every other reply goes to each, if not nil,
+// which ends the exchange by returning done or an error.
+func (r *rtnl) exchange(typ, flags uint16, body []byte, each func(typ uint16, msg []byte) (done bool, err error)) error {
 	r.seq++
 	msg := make([]byte, unix.SizeofNlMsghdr, unix.SizeofNlMsghdr+len(body))
 	msg = append(msg, body...)
 	ne := binary.NativeEndian
 	ne.PutUint32(msg[0:], uint32(len(msg)))
 	ne.PutUint16(msg[4:], typ)
-	ne.PutUint16(msg[6:], flags|unix.NLM_F_REQUEST|unix.NLM_F_ACK)
+	ne.PutUint16(msg[6:], flags|unix.NLM_F_REQUEST)
 	ne.PutUint32(msg[8:], r.seq)
 	if err := unix.Sendto(r.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("netlink send: %w", err)
@@ -540,13 +548,22 @@ func (r *rtnl) request(typ uint16, flags uint16, body []byte) error {
 				return fmt.Errorf("netlink: bad message length %d", l)
 			}
 			mtyp, seq := ne.Uint16(b[4:]), ne.Uint32(b[8:])
-			if mtyp == unix.NLMSG_ERROR && seq == r.seq && l >= unix.SizeofNlMsghdr+4 {
+			switch {
+			case seq != r.seq:
+			case mtyp == unix.NLMSG_ERROR:
+				if l < unix.SizeofNlMsghdr+4 {
+					return fmt.Errorf("netlink: error message of %d bytes", l)
+				}
 				if code := int32(ne.Uint32(b[unix.SizeofNlMsghdr:])); code != 0 {
 					return unix.Errno(-code)
 				}
 				return nil
+			case each != nil:
+				if done, err := each(mtyp, b[:l]); done || err != nil {
+					return err
+				}
 			}
-			b = b[nlAlign(l):]
+			b = b[min(nlAlign(l), len(b)):]
 		}
 	}
 }
@@ -560,57 +577,34 @@ func (r *rtnl) operState(index int) (byte, error) {
 // linkState returns the IFLA_OPERSTATE and IFLA_CARRIER_CHANGES of the link
 // with index (RTM_GETLINK); changes is 0 if the kernel gives none.
 func (r *rtnl) linkState(index int) (oper byte, changes uint32, err error) {
-	r.seq++
-	body := ifInfoMsg(index, 0, 0)
-	msg := make([]byte, unix.SizeofNlMsghdr, unix.SizeofNlMsghdr+len(body))
-	msg = append(msg, body...)
 	ne := binary.NativeEndian
-	ne.PutUint32(msg[0:], uint32(len(msg)))
-	ne.PutUint16(msg[4:], unix.RTM_GETLINK)
-	ne.PutUint16(msg[6:], unix.NLM_F_REQUEST)
-	ne.PutUint32(msg[8:], r.seq)
-	if err := unix.Sendto(r.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return 0, 0, fmt.Errorf("netlink send: %w", err)
-	}
-	buf := make([]byte, 65536)
 	found := false
-	for {
-		n, _, err := unix.Recvfrom(r.fd, buf, 0)
-		if err != nil {
-			return 0, 0, fmt.Errorf("netlink receive: %w", err)
+	err = r.exchange(unix.RTM_GETLINK, 0, ifInfoMsg(index, 0, 0), func(typ uint16, m []byte) (bool, error) {
+		if typ != unix.RTM_NEWLINK || len(m) < unix.SizeofNlMsghdr+unix.SizeofIfInfomsg {
+			return false, nil
 		}
-		for b := buf[:n]; len(b) >= unix.SizeofNlMsghdr; {
-			l := int(ne.Uint32(b[0:]))
-			if l < unix.SizeofNlMsghdr || l > len(b) {
-				return 0, 0, fmt.Errorf("netlink: bad message length %d", l)
+		for a := m[unix.SizeofNlMsghdr+unix.SizeofIfInfomsg:]; len(a) >= 4; {
+			alen, atyp := int(ne.Uint16(a[0:])), ne.Uint16(a[2:])
+			if alen < 4 || alen > len(a) {
+				break
 			}
-			mtyp, seq := ne.Uint16(b[4:]), ne.Uint32(b[8:])
 			switch {
-			case seq != r.seq:
-			case mtyp == unix.NLMSG_ERROR && l >= unix.SizeofNlMsghdr+4:
-				return 0, 0, fmt.Errorf("netlink: RTM_GETLINK %d: %w", index, unix.Errno(-int32(ne.Uint32(b[unix.SizeofNlMsghdr:]))))
-			case mtyp == unix.RTM_NEWLINK && l >= unix.SizeofNlMsghdr+unix.SizeofIfInfomsg:
-				for a := b[unix.SizeofNlMsghdr+unix.SizeofIfInfomsg : l]; len(a) >= 4; {
-					alen, atyp := int(ne.Uint16(a[0:])), ne.Uint16(a[2:])
-					if alen < 4 || alen > len(a) {
-						break
-					}
-					switch {
-					case atyp == unix.IFLA_OPERSTATE && alen >= 5:
-						oper, found = a[4], true
-					case atyp == unix.IFLA_CARRIER_CHANGES && alen >= 8:
-						changes = ne.Uint32(a[4:])
-					}
-					a = a[min(nlAlign(alen), len(a)):]
-				}
-				if !found {
-					return 0, 0, fmt.Errorf("netlink: link %d has no IFLA_OPERSTATE", index)
-				}
-				return oper, changes, nil
+			case atyp == unix.IFLA_OPERSTATE && alen >= 5:
+				oper, found = a[4], true
+			case atyp == unix.IFLA_CARRIER_CHANGES && alen >= 8:
+				changes = ne.Uint32(a[4:])
 			}
-			b = b[min(nlAlign(l), len(b)):]
+			a = a[min(nlAlign(alen), len(a)):]
 		}
+		return true, nil
+	})
+	switch {
+	case err != nil:
+		return 0, 0, fmt.Errorf("netlink: RTM_GETLINK %d: %w", index, err)
+	case !found:
+		return 0, 0, fmt.Errorf("netlink: link %d has no IFLA_OPERSTATE", index)
 	}
+	return oper, changes, nil
 }
 
 func nlAlign(n int) int { return (n + 3) &^ 3 }

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestPairWithoutTB creates and closes a pair the way a program does (no
@@ -108,5 +110,42 @@ func TestCurrent(t *testing.T) {
 	}
 	if err := ns.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRTNLReplies: the one netlink exchange behind request and linkState
+// hands back the kernel's errors (ENODEV for a link that does not exist,
+// named by the request) and its replies (lo's operational state).
+func TestRTNLReplies(t *testing.T) {
+	if err := Check(); err != nil {
+		t.Skipf("netns: %v", err)
+	}
+	ns, err := New("softrdma-netns-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	const missing = 0x7ffffff0
+	for _, c := range []struct {
+		name string
+		call func(r *rtnl) error
+		want string // substring of the error; empty: none
+	}{
+		{"linkState of a missing link", func(r *rtnl) error { _, _, err := r.linkState(missing); return err },
+			"RTM_GETLINK 2147483632: no such device"},
+		{"request on a missing link", func(r *rtnl) error { return r.setLink(missing, unix.IFF_UP, 0) }, "no such device"},
+		{"operState of lo", func(r *rtnl) error {
+			idx, err := interfaceIndex("lo")
+			if err != nil {
+				return err
+			}
+			_, err = r.operState(idx)
+			return err
+		}, ""},
+	} {
+		err := ns.withRTNL(c.call)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
 	}
 }
