@@ -25,6 +25,13 @@
  * Waiting: the completion channel and the ID's event channel are pipes and
  * eventfds of this library; a thread waits in poll() on both, without the
  * socket's lock, so that rsend and rrecv on two threads progress.
+ * An accepted socket over iWARP sends nothing, not even credits, before the
+ * initiator's first message has come: an MPA responder receives a valid
+ * FPDU before it sends any (RFC 5044 §7.1.2), and siw as initiator without
+ * peer-to-peer mode fails the connection (EINVAL) on FPDUs that come before
+ * its own. rdma-core's rsockets give credits as soon as they run, so the
+ * initiator always speaks first.
+ *
  * SOCK_DGRAM and riomap/riowrite are refused (stubs.c).
  */
 #define _GNU_SOURCE
@@ -132,6 +139,7 @@ struct rsk {
 	int err;    /* SO_ERROR */
 	int nonblock, fdflags;
 	int msgsend; /* iWARP: write then an inline send of the message */
+	int hold;    /* iWARP responder: nothing goes out before the first message in */
 	int swap;    /* the peer's byte order differs: credits go swapped */
 
 	/* Options, set before the connection's buffers exist. */
@@ -583,7 +591,7 @@ static void rs_send_credits(struct rsk *s)
 
 static void rs_update_credits(struct rsk *s)
 {
-	if (s->state != RS_CONNECTED || !rs_ctrl_avail(s))
+	if (s->state != RS_CONNECTED || s->hold || !rs_ctrl_avail(s))
 		return;
 	if (s->ravail >= (int)(s->rbuf_size / 2) || (int16_t)(s->rseq_no - s->rseq_comp) >= 0)
 		rs_send_credits(s);
@@ -611,6 +619,7 @@ static int rs_poll_cq(struct rsk *s)
 			if (wc.status != IBV_WC_SUCCESS)
 				continue;
 			rcnt++;
+			s->hold = 0;
 			uint32_t msg;
 			if (wc.wc_flags & IBV_WC_WITH_IMM)
 				msg = be32toh(wc.imm_data);
@@ -836,6 +845,7 @@ static void rs_accept_conn(struct rsk *l, struct rdma_cm_event *ev)
 	}
 	if (rs_create_ep(s))
 		goto reject;
+	s->hold = s->msgsend;
 	if (rs_save_conn(s, plen ? pdata : NULL, plen))
 		goto reject;
 	struct rs_conn c;
@@ -1103,7 +1113,7 @@ static int rs_recv_ready(struct rsk *s)
 
 static int rs_can_send(struct rsk *s)
 {
-	return s->sqe_avail >= (s->msgsend ? 2 : 1) && s->savail >= RS_SNDLOWAT && s->sseq_no != s->sseq_comp &&
+	return !s->hold && s->sqe_avail >= (s->msgsend ? 2 : 1) && s->savail >= RS_SNDLOWAT && s->sseq_no != s->sseq_comp &&
 	       ((volatile struct rs_wsge *)s->tbuf)[s->tidx].length != 0;
 }
 
@@ -1388,6 +1398,12 @@ static int rs_shutdown(struct rsk *s, int how)
 				return 0;
 			ctrl = RS_CTRL_DISCONNECT;
 		}
+		if (s->hold) {
+			/* Nothing may go out yet: the CM's disconnect says it. */
+			if (!s->rd && !s->wr)
+				s->state = RS_DISCONNECTED;
+			goto out;
+		}
 		if (!rs_ctrl_avail(s))
 			ret = rs_progress(s, 0, rs_ctrl_ready);
 		if (!ret && s->state == RS_CONNECTED && rs_ctrl_avail(s)) {
@@ -1397,6 +1413,7 @@ static int rs_shutdown(struct rsk *s, int how)
 		if (s->state == RS_CONNECTED)
 			rs_progress(s, 0, rs_sends_done);
 	}
+out:
 	if (s->state == RS_DISCONNECTED && s->id)
 		rdma_disconnect(s->id);
 	return ret;

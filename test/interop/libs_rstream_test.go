@@ -41,7 +41,7 @@ func runRstreamCase(t *testing.T, h *interop.Harness, g *interop.Guest, spec, fi
 	stop := g.PcapAll(t, pcap, filter)
 	var lib, kern interop.Result
 	if libServer {
-		p := h.LibStart(t, spec, "rstream", serverArgs...)
+		p := h.LibStartEnv(t, spec, []string{"SOFTRDMA_DEBUG=1"}, "rstream", serverArgs...)
 		kern = retryCMClient(func() interop.Result {
 			return g.Exec(t, libExchangeTimeout, append([]string{"rstream"}, clientArgs...)...)
 		})
@@ -67,6 +67,7 @@ func runRstreamCase(t *testing.T, h *interop.Harness, g *interop.Guest, spec, fi
 	}
 	stop()
 	if !lib.OK() || !kern.OK() {
+		t.Logf("the capture, its end:\n%s", lastLines(interop.Decode(t, pcap), 60))
 		t.Fatalf("exchange failed\nsoftrdma's libraries:\n%s\nkernel:\n%s", lib, kern)
 	}
 	for _, r := range []interop.Result{lib, kern} {
@@ -101,6 +102,23 @@ func TestLibsRstreamRXE(t *testing.T) {
 					t.Errorf("the capture has no %s:\n%s", m, lastLines(out, 12))
 				}
 			}
+		})
+	}
+}
+
+// TestLibsRstreamSiw is TestLibsRstreamRXE over iWARP, against the kernel's
+// siw: rsockets there write, then send the 4-octet message inline
+// (RS_OPT_MSG_SEND). The capture decodes with no error and holds the MPA
+// negotiation; tshark dissects DDP/RDMAP.
+func TestLibsRstreamSiw(t *testing.T) {
+	h := interop.Require(t)
+	interop.Libs(t)
+	requireRdmacm(t)
+	g := h.Boot(t, "libs82", interop.BootOptions{IP: "10.77.0.82", NoIPv6: true, Links: "siw"})
+	for _, d := range rstreamDirs {
+		t.Run(d.name, func(t *testing.T) {
+			pcap := runRstreamCase(t, h, g, "iwarp:"+interop.HostIPv4, "tcp port "+strconv.Itoa(rstreamPort), d.libServer)
+			checkIWARPCapture(t, pcap)
 		})
 	}
 }
