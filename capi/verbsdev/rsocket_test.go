@@ -54,8 +54,9 @@ func TestRstream(t *testing.T) {
 // TestRsocketCalls runs testdata/rsock.c (server and client): a non-blocking
 // rconnect (EINPROGRESS, rpoll POLLOUT, SO_ERROR 0), rrecv's EAGAIN, 300000
 // bytes each way through a 64 KiB receive buffer (checked), rshutdown
-// SHUT_WR (the peer reads EOF and may still send; the client may not), and
-// rclose while the peer reads (the peer reads the last bytes, then EOF).
+// SHUT_WR (the peer reads EOF and may still send; the client may not),
+// rclose while the peer reads (the peer reads the last bytes, then EOF), and
+// a second connection on the same listener with blocking rconnect/raccept.
 func TestRsocketCalls(t *testing.T) {
 	lib := buildLib(t)
 	prog := compileCM(t, lib, "rsock")
@@ -75,6 +76,8 @@ func TestRsocketCalls(t *testing.T) {
 				{so, "ok: server sees EOF after the client's rshutdown(SHUT_WR)"},
 				{so, "ok: server closed"},
 				{co, "ok: client reads bye, then EOF after the server's rclose"},
+				{so, "ok: server: second connection on the same listener"},
+				{co, "ok: client: second connection, blocking rconnect"},
 			} {
 				if !strings.Contains(want.out, want.line) {
 					t.Errorf("no %q\nserver:\n%s\nclient:\n%s", want.line, so, co)

@@ -10,6 +10,9 @@
  *                           back with rpoll, rshutdown(SHUT_WR), then reads
  *                           "bye" and 0 (EOF) after the server's rclose
  *
+ * Then a second connection on the same listener: a blocking rconnect and
+ * raccept, one byte, EOF after the server's rclose.
+ *
  * N (300000) is more than the receive buffer the sockets ask for (SO_RCVBUF
  * 32768: 64 KiB), so the credits and the buffer's wrap are crossed. Each
  * check prints "ok: ..."; a failure prints "FAIL: ..." and exits 1.
@@ -143,9 +146,19 @@ static int server(const char *addr, const char *port)
 	ok("server sees EOF after the client's rshutdown(SHUT_WR)");
 	if (rsend(fd, "bye", 3, 0) != 3)
 		fail("rsend after the peer's SHUT_WR");
-	if (rclose(fd) || rclose(l))
+	if (rclose(fd))
 		fail("rclose");
 	ok("server closed");
+
+	/* A second connection on the same listener, blocking calls. */
+	fd = raccept(l, NULL, NULL);
+	if (fd < 0)
+		fail("the second raccept");
+	if (rrecv(fd, &c, 1, MSG_WAITALL) != 1 || c != 'z')
+		fail("the second connection's byte");
+	if (rclose(fd) || rclose(l))
+		fail("rclose of the second connection and the listener");
+	ok("server: second connection on the same listener");
 	return 0;
 }
 
@@ -226,6 +239,20 @@ static int client(const char *addr, const char *port)
 	ok("client reads bye, then EOF after the server's rclose");
 	if (rclose(fd))
 		fail("rclose");
+
+	/* A second connection: a blocking rconnect, one byte. */
+	ai = resolve(addr, port);
+	fd = rsocket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0 || rconnect(fd, ai->ai_addr, ai->ai_addrlen))
+		fail("the second, blocking rconnect");
+	freeaddrinfo(ai);
+	if (rsend(fd, "z", 1, 0) != 1)
+		fail("rsend on the second connection");
+	if (rrecv(fd, b, 1, 0) != 0)
+		fail("the second connection: not EOF after the server's rclose");
+	if (rclose(fd))
+		fail("rclose of the second connection");
+	ok("client: second connection, blocking rconnect");
 	return 0;
 }
 
