@@ -794,3 +794,25 @@ func TestPerfQPTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestReaped: a completion stands for -Q WRs, but the last one of an
+// iterations run only for those left, so that the sender's count of completed
+// WRs ends at the iterations, never above.
+func TestReaped(t *testing.T) {
+	for _, c := range []struct {
+		ccnt, iters, cqMod uint64
+		dur                bool
+		want               uint64
+	}{
+		{0, 512, 100, false, 100},
+		{400, 512, 100, false, 100},
+		{500, 512, 100, false, 12}, // the last, for WRs 500..511
+		{0, 5, 100, false, 5},
+		{500, 512, 100, true, 100}, // -D: no last
+		{0, 1000, 1, false, 1},
+	} {
+		if got := reaped(c.ccnt, c.iters, c.cqMod, c.dur); got != c.want {
+			t.Errorf("reaped(%d, %d, %d, %v) = %d, want %d", c.ccnt, c.iters, c.cqMod, c.dur, got, c.want)
+		}
+	}
+}

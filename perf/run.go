@@ -825,8 +825,9 @@ func (s *session) runBWSender(ctx context.Context, size uint64) (perftest.BWRepo
 				return perftest.BWReport{}, s.completionError(wc, "send", totscnt, totccnt)
 			}
 			q := int(wc.WRID)
-			ccnt[q] += cqMod
-			totccnt += cqMod
+			d := reaped(ccnt[q], iters, cqMod, dur)
+			ccnt[q] += d
+			totccnt += d
 			if !p.noPeak {
 				samples.tcompleted[min(totccnt, tot)-1] = now
 			}
@@ -843,6 +844,20 @@ func (s *session) runBWSender(ctx context.Context, size uint64) (perftest.BWRepo
 		samples.iters = measured
 	}
 	return samples.report(p.gbits), nil
+}
+
+// reaped is how many WRs one completion of a QP stands for, with ccnt of its
+// WRs counted before: cqMod (one WR in cqMod is signaled), but the last one of
+// an iterations run covers only the WRs left. Counting cqMod there made a QP
+// that finished early count up to cqMod-1 WRs too many: with several QPs the
+// total reached the goal while a slower QP still had WRs to post, the sender
+// stopped polling, and that QP's window never reopened (write_bw --transport
+// iwarp -R -q 4 -n 512 spun for ever).
+func reaped(ccnt, iters, cqMod uint64, dur bool) uint64 {
+	if dur || ccnt >= iters {
+		return cqMod
+	}
+	return min(cqMod, iters-ccnt)
 }
 
 // creditStalled says why a sender that waits for the receiver's credit, and
