@@ -55,8 +55,9 @@ func TestRstream(t *testing.T) {
 // rconnect (EINPROGRESS, rpoll POLLOUT, SO_ERROR 0), rrecv's EAGAIN, 300000
 // bytes each way through a 64 KiB receive buffer (checked), rshutdown
 // SHUT_WR (the peer reads EOF and may still send; the client may not),
-// rclose while the peer reads (the peer reads the last bytes, then EOF), and
-// a second connection on the same listener with blocking rconnect/raccept.
+// rclose while the peer reads (rselect says readable; the peer reads the
+// last bytes, then EOF), and a second connection on the same listener with
+// blocking rconnect/raccept.
 func TestRsocketCalls(t *testing.T) {
 	lib := buildLib(t)
 	prog := compileCM(t, lib, "rsock")
@@ -75,6 +76,7 @@ func TestRsocketCalls(t *testing.T) {
 				{co, "ok: rsend after SHUT_WR fails"},
 				{so, "ok: server sees EOF after the client's rshutdown(SHUT_WR)"},
 				{so, "ok: server closed"},
+				{co, "ok: rselect: readable"},
 				{co, "ok: client reads bye, then EOF after the server's rclose"},
 				{so, "ok: server: second connection on the same listener"},
 				{co, "ok: client: second connection, blocking rconnect"},

@@ -7,8 +7,9 @@
  *                           and rcloses while the client reads
  *   rsock -s ADDR -p PORT   the client: a non-blocking rconnect (EINPROGRESS,
  *                           then rpoll POLLOUT and SO_ERROR 0), N bytes out and
- *                           back with rpoll, rshutdown(SHUT_WR), then reads
- *                           "bye" and 0 (EOF) after the server's rclose
+ *                           back with rpoll, rshutdown(SHUT_WR), then waits
+ *                           in rselect and reads "bye" and 0 (EOF) after the
+ *                           server's rclose
  *
  * Then a second connection on the same listener: a blocking rconnect and
  * raccept, one byte, EOF after the server's rclose.
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/select.h>
 #include <rdma/rsocket.h>
 
 #define N 300000
@@ -218,6 +220,16 @@ static int client(const char *addr, const char *port)
 	ok("rsend after SHUT_WR fails");
 	if (rfcntl(fd, F_SETFL, 0))
 		fail("rfcntl 0");
+	fd_set rd;
+	FD_ZERO(&rd);
+	FD_SET(fd, &rd);
+	struct timeval tv = {.tv_sec = 20};
+	if (rselect(fd + 1, &rd, NULL, NULL, &tv) != 1 || !FD_ISSET(fd, &rd)) {
+		if (!errno)
+			errno = ETIMEDOUT;
+		fail("rselect for the server's bye");
+	}
+	ok("rselect: readable");
 	char b[8];
 	size_t got = 0;
 	while (got < 3) {
