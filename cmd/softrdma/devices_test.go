@@ -67,7 +67,7 @@ func TestDevicesFlags(t *testing.T) {
 		code int
 		err  string
 	}{
-		{[]string{"--device", "roce:127.0.0.1,mtu=9000"}, 1, `softrdma devices: device spec "roce:127.0.0.1,mtu=9000": unknown field "mtu" (want backend, iface or name)`},
+		{[]string{"--device", "roce:127.0.0.1,mtu=9000"}, 1, `softrdma devices: device spec "roce:127.0.0.1,mtu=9000": unknown field "mtu" (want backend, iface, kernel-addr or name)`},
 		{[]string{"roce:127.0.0.1"}, 2, `softrdma devices: takes no arguments, got ["roce:127.0.0.1"] (a device is --device SPEC)`},
 	} {
 		out.Reset()
