@@ -26,6 +26,8 @@
 # BENCH_KERNEL_RAW_TIME (softrdma bench --time of the raw path; default 2s),
 # BENCH_KERNEL_TOOLS (default "rxe siw softrdma-roce softrdma-iwarp raw"),
 # BENCH_KERNEL_LINK (1, the default, runs the two-guest table; 0 does not),
+# BENCH_KERNEL_QPS (the scale table's QP counts, default "1 16 256"; empty:
+# no scale table; 4096 runs where the guest holds it, see the table's notes),
 # SOFTRDMA_INTEROP_DIR (the harness; default the project's interop/, else
 # ../shared/interop).
 set -euo pipefail
@@ -61,6 +63,15 @@ else
 	trap 'rm -rf "$WORK"' EXIT
 fi
 (cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/softrdma" ./cmd/softrdma)
+# The scale table's connection rate runs rdma-core's cmtime on softrdma's
+# libibverbs/librdmacm (make lib) too; without them those cells say "-".
+QPS="${BENCH_KERNEL_QPS-1 16 256}"
+if [ -n "$QPS" ]; then
+	if ! (cd "$ROOT" && make -s lib LIBDIR="$WORK/lib" >"$WORK/lib.log" 2>&1); then
+		rm -rf "$WORK/lib"
+		echo "bench-kernel: make lib failed (see $WORK/lib.log): softrdma's cmtime cells will be -" >&2
+	fi
+fi
 
 # How the guest's scripts read a run's MB/s (perftest's row, softrdma perf's
 # JSON, softrdma bench's baselines).
@@ -76,6 +87,7 @@ IP=$GUEST_IP
 IP2=$GUEST_IP2
 RAWTIME=${BENCH_KERNEL_RAW_TIME:-2s}
 TOOLS="${BENCH_KERNEL_TOOLS:-rxe siw softrdma-roce softrdma-iwarp raw}"
+QPS="$QPS"
 GIDX=\${SOFTRDMA_RXE_GID_INDEX:-1}
 iters() { local k=\$1; set -- \$ITERS; shift \$k; echo \$1; }
 EOF
@@ -135,10 +147,113 @@ softrdma_run() { # TOOL TRANSPORT SIZE N
 	[ $rc = 0 ] && [ -n "$bw" ] || { echo "NOTE $tool $size: exit $rc: $(cat /tmp/scli.err /tmp/ssrv.err | head -2 | tr '\n' ' ')"; bw=-; }
 	result "$tool" "$size" "$bw"
 }
+# The scale table: for N in QPS, N QP pairs between the guest's two
+# addresses moving 4 KiB WRITEs ("SCALE TOOL N MB/s KiB-per-QP"), and N
+# connections through rdma_cm ("CMRATE TOOL N connects/s"): rdma-core's cmtime
+# over rxe, siw and softrdma's librdmacm alike, its "connect" step (all N
+# rdma_connect calls to the last ESTABLISHED). Memory per QP pair is the drop
+# of the guest's MemAvailable at its lowest during the run, over N: kernel
+# and both processes alike, for every tool. The iterations per QP are a
+# multiple of perftest's -Q 100: with several QPs, perftest's sender counts
+# 100 for the last completion of each QP too and can stop polling while a
+# slower QP still has WRs to post (siw -q 16 -n 512 waited out its 300 s).
+scale_iters() { local n=$((1000 / $1)); [ $n -lt 100 ] && n=100; echo $(( (n + 99) / 100 * 100 )); }
+memavail() { awk '/^MemAvailable:/ {print $2}' /proc/meminfo; }
+# mem_low PID FILE: the lowest MemAvailable (KiB) while PID runs, into FILE.
+mem_low() {
+	local low; low=$(memavail)
+	while kill -0 "$1" 2>/dev/null; do
+		local m; m=$(memavail)
+		[ "$m" -lt "$low" ] && low=$m
+		sleep 0.2
+	done
+	echo "$low" >"$2"
+}
+scale_run() { # TOOL N SERVER-CMD CLIENT-CMD (the client's output to /tmp/qcli.out)
+	local tool=$1 n=$2 srv cli rc bw before low
+	before=$(memavail)
+	bash -c "$3" >/tmp/qsrv.out 2>&1 &
+	srv=$!
+	wait_listen
+	bash -c "timeout 300 $4" >/tmp/qcli.out 2>&1 &
+	cli=$!
+	mem_low $cli /tmp/qmem &
+	local sampler=$!
+	wait $cli
+	rc=$?
+	wait $sampler
+	stop_server $srv
+	case $tool in
+	softrdma-*) bw=$(softrdma_bw_of /tmp/qcli.out) ;;
+	*) bw=$(bw_of 4096 /tmp/qcli.out) ;;
+	esac
+	low=$(cat /tmp/qmem)
+	if [ $rc != 0 ] || [ -z "$bw" ]; then
+		echo "NOTE scale-$tool $n: exit $rc: $(grep -v '^ ' /tmp/qcli.out | tail -2 | tr '\n' ' ')"
+		bw=-
+	elif awk -v b="$bw" 'BEGIN { exit !(b + 0 == 0) }'; then
+		echo "NOTE scale-$tool $n: 0 MB/s: $(grep -A1 '#bytes' /tmp/qcli.out | tail -1 | tr -s ' \t' ' ') (the server: $(tail -2 /tmp/qsrv.out | tr '\n' ' '))"
+	fi
+	# A drop below 0 (memory freed meanwhile) says only that none was measured.
+	local kib=$(( (before - low) / n ))
+	[ "$kib" -lt 0 ] && kib=0
+	echo "SCALE $tool $n $bw $kib"
+}
+# cm_rate TOOL N SERVER-ENV SERVER-BIND [CLIENT-ENV CLIENT-BIND]: cmtime's
+# connect step (the server listens on SERVER-BIND; the client connects to $IP).
+cm_rate() {
+	local tool=$1 n=$2 senv=$3 sb=$4 cenv=${5:-} cb=${6:-} srv ms rc
+	env $senv cmtime -b "$sb" -c "$n" >/tmp/cmsrv.out 2>&1 &
+	srv=$!
+	# cmtime's listener is an rdma_cm ID: a TCP socket only over iWARP;
+	# over RoCE give it the time it takes to start.
+	case $tool in
+	siw | softrdma-iwarp) wait_listen 7471 ;;
+	*) sleep 2 ;;
+	esac
+	env $cenv timeout 300 cmtime -s "$IP" ${cb:+-b "$cb"} -c "$n" >/tmp/cmcli.out 2>&1
+	rc=$?
+	kill "$srv" 2>/dev/null
+	wait "$srv" 2>/dev/null
+	ms=$(awk '$1 == "connect" && $2 == ":" {print $3}' /tmp/cmcli.out)
+	if [ $rc != 0 ] || [ -z "$ms" ]; then
+		echo "NOTE cm-$tool $n: exit $rc: $(grep -v ' : ' /tmp/cmcli.out | grep -v '^step' | sort | uniq -c | head -4 | tr '\n' ' '); the server: $(head -3 /tmp/cmsrv.out | tr '\n' ' ')"
+		echo "CMRATE $tool $n -"
+		return
+	fi
+	echo "CMRATE $tool $n $(awk -v n="$n" -v ms="$ms" 'BEGIN { printf "%.0f", (ms > 0 ? n * 1000 / ms : 0) }')"
+}
+scale() { # TOOL
+	local tool=$1 n it args libenv
+	for n in $QPS; do
+		it=$(scale_iters "$n")
+		case $tool in
+		rxe) args="ib_write_bw -d rxe0 -x $GIDX -q $n -s 4096 -n $it -F"
+			scale_run rxe "$n" "$args" "$args $IP"
+			cm_rate rxe "$n" "" "$IP" ;;
+		siw) args="ib_write_bw -R -q $n -s 4096 -n $it -F"
+			scale_run siw "$n" "$args" "$args $IP"
+			cm_rate siw "$n" "" "$IP" ;;
+		softrdma-roce | softrdma-iwarp)
+			local tr=${tool#softrdma-} cm=
+			[ "$tr" = iwarp ] && cm=-R
+			args="/project/softrdma perf write_bw --transport $tr $cm -q $n -s 4096 -n $it --json"
+			scale_run "$tool" "$n" "$args -d $IP" "$args -d $IP2 $IP"
+			if [ -e /project/lib/librdmacm.so.1 ]; then
+				cm_rate "$tool" "$n" "LD_LIBRARY_PATH=/project/lib SOFTRDMA_DEVICES=$tr:$IP" "$IP" \
+					"LD_LIBRARY_PATH=/project/lib SOFTRDMA_DEVICES=$tr:$IP2" "$IP2"
+			else
+				echo "CMRATE $tool $n -"
+			fi ;;
+		esac
+	done
+}
 i=0
 want rxe && for s in $SIZES; do perftest_run rxe "-d rxe0 -x $GIDX" "$s" "$(iters $i)"; i=$((i+1)); done
+want rxe && scale rxe
 i=0
 want siw && for s in $SIZES; do perftest_run siw "-R" "$s" "$(iters $i)"; i=$((i+1)); done
+want siw && scale siw
 # softrdma's UDP backend binds port 4791, which rxe's module holds for as
 # long as it is loaded (its tunnel socket is made at module init): unload it.
 rdma link delete rxe0
@@ -149,6 +264,8 @@ i=0
 want softrdma-roce && for s in $SIZES; do softrdma_run softrdma-roce roce "$s" "$(iters $i)"; cp /tmp/scli.json "/project/softrdma-roce-$s.json"; i=$((i+1)); done
 i=0
 want softrdma-iwarp && for s in $SIZES; do softrdma_run softrdma-iwarp iwarp "$s" "$(iters $i)"; i=$((i+1)); done
+want softrdma-roce && scale softrdma-roce
+want softrdma-iwarp && scale softrdma-iwarp
 # The raw path between the same addresses: the baselines of softrdma bench
 # (its JSON rows: transport, bytes, ..., baseline in MiB/s, one field a line).
 if want raw; then
@@ -316,8 +433,10 @@ fi
 grep '^NOTE ' "$WORK/out.txt" | sed 's/^NOTE /bench-kernel: note: /' >&2 || true
 
 # One table: MB/s (perftest's 2^20 bytes/s) of each tool, and the ratios.
-awk -v sizes="${SIZES[*]}" -v iters="${ITERS[*]}" -v link="$LINK" '
+awk -v sizes="${SIZES[*]}" -v iters="${ITERS[*]}" -v link="$LINK" -v qps="$QPS" '
 $1 == "RESULT" { bw[$2, $3] = $4 }
+$1 == "SCALE" { sbw[$2, $3] = $4; mem[$2, $3] = $5 }
+$1 == "CMRATE" { cm[$2, $3] = $4 }
 function ratio(a, b) { return (a == "-" || b == "-" || b + 0 == 0) ? "-" : sprintf("%.2f", a / b) }
 function v(x) { return (x == "" || x == "-") ? "-" : sprintf("%.2f", x) }
 # tools prints the table of the four tools whose results are named pfx TOOL.
@@ -343,4 +462,18 @@ END {
 	}
 	if (link)
 		tools("\nthe same tools across the virtual link between two guests (1 vCPU each; virtio-net, tap, bridge), MB/s\n", "link-")
+	nq = split(qps, Q, " ")
+	if (nq) {
+		printf "\nscale, one guest: N QP pairs moving 4 KiB WRITEs (ib_write_bw -q N, softrdma perf -q N), MB/s; connections through rdma_cm per second (rdma-core'"'"'s cmtime -c N over rxe, siw and softrdma'"'"'s librdmacm); memory per QP pair, KiB (the guest'"'"'s MemAvailable drop during the run over N: kernel and both processes)\n"
+		printf "%-6s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "qps", "rxe", "siw", "sr-roce", "sr-iwarp", "cm/s-rxe", "cm/s-siw", "cm/s-sr", "cm/s-si", "KiB-rxe", "KiB-siw", "KiB-sr", "KiB-si"
+		split("rxe siw softrdma-roce softrdma-iwarp", T, " ")
+		for (i = 1; i <= nq; i++) {
+			q = Q[i]
+			printf "%-6s", q
+			for (j = 1; j <= 4; j++) printf " %8s", v(sbw[T[j], q])
+			for (j = 1; j <= 4; j++) printf " %8s", (cm[T[j], q] == "" ? "-" : cm[T[j], q])
+			for (j = 1; j <= 4; j++) printf " %8s", (mem[T[j], q] == "" || sbw[T[j], q] == "-" ? "-" : mem[T[j], q])
+			printf "\n"
+		}
+	}
 }' "$WORK/out.txt"

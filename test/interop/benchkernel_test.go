@@ -18,7 +18,9 @@ import (
 // iterations: it must exit 0 and print its three tables with a number in
 // every column (perftest over rxe and siw, softrdma perf over RoCE and iWARP,
 // the raw UDP and TCP paths of the guest, and the ratios; the same tools
-// across the link between two guests). Nothing is asserted about the numbers.
+// across the link between two guests), and the scale table's row for 2 QP
+// pairs with a number in each of its 12 columns. Nothing is asserted about
+// the numbers.
 func TestBenchKernel(t *testing.T) {
 	h := interop.Require(t)
 	script := filepath.Join(h.ModuleRoot, "scripts", "bench-kernel.sh")
@@ -26,7 +28,7 @@ func TestBenchKernel(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", script)
 	cmd.Env = append(os.Environ(), "BENCH_KERNEL_SIZES=65536", "BENCH_KERNEL_ITERS=20",
-		"BENCH_KERNEL_RAW_TIME=300ms", "SOFTRDMA_INTEROP_DIR="+h.Dir)
+		"BENCH_KERNEL_RAW_TIME=300ms", "BENCH_KERNEL_QPS=2", "SOFTRDMA_INTEROP_DIR="+h.Dir)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	t.Logf("bench-kernel (%v):\n%s", time.Since(start).Round(time.Second), out)
@@ -38,11 +40,22 @@ func TestBenchKernel(t *testing.T) {
 	}
 	// The rows of the tables start with the size; the first and the third
 	// have the iterations next.
-	var rows [][]string
+	var rows, scale [][]string
 	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) > 0 && f[0] == "65536" {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 0 && f[0] == "65536":
 			rows = append(rows, f)
+		case len(f) > 0 && f[0] == "2":
+			scale = append(scale, f)
 		}
+	}
+	// The scale table's row for 2 QP pairs: the four tools' MB/s, their
+	// connections per second through rdma_cm (cmtime) and memory per pair.
+	if len(scale) != 1 {
+		t.Errorf("want one scale row for 2 QPs, got %q", scale)
+	} else if err := checkBenchKernelRow(scale[0], benchKernelScaleSpec); err != nil {
+		t.Errorf("scale table: %v", err)
 	}
 	if len(rows) != 3 || len(rows[0]) != 8 || len(rows[1]) != 7 || len(rows[2]) != 8 {
 		t.Fatalf("want three rows for 65536 (8, 7 and 8 columns), got %q", rows)
@@ -66,6 +79,11 @@ var benchKernelSpecs = [][]string{
 	{"+", "/1", "/1", "+", "/4", "/4"},    // raw-udp rxe/raw softrdma/raw raw-tcp siw/raw softrdma/raw
 	{"+", "+", "+", "+", "+", "/2", "/3"}, // the same as the first, across the link between two guests
 }
+
+// benchKernelScaleSpec: the scale table's columns after the QP count, each a
+// measurement (rxe siw softrdma-roce softrdma-iwarp MB/s, the same tools'
+// connections per second, then their KiB per QP pair).
+var benchKernelScaleSpec = []string{"+", "+", "+", "+", "+", "+", "+", "+", "+", "+", "+", "+"}
 
 // checkBenchKernelRow checks the fields of one table row against spec.
 func checkBenchKernelRow(row, spec []string) error {
