@@ -153,11 +153,12 @@ softrdma_run() { # TOOL TRANSPORT SIZE N
 # over rxe, siw and softrdma's librdmacm alike, its "connect" step (all N
 # rdma_connect calls to the last ESTABLISHED). Memory per QP pair is the drop
 # of the guest's MemAvailable at its lowest during the run, over N: kernel
-# and both processes alike, for every tool. The iterations per QP are a
-# multiple of perftest's -Q 100: with several QPs, perftest's sender counts
-# 100 for the last completion of each QP too and can stop polling while a
-# slower QP still has WRs to post (siw -q 16 -n 512 waited out its 300 s).
-scale_iters() { local n=$((1000 / $1)); [ $n -lt 100 ] && n=100; echo $(( (n + 99) / 100 * 100 )); }
+# and both processes alike, for every tool. The runs are timed (-D 2), not
+# counted: over siw, ib_write_bw's iterations mode printed 0.00 MB/s for
+# every run of 500 iterations or more (4 KiB or 64 KiB, one QP or two, -Q 1
+# too), where -n 20 and -D 2 print numbers; and with several QPs perftest's
+# sender counts a whole -Q for each QP's last completion, as softrdma perf did
+# before ea51c08, and can stop polling early (siw -q 16 -n 512 ran out 300 s).
 memavail() { awk '/^MemAvailable:/ {print $2}' /proc/meminfo; }
 # mem_low PID FILE: the lowest MemAvailable (KiB) while PID runs, into FILE.
 mem_low() {
@@ -224,20 +225,19 @@ cm_rate() {
 	echo "CMRATE $tool $n $(awk -v n="$n" -v ms="$ms" 'BEGIN { printf "%.0f", (ms > 0 ? n * 1000 / ms : 0) }')"
 }
 scale() { # TOOL
-	local tool=$1 n it args libenv
+	local tool=$1 n args
 	for n in $QPS; do
-		it=$(scale_iters "$n")
 		case $tool in
-		rxe) args="ib_write_bw -d rxe0 -x $GIDX -q $n -s 4096 -n $it -F"
+		rxe) args="ib_write_bw -d rxe0 -x $GIDX -q $n -s 4096 -D 2 -F"
 			scale_run rxe "$n" "$args" "$args $IP"
 			cm_rate rxe "$n" "" "$IP" ;;
-		siw) args="ib_write_bw -R -q $n -s 4096 -n $it -F"
+		siw) args="ib_write_bw -R -q $n -s 4096 -D 2 -F"
 			scale_run siw "$n" "$args" "$args $IP"
 			cm_rate siw "$n" "" "$IP" ;;
 		softrdma-roce | softrdma-iwarp)
 			local tr=${tool#softrdma-} cm=
 			[ "$tr" = iwarp ] && cm=-R
-			args="/project/softrdma perf write_bw --transport $tr $cm -q $n -s 4096 -n $it --json"
+			args="/project/softrdma perf write_bw --transport $tr $cm -q $n -s 4096 -D 2 --json"
 			scale_run "$tool" "$n" "$args -d $IP" "$args -d $IP2 $IP"
 			if [ -e /project/lib/librdmacm.so.1 ]; then
 				cm_rate "$tool" "$n" "LD_LIBRARY_PATH=/project/lib SOFTRDMA_DEVICES=$tr:$IP" "$IP" \
