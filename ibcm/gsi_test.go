@@ -71,6 +71,21 @@ func FuzzGRHAreaAddrs(f *testing.F) {
 	})
 }
 
+// receive runs n's device until it has taken every frame the network holds
+// for it.
+func (r *cmRig) receive(n *cmNode) {
+	r.t.Helper()
+	for {
+		more, err := n.dev.Poll(r.net.Now())
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if !more {
+			return
+		}
+	}
+}
+
 // TestGSIBurst: a burst of MADs that arrives before the CM agent polls (100
 // connection requests at once: rdma-core's cmtime -c 100; a DREQ for each of
 // 500 connections) is received whole, as the kernel's MAD layer does with its
@@ -90,15 +105,7 @@ func TestGSIBurst(t *testing.T) {
 		}
 	}
 	r.flush(a)
-	for {
-		more, err := b.dev.Poll(r.net.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !more {
-			break
-		}
-	}
+	r.receive(b)
 	got := b.agent.GSI().Poll(func([]byte, MADAddress) {})
 	if got != n {
 		t.Errorf("received %d of %d MADs (GSI %+v, device drops %+v)", got, n, b.agent.GSI().Counters(), b.dev.Counters())
@@ -129,15 +136,7 @@ func TestGSISendOverflow(t *testing.T) {
 	for round := 0; round < 100 && len(got) < n; round++ {
 		r.flush(a)
 		a.agent.GSI().Poll(func([]byte, MADAddress) {})
-		for {
-			more, err := b.dev.Poll(r.net.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !more {
-				break
-			}
-		}
+		r.receive(b)
 		b.agent.GSI().Poll(func(m []byte, _ MADAddress) { got = append(got, int(m[0])<<8|int(m[1])) })
 	}
 	if len(got) != n {
@@ -178,15 +177,7 @@ func TestGSISendsOutpacePolls(t *testing.T) {
 	for round := 0; round < 100 && got < bursts*per; round++ {
 		a.agent.GSI().Poll(func([]byte, MADAddress) {})
 		r.flush(a)
-		for {
-			more, err := b.dev.Poll(r.net.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !more {
-				break
-			}
-		}
+		r.receive(b)
 		got += b.agent.GSI().Poll(func([]byte, MADAddress) {})
 	}
 	if c := a.agent.GSI().Counters(); got != bursts*per || c.SendErrors != 0 {

@@ -51,6 +51,24 @@ func readerBatch(t *testing.T, d *roce.Device, now time.Time, plan *roce.LoopPla
 	return n, kicks, laters
 }
 
+// sendArmed posts receive recvID on b with b's CQ armed, and sends it a
+// 64-byte SEND (sendID) from a: the frames are on the wire to b, not read yet.
+func sendArmed(t *testing.T, p *pair, recvID, sendID uint64) {
+	t.Helper()
+	if err := p.qb.PostRecv(ibtransport.RecvWR{WRID: recvID, SGL: []ibtransport.SGE{p.mrb.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	p.cqb.Notify(false)
+	if err := p.qa.PostSend(ibtransport.SendWR{WRID: sendID, Opcode: ibtransport.WRSend, Signaled: true,
+		SGL: []ibtransport.SGE{p.mra.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.a.Flush(p.net.Now()); err != nil {
+		t.Fatal(err)
+	}
+	p.net.RunFor(time.Millisecond)
+}
+
 // TestRunToCompletionAnswers: Run's reader sends what a short batch calls
 // for (the READ response to a READ request) itself, without readying the
 // loop; a batch that readies an application goroutine (a receive completion
@@ -86,18 +104,7 @@ func TestRunToCompletionAnswers(t *testing.T) {
 
 	// A SEND for a receive whose CQ is armed: its completion readies the
 	// goroutine reading the CQ's events.
-	if err := p.qb.PostRecv(ibtransport.RecvWR{WRID: 2, SGL: []ibtransport.SGE{p.mrb.SGE(0, 64)}}); err != nil {
-		t.Fatal(err)
-	}
-	p.cqb.Notify(false)
-	if err := p.qa.PostSend(ibtransport.SendWR{WRID: 3, Opcode: ibtransport.WRSend, Signaled: true,
-		SGL: []ibtransport.SGE{p.mra.SGE(0, 64)}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.a.Flush(p.net.Now()); err != nil {
-		t.Fatal(err)
-	}
-	p.net.RunFor(time.Millisecond)
+	sendArmed(t, p, 2, 3)
 	out = p.b.Counters().FramesOut
 	plan.Planned(p.net.Now().Add(time.Hour), true) // the loop's plan: not late
 	if n, kicks, laters := readerBatch(t, p.b, p.net.Now(), &plan); n != 1 || kicks != 0 || laters != 1 {
@@ -131,18 +138,7 @@ func TestRunToCompletionAnswers(t *testing.T) {
 
 	// Another SEND; this time the application answers: its post sends the
 	// ACK with its SEND.
-	if err := p.qb.PostRecv(ibtransport.RecvWR{WRID: 6, SGL: []ibtransport.SGE{p.mrb.SGE(0, 64)}}); err != nil {
-		t.Fatal(err)
-	}
-	p.cqb.Notify(false)
-	if err := p.qa.PostSend(ibtransport.SendWR{WRID: 7, Opcode: ibtransport.WRSend, Signaled: true,
-		SGL: []ibtransport.SGE{p.mra.SGE(0, 64)}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.a.Flush(p.net.Now()); err != nil {
-		t.Fatal(err)
-	}
-	p.net.RunFor(time.Millisecond)
+	sendArmed(t, p, 6, 7)
 	out = p.b.Counters().FramesOut
 	if n, kicks, laters := readerBatch(t, p.b, p.net.Now(), &plan); n != 1 || kicks != 0 || laters != 1 {
 		t.Fatalf("second SEND for an armed CQ: %d frames read, %d kicks, %d for later; want 1 frame, a kick for later only", n, kicks, laters)

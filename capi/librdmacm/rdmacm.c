@@ -40,11 +40,11 @@
 #include <rdma/rdma_verbs.h>
 
 #include "../libibverbs/srcm.h"
+#include "debug.h"
 
 #define ERR(e) (errno = (e), -1)
 
-static void sr_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sr_debug(const char *fmt, ...)
+void sr_debug(const char *fmt, ...)
 {
 	if (!getenv("SOFTRDMA_DEBUG"))
 		return;

@@ -55,6 +55,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
+
+#include "debug.h"
 #include <rdma/rsocket.h>
 
 #define ERR(e) (errno = (e), -1)
@@ -185,19 +187,6 @@ static const uint16_t def_sq = 384, def_rq = 384, def_inline = 64;
 static pthread_mutex_t rs_tab_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct rsk **rs_tab;
 static int rs_ntab;
-
-static void rs_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void rs_debug(const char *fmt, ...)
-{
-	if (!getenv("SOFTRDMA_DEBUG"))
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "softrdma: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-}
 
 static int rs_insert(struct rsk *s)
 {
@@ -398,7 +387,7 @@ static int rs_create_ep(struct rsk *s)
 		return -1;
 	s->sq_inline = qa.cap.max_inline_data;
 	if (s->msgsend && s->sq_inline < 4) {
-		rs_debug("rsocket connection: the iWARP QP takes %u inline bytes, the messages need 4", s->sq_inline);
+		sr_debug("rsocket connection: the iWARP QP takes %u inline bytes, the messages need 4", s->sq_inline);
 		return ERR(EOPNOTSUPP);
 	}
 
@@ -449,12 +438,12 @@ static int rs_save_conn(struct rsk *s, const void *pd, int len)
 {
 	struct rs_conn c;
 	if (!pd || len < (int)sizeof(c)) {
-		rs_debug("rsocket connection: the peer's private data is %d bytes, not an rsocket's %zu", len, sizeof(c));
+		sr_debug("rsocket connection: the peer's private data is %d bytes, not an rsocket's %zu", len, sizeof(c));
 		return ERR(EPROTO);
 	}
 	memcpy(&c, pd, sizeof(c));
 	if (c.version != 1) {
-		rs_debug("rsocket connection: the peer's rsocket protocol version is %u, not 1", c.version);
+		sr_debug("rsocket connection: the peer's rsocket protocol version is %u, not 1", c.version);
 		return ERR(EPROTO);
 	}
 	s->rsgl.addr = be64toh(c.target_sgl.addr);
@@ -670,7 +659,7 @@ static int rs_poll_cq(struct rsk *s)
 				break;
 			}
 			if (wc.status != IBV_WC_SUCCESS) {
-				rs_debug("rsocket connection: send completion status %d (%s): the connection fails", wc.status,
+				sr_debug("rsocket connection: send completion status %d (%s): the connection fails", wc.status,
 					 ibv_wc_status_str(wc.status));
 				rs_fail(s, EIO);
 			}
@@ -859,7 +848,7 @@ static void rs_accept_conn(struct rsk *l, struct rdma_cm_event *ev)
 	l->pend[l->npend++] = s;
 	return;
 reject:
-	rs_debug("rsocket accept: %s: the request is rejected", strerror(errno));
+	sr_debug("rsocket accept: %s: the request is rejected", strerror(errno));
 	rdma_reject(id, NULL, 0);
 	rs_free(s);
 }
@@ -955,11 +944,11 @@ int rsocket(int domain, int type, int protocol)
 {
 	int st = type & ~(SOCK_CLOEXEC | SOCK_NONBLOCK);
 	if (domain != AF_INET && domain != AF_INET6) {
-		rs_debug("rsocket: domain %d not supported (EOPNOTSUPP): softrdma's rsockets take AF_INET and AF_INET6", domain);
+		sr_debug("rsocket: domain %d not supported (EOPNOTSUPP): softrdma's rsockets take AF_INET and AF_INET6", domain);
 		return ERR(EOPNOTSUPP);
 	}
 	if (st == SOCK_DGRAM) {
-		rs_debug("rsocket: SOCK_DGRAM is not implemented (EOPNOTSUPP): softrdma's rsockets are SOCK_STREAM");
+		sr_debug("rsocket: SOCK_DGRAM is not implemented (EOPNOTSUPP): softrdma's rsockets are SOCK_STREAM");
 		return ERR(EOPNOTSUPP);
 	}
 	if (st != SOCK_STREAM || (protocol && protocol != IPPROTO_TCP))
@@ -1127,18 +1116,29 @@ static int rs_nb(struct rsk *s, int flags)
 	return s->nonblock || (flags & MSG_DONTWAIT);
 }
 
-ssize_t rrecv(int socket, void *buf, size_t len, int flags)
+/* rs_lock_connected takes s->mu for an rrecv (recv) or an rsend: it finishes
+ * a connection still opening and checks that the connection has the
+ * transfer's buffers. On failure the lock is released and it returns -1 with
+ * errno set. */
+static int rs_lock_connected(struct rsk *s, int flags, int recv)
 {
-	RS_GET(socket);
 	pthread_mutex_lock(&s->mu);
 	if (rs_wait_connected(s, rs_nb(s, flags))) {
 		pthread_mutex_unlock(&s->mu);
 		return -1;
 	}
-	if (!s->rmsg) {
+	if (recv ? !s->rmsg : !s->sbuf) {
 		pthread_mutex_unlock(&s->mu);
 		return ERR(ENOTCONN);
 	}
+	return 0;
+}
+
+ssize_t rrecv(int socket, void *buf, size_t len, int flags)
+{
+	RS_GET(socket);
+	if (rs_lock_connected(s, flags, 1))
+		return -1;
 	uint8_t *b = buf;
 	size_t left = len;
 	int ret = 0;
@@ -1197,15 +1197,8 @@ ssize_t rrecv(int socket, void *buf, size_t len, int flags)
 ssize_t rsend(int socket, const void *buf, size_t len, int flags)
 {
 	RS_GET(socket);
-	pthread_mutex_lock(&s->mu);
-	if (rs_wait_connected(s, rs_nb(s, flags))) {
-		pthread_mutex_unlock(&s->mu);
+	if (rs_lock_connected(s, flags, 0))
 		return -1;
-	}
-	if (!s->sbuf) {
-		pthread_mutex_unlock(&s->mu);
-		return ERR(ENOTCONN);
-	}
 	const uint8_t *b = buf;
 	size_t left = len;
 	uint32_t olen = RS_FIRST_XFER;
